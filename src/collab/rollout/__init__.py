@@ -1,0 +1,1 @@
+"""Rollouts: trajectory records, the MAGRPO rollout tree, and the RolloutDataModule."""

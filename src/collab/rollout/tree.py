@@ -1,0 +1,154 @@
+"""MAGRPO's K-ary rollout tree (paper 002, Section 3.1; paper 001).
+
+At every history node the team draws K samples per agent; the node's children are joint actions:
+
+``aligned``  child k = (a_1^k, ..., a_n^k), K children (the K i.i.d. joint actions of Proposition 3.2);
+``cross``    every combination of the agents' samples, K^n children. Agent i's sample j is then valued
+             by the mean return of the children that contain it (a lower-variance estimate of its
+             value under the other agents' current policies).
+
+Each child that does not terminate is expanded the same way, to depth H (the env's horizon). A child
+terminates when the environment ends the episode or, with ``termination_threshold``, when its reward
+reaches the threshold (MAGRPO's early termination). With no early termination and ``aligned``, the
+number of agent generations of one episode is paper 002's Proposition 3.2, n K (K^H - 1) / (K - 1).
+
+Returns are discounted Monte Carlo estimates through the tree: a child's return is its reward plus
+gamma times the mean return of its own children (the K-sample estimate of the successor history's
+value, as in Proposition 3.1). Advantages are group-relative among an agent's K siblings.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from collab.envs.base import Env, EnvState
+from collab.objectives import group_advantages
+from collab.rollout.trajectory import RolloutBatch, Sample
+from collab.sampling import Completion, GenerationRequest
+
+JOINT_MODES = ("aligned", "cross")
+
+
+@dataclass
+class TreeNode:
+    state: EnvState
+    depth: int
+    samples: list[list[Completion]] = field(default_factory=list)
+    """samples[i][j]: agent i's j-th response at this history."""
+    joints: list[tuple[int, ...]] = field(default_factory=list)
+    """joints[c][i]: which of agent i's samples child c uses."""
+    rewards: list[tuple[float, ...]] = field(default_factory=list)
+    infos: list[Mapping[str, float]] = field(default_factory=list)
+    children: list[TreeNode | None] = field(default_factory=list)
+    returns: torch.Tensor | None = None
+    """returns[c, i]: discounted return of child c for agent i."""
+
+    def nodes(self):
+        yield self
+        for child in self.children:
+            if child is not None:
+                yield from child.nodes()
+
+
+def joint_indices(n_agents: int, k: int, mode: str) -> list[tuple[int, ...]]:
+    if mode == "aligned":
+        return [(j,) * n_agents for j in range(k)]
+    if mode == "cross":
+        return list(itertools.product(range(k), repeat=n_agents))
+    raise ValueError(f"unknown joint mode {mode!r}; valid: {', '.join(JOINT_MODES)}")
+
+
+def expand_tree(team, env: Env, tasks: Sequence[Mapping], k: int, joint_mode: str = "aligned",
+                termination_threshold: float | None = None, max_new_tokens: int = 128) -> list[TreeNode]:
+    """Grow one rollout tree per task, breadth first: each depth is one batched ``team.generate``."""
+    roots = [TreeNode(env.reset(task), 0) for task in tasks]
+    frontier = list(roots)
+    n = env.n_agents
+    while frontier:
+        requests = [GenerationRequest(i, team.encode(i, node.state.histories[i]), k) for node in frontier for i in range(n)]
+        outs = team.generate(requests, max_new_tokens=max_new_tokens)
+        next_frontier = []
+        for m, node in enumerate(frontier):
+            node.samples = outs[m * n:(m + 1) * n]
+            node.joints = joint_indices(n, k, joint_mode)
+            for joint in node.joints:
+                actions = [node.samples[i][j].text for i, j in enumerate(joint)]
+                step = env.step(node.state, actions)
+                stop = step.done or (termination_threshold is not None and min(step.rewards) >= termination_threshold)
+                child = None if stop else TreeNode(step.state, node.depth + 1)
+                node.rewards.append(step.rewards)
+                node.infos.append(step.info)
+                node.children.append(child)
+                if child is not None:
+                    next_frontier.append(child)
+        frontier = next_frontier
+    return roots
+
+
+def backup_returns(node: TreeNode, gamma: float) -> torch.Tensor:
+    """Fill ``returns`` bottom-up: G(c) = r(c) + gamma * mean over c's children of G."""
+    rows = []
+    for reward, child in zip(node.rewards, node.children):
+        r = torch.tensor(reward, dtype=torch.float64)
+        if child is not None:
+            r = r + gamma * backup_returns(child, gamma).mean(0)
+        rows.append(r)
+    node.returns = torch.stack(rows)
+    return node.returns
+
+
+def sample_values(node: TreeNode, agent: int, k: int) -> torch.Tensor:
+    """Value of each of agent ``agent``'s K samples: the mean return of the children that use it."""
+    assert node.returns is not None
+    sums = torch.zeros(k, dtype=torch.float64)
+    counts = torch.zeros(k, dtype=torch.float64)
+    for joint, ret in zip(node.joints, node.returns[:, agent]):
+        sums[joint[agent]] += ret
+        counts[joint[agent]] += 1
+    return sums / counts
+
+
+def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 1.0, joint_mode: str = "aligned",
+               baseline: str = "mean", normalize_std: bool = False, termination_threshold: float | None = None,
+               max_new_tokens: int = 128) -> RolloutBatch:
+    """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a :class:`Sample`."""
+    start = time.perf_counter()
+    roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens)
+    seconds = time.perf_counter() - start
+    samples: list[Sample] = []
+    rewards: dict[str, list[float]] = defaultdict(list)
+    group = 0
+    tokens = 0
+    for root in roots:
+        backup_returns(root, gamma)
+        for node in root.nodes():
+            for i in range(env.n_agents):
+                values = sample_values(node, i, k)
+                adv = group_advantages(values, baseline, normalize_std)
+                for j, c in enumerate(node.samples[i]):
+                    tokens += len(c.completion_ids)
+                    samples.append(Sample(i, node.depth, c.prompt_ids, c.completion_ids, c.logprob, c.text,
+                                          float(values[j]), float(adv[j]), group))
+                group += 1
+                for reward in node.rewards:
+                    rewards[f"reward/turn{node.depth}/agent{i}"].append(reward[i])
+            for info in node.infos:
+                for key, v in info.items():
+                    rewards[f"env/{key}"].append(float(v))
+        rewards["reward/return"].extend(root.returns.mean(1).tolist())
+    stats = {key: sum(v) / len(v) for key, v in rewards.items() if v}
+    stats.update({"rollout/tokens": float(tokens), "rollout/seconds": seconds,
+                  "rollout/tokens_per_s": tokens / max(seconds, 1e-9), "rollout/samples": float(len(samples))})
+    examples = []
+    for root in roots[:1]:
+        for c in range(min(2, len(root.joints))):
+            examples.append({"prompts": [h[-1]["content"] for h in root.state.histories],
+                             "responses": [root.samples[i][j].text for i, j in enumerate(root.joints[c])],
+                             "reward": list(root.rewards[c])})
+    return RolloutBatch(samples, stats, examples)

@@ -1,0 +1,181 @@
+"""Batched sampling across agents: one decoding loop serves every agent and every sample on a base.
+
+peft runs a batch whose rows use different adapters (``adapter_names=``), so the K samples of all n
+agents go through the model together: n*K rows per decoding step instead of n separate ``generate``
+calls. Each distinct prompt is prefilled once and its KV cache repeated for its samples. Rows carry
+their own temperature, top-p, top-k, length limit and action vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class GenerationRequest:
+    """Sample ``n`` responses of ``agent`` to ``prompt_ids``."""
+
+    agent: int
+    prompt_ids: list[int]
+    n: int = 1
+
+
+@dataclass
+class Completion:
+    """One sampled response."""
+
+    agent: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    logprobs: list[float] = field(default_factory=list)
+    """Behaviour log-prob of each completion token under the agent's policy when it was sampled."""
+    finished: bool = True
+    """False when the response was cut at the length limit."""
+
+    @property
+    def logprob(self) -> float:
+        return float(sum(self.logprobs))
+
+
+def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
+    """Left-padded ids and attention mask for a list of token sequences."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.as_tensor(s)
+            mask[i, width - len(s):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def policy_logits(logits: Tensor, temperature: float, choice_ids: Tensor | None = None) -> Tensor:
+    """Logits of an agent's policy: restricted to ``choice_ids`` (if any), divided by the temperature.
+
+    A temperature of 0 means greedy sampling; its log-probs are taken at temperature 1.
+    """
+    if choice_ids is not None:
+        restricted = torch.full_like(logits, float("-inf"))
+        idx = choice_ids.to(logits.device)
+        restricted[..., idx] = logits[..., idx]
+        logits = restricted
+    return logits / temperature if temperature > 0 else logits
+
+
+def _truncate(logits: Tensor, top_p: Tensor, top_k: Tensor) -> Tensor:
+    """Mask logits outside each row's top-k and nucleus top-p (rows with k=0, p=1 unchanged)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(logits.shape[-1], device=logits.device).expand_as(logits)
+    drop = (top_k[:, None] > 0) & (ranks >= top_k[:, None])
+    probs = sorted_logits.softmax(-1)
+    before = probs.cumsum(-1) - probs  # mass strictly before each token
+    drop |= (before >= top_p[:, None]) & (top_p[:, None] < 1)  # float rounding reaches 1 early
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+@torch.no_grad()
+def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str], settings) -> list[list[Completion]]:
+    """Sample every request's ``n`` responses in one batched loop.
+
+    ``settings[r] = (temperature, top_p, top_k, max_new_tokens, choice_ids)`` of request ``r``'s agent.
+    """
+    device = model.get_input_embeddings().weight.device
+    pad = tokenizer.pad_token_id
+    eos = {tokenizer.eos_token_id, pad} - {None}
+    ids, mask = pad_left([r.prompt_ids for r in rows], pad, device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    forward = _forward_fn(model)
+    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                  use_cache=True, logits_to_keep=1)
+    # Repeat each prompt's cache and last logits for its n samples.
+    index = torch.repeat_interleave(torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device))
+    cache = out.past_key_values
+    cache.batch_select_indices(index)
+    logits = out.logits[index, -1].float()
+    mask, positions = mask[index], positions[index, -1:]
+    rix = index.tolist()
+    names = [adapters[i] for i in rix]
+    temps = [settings[i][0] for i in rix]
+    top_p = torch.tensor([settings[i][1] for i in rix], device=device, dtype=torch.float)
+    top_k = torch.tensor([settings[i][2] for i in rix], device=device)
+    limits = [1 if settings[i][4] is not None else settings[i][3] for i in rix]
+    choices = [settings[i][4] for i in rix]
+    batch = len(rix)
+    truncating = bool((top_p < 1).any() or (top_k > 0).any())
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    logps: list[list[float]] = [[] for _ in range(batch)]
+    done = [False] * batch
+    step_forward = _stepper(model, names)
+    for step in range(max(limits)):
+        pol = torch.stack([policy_logits(logits[b], temps[b], choices[b]) for b in range(batch)])
+        logp = pol.log_softmax(-1)
+        sample_logits = _truncate(pol, top_p, top_k) if truncating else pol
+        sampled = torch.multinomial(sample_logits.softmax(-1), 1).squeeze(-1)
+        greedy = pol.argmax(-1)
+        nxt = torch.where(torch.tensor([t <= 0 for t in temps], device=device), greedy, sampled)
+        for b in range(batch):
+            if done[b]:
+                nxt[b] = pad
+                continue
+            t = int(nxt[b])
+            tokens[b].append(t)
+            logps[b].append(float(logp[b, t]))
+            done[b] = t in eos or len(tokens[b]) >= limits[b]
+        if all(done):
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+        positions = positions + 1
+        out = step_forward(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions, past_key_values=cache,
+                           use_cache=True)
+        cache = out.past_key_values
+        logits = out.logits[:, -1].float()
+    step_forward.close()
+    results: list[list[Completion]] = [[] for _ in rows]
+    for b, r in enumerate(rix):
+        finished = bool(tokens[b]) and (tokens[b][-1] in eos or choices[b] is not None)
+        text = tokenizer.decode(tokens[b], skip_special_tokens=True)
+        results[r].append(Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished))
+    return results
+
+
+def _forward_fn(model):
+    """``forward(row_adapters, **inputs)``: one forward with a per-row adapter choice."""
+    from collab.lora_batch import per_row_adapters, supported
+
+    def forward(row_adapters, **inputs):
+        if supported(model):
+            with per_row_adapters(model, row_adapters):
+                return model.get_base_model()(**inputs)
+        return model(adapter_names=row_adapters, **inputs)
+
+    return forward
+
+
+class _stepper:
+    """Decoding steps with a fixed row layout: the stacked adapter weights are gathered once."""
+
+    def __init__(self, model, row_adapters: list[str]) -> None:
+        from collab.lora_batch import per_row_adapters, supported
+
+        self.model, self.row_adapters = model, row_adapters
+        self.ctx = per_row_adapters(model, row_adapters) if supported(model) else None
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __call__(self, **inputs):
+        if self.ctx is not None:
+            return self.model.get_base_model()(**inputs)
+        return self.model(adapter_names=self.row_adapters, **inputs)
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(None, None, None)
+            self.ctx = None

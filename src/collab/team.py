@@ -1,0 +1,280 @@
+"""Agent teams: several LoRA-adapted policies over shared base models.
+
+Each agent is a named peft LoRA adapter (``agent0``, ``agent1``, ...). Agents whose specs name the same
+base share one copy of its weights (one ``PeftModel`` holding all their adapters); a heterogeneous team
+has one ``PeftModel`` per distinct base. The reference policy of every agent is its base with adapters
+disabled, so a KL penalty needs no extra model.
+
+The policy of agent ``i`` is ``softmax(logits / temperature_i)``, restricted to the agent's closed action
+vocabulary when its environment role has one (``choices``). Behaviour log-probs returned by
+:meth:`AgentTeam.generate` and the teacher-forced log-probs of :meth:`AgentTeam.logprobs` are both
+taken under that distribution, so the importance ratio ``rho = pi / pi_old`` is exactly 1 before the
+first update. ``top_p``/``top_k`` truncation is applied when sampling only (as in TRL and the
+reference code); with truncation the behaviour log-probs still use the untruncated policy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from collab.errors import UserError
+from collab.models import BaseConfig, load_model, load_tokenizer
+from collab.sampling import Completion, GenerationRequest, _forward_fn, decode
+
+
+@dataclass
+class LoraSpec:
+    """LoRA adapter hyper-parameters (peft ``LoraConfig``)."""
+
+    r: int = 8
+    """Rank of the update."""
+    alpha: int = 16
+    """Scaling numerator: the update is scaled by alpha / r."""
+    dropout: float = 0.0
+    """Dropout on the adapter input. Non-zero values turn off mixed-adapter training forwards."""
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    """Names of the linear layers that get an adapter."""
+
+
+@dataclass
+class SamplingSpec:
+    """How an agent samples its responses."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    max_new_tokens: int | None = None
+    """``None``: the environment role's suggestion (else 128)."""
+
+
+@dataclass
+class AgentSpec:
+    """One agent of a team. Empty fields are filled from the environment's role for the agent."""
+
+    role: str = ""
+    system_prompt: str | None = None
+    base: str | None = None
+    """A base model name; ``None``: the team's default base."""
+    lora: LoraSpec = field(default_factory=LoraSpec)
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    lr: float | None = None
+    """This agent's learning rate; ``None``: the algorithm's ``agent_lr``."""
+    choices: list[str] | None = None
+    """Closed action vocabulary (one token each); filled from the environment role."""
+
+
+class AgentTeam(nn.Module):
+    """n agents as LoRA adapters over shared bases."""
+
+    def __init__(self, agents: list[AgentSpec], base: BaseConfig = BaseConfig()) -> None:
+        super().__init__()
+        from peft import LoraConfig, get_peft_model
+
+        if not agents:
+            raise UserError("a team needs at least one agent")
+        self.specs = list(agents)
+        self.base_config = base
+        self.names = [f"agent{i}" for i in range(len(agents))]
+        self.base_of: list[str] = []  # agent -> key into self.models
+        self.models = nn.ModuleDict()
+        self.tokenizers: dict[str, Any] = {}
+        bases: dict[str, str] = {}
+        for name, spec in zip(self.names, self.specs):
+            base_name = spec.base or base.name
+            if base_name not in bases:
+                key = f"base{len(bases)}"
+                bases[base_name] = key
+                self.tokenizers[key] = load_tokenizer(base_name)
+            key = bases[base_name]
+            self.base_of.append(key)
+            lora = LoraConfig(
+                r=spec.lora.r, lora_alpha=spec.lora.alpha, lora_dropout=spec.lora.dropout,
+                target_modules=list(spec.lora.target_modules), bias="none", task_type="CAUSAL_LM",
+            )
+            if key not in self.models:
+                model = load_model(BaseConfig(**{**asdict(base), "name": base_name}))
+                self.models[key] = get_peft_model(model, lora, adapter_name=name)
+            else:
+                self.models[key].add_adapter(name, lora)
+        for model in self.models.values():
+            for n, p in model.named_parameters():
+                p.requires_grad_("lora_" in n)
+        self.choice_ids = [self._choice_ids(i) for i in range(len(agents))]
+
+    # -- structure ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.models.values())).get_input_embeddings().weight.device
+
+    def model_of(self, agent: int):
+        return self.models[self.base_of[agent]]
+
+    def tokenizer_of(self, agent: int):
+        return self.tokenizers[self.base_of[agent]]
+
+    def adapter_parameters(self, agent: int) -> list[nn.Parameter]:
+        """The trainable LoRA parameters of one agent."""
+        tag = f".{self.names[agent]}."
+        return [p for n, p in self.model_of(agent).named_parameters() if "lora_" in n and tag in n]
+
+    def _choice_ids(self, agent: int) -> Tensor | None:
+        choices = self.specs[agent].choices
+        if not choices:
+            return None
+        tokenizer = self.tokenizer_of(agent)
+        ids = []
+        for choice in choices:
+            tokens = tokenizer.encode(choice, add_special_tokens=False)
+            if len(tokens) != 1:
+                raise UserError(f"action choice {choice!r} is {len(tokens)} tokens for this tokenizer; choices must be single tokens")
+            ids.append(tokens[0])
+        return torch.tensor(ids)
+
+    # -- prompts -----------------------------------------------------------------------------------
+    def encode(self, agent: int, messages) -> list[int]:
+        """Token ids of an agent's chat history, ending with the assistant turn's header."""
+        out = self.tokenizer_of(agent).apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        if isinstance(out, dict) or hasattr(out, "input_ids"):
+            out = out["input_ids"]
+        return list(out)
+
+    # -- acting ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, requests: list[GenerationRequest], max_new_tokens: int = 128) -> list[list[Completion]]:
+        """Sample ``request.n`` responses for every request; one decoding loop per distinct base.
+
+        All agents and all samples on a base share one batch (rows carry their adapter names), and
+        the prompt of each request is prefilled once and its KV cache repeated for its n samples.
+        """
+        results: list[list[Completion] | None] = [None] * len(requests)
+        for key, model in self.models.items():
+            mine = [i for i, r in enumerate(requests) if self.base_of[r.agent] == key]
+            if not mine:
+                continue
+            rows = [requests[i] for i in mine]
+            settings = []
+            for r in rows:
+                s = self.specs[r.agent].sampling
+                settings.append((s.temperature, s.top_p, s.top_k, s.max_new_tokens or max_new_tokens, self.choice_ids[r.agent]))
+            was_training = model.training
+            model.eval()
+            try:
+                outs = decode(model, self.tokenizers[key], rows, [self.names[r.agent] for r in rows], settings)
+            finally:
+                model.train(was_training)
+            for i, out in zip(mine, outs):
+                results[i] = out
+        return results  # type: ignore[return-value]
+
+    # -- learning ----------------------------------------------------------------------------------
+    def logprobs(self, agent: int | list[int], prompt_ids: list[list[int]], completion_ids: list[list[int]],
+                 reference: bool = False) -> list[Tensor]:
+        """Teacher-forced per-token log-probs of each completion given its prompt (with gradients).
+
+        ``agent`` is one agent for all rows or one per row (rows of agents on different bases are
+        split by base). The sequence log-prob of paper 002, Section 4.2 is ``out[b].sum()``.
+        ``reference=True`` uses the base with adapters disabled (the reference policy).
+        """
+        agents = [agent] * len(prompt_ids) if isinstance(agent, int) else list(agent)
+        out: list[Tensor | None] = [None] * len(agents)
+        for key in self.models:
+            idx = [i for i, a in enumerate(agents) if self.base_of[a] == key]
+            if idx:
+                res = self._logprobs_on_base(key, [agents[i] for i in idx], [prompt_ids[i] for i in idx],
+                                             [completion_ids[i] for i in idx], reference)
+                for i, r in zip(idx, res):
+                    out[i] = r
+        return out  # type: ignore[return-value]
+
+    def _logprobs_on_base(self, key, agents, prompts, completions, reference) -> list[Tensor]:
+        from collab.sampling import pad_left, policy_logits
+
+        model = self.models[key]
+        pad = self.tokenizers[key].pad_token_id
+        seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+        input_ids, mask = pad_left(seqs, pad, self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
+        # and gradient checkpointing (active in train mode only) is off.
+        mixed = not reference and all(self.specs[a].lora.dropout == 0 for a in agents) and not self.base_config.gradient_checkpointing
+        groups = [list(range(len(agents)))] if (mixed or reference) else [
+            [i for i, a in enumerate(agents) if a == b] for b in sorted(set(agents))
+        ]
+        result: list[Tensor | None] = [None] * len(agents)
+        for g in groups:
+            # Only the completion positions need logits (the vocabulary projection dominates).
+            keep = max(len(completions[i]) for i in g) + 1
+            inputs = dict(input_ids=input_ids[g], attention_mask=mask[g], position_ids=positions[g], logits_to_keep=keep)
+            if reference:
+                with model.disable_adapter():
+                    logits = model(**inputs).logits
+            elif mixed:
+                with _eval_mode(model):
+                    logits = _forward_fn(model)([self.names[agents[i]] for i in g], **inputs).logits
+            else:
+                model.set_adapter(self.names[agents[g[0]]])
+                logits = model(**inputs).logits
+            for j, i in enumerate(g):
+                n = len(completions[i])
+                a = agents[i]
+                step_logits = logits[j, -n - 1:-1].float()
+                lp = policy_logits(step_logits, self.specs[a].sampling.temperature, self.choice_ids[a]).log_softmax(-1)
+                target = torch.as_tensor(completions[i], device=lp.device)
+                result[i] = lp.gather(-1, target[:, None]).squeeze(-1)
+        if not mixed:
+            # set_adapter() marks only the active adapter trainable; restore every adapter.
+            for n, p in model.named_parameters():
+                p.requires_grad_("lora_" in n)
+        return result  # type: ignore[return-value]
+
+    # -- persistence -------------------------------------------------------------------------------
+    def save_adapters(self, folder: str | Path) -> None:
+        """Write each agent's adapter as a peft folder ``folder/agentI`` (config + safetensors)."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        for i, name in enumerate(self.names):
+            model = self.model_of(i)
+            out = folder / name
+            out.mkdir(parents=True, exist_ok=True)
+            state = get_peft_model_state_dict(model, adapter_name=name)
+            save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, out / "adapter_model.safetensors")
+            model.peft_config[name].save_pretrained(out)
+            (out / "agent.json").write_text(json.dumps(asdict(self.specs[i]), indent=2))
+
+    def load_adapters(self, folder: str | Path) -> None:
+        """Load adapters written by :meth:`save_adapters` (or peft) into the team's agents."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        paths = [folder / name / "adapter_model.safetensors" for name in self.names]
+        for name, path in zip(self.names, paths):  # all or nothing
+            if not path.is_file():
+                raise UserError(f"no adapter for {name} in {folder} (expected {path})")
+        for i, (name, path) in enumerate(zip(self.names, paths)):
+            set_peft_model_state_dict(self.model_of(i), load_file(path), adapter_name=name)
+
+
+class _eval_mode:
+    def __init__(self, module: nn.Module) -> None:
+        self.module, self.was = module, module.training
+
+    def __enter__(self):
+        self.module.eval()
+
+    def __exit__(self, *exc):
+        self.module.train(self.was)

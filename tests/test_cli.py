@@ -1,0 +1,104 @@
+"""``python -m collab.fit``: configs, overrides, logs, checkpoints, resumption and bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu"]
+
+
+def fit(*args, cwd, timeout=300):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLLAB_CONF": str(ROOT / "conf")}
+    return subprocess.run([sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def one_error_line(result) -> str:
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "conf").rglob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_parses(config, tmp_path):
+    algo = config.stem.split("_")[0]
+    result = fit("--algo", algo, "--config", str(config), "--print_config", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed = yaml.safe_load(result.stdout)
+    assert {"trainer", "model", "data"} <= set(printed)
+
+
+def test_overrides_reach_the_config(tmp_path):
+    result = fit("--algo", "magrpo", "--model.agent_lr", "1e-5", "--data.env", "matrix", "--trainer.max_steps", "30",
+                 "--print_config", cwd=tmp_path)
+    printed = yaml.safe_load(result.stdout)
+    assert printed["model"]["agent_lr"] == 1e-5
+    assert printed["data"]["env"] == "matrix" and printed["trainer"]["max_steps"] == 30
+
+
+def test_unknown_algo(tmp_path):
+    line = one_error_line(fit("--algo", "magpro", cwd=tmp_path))
+    assert "unknown algo 'magpro'" in line and "magrpo" in line
+
+
+def test_unknown_env(tmp_path):
+    line = one_error_line(fit("--algo", "magrpo", "--data.env", "chess", *TINY, cwd=tmp_path))
+    assert "unknown env 'chess'" in line and "matrix, writing" in line
+
+
+def test_unknown_model(tmp_path):
+    line = one_error_line(fit("--algo", "magrpo", "--model.base.name", "gpt-7", cwd=tmp_path))
+    assert "unknown model 'gpt-7'" in line and "smollm2-135m-instruct" in line
+
+
+def test_magrpo_needs_two_generations(tmp_path):
+    line = one_error_line(fit("--algo", "magrpo", "--model.num_generations", "1", *TINY, cwd=tmp_path))
+    assert "num_generations >= 2" in line
+
+
+def test_corpus_record_without_text_field(tmp_path):
+    data = tmp_path / "posts.jsonl"
+    data.write_text(json.dumps({"prompt": "a post"}) + "\n" + json.dumps({"title": "no text here"}) + "\n")
+    line = one_error_line(fit("--algo", "magrpo", "--data.env_options", json.dumps({"dataset": str(data)}), *TINY,
+                              cwd=tmp_path))
+    assert "record 1" in line and "'prompt'" in line and "title" in line
+
+
+def test_bad_value_type(tmp_path):
+    one_error_line(fit("--algo", "magrpo", "--model.num_generations", "four", cwd=tmp_path))
+
+
+def test_fit_writes_logs_and_adapters_and_resumes(tmp_path):
+    args = ["--algo", "magrpo", "--data.env", "matrix", "--data.batch_size", "2", "--model.agent_lr", "1e-2",
+            "--model.num_epochs", "1", *TINY]
+    first = fit(*args, "--trainer.max_steps", "3", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run = tmp_path / "runs" / "magrpo" / "version_0"
+    assert list(run.glob("events.out.tfevents.*")), "no TensorBoard log"
+    assert (run / "adapters" / "last" / "agent0" / "adapter_model.safetensors").is_file()
+    assert (run / "adapters" / "last" / "agent1" / "adapter_config.json").is_file()
+    summary = json.loads((run / "reward_summary.json").read_text())
+    assert summary["rollouts"] == 3
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert ckpt.is_file()
+    import torch
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    assert state and all("lora_" in k for k in state), "checkpoint must hold adapters only"
+    resumed = fit(*args, "--trainer.max_steps", "5", "--ckpt_path", str(ckpt), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((tmp_path / "runs" / "magrpo" / "version_1" / "reward_summary.json").read_text())
+    assert summary["rollouts"] == 2  # steps 4 and 5 only
+
+
+def test_missing_checkpoint(tmp_path):
+    line = one_error_line(fit("--algo", "magrpo", *TINY, "--ckpt_path", "nope.ckpt", cwd=tmp_path))
+    assert "checkpoint not found: nope.ckpt" in line

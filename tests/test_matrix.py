@@ -1,0 +1,91 @@
+"""The matrix game of paper 000 Appendix A, and the Dec-POMDP vs POSG learning claim."""
+
+import logging
+import warnings
+
+import lightning as L
+import pytest
+import torch
+
+from collab.algos.magrpo import MAGRPO
+from collab.envs import make_env
+from collab.envs.matrix import parse_choice, utilities
+from collab.errors import UserError
+from collab.models import BaseConfig
+from collab.rollout.datamodule import RolloutDataModule
+
+
+@pytest.mark.parametrize("text,choice", [("A", 0), ("B", 1), ("I pick B.", 1), ("Answer: A", 0), ("ABBA", None), ("", None)])
+def test_parse_choice(text, choice):
+    assert parse_choice(text) == choice
+
+
+def test_payoff_tables():
+    assert utilities("table1", [0, 0], -1) == (10, 10)
+    assert utilities("table1", [0, 1], -1) == (7, 7)
+    assert utilities("table2a", [1, 0], -1) == (4, 3)
+    assert utilities("table2b", [0, 1], -1) == (1, 6)
+    assert utilities("table2b", [1, 1], -1) == (0, 0)
+
+
+def test_unparseable_answer_gets_the_penalty():
+    # agent 2 unparseable: it scores the penalty; agent 1's A is valued at its worst case, min(5, 1) = 1
+    assert utilities("table2b", [0, None], -1.0) == (1, -1.0)
+    env = make_env("matrix", preset="table1", constrained=False, invalid_penalty=-3.0)
+    state = env.reset(env.tasks("train")[0])
+    step = env.step(state, ["A", "no idea"])
+    assert step.rewards == (-3.0, -3.0) and step.info["invalid"] == 1.0
+
+
+def test_joint_and_individual_rewards():
+    t1 = make_env("matrix", preset="table1")
+    s = t1.reset(t1.tasks("train")[0])
+    assert t1.step(s, ["A", "B"]).rewards == (7.0, 7.0)
+    t2b = make_env("matrix", preset="table2b")
+    assert not t2b.joint_reward
+    assert t2b.step(t2b.reset({}), ["A", "B"]).rewards == (1.0, 6.0)
+    team = make_env("matrix", preset="table2b", team_reward=True)
+    assert team.step(team.reset({}), ["A", "B"]).rewards == (7.0, 7.0)
+
+
+def test_unknown_preset():
+    with pytest.raises(UserError, match="valid: table1, table2a, table2b"):
+        make_env("matrix", preset="table3")
+
+
+def prob_of_first_option(module, env) -> list[float]:
+    state = env.reset(env.tasks("train")[0])
+    out = []
+    for i in range(env.n_agents):
+        prompt = module.team.encode(i, state.histories[i])
+        first = [int(module.team.choice_ids[i][0])]
+        out.append(float(module.team.logprobs(i, [prompt], [first])[0].sum().exp()))
+    return out
+
+
+def train_matrix(preset: str, seed: int, steps: int = 30) -> list[float]:
+    """MAGRPO with the tiny model: 4 episodes x K=4 per rollout, one update each, lr 1e-2."""
+    L.seed_everything(seed, verbose=False)
+    dm = RolloutDataModule(env="matrix", env_options={"preset": preset}, batch_size=4, seed=seed)
+    module = MAGRPO(base=BaseConfig(name="tiny", seed=seed), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, dm)
+    return prob_of_first_option(module, dm.env)
+
+
+def test_magrpo_reaches_the_joint_optimum_under_the_joint_reward():
+    """Table 1 (Dec-POMDP): both agents end up preferring A, the joint optimum (utility 10)."""
+    probs = [train_matrix("table1", seed) for seed in range(5)]
+    at_optimum = [all(p > 0.5 for p in ps) for ps in probs]
+    assert sum(at_optimum) >= 4, probs
+
+
+def test_independent_learners_miss_the_joint_optimum_in_table_2b():
+    """Table 2b (POSG, per-agent rewards): (A, A) is not an equilibrium, so independent learners leave it."""
+    probs = [train_matrix("table2b", seed) for seed in range(5)]
+    at_optimum = [all(p > 0.5 for p in ps) for ps in probs]
+    assert sum(at_optimum) <= 1, probs

@@ -1,0 +1,297 @@
+"""AgentTeam on the ``tiny`` base: behaviour vs teacher-forced log-probs, mixed-adapter batches,
+training touches only adapters, the reference policy, adapter persistence, QLoRA, shared/heterogeneous bases.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from collab.errors import UserError
+from collab.models import BaseConfig
+from collab.sampling import GenerationRequest
+from collab.team import AgentSpec, AgentTeam, SamplingSpec
+
+TINY = BaseConfig(name="tiny", device="cpu")
+TOL = 1e-4
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def make_team(*temperatures: float, base: BaseConfig = TINY, seed: int = 0, **spec_kwargs) -> AgentTeam:
+    torch.manual_seed(seed)  # peft draws the LoRA A matrices from the global generator
+    agents = [AgentSpec(sampling=SamplingSpec(temperature=t), **spec_kwargs) for t in temperatures]
+    return AgentTeam(agents, base)
+
+
+def prompt(team: AgentTeam, agent: int, text: str) -> list[int]:
+    return team.encode(agent, [{"role": "user", "content": text}])
+
+
+def perturb_lora_b(team: AgentTeam, seed: int = 1, std: float = 0.2) -> None:
+    """Give every agent's LoRA B (zero at init) distinct random values, so the adapters differ."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for i in range(len(team)):
+            tag = f".{team.names[i]}."
+            for name, p in team.model_of(i).named_parameters():
+                if "lora_B" in name and tag in name:
+                    p.copy_(torch.randn(p.shape, generator=gen) * std)
+
+
+def lora_b_params(team: AgentTeam, agent: int) -> list[torch.nn.Parameter]:
+    tag = f".{team.names[agent]}."
+    return [p for n, p in team.model_of(agent).named_parameters() if "lora_B" in n and tag in n]
+
+
+def base_state(team: AgentTeam) -> dict[str, torch.Tensor]:
+    return {
+        f"{key}/{n}": t.detach().clone()
+        for key, model in team.models.items()
+        for n, t in model.state_dict().items()
+        if "lora_" not in n
+    }
+
+
+def completions_of(outputs) -> list:
+    return [c for group in outputs for c in group]
+
+
+def sequence_logprobs(team: AgentTeam, completions, reference: bool = False) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return team.logprobs([c.agent for c in completions], [c.prompt_ids for c in completions],
+                             [c.completion_ids for c in completions], reference=reference)
+
+
+# -- behaviour log-probs = teacher-forced log-probs ------------------------------------------------------
+def test_teacher_forced_logprobs_match_behaviour_logprobs():
+    team = make_team(0.7, 1.0)
+    perturb_lora_b(team)
+    torch.manual_seed(0)
+    requests = [GenerationRequest(0, prompt(team, 0, "Write a haiku about rain."), n=2),
+                GenerationRequest(1, prompt(team, 1, "Edit this: the cat sat."), n=3)]
+    outputs = team.generate(requests, max_new_tokens=6)
+    assert [len(g) for g in outputs] == [2, 3]
+    comps = completions_of(outputs)
+    assert [c.agent for c in comps] == [0, 0, 1, 1, 1]
+    lps = sequence_logprobs(team, comps)
+    for c, lp in zip(comps, lps):
+        assert 0 < len(c.completion_ids) <= 6
+        assert len(c.logprobs) == len(c.completion_ids) == lp.shape[0]
+        assert lp.sum().item() == pytest.approx(c.logprob, abs=TOL)
+        torch.testing.assert_close(lp.double(), torch.tensor(c.logprobs, dtype=torch.double), atol=TOL, rtol=0)
+    # one agent at a time gives the same numbers as the mixed batch
+    for c in comps:
+        (lp,) = sequence_logprobs(team, [c])
+        assert lp.sum().item() == pytest.approx(c.logprob, abs=TOL)
+
+
+def test_temperature_enters_the_logprobs():
+    team = make_team(0.7, 1.0)
+    p = prompt(team, 0, "Hello")
+    cont = [11, 12, 13]
+    with torch.no_grad():
+        cold, warm = team.logprobs([0, 1], [p, p], [cont, cont])
+    # B is zero: both agents are the base model, seen at different temperatures
+    assert not torch.allclose(cold, warm)
+
+
+def test_closed_action_vocabulary():
+    team = make_team(0.7, 1.0, choices=["A", "B"])
+    ids = set(team.choice_ids[0].tolist())
+    assert len(ids) == 2
+    perturb_lora_b(team)
+    torch.manual_seed(0)
+    p = prompt(team, 0, "Answer A or B.")
+    outputs = team.generate([GenerationRequest(0, p, n=8), GenerationRequest(1, p, n=8)], max_new_tokens=20)
+    comps = completions_of(outputs)
+    for c in comps:
+        assert len(c.completion_ids) == 1
+        assert c.completion_ids[0] in ids
+        assert c.finished
+        assert c.logprob <= 0
+    lps = sequence_logprobs(team, comps)
+    for c, lp in zip(comps, lps):
+        assert lp.sum().item() == pytest.approx(c.logprob, abs=TOL)
+    # the restricted policy is a distribution over the two choices
+    with torch.no_grad():
+        a, b = team.logprobs([0, 0], [p, p], [[int(team.choice_ids[0][0])], [int(team.choice_ids[0][1])]])
+    assert (a.exp() + b.exp()).item() == pytest.approx(1.0, abs=1e-5)
+
+
+# -- mixed-adapter batches -------------------------------------------------------------------------------
+def test_mixed_adapter_batch_equals_each_adapter_alone():
+    team = make_team(0.0, 0.0)
+    perturb_lora_b(team)
+    p0 = prompt(team, 0, "Write a short story about a lighthouse keeper.")
+    p1 = prompt(team, 1, "Hi")  # a different length: the batch is left-padded
+    assert len(p0) != len(p1)
+    r0, r1 = GenerationRequest(0, p0, n=2), GenerationRequest(1, p1, n=1)
+    together = team.generate([r0, r1], max_new_tokens=8)
+    alone0 = team.generate([r0], max_new_tokens=8)[0]
+    alone1 = team.generate([r1], max_new_tokens=8)[0]
+    for mixed, single in ((together[0], alone0), (together[1], alone1)):
+        for m in mixed:
+            assert m.completion_ids == single[0].completion_ids
+            assert m.logprobs == pytest.approx(single[0].logprobs, abs=TOL)
+    # the adapters really differ: the same prompt gives the two agents different greedy outputs
+    same = team.generate([GenerationRequest(0, p0), GenerationRequest(1, p0)], max_new_tokens=8)
+    assert same[0][0].completion_ids == alone0[0].completion_ids
+    assert same[0][0].completion_ids != same[1][0].completion_ids
+
+
+# -- training --------------------------------------------------------------------------------------------
+def test_optimizer_step_changes_adapters_only():
+    team = make_team(0.7, 1.0)
+    perturb_lora_b(team)  # so that LoRA A gets a gradient too
+    before_base = base_state(team)
+    adapters = [team.adapter_parameters(i) for i in range(len(team))]
+    assert all(adapters) and all(p.requires_grad for ps in adapters for p in ps)
+    before = [[p.detach().clone() for p in ps] for ps in adapters]
+    optimizer = torch.optim.SGD([p for ps in adapters for p in ps], lr=0.1)
+    p0, p1 = prompt(team, 0, "Tell me a story."), prompt(team, 1, "Edit it.")
+    lps = team.logprobs([0, 1, 0], [p0, p1, p1], [[20, 21, 22], [23, 24], [25]])
+    loss = -sum(lp.sum() for lp in lps)
+    loss.backward()
+    optimizer.step()
+    for ps, olds in zip(adapters, before):
+        for p, old in zip(ps, olds):
+            assert not torch.equal(p.detach(), old)
+    after_base = base_state(team)
+    assert after_base.keys() == before_base.keys()
+    for name, tensor in before_base.items():
+        assert torch.equal(after_base[name], tensor), name
+
+
+def test_reference_logprobs_are_the_base_policy():
+    team = make_team(0.7, 1.0)
+    fresh = make_team(0.7, 1.0, seed=5)  # another team, all adapters zero (B = 0)
+    p0, p1 = prompt(team, 0, "Write."), prompt(team, 1, "Rewrite, please.")
+    agents, prompts, conts = [0, 1], [p0, p1], [[30, 31, 32], [33, 34]]
+    with torch.no_grad():
+        ref = team.logprobs(agents, prompts, conts, reference=True)
+        adapted = team.logprobs(agents, prompts, conts)
+        zero = fresh.logprobs(agents, prompts, conts)
+    for r, a, z in zip(ref, adapted, zero):
+        torch.testing.assert_close(r, a, atol=TOL, rtol=0)  # before training: the same policy
+        torch.testing.assert_close(r, z, atol=TOL, rtol=0)
+    perturb_lora_b(team)
+    with torch.no_grad():
+        ref2 = team.logprobs(agents, prompts, conts, reference=True)
+        adapted2 = team.logprobs(agents, prompts, conts)
+    for r, a, z in zip(ref2, adapted2, zero):
+        torch.testing.assert_close(r, z, atol=TOL, rtol=0)
+        assert (r - a).abs().max().item() > 1e-3
+
+
+def test_reference_logprobs_leave_every_adapter_trainable():
+    """A KL penalty computes reference log-probs between training steps; every agent must stay trainable."""
+    team = make_team(0.7, 1.0)
+    p = prompt(team, 0, "Write.")
+    with torch.no_grad():
+        team.logprobs([0, 1], [p, p], [[5], [6]], reference=True)
+    for i in range(len(team)):
+        assert all(q.requires_grad for q in team.adapter_parameters(i)), team.names[i]
+    lps = team.logprobs([0, 1], [p, p], [[5], [6]])
+    (lps[0].sum() + lps[1].sum()).backward()
+    for i in range(len(team)):
+        assert all(q.grad is not None for q in lora_b_params(team, i)), team.names[i]
+
+
+# -- persistence -----------------------------------------------------------------------------------------
+def test_save_and_load_adapters_round_trip(tmp_path):
+    team = make_team(0.7, 1.0)
+    perturb_lora_b(team, seed=3)
+    p0, p1 = prompt(team, 0, "Save me."), prompt(team, 1, "Load me.")
+    agents, prompts, conts = [0, 1], [p0, p1], [[40, 41, 42], [43, 44]]
+    with torch.no_grad():
+        expected = team.logprobs(agents, prompts, conts)
+    team.save_adapters(tmp_path / "adapters")
+    assert {d.name for d in (tmp_path / "adapters").iterdir()} == {"agent0", "agent1"}
+
+    other = make_team(0.7, 1.0, seed=9)  # different LoRA A init, zero B
+    with torch.no_grad():
+        unloaded = other.logprobs(agents, prompts, conts)
+    assert max((u - e).abs().max().item() for u, e in zip(unloaded, expected)) > 1e-3
+    other.load_adapters(tmp_path / "adapters")
+    with torch.no_grad():
+        loaded = other.logprobs(agents, prompts, conts)
+    for got, want in zip(loaded, expected):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    for i in range(len(team)):
+        for a, b in zip(team.adapter_parameters(i), other.adapter_parameters(i)):
+            assert torch.equal(a.detach(), b.detach())
+
+
+def test_load_adapters_missing_agent_is_a_user_error(tmp_path):
+    small = make_team(0.7)
+    small.save_adapters(tmp_path)  # only agent0
+    team = make_team(0.7, 1.0)
+    with pytest.raises(UserError, match="agent1"):
+        team.load_adapters(tmp_path)
+    with pytest.raises(UserError):
+        team.load_adapters(tmp_path / "does-not-exist")
+
+
+# -- QLoRA -----------------------------------------------------------------------------------------------
+def test_qlora_4bit_generate_and_train_step():
+    team = make_team(0.7, 1.0, base=BaseConfig(name="tiny", device="cpu", quantization="4bit"))
+    model = team.models["base0"]
+    assert any("4bit" in type(m).__name__ for m in model.modules())
+    # Snapshot before generate: on CPUs with AVX512-BF16, bitsandbytes repacks 4-bit weights in place on
+    # the first eval forward without grad, and its state_dict() converts them back (a side effect), so a
+    # snapshot taken between generate and logprobs would hide what generate did.
+    before_base = base_state(team)
+    torch.manual_seed(0)
+    p0, p1 = prompt(team, 0, "Write a poem."), prompt(team, 1, "Edit the poem.")
+    outputs = team.generate([GenerationRequest(0, p0, n=2), GenerationRequest(1, p1, n=1)], max_new_tokens=4)
+    comps = completions_of(outputs)
+    assert len(comps) == 3 and all(0 < len(c.completion_ids) <= 4 for c in comps)
+
+    params = [p for i in range(len(team)) for p in team.adapter_parameters(i)]
+    before_b = [[p.detach().clone() for p in lora_b_params(team, i)] for i in range(len(team))]
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    lps = team.logprobs([c.agent for c in comps], [c.prompt_ids for c in comps], [c.completion_ids for c in comps])
+    for c, lp in zip(comps, lps):
+        assert lp.sum().item() == pytest.approx(c.logprob, abs=1e-3)
+    (-sum(lp.sum() for lp in lps)).backward()
+    optimizer.step()
+    # every LoRA B of every agent moves (B = 0 at init, so A has no gradient yet); a B whose gradient
+    # is lost inside a quantized base layer would stay at zero
+    for i in range(len(team)):
+        for p, old in zip(lora_b_params(team, i), before_b[i]):
+            assert not torch.equal(p.detach(), old)
+    after_base = base_state(team)
+    for name, tensor in before_base.items():
+        assert torch.equal(after_base[name], tensor), name
+
+
+# -- shared and heterogeneous bases ----------------------------------------------------------------------
+def test_agents_on_the_same_base_share_one_model():
+    team = AgentTeam([AgentSpec(base="tiny"), AgentSpec()], TINY)
+    assert list(team.models) == ["base0"]
+    assert team.base_of == ["base0", "base0"]
+    model = team.models["base0"]
+    assert {"agent0", "agent1"} <= set(model.peft_config)
+    assert team.model_of(0) is team.model_of(1)
+    ids0 = {id(p) for p in team.adapter_parameters(0)}
+    ids1 = {id(p) for p in team.adapter_parameters(1)}
+    assert ids0 and ids1 and not ids0 & ids1
+
+
+@pytest.mark.slow
+def test_heterogeneous_team_tiny_and_smollm2():
+    team = AgentTeam([AgentSpec(base="tiny"), AgentSpec(base="smollm2-135m-instruct")], TINY)
+    assert list(team.models) == ["base0", "base1"]
+    assert team.base_of == ["base0", "base1"]
+    assert team.model_of(0) is not team.model_of(1)
+    torch.manual_seed(0)
+    p0, p1 = prompt(team, 0, "Write a line."), prompt(team, 1, "Write a line.")
+    outputs = team.generate([GenerationRequest(0, p0, n=2), GenerationRequest(1, p1, n=2)], max_new_tokens=5)
+    comps = completions_of(outputs)
+    assert [c.agent for c in comps] == [0, 0, 1, 1]
+    lps = team.logprobs([c.agent for c in comps], [c.prompt_ids for c in comps], [c.completion_ids for c in comps])
+    for c, lp in zip(comps, lps):
+        assert lp.sum().item() == pytest.approx(c.logprob, abs=1e-3)
+    (-sum(lp.sum() for lp in lps)).backward()
+    for i in range(len(team)):
+        assert all(p.grad is not None for p in lora_b_params(team, i))
