@@ -102,3 +102,16 @@ def test_fit_writes_logs_and_adapters_and_resumes(tmp_path):
 def test_missing_checkpoint(tmp_path):
     line = one_error_line(fit("--algo", "magrpo", *TINY, "--ckpt_path", "nope.ckpt", cwd=tmp_path))
     assert "checkpoint not found: nope.ckpt" in line
+
+
+@pytest.mark.slow
+def test_default_main_job_runs_on_smollm2(tmp_path):
+    """The README's main job (embedded SmolLM2, writing), cut to one rollout."""
+    result = fit("--algo", "magrpo", "--trainer.max_steps", "1", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reward: mean of first 1 rollouts" in result.stdout
+    run = tmp_path / "runs" / "magrpo" / "version_0"
+    from collab.analysis import read_scalars
+
+    scalars = read_scalars(run)
+    assert {"reward/return", "reward/turn0/agent0", "env/length", "train/kl_ref", "rollout/tokens_per_s"} <= set(scalars)

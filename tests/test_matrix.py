@@ -59,7 +59,7 @@ def prob_of_first_option(module, env) -> list[float]:
     for i in range(env.n_agents):
         prompt = module.team.encode(i, state.histories[i])
         first = [int(module.team.choice_ids[i][0])]
-        out.append(float(module.team.logprobs(i, [prompt], [first])[0].sum().exp()))
+        out.append(float(module.team.logprobs(i, [prompt], [first])[0].detach().sum().exp()))
     return out
 
 

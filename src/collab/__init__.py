@@ -1,3 +1,9 @@
 """collab: multi-agent reinforcement learning for teams of LLM agents, on Lightning."""
 
+import logging as _logging
+
 __version__ = "0.1.0"
+
+# bitsandbytes looks for an optional hub-downloaded CPU kernel at import time and logs a warning when it
+# is absent (always, offline); its portable kernels are used instead.
+_logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)

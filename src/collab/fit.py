@@ -66,8 +66,30 @@ def _cli(algo: str, argv: list[str]):
                      trainer_defaults={"default_root_dir": "runs"})
 
 
+# Lightning warnings that are expected with collab's design (manual optimization, pulling the
+# rollout from the dataloader iterator, frozen eval-mode bases) and say nothing to a user.
+_EXPECTED_WARNINGS = (
+    r".*dataloader_iter.*",
+    r".*module\(s\) in eval mode.*",
+    r".*`ModelCheckpoint` callback.*manual optimization.*",
+    r".*is_gradient_checkpointing.*",
+    r".*LeafSpec.*",
+    r".*does not have many workers.*",
+)
+
+
+def _quiet() -> None:
+    import logging
+    import warnings
+
+    for pattern in _EXPECTED_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _quiet()
     try:
         algo, rest = split_algo(argv)
         cli = _cli(algo, rest)

@@ -79,7 +79,7 @@ class MAGRPO(CollabModule):
             ref = team.logprobs([s.agent for s in samples], [s.prompt_ids for s in samples],
                                 [s.completion_ids for s in samples], reference=True)
             kl = torch.stack([kl_k3(t, r.detach()).mean() for t, r in zip(token_logprobs, ref)])
-            stats["train/kl_ref"] = float(kl.mean())
+            stats["train/kl_ref"] = float(kl.detach().mean())
             if self.kl_coef:
                 per_sample = per_sample + self.kl_coef * kl
         agents = torch.tensor([s.agent for s in samples], device=per_sample.device)
