@@ -89,3 +89,25 @@ def test_independent_learners_miss_the_joint_optimum_in_table_2b():
     probs = [train_matrix("table2b", seed) for seed in range(5)]
     at_optimum = [all(p > 0.5 for p in ps) for ps in probs]
     assert sum(at_optimum) <= 1, probs
+
+
+def test_a_rollout_without_signal_still_counts_toward_max_steps():
+    """Greedy agents always agree, so every advantage is zero; the run must still end at max_steps."""
+    from collab.team import AgentSpec, SamplingSpec
+
+    L.seed_everything(0, verbose=False)
+    dm = RolloutDataModule(env="matrix", batch_size=1)
+    greedy = [AgentSpec(sampling=SamplingSpec(temperature=0.0)) for _ in range(2)]
+    module = MAGRPO(base=BaseConfig(name="tiny"), agents=greedy, num_generations=2, log_kl=False)
+    before = None
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, dm)
+    assert trainer.global_step == 3 and module.rollouts == 3
+    before = MAGRPO(base=BaseConfig(name="tiny"), agents=greedy, num_generations=2)
+    before.build(dm.env)
+    for (name, p), (_, q) in zip(module.team.named_parameters(), before.team.named_parameters()):
+        if "lora_B" in name:
+            assert torch.equal(p, q), name  # no update moved anything

@@ -78,6 +78,35 @@ def _truncate(logits: Tensor, top_p: Tensor, top_k: Tensor) -> Tensor:
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
+def _categorical(probs: Tensor) -> Tensor:
+    """One draw per row: argmax of p / E with E ~ Exp(1) (the exponential race; cheaper than multinomial)."""
+    return (probs / torch.empty_like(probs).exponential_()).argmax(-1)
+
+
+def sample_tokens(logits: Tensor, top_p: Tensor, top_k: Tensor, candidates: int = 256) -> Tensor:
+    """Sample one token per row from ``softmax(logits)`` truncated to its top-k / top-p.
+
+    The nucleus usually lies among the few hundred most likely tokens: when the ``candidates`` most
+    likely tokens of every row hold its nucleus (and its top-k), the draw is made among them, which
+    is exact and avoids sorting the whole vocabulary; otherwise the full sort is used.
+    """
+    truncating = (top_p < 1) | (top_k > 0)
+    if not bool(truncating.any()):
+        return _categorical(logits.softmax(-1))
+    probs = logits.softmax(-1)
+    c = min(candidates, logits.shape[-1])
+    values, index = probs.topk(c, dim=-1)
+    head = values.sum(-1)
+    covered = ((top_p < 1) & (head >= top_p)) | ((top_p >= 1) & (top_k > 0) & (top_k <= c))
+    if not bool((covered | ~truncating).all()) or not bool(truncating.all()):
+        return _categorical(_truncate(logits, top_p, top_k).softmax(-1))
+    ranks = torch.arange(c, device=logits.device).expand_as(values)
+    before = values.cumsum(-1) - values
+    drop = ((top_k[:, None] > 0) & (ranks >= top_k[:, None])) | ((before >= top_p[:, None]) & (top_p[:, None] < 1))
+    values = values.masked_fill(drop, 0.0)
+    return index.gather(-1, _categorical(values)[:, None]).squeeze(-1)
+
+
 @torch.no_grad()
 def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str], settings) -> list[list[Completion]]:
     """Sample every request's ``n`` responses in one batched loop.
@@ -109,18 +138,28 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     limits = [1 if settings[i][4] is not None else settings[i][3] for i in rix]
     choices = [settings[i][4] for i in rix]
     batch = len(rix)
-    truncating = bool((top_p < 1).any() or (top_k > 0).any())
+    greedy_rows = torch.tensor([t <= 0 for t in temps], device=device)
+    scale = torch.tensor([t if t > 0 else 1.0 for t in temps], device=device)[:, None]
+    allowed = None
+    if any(c is not None for c in choices):  # closed action vocabularies as a row mask
+        allowed = torch.ones(batch, logits.shape[-1], dtype=torch.bool, device=device)
+        for b, c in enumerate(choices):
+            if c is not None:
+                allowed[b] = False
+                allowed[b, c.to(device)] = True
+
+    def policy(step_logits: Tensor) -> Tensor:  # policy_logits() for all rows at once
+        if allowed is not None:
+            step_logits = step_logits.masked_fill(~allowed, float("-inf"))
+        return step_logits / scale
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logps: list[list[float]] = [[] for _ in range(batch)]
     done = [False] * batch
     step_forward = _stepper(model, names)
     for step in range(max(limits)):
-        pol = torch.stack([policy_logits(logits[b], temps[b], choices[b]) for b in range(batch)])
+        pol = policy(logits)
         logp = pol.log_softmax(-1)
-        sample_logits = _truncate(pol, top_p, top_k) if truncating else pol
-        sampled = torch.multinomial(sample_logits.softmax(-1), 1).squeeze(-1)
-        greedy = pol.argmax(-1)
-        nxt = torch.where(torch.tensor([t <= 0 for t in temps], device=device), greedy, sampled)
+        nxt = torch.where(greedy_rows, pol.argmax(-1), sample_tokens(pol, top_p, top_k))
         for b in range(batch):
             if done[b]:
                 nxt[b] = pad

@@ -33,16 +33,21 @@ When the parent runs as root (as on our training machines), the child additional
   world-writable /tmp, /var/tmp, /dev/shm and /run/lock are size-limited tmpfs mounts of its own, so
   files neither leak between runs nor fill the disk; everything else belongs to other uids.
 
-A small guard replacing ``socket`` connects with a function raising OSError is installed before the
-program in every case; it is defence in depth only (``_socket`` bypasses it). On machines where the
-parent is not root or namespaces are unavailable, timeout, limits, environment and output cap still
-hold, but the network is not blocked and a same-uid child *can* signal the parent:
-:func:`network_isolated` tells which case applies.
+A guard replacing ``socket`` connects with a function raising OSError (an import hook, so it costs
+nothing to programs that do not import socket) is added in every case; it is defence in depth only
+(``_socket`` bypasses it). Where the parent is not root or namespaces are unavailable, timeout, limits,
+environment and output cap still hold, but the network is not blocked and a same-uid child *can* signal
+the parent: :func:`network_isolated` tells which case applies. Not contained in any case: the program
+shares the CPUs with training (up to its timeout) and sees other processes' command lines in /proc.
+
+The setup runs in the child as a short launcher (``_LAUNCHER``) before the program is compiled in the
+same interpreter, rather than in a ``preexec_fn``, which is unsafe in a multi-threaded parent. As root
+the interpreter must be usable by the sandbox uid: ``sys.executable`` if it is, else /usr/bin/python3.
 """
 
 from __future__ import annotations
 
-import json
+import itertools
 import math
 import os
 import selectors
@@ -60,46 +65,65 @@ from functools import lru_cache
 
 __all__ = ["Limits", "Result", "run", "Pool", "run_tests", "network_isolated"]
 
-# Dedicated uids: base + (parent pid % 65536) * 256 + slot; unused by any account on the machine.
+# Dedicated uids: base + (parent pid % 65536) * 4096 + slot, unused by any account on the machine.
+# Slots rotate, so a uid is reused only 4096 runs later: killed processes that init has not reaped
+# yet (zombies still count towards RLIMIT_NPROC) are long gone by then.
 _UID_BASE = 1_500_000_000
 _uid_lock = threading.Lock()
-_free_slots = list(range(255, -1, -1))
+_uid_counter = itertools.count()
+_slots_in_use: set[int] = set()
 
 # Runs in the child before the program (as root when the parent is root): namespaces, limits,
 # privilege drop, socket guard; then it compiles and executes prog.py in __main__ in place.
 _LAUNCHER = r'''
 def _setup():
-    import ctypes, json, os, resource, socket, sys
-    cfg = json.loads(sys.argv[1])
+    import os, resource, sys
+    uid, file_mb, *limits = map(int, sys.argv[1:])
     with open("prog.py", "rb") as f:
         source = f.read()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if cfg["uid"] is not None:
+    if uid >= 0:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.unshare(0x40000000)  # CLONE_NEWNET: fresh namespace, only a loopback that is down
         # CLONE_NEWNS, then MS_REC|MS_PRIVATE so that no mount propagates out of the namespace
         if libc.unshare(0x00020000) == 0 and libc.mount(b"none", b"/", None, 16384 | 262144, None) == 0:
-            workdir, mb, uid = os.getcwd(), cfg["file_mb"], cfg["uid"]
+            workdir = os.getcwd()
             for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):  # the world-writable directories
                 if os.path.isdir(d):
-                    opts = "size=%dm,mode=1777" % mb
+                    opts = "size=%dm,mode=1777" % file_mb
                     libc.mount(b"tmpfs", d.encode(), b"tmpfs", 2 | 4, opts.encode())  # MS_NOSUID|MS_NODEV
             os.makedirs(workdir, exist_ok=True)  # the work dir: a small tmpfs owned by the sandbox uid
-            opts = "size=%dm,mode=700,uid=%d,gid=%d" % (4 * mb, uid, uid)
+            opts = "size=%dm,mode=700,uid=%d,gid=%d" % (4 * file_mb, uid, uid)
             if libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", 2 | 4, opts.encode()) == 0:
                 with open(os.path.join(workdir, "prog.py"), "wb") as f:  # for tracebacks
                     f.write(source)
             os.chdir(workdir)
-    for res, soft, hard in cfg["rlimits"]:
-        resource.setrlimit(getattr(resource, res), (soft, hard))
-    if cfg["uid"] is not None:
+    for i, name in enumerate(("CORE", "CPU", "AS", "FSIZE", "NPROC")):
+        resource.setrlimit(getattr(resource, "RLIMIT_" + name), (limits[2 * i], limits[2 * i + 1]))
+    if uid >= 0:
         os.setgroups([])
-        os.setgid(cfg["uid"])
-        os.setuid(cfg["uid"])
+        os.setgid(uid)
+        os.setuid(uid)
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    def _no_network(*args, **kwargs):
-        raise OSError(101, "network access is disabled in the sandbox")
-    socket.socket.connect = socket.socket.connect_ex = socket.socket.sendto = _no_network
-    socket.create_connection = _no_network
+    from importlib.machinery import PathFinder
+
+    class SocketGuard:  # patches socket if and when the program imports it (importing it costs ~10 ms)
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name != "socket":
+                return None
+            spec = PathFinder.find_spec(name, path)
+            load = spec.loader.exec_module
+
+            def exec_module(module):
+                load(module)
+                def refuse(*args, **kwargs):
+                    raise OSError(101, "network access is disabled in the sandbox")
+                module.socket.connect = module.socket.connect_ex = module.socket.sendto = refuse
+                module.create_connection = refuse
+            spec.loader.exec_module = exec_module
+            return spec
+    sys.meta_path.insert(0, SocketGuard)
     sys.argv[:] = ["prog.py"]
     return compile(source, "prog.py", "exec")
 __file__ = "prog.py"
@@ -168,8 +192,13 @@ def network_isolated() -> bool:
 
 def _claim_uid() -> tuple[int, int]:
     with _uid_lock:
-        slot = _free_slots.pop()  # IndexError past 256 concurrent runs in one process
-    return _UID_BASE + (os.getpid() % 65536) * 256 + slot, slot
+        if len(_slots_in_use) >= 4096:
+            raise RuntimeError("more than 4096 concurrent sandboxed programs")
+        slot = next(_uid_counter) % 4096
+        while slot in _slots_in_use:
+            slot = next(_uid_counter) % 4096
+        _slots_in_use.add(slot)
+    return _UID_BASE + (os.getpid() % 65536) * 4096 + slot, slot
 
 
 def _kill_uid(uid: int) -> None:
@@ -231,19 +260,13 @@ def run(code: str, stdin: str = "", limits: Limits | None = None) -> Result:
             f.write(code)
         if uid is not None:
             os.chown(workdir, uid, uid)
-        mb = 1024 * 1024
-        rlimits = [
-            ("RLIMIT_CORE", 0, 0),
-            ("RLIMIT_CPU", cpu, cpu + 1),
-            ("RLIMIT_AS", limits.memory_mb * mb, limits.memory_mb * mb),
-            ("RLIMIT_FSIZE", limits.max_file_mb * mb, limits.max_file_mb * mb),
-            ("RLIMIT_NPROC", limits.max_processes, limits.max_processes),
-        ]
-        cfg = {"uid": uid, "rlimits": rlimits, "file_mb": limits.max_file_mb}
+        mem, fsize = limits.memory_mb << 20, limits.max_file_mb << 20
+        rlimits = [0, 0, cpu, cpu + 1, mem, mem, fsize, fsize, limits.max_processes, limits.max_processes]
+        args = [-1 if uid is None else uid, limits.max_file_mb, *rlimits]  # CORE, CPU, AS, FSIZE, NPROC
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
         python = limits.python or _interpreter()
         proc = subprocess.Popen(
-            [python, "-I", "-S", "-B", "-c", _LAUNCHER, json.dumps(cfg)],
+            [python, "-I", "-S", "-B", "-c", _LAUNCHER, *map(str, args)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=workdir, env=env, start_new_session=True, close_fds=True,
         )
@@ -264,7 +287,7 @@ def run(code: str, stdin: str = "", limits: Limits | None = None) -> Result:
         shutil.rmtree(workdir, ignore_errors=True)
         if slot is not None:
             with _uid_lock:
-                _free_slots.append(slot)
+                _slots_in_use.discard(slot)
     rc = proc.returncode
     stdout = bufs["stdout"].decode("utf-8", "replace")
     stderr = bufs["stderr"].decode("utf-8", "replace")

@@ -106,6 +106,16 @@ class CollabModule(L.LightningModule):
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         raise NotImplementedError
 
+    def skip_update(self) -> None:
+        """An update without gradients (no parameter moves; AdamW skips parameters whose grad is None).
+
+        Called when a rollout gives no learning signal (e.g. every group's returns are equal), so that
+        ``global_step`` still advances and ``trainer.max_steps`` ends the run.
+        """
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        opt.step()
+
     def optimizer_update(self, loss: torch.Tensor) -> None:
         opt = self.optimizers()
         opt.zero_grad()

@@ -94,7 +94,8 @@ class MAGRPO(CollabModule):
         adv = torch.tensor([s.advantages for s in batch.samples])
         metrics = {"train/adv_mean": float(adv.mean()), "train/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
                    "train/adv_abs_max": float(adv.abs().max()), "train/active_samples": float(len(samples))}
-        if not samples:
+        if not samples:  # all advantages are zero: nothing to learn from this rollout
+            self.skip_update()
             return metrics
         size = self.minibatch_size or len(samples)
         generator = torch.Generator().manual_seed(self.rollouts)

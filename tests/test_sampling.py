@@ -1,0 +1,50 @@
+"""Token sampling: nucleus/top-k truncation and the candidate fast path."""
+
+import torch
+
+from collab.sampling import _truncate, sample_tokens
+
+
+def nucleus(logits, p, k):
+    rows = logits.shape[0]
+    return _truncate(logits, torch.full((rows,), p), torch.full((rows,), k, dtype=torch.long)).softmax(-1)
+
+
+def empirical(logits, p, k, draws=40000, candidates=256):
+    torch.manual_seed(0)
+    batch = logits.expand(draws, -1)
+    tokens = sample_tokens(batch, torch.full((draws,), p), torch.full((draws,), k, dtype=torch.long), candidates)
+    return torch.bincount(tokens, minlength=logits.shape[-1]).float() / draws
+
+
+def test_truncate_by_hand():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    # top-p 0.7: mass before each token is 0, .5, .8, .95 -> keep the first two
+    assert torch.allclose(nucleus(logits, 0.7, 0), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    # top-k 3
+    assert torch.allclose(nucleus(logits, 1.0, 3), torch.tensor([[0.5, 0.3, 0.15, 0.0]]) / 0.95)
+    # p = 1 and k = 0 keep every token, even where float rounding makes the cumulative mass reach 1 early
+    assert torch.allclose(nucleus(logits, 1.0, 0), logits.softmax(-1))
+
+
+def test_fast_path_matches_the_truncated_distribution():
+    torch.manual_seed(1)
+    logits = torch.randn(1, 5000) * 4  # peaked: the 0.9-nucleus lies within the top 256
+    target = nucleus(logits, 0.9, 0)[0]
+    freq = empirical(logits, 0.9, 0)
+    assert freq[target == 0].sum() == 0  # never outside the nucleus
+    assert (freq - target).abs().max() < 0.01
+
+
+def test_full_sort_fallback_when_the_nucleus_is_wide():
+    logits = torch.zeros(1, 2000)  # flat: the 0.9-nucleus holds 1800 tokens, beyond 256 candidates
+    target = nucleus(logits, 0.9, 0)[0]
+    freq = empirical(logits, 0.9, 0, draws=20000)
+    assert freq[target == 0].sum() == 0
+    assert (target > 0).sum() == 1800
+
+
+def test_untruncated_rows_sample_the_full_softmax():
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
+    freq = empirical(logits, 1.0, 0)
+    assert (freq - logits.softmax(-1)[0]).abs().max() < 0.01
