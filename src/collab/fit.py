@@ -71,7 +71,7 @@ def _cli(algo: str, argv: list[str]):
 _EXPECTED_WARNINGS = (
     r".*dataloader_iter.*",
     r".*module\(s\) in eval mode.*",
-    r".*`ModelCheckpoint` callback.*manual optimization.*",
+    r"Using ModelCheckpoint with manual optimization",  # collab checkpoints after its updates, as intended
     r".*is_gradient_checkpointing.*",
     r".*LeafSpec.*",
     r".*does not have many workers.*",
