@@ -111,3 +111,21 @@ def test_a_rollout_without_signal_still_counts_toward_max_steps():
     for (name, p), (_, q) in zip(module.team.named_parameters(), before.team.named_parameters()):
         if "lora_B" in name:
             assert torch.equal(p, q), name  # no update moved anything
+
+
+def test_single_agent_grpo_learns_the_rewarded_option():
+    """n = 1 is single-agent GRPO: one agent, reward 1 for A and 0 for B, learns to prefer A."""
+    from tests.test_tree import CountingEnv
+
+    L.seed_everything(0, verbose=False)
+    dm = RolloutDataModule(env="matrix", batch_size=4)
+    dm.env = CountingEnv(1, 1)
+    dm.stream.tasks = list(dm.env.tasks("train"))
+    module = MAGRPO(base=BaseConfig(name="tiny"), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, dm)
+    assert len(module.team) == 1
+    assert prob_of_first_option(module, dm.env)[0] > 0.8
