@@ -152,7 +152,9 @@ def test_memory_bomb(parent):
 
 
 def test_gradual_memory_bomb(parent):
-    r = hostile("chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024 ** 2))\n")
+    # 256 MB steps reach the 1 GB limit in a few allocations; zero-filling them takes time on a loaded
+    # machine, so this one gets a longer wall-clock budget than FAST (the memory limit must fire first).
+    r = hostile("chunks = []\nwhile True:\n    chunks.append(bytearray(256 * 1024 ** 2))\n", Limits(timeout_s=4.0))
     assert r.killed_by == "memory"
 
 
