@@ -45,7 +45,27 @@ def pass_at_k(num_samples: Tensor, num_correct: Tensor, k: int) -> Tensor:
     return out
 
 
-class PassAtK(Metric):
+class _MeanOverProblemsAtK(Metric):
+    """Shared state of the @k metrics: a sum of per-problem values and a problem count, both summed
+    across processes (DDP-syncable); ``compute`` is their ratio (0 before any update)."""
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, k: int, **kwargs):
+        super().__init__(**kwargs)
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k = k
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
+
+    def compute(self) -> Tensor:
+        return self.total / self.count if self.count > 0 else torch.tensor(0.0, dtype=torch.float64)
+
+
+class PassAtK(_MeanOverProblemsAtK):
     """Mean unbiased pass@k over problems (Codex paper estimator; paper 002, Table 2).
 
     ``update(num_samples, num_correct)`` takes one entry per problem: how many samples were drawn and
@@ -53,28 +73,14 @@ class PassAtK(Metric):
     across processes, so the metric syncs under DDP.
     """
 
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, k: int, **kwargs):
-        super().__init__(**kwargs)
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        self.k = k
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
-
     def update(self, num_samples: Tensor, num_correct: Tensor) -> None:
         est = pass_at_k(num_samples, num_correct, self.k).to(self.total.device)
         self.total += est.sum()
         self.count += est.numel()
 
-    def compute(self) -> Tensor:
-        return self.total / self.count if self.count > 0 else torch.tensor(0.0, dtype=torch.float64)
 
 
-class AccuracyAtK(Metric):
+class AccuracyAtK(_MeanOverProblemsAtK):
     """Mean over problems of the best test pass rate among a problem's first k samples.
 
     ``update(pass_rates)`` takes, per problem, a 1-D tensor with the test pass rate (in [0, 1]) of each
@@ -82,18 +88,6 @@ class AccuracyAtK(Metric):
     value does not depend on samples beyond k; a problem with fewer than k samples uses all of them.
     States are summed across processes (DDP-syncable).
     """
-
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, k: int, **kwargs):
-        super().__init__(**kwargs)
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        self.k = k
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
 
     def update(self, pass_rates: Sequence[Tensor]) -> None:
         for rates in pass_rates:
@@ -103,5 +97,3 @@ class AccuracyAtK(Metric):
             self.total += rates[: self.k].max().to(self.total.device)
             self.count += 1
 
-    def compute(self) -> Tensor:
-        return self.total / self.count if self.count > 0 else torch.tensor(0.0, dtype=torch.float64)
