@@ -187,13 +187,13 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
 
 def _forward_fn(model):
     """``forward(row_adapters, **inputs)``: one forward with a per-row adapter choice."""
-    from collab.lora_batch import per_row_adapters, supported
 
     def forward(row_adapters, **inputs):
-        if supported(model):
-            with per_row_adapters(model, row_adapters):
-                return model.get_base_model()(**inputs)
-        return model(adapter_names=row_adapters, **inputs)
+        step = _stepper(model, row_adapters)
+        try:
+            return step(**inputs)
+        finally:
+            step.close()
 
     return forward
 
