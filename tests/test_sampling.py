@@ -2,7 +2,7 @@
 
 import torch
 
-from collab.sampling import _truncate, sample_tokens
+from collab.sampling import _truncate, action_mask, policy_logits, sample_tokens
 
 
 def nucleus(logits, p, k):
@@ -48,3 +48,23 @@ def test_untruncated_rows_sample_the_full_softmax():
     logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
     freq = empirical(logits, 1.0, 0)
     assert (freq - logits.softmax(-1)[0]).abs().max() < 0.01
+
+
+def test_policy_logits_batched_rows_match_single_rows():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 10)
+    temps = [0.7, 0.0, 1.3]  # 0: greedy, log-probs at temperature 1
+    choices = [torch.tensor([2, 5]), None, torch.tensor([0, 9, 4])]
+    masks = [action_mask(c, 10) for c in choices]
+    assert masks[1] is None and masks[0].tolist() == [i in (2, 5) for i in range(10)]
+    allowed = torch.stack([m if m is not None else torch.ones(10, dtype=torch.bool) for m in masks])
+    batched = policy_logits(logits, torch.tensor(temps), allowed)
+    for b in range(3):
+        single = policy_logits(logits[b], temps[b], masks[b])
+        assert torch.equal(batched[b], single)
+        if masks[b] is not None:
+            assert torch.isinf(single[~masks[b]]).all() and torch.equal(single[masks[b]], logits[b][masks[b]] / temps[b])
+    assert torch.equal(batched[1], logits[1])
+    # a single row's steps (teacher forcing): float temperature, one mask for every step
+    steps = torch.randn(4, 10)
+    assert torch.equal(policy_logits(steps, 0.5, masks[0]), steps.masked_fill(~masks[0], float("-inf")) / 0.5)

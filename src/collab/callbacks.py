@@ -61,3 +61,60 @@ class RewardSummary(L.Callback):
         if trainer.log_dir:
             Path(trainer.log_dir).mkdir(parents=True, exist_ok=True)
             (Path(trainer.log_dir) / "reward_summary.json").write_text(json.dumps(summary, indent=2))
+
+
+class EvaluationCallback(L.Callback):
+    """Evaluate the team on the environment's eval split every ``every_n_steps`` optimizer updates.
+
+    Plays ``num_samples`` episodes per eval task (:func:`collab.evaluation.evaluate`) and logs
+    ``eval/pass@k`` and ``eval/acc@k`` for each k (coding), ``eval/return`` and the mean of every env
+    info value at the episodes' last step (``eval/env/scheme/<name>``: the cooperation-scheme
+    distribution) to the trainer's logger (TensorBoard) at the current ``global_step``. Also runs once
+    when training ends (``at_end``) unless it just ran. ``max_tasks`` caps the eval tasks (None: all);
+    ``tasks_per_batch`` tasks are decoded together (bounds memory).
+    """
+
+    def __init__(self, every_n_steps: int = 0, num_samples: int = 10, ks: list[int] | None = None,
+                 split: str = "eval", max_tasks: int | None = None, at_end: bool = True,
+                 tasks_per_batch: int | None = 4) -> None:
+        from collab.errors import require
+
+        require(every_n_steps >= 0, f"EvaluationCallback every_n_steps must be >= 0, got {every_n_steps}")
+        require(num_samples >= 1, f"EvaluationCallback num_samples must be >= 1, got {num_samples}")
+        self.every_n_steps, self.num_samples, self.split = every_n_steps, num_samples, split
+        self.ks = list(ks or [1, 3, 5, 10])
+        self.max_tasks, self.at_end, self.tasks_per_batch = max_tasks, at_end, tasks_per_batch
+        self._ran_at = -1
+        self.history: list[dict[str, float]] = []
+
+    def run(self, trainer: L.Trainer, pl_module) -> dict[str, float]:
+        import torch
+
+        from collab.evaluation import evaluate, format_metrics
+
+        tasks = list(pl_module.env.tasks(self.split))[: self.max_tasks]
+        was_training = pl_module.training
+        pl_module.eval()
+        with torch.no_grad():
+            metrics, _ = evaluate(pl_module.team, pl_module.env, tasks, self.num_samples, self.ks,
+                                  pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch)
+        pl_module.train(was_training)
+        step = trainer.global_step
+        self._ran_at = step
+        self.history.append({"step": float(step), **metrics})
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
+        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in metrics.items()})
+        if trainer.is_global_zero:
+            print(f"evaluation at step {step} ({len(tasks)} {self.split} tasks x {self.num_samples} samples):\n"
+                  + format_metrics(metrics))
+        return metrics
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self.every_n_steps and step and step % self.every_n_steps == 0 and step != self._ran_at:
+            self.run(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.at_end and trainer.global_step != self._ran_at and pl_module.team is not None:
+            self.run(trainer, pl_module)

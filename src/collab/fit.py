@@ -75,6 +75,7 @@ _EXPECTED_WARNINGS = (
     r".*is_gradient_checkpointing.*",
     r".*LeafSpec.*",
     r".*does not have many workers.*",
+    r"LightningCLI's args parameter is intended.*",  # collab passes the conf file and the user's args itself
 )
 
 
@@ -84,19 +85,17 @@ def _quiet() -> None:
 
     for pattern in _EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    # Lightning advertises its cloud logger at every start; collab logs to TensorBoard.
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: "litlogger" not in record.getMessage())
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def report_errors(job) -> int:
+    """Run ``job()``; a user error (ours or jsonargparse's) becomes one ``error:`` line and exit code 2."""
     _quiet()
     try:
-        algo, rest = split_algo(argv)
-        cli = _cli(algo, rest)
-        ckpt = cli.config.get("ckpt_path")
-        if ckpt and not Path(ckpt).is_file():
-            raise UserError(f"checkpoint not found: {ckpt}")
-        cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
+        job()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -113,6 +112,19 @@ def main(argv: list[str] | None = None) -> int:
             cause = cause.__cause__ or cause.__context__
         raise
     return 0
+
+
+def fit(argv: list[str]) -> None:
+    algo, rest = split_algo(argv)
+    cli = _cli(algo, rest)
+    ckpt = cli.config.get("ckpt_path")
+    if ckpt and not Path(ckpt).is_file():
+        raise UserError(f"checkpoint not found: {ckpt}")
+    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

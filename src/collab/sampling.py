@@ -53,16 +53,29 @@ def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor
     return ids.to(device), mask.to(device)
 
 
-def policy_logits(logits: Tensor, temperature: float, choice_ids: Tensor | None = None) -> Tensor:
-    """Logits of an agent's policy: restricted to ``choice_ids`` (if any), divided by the temperature.
+def action_mask(choice_ids: Tensor | None, vocab: int, device=None) -> Tensor | None:
+    """Boolean mask over a vocabulary of ``vocab`` tokens, True at ``choice_ids`` (None: no restriction)."""
+    if choice_ids is None:
+        return None
+    mask = torch.zeros(vocab, dtype=torch.bool, device=device)
+    mask[choice_ids.to(mask.device)] = True
+    return mask
 
-    A temperature of 0 means greedy sampling; its log-probs are taken at temperature 1.
+
+def policy_logits(logits: Tensor, temperature: float | Tensor, mask: Tensor | None = None) -> Tensor:
+    """Logits of an agent's policy: restricted to its action vocabulary, divided by the temperature.
+
+    ``logits`` is ``(..., V)``. ``temperature`` is a float or a tensor of per-row temperatures whose
+    shape is a prefix of ``logits.shape[:-1]`` (one per row of a batch). ``mask`` (optional) is a
+    boolean ``(..., V)`` tensor broadcastable to ``logits``, False at the tokens outside the agent's
+    closed action vocabulary (see :func:`action_mask`). A temperature of 0 means greedy sampling; its
+    log-probs are taken at temperature 1.
     """
-    if choice_ids is not None:
-        restricted = torch.full_like(logits, float("-inf"))
-        idx = choice_ids.to(logits.device)
-        restricted[..., idx] = logits[..., idx]
-        logits = restricted
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    if isinstance(temperature, Tensor):
+        scale = temperature.masked_fill(temperature <= 0, 1.0).to(logits.dtype)
+        return logits / scale.reshape(scale.shape + (1,) * (logits.dim() - scale.dim()))
     return logits / temperature if temperature > 0 else logits
 
 
@@ -138,26 +151,21 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     limits = [1 if settings[i][4] is not None else settings[i][3] for i in rix]
     choices = [settings[i][4] for i in rix]
     batch = len(rix)
-    greedy_rows = torch.tensor([t <= 0 for t in temps], device=device)
-    scale = torch.tensor([t if t > 0 else 1.0 for t in temps], device=device)[:, None]
+    temperature = torch.tensor(temps, device=device, dtype=torch.float)
+    greedy_rows = temperature <= 0
     allowed = None
     if any(c is not None for c in choices):  # closed action vocabularies as a row mask
-        allowed = torch.ones(batch, logits.shape[-1], dtype=torch.bool, device=device)
+        vocab = logits.shape[-1]
+        allowed = torch.ones(batch, vocab, dtype=torch.bool, device=device)
         for b, c in enumerate(choices):
             if c is not None:
-                allowed[b] = False
-                allowed[b, c.to(device)] = True
-
-    def policy(step_logits: Tensor) -> Tensor:  # policy_logits() for all rows at once
-        if allowed is not None:
-            step_logits = step_logits.masked_fill(~allowed, float("-inf"))
-        return step_logits / scale
+                allowed[b] = action_mask(c, vocab, device)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logps: list[list[float]] = [[] for _ in range(batch)]
     done = [False] * batch
     step_forward = _stepper(model, names)
     for step in range(max(limits)):
-        pol = policy(logits)
+        pol = policy_logits(logits, temperature, allowed)
         logp = pol.log_softmax(-1)
         nxt = torch.where(greedy_rows, pol.argmax(-1), sample_tokens(pol, top_p, top_k))
         for b in range(batch):

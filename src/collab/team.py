@@ -199,7 +199,7 @@ class AgentTeam(nn.Module):
         return out  # type: ignore[return-value]
 
     def _logprobs_on_base(self, key, agents, prompts, completions, reference) -> list[Tensor]:
-        from collab.sampling import pad_left, policy_logits
+        from collab.sampling import action_mask, pad_left, policy_logits
 
         model = self.models[key]
         pad = self.tokenizers[key].pad_token_id
@@ -230,7 +230,8 @@ class AgentTeam(nn.Module):
                 n = len(completions[i])
                 a = agents[i]
                 step_logits = logits[j, -n - 1:-1].float()
-                lp = policy_logits(step_logits, self.specs[a].sampling.temperature, self.choice_ids[a]).log_softmax(-1)
+                allowed = action_mask(self.choice_ids[a], step_logits.shape[-1], step_logits.device)
+                lp = policy_logits(step_logits, self.specs[a].sampling.temperature, allowed).log_softmax(-1)
                 target = torch.as_tensor(completions[i], device=lp.device)
                 result[i] = lp.gather(-1, target[:, None]).squeeze(-1)
         if not mixed:

@@ -6,29 +6,39 @@ from collab.envs.base import AgentRole, Env, EnvState, Score, StepResult
 from collab.errors import UserError, unknown
 
 
-def _registry() -> dict[str, type[Env]]:
-    from collab.envs.matrix import MatrixEnv
-    from collab.envs.writing import WritingEnv
+# name -> "module:Class"; an environment's module is imported only when it is built.
+_ENVS = {
+    "matrix": "collab.envs.matrix:MatrixEnv",
+    "writing": "collab.envs.writing:WritingEnv",
+    "coding": "collab.envs.coding.env:CodingEnv",
+}
 
-    return {cls.name: cls for cls in (MatrixEnv, WritingEnv)}
+
+def env_class(name: str) -> type[Env]:
+    """The class of environment ``name`` (an unknown name is a UserError listing the valid ones)."""
+    import importlib
+
+    if name not in _ENVS:
+        raise unknown("env", name, _ENVS)
+    module, cls = _ENVS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def env_names() -> list[str]:
-    return sorted(_registry())
+    return sorted(_ENVS)
 
 
 def make_env(name: str, **kwargs) -> Env:
     """Build the environment ``name`` with its keyword options; bad names and options end in a UserError."""
-    registry = _registry()
-    if name not in registry:
-        raise unknown("env", name, registry)
-    try:
-        return registry[name](**kwargs)
-    except TypeError as e:
-        import inspect
+    import inspect
 
-        params = [p for p in inspect.signature(registry[name]).parameters]
-        raise UserError(f"bad option for env {name!r} ({e}); valid options: {', '.join(params)}") from None
+    cls = env_class(name)
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as e:
+        params = ", ".join(inspect.signature(cls).parameters)
+        raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
+    return cls(**kwargs)
 
 
 __all__ = ["AgentRole", "Env", "EnvState", "Score", "StepResult", "env_names", "make_env"]

@@ -127,11 +127,24 @@ class Env(ABC):
             histories.append(tuple(messages))
         return EnvState(task=task, histories=tuple(histories))
 
+    def score_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[Score]:
+        """:meth:`score` of many joint actions. Environments whose scoring runs programs override it to
+        run them all at once (the coding env sends every test of a rollout depth to one sandbox pool)."""
+        return [self.score(s, a) for s, a in zip(states, actions, strict=True)]
+
     def step(self, state: EnvState, actions: Sequence[str]) -> StepResult:
         """Score the joint action, append it (and, unless done, the feedback) to every history."""
-        assert not state.done, "step() on a finished episode"
-        assert len(actions) == self.n_agents, f"expected {self.n_agents} actions, got {len(actions)}"
-        score = self.score(state, actions)
+        return self.step_batch([state], [actions])[0]
+
+    def step_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[StepResult]:
+        """:meth:`step` for many (state, joint action) pairs, scored by one :meth:`score_batch` call."""
+        for state, joint in zip(states, actions, strict=True):
+            assert not state.done, "step() on a finished episode"
+            assert len(joint) == self.n_agents, f"expected {self.n_agents} actions, got {len(joint)}"
+        scores = self.score_batch(states, actions)
+        return [self._advance(s, a, sc) for s, a, sc in zip(states, actions, scores, strict=True)]
+
+    def _advance(self, state: EnvState, actions: Sequence[str], score: Score) -> StepResult:
         done = score.terminated or state.turn + 1 >= self.horizon
         histories = [h + ({"role": "assistant", "content": a},) for h, a in zip(state.histories, actions)]
         if not done:

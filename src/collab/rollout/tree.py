@@ -73,20 +73,21 @@ def expand_tree(team, env: Env, tasks: Sequence[Mapping], k: int, joint_mode: st
     while frontier:
         requests = [GenerationRequest(i, team.encode(i, node.state.histories[i]), k) for node in frontier for i in range(n)]
         outs = team.generate(requests, max_new_tokens=max_new_tokens)
-        next_frontier = []
+        pending = []  # (node, joint action) of this whole depth, scored by one env.step_batch
         for m, node in enumerate(frontier):
             node.samples = outs[m * n:(m + 1) * n]
             node.joints = joint_indices(n, k, joint_mode)
-            for joint in node.joints:
-                actions = [node.samples[i][j].text for i, j in enumerate(joint)]
-                step = env.step(node.state, actions)
-                stop = step.done or (termination_threshold is not None and min(step.rewards) >= termination_threshold)
-                child = None if stop else TreeNode(step.state, node.depth + 1)
-                node.rewards.append(step.rewards)
-                node.infos.append(step.info)
-                node.children.append(child)
-                if child is not None:
-                    next_frontier.append(child)
+            pending += [(node, [node.samples[i][j].text for i, j in enumerate(joint)]) for joint in node.joints]
+        steps = env.step_batch([node.state for node, _ in pending], [actions for _, actions in pending])
+        next_frontier = []
+        for (node, _), step in zip(pending, steps):
+            stop = step.done or (termination_threshold is not None and min(step.rewards) >= termination_threshold)
+            child = None if stop else TreeNode(step.state, node.depth + 1)
+            node.rewards.append(step.rewards)
+            node.infos.append(step.info)
+            node.children.append(child)
+            if child is not None:
+                next_frontier.append(child)
         frontier = next_frontier
     return roots
 
@@ -122,7 +123,7 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
     roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens)
     seconds = time.perf_counter() - start
     samples: list[Sample] = []
-    rewards: dict[str, list[float]] = defaultdict(list)
+    scalars: dict[str, list[float]] = defaultdict(list)  # rewards and env info, averaged into stats
     group = 0
     tokens = 0
     for root in roots:
@@ -137,12 +138,12 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
                                           float(values[j]), float(adv[j]), group))
                 group += 1
                 for reward in node.rewards:
-                    rewards[f"reward/turn{node.depth}/agent{i}"].append(reward[i])
+                    scalars[f"reward/turn{node.depth}/agent{i}"].append(reward[i])
             for info in node.infos:
                 for key, v in info.items():
-                    rewards[f"env/{key}"].append(float(v))
-        rewards["reward/return"].extend(root.returns.mean(1).tolist())
-    stats = {key: sum(v) / len(v) for key, v in rewards.items() if v}
+                    scalars[f"env/{key}"].append(float(v))
+        scalars["reward/return"].extend(root.returns.mean(1).tolist())
+    stats = {key: sum(v) / len(v) for key, v in scalars.items() if v}
     stats.update({"rollout/tokens": float(tokens), "rollout/seconds": seconds,
                   "rollout/tokens_per_s": tokens / max(seconds, 1e-9), "rollout/samples": float(len(samples))})
     examples = []

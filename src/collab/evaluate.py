@@ -1,0 +1,107 @@
+"""``python -m collab.evaluate --algo NAME [--ckpt_path CKPT | --adapters DIR] [options] [config overrides]``.
+
+Builds the team and environment exactly as ``collab.fit`` would (same ``conf/algo/NAME.yaml``, same
+``--config`` and dotted overrides, e.g. ``--data.env coding``), loads trained weights if given, and
+runs :func:`collab.evaluation.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
+mean env info (reward components, cooperation schemes) for every environment. Without weights it
+evaluates the untrained team (the base models with fresh, zero-effect LoRA adapters).
+
+Options of this command: ``--ckpt_path`` (a Lightning checkpoint written by ``collab.fit``),
+``--adapters`` (a folder of peft adapters, e.g. ``runs/magrpo/version_0/adapters/last``),
+``--num_samples`` (episodes per task, default 10), ``--k`` (default 1 3 5 10), ``--split`` (default
+eval), ``--max_tasks``, ``--tasks_per_batch`` (tasks decoded together, default 4) and ``--output``
+(write the metrics as JSON). Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from collab.errors import UserError, require
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m collab.evaluate", add_help=False)
+    p.add_argument("--ckpt_path", default=None)
+    p.add_argument("--adapters", default=None)
+    p.add_argument("--num_samples", type=int, default=10)
+    p.add_argument("--k", type=int, nargs="+", default=[1, 3, 5, 10])
+    p.add_argument("--split", default="eval")
+    p.add_argument("--max_tasks", type=int, default=None)
+    p.add_argument("--tasks_per_batch", type=int, default=4)
+    p.add_argument("--output", default=None)
+    return p
+
+
+def load_weights(model, ckpt_path: str) -> int:
+    """Load the trainable tensors of a ``collab.fit`` checkpoint into the built ``model``; their count."""
+    import torch
+
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {ckpt_path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        state = checkpoint["state_dict"]
+    except Exception as e:
+        raise UserError(f"{ckpt_path} is not a collab/Lightning checkpoint ({type(e).__name__}: {e})") from None
+    own = dict(model.named_parameters())
+    unknown = [k for k in state if k not in own]
+    if unknown or not state:
+        raise UserError(f"{ckpt_path} does not match this team (e.g. unknown tensor {unknown[0] if unknown else 'none'}); "
+                        "evaluate with the algo, base and agents the checkpoint was trained with")
+    model.load_state_dict(state, strict=False)
+    return len(state)
+
+
+def run(argv: list[str]) -> dict[str, float]:
+    from collab.evaluation import evaluate, format_metrics
+    from collab.fit import _cli, split_algo
+
+    algo, rest = split_algo(argv)
+    options, overrides = _parser().parse_known_args(rest)
+    require(options.num_samples >= 1, f"--num_samples must be >= 1, got {options.num_samples}")
+    require(all(k >= 1 for k in options.k), f"--k values must be >= 1, got {options.k}")
+    require(options.max_tasks is None or options.max_tasks >= 1, f"--max_tasks must be >= 1, got {options.max_tasks}")
+    require(not (options.ckpt_path and options.adapters), "give --ckpt_path or --adapters, not both")
+    require(any(k <= options.num_samples for k in options.k),
+            f"no k <= num_samples ({options.num_samples}) in --k {options.k}; give num_samples >= the smallest k")
+    if options.ckpt_path and not Path(options.ckpt_path).is_file():
+        raise UserError(f"checkpoint not found: {options.ckpt_path}")
+    if options.adapters and not Path(options.adapters).is_dir():
+        raise UserError(f"adapter folder not found: {options.adapters} (expected e.g. runs/magrpo/version_0/adapters/last)")
+    cli = _cli(algo, overrides)
+    model, env = cli.model, cli.datamodule.env
+    model.build(env)
+    if options.ckpt_path:
+        load_weights(model, options.ckpt_path)
+    elif options.adapters:
+        model.team.load_adapters(options.adapters)
+    tasks = list(env.tasks(options.split))[: options.max_tasks]
+    require(len(tasks) > 0, f"split {options.split!r} of env {env.name!r} has no tasks")
+    weights = options.ckpt_path or options.adapters or "untrained"
+    model.eval()
+    import torch
+
+    with torch.no_grad():
+        metrics, _ = evaluate(model.team, env, tasks, options.num_samples, options.k, model.max_new_tokens,
+                              model.team.device, options.tasks_per_batch)
+    print(f"{algo} on {env.name} ({options.split}: {len(tasks)} tasks x {options.num_samples} samples; weights: {weights})")
+    print(format_metrics(metrics))
+    if options.output:
+        Path(options.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(options.output).write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    from collab.fit import report_errors
+
+    return report_errors(lambda: run(list(sys.argv[1:] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

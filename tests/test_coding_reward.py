@@ -1,0 +1,128 @@
+"""The coding reward (paper 002 F.2, CoopHumanEval weights) and the static analysis behind it, by hand."""
+
+import pytest
+
+from collab.envs.coding.reward import RewardWeights, coding_reward
+from collab.envs.coding.static import analyze, clean_response, select_definitions
+
+AUX = "def aux(n):\n    return n * 2\n"
+MAIN = "def f(n):\n    d = aux(n)\n    return d + 1\n"
+
+
+def reward(aux, main, passed=5, total=5, weights=None):
+    return coding_reward(analyze(aux, main, "f"), passed, total, weights)
+
+
+# -- one example per level -------------------------------------------------------------------------
+def test_full_marks_is_four():
+    total, stage, parts = reward(AUX, MAIN)
+    assert stage == "complete"
+    assert parts == pytest.approx({"structure": 1.0, "syntax": 0.5, "tests": 1.0, "cooperation": 1.5})
+    assert total == pytest.approx(4.0) == RewardWeights().maximum
+
+
+def test_structure_level_aux_missing_is_not_a_stop():
+    total, stage, parts = reward("", MAIN)  # no aux: 0.6 + 0.5 + 1.0, and no cooperation bonus
+    assert stage == "complete"
+    assert parts["structure"] == pytest.approx(0.6) and parts["cooperation"] == 0.0
+    assert total == pytest.approx(2.1)
+
+
+def test_aux_without_return_is_not_defined():
+    total, _, parts = reward("def aux(n):\n    print(n)\n", MAIN)
+    assert parts["structure"] == pytest.approx(0.6) and parts["cooperation"] == 0.0
+
+
+def test_tests_level_scales_with_pass_rate():
+    total, stage, parts = reward(AUX, MAIN, passed=3, total=5)
+    assert parts["tests"] == pytest.approx(0.6)
+    assert total == pytest.approx(0.4 + 0.6 + 0.5 + 0.6 + 1.5)
+
+
+def test_cooperation_thin_wrapper_gets_only_the_call_bonus():
+    total, _, parts = reward(AUX, "def f(n):\n    return aux(n)\n")
+    assert parts["cooperation"] == pytest.approx(0.5)
+    assert total == pytest.approx(3.0)
+
+
+def test_cooperation_result_assigned_then_returned_is_still_a_wrapper():
+    _, _, parts = reward(AUX, 'def f(n):\n    """Doc."""\n    r = aux(n)\n    return r\n')
+    assert parts["cooperation"] == pytest.approx(0.5)
+
+
+def test_cooperation_no_call_no_bonus():
+    _, _, parts = reward(AUX, "def f(n):\n    return n * 2 + 1\n")
+    assert parts["cooperation"] == 0.0
+
+
+# -- the discarded-return penalty ----------------------------------------------------------------------
+def test_discard_penalty_fires_for_a_bare_call():
+    total, _, parts = reward(AUX, "def f(n):\n    aux(n)\n    return n * 2 + 1\n")
+    assert parts["cooperation"] == pytest.approx(0.5 + 1.0 - 0.5)
+    assert total == pytest.approx(3.5)
+
+
+def test_discard_penalty_fires_for_an_unused_assignment():
+    facts = analyze(AUX, "def f(n):\n    unused = aux(n)\n    return n * 2 + 1\n", "f")
+    assert facts.discards_aux
+    assert coding_reward(facts, 5, 5)[2]["cooperation"] == pytest.approx(1.0)
+
+
+def test_no_penalty_when_the_value_is_used_later():
+    facts = analyze(AUX, "def f(n):\n    d = aux(n)\n    if n > 3:\n        return d\n    return 0\n", "f")
+    assert not facts.discards_aux and not facts.thin_wrapper
+
+
+def test_penalty_weight_is_configurable():
+    _, _, parts = reward(AUX, "def f(n):\n    aux(n)\n    return 2 * n + 1\n", weights=RewardWeights(discard_penalty=1.5))
+    assert parts["cooperation"] == pytest.approx(0.0)
+
+
+# -- termination rules -----------------------------------------------------------------------------------
+def test_stop_when_main_is_missing():
+    total, stage, parts = reward(AUX, "def g(n):\n    return aux(n)\n")
+    assert stage == "structure"
+    assert total == pytest.approx(0.4)  # aux's structure points only; nothing after the stop
+
+
+def test_stop_when_main_has_no_return():
+    total, stage, _ = reward(AUX, "def f(n):\n    print(aux(n))\n")
+    assert stage == "structure" and total == pytest.approx(0.4)
+
+
+def test_stop_on_syntax_error_of_the_combined_code():
+    # aux's response is broken beyond repair: the concatenated program does not parse
+    total, stage, parts = reward("def aux(n) return n", MAIN)
+    assert stage == "syntax"
+    assert parts == pytest.approx({"structure": 0.6, "syntax": 0.0, "tests": 0.0, "cooperation": 0.0})
+
+
+def test_stop_when_no_test_passes():
+    total, stage, parts = reward(AUX, MAIN, passed=0, total=5)
+    assert stage == "tests"
+    assert total == pytest.approx(1.5)  # structure 1.0 + syntax 0.5; no cooperation bonus
+
+
+# -- cleaning the responses --------------------------------------------------------------------------------
+def test_markdown_fences_and_prose_are_removed():
+    text = "Here is the code:\n```python\ndef aux(n):\n    return n\n```\nThis doubles n."
+    assert clean_response(text) == "def aux(n):\n    return n"
+
+
+def test_leading_prose_without_fences_is_skipped():
+    assert clean_response("Sure! Here it is.\ndef aux(n):\n    return n\n") == "def aux(n):\n    return n"
+
+
+def test_trailing_prose_is_trimmed():
+    code = select_definitions("def aux(n):\n    return n\nThis function returns n.", drop="f")
+    assert code == "def aux(n):\n    return n"
+
+
+def test_main_redefining_aux_keeps_the_partners_aux():
+    facts = analyze(AUX, "def aux(n):\n    return 0\n\ndef f(n):\n    return aux(n) + 1\n", "f")
+    assert facts.program.count("def aux") == 1 and "n * 2" in facts.program
+
+
+def test_imports_come_first():
+    facts = analyze(AUX, MAIN, "f", imports="from typing import List")
+    assert facts.program.startswith("from typing import List\n\ndef aux")
