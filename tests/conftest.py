@@ -13,3 +13,18 @@ def tiny_tokenizer():
     from collab.models import load_tokenizer
 
     return load_tokenizer("tiny")
+
+
+def quiet_fit(module, datamodule, steps: int):
+    """Train ``module`` for ``steps`` optimizer updates on the CPU, without logs, checkpoints or warnings."""
+    import logging
+
+    import lightning as L
+
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, datamodule)
+    return trainer

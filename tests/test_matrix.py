@@ -1,7 +1,5 @@
 """The matrix game of paper 000 Appendix A, and the Dec-POMDP vs POSG learning claim."""
 
-import logging
-import warnings
 
 import lightning as L
 import pytest
@@ -13,6 +11,7 @@ from collab.envs.matrix import parse_choice, utilities
 from collab.errors import UserError
 from collab.models import BaseConfig
 from collab.rollout.datamodule import RolloutDataModule
+from tests.conftest import quiet_fit
 
 
 @pytest.mark.parametrize("text,choice", [("A", 0), ("B", 1), ("I pick B.", 1), ("Answer: A", 0), ("ABBA", None), ("", None)])
@@ -68,12 +67,7 @@ def train_matrix(preset: str, seed: int, steps: int = 30) -> list[float]:
     L.seed_everything(seed, verbose=False)
     dm = RolloutDataModule(env="matrix", env_options={"preset": preset}, batch_size=4, seed=seed)
     module = MAGRPO(base=BaseConfig(name="tiny", seed=seed), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
-    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", devices=1)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(module, dm)
+    quiet_fit(module, dm, steps)
     return prob_of_first_option(module, dm.env)
 
 
@@ -100,11 +94,7 @@ def test_a_rollout_without_signal_still_counts_toward_max_steps():
     greedy = [AgentSpec(sampling=SamplingSpec(temperature=0.0)) for _ in range(2)]
     module = MAGRPO(base=BaseConfig(name="tiny"), agents=greedy, num_generations=2, log_kl=False)
     before = None
-    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", devices=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(module, dm)
+    trainer = quiet_fit(module, dm, 3)
     assert trainer.global_step == 3 and module.rollouts == 3
     before = MAGRPO(base=BaseConfig(name="tiny"), agents=greedy, num_generations=2)
     before.build(dm.env)
@@ -122,10 +112,6 @@ def test_single_agent_grpo_learns_the_rewarded_option():
     dm.env = CountingEnv(1, 1)
     dm.stream.tasks = list(dm.env.tasks("train"))
     module = MAGRPO(base=BaseConfig(name="tiny"), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
-    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", devices=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(module, dm)
+    quiet_fit(module, dm, 20)
     assert len(module.team) == 1
     assert prob_of_first_option(module, dm.env)[0] > 0.8

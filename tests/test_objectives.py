@@ -5,7 +5,21 @@ import math
 import pytest
 import torch
 
-from collab.objectives import clipped_surrogate, discounted_returns, group_advantages, kl_k3, num_inference_calls
+from torch.testing import assert_close
+
+from collab.objectives import (
+    clipped_surrogate,
+    discounted_returns,
+    gae,
+    group_advantages,
+    kl_k3,
+    mixed_rewards,
+    normalize,
+    num_inference_calls,
+    td_errors,
+    td_targets,
+    value_loss,
+)
 
 
 @pytest.mark.parametrize("n,k,h,expected", [(2, 2, 2, 12), (2, 4, 2, 40), (3, 2, 3, 42), (2, 1, 3, 6)])
@@ -85,3 +99,151 @@ def test_kl_k3():
     ref = torch.log(torch.tensor([0.25, 0.25]))
     # d = log(.25/.5) = -log 2: exp(d) - d - 1 = .5 + log 2 - 1; second token identical -> 0
     assert torch.allclose(kl_k3(lp, ref), torch.tensor([0.5 + math.log(2) - 1, 0.0]))
+
+
+# --- actor-critic (paper 002 Eqs. 2-5, paper 004 IPPO) ---------------------------------------------------------------
+
+F64 = dict(dtype=torch.float64)
+# one 3-turn episode: r = (1, 0, 2), V(h_0..h_2) = (.5, 1, 1.5), V(h_3) = 0 (the episode ended), gamma = .9
+R = torch.tensor([1.0, 0.0, 2.0], **F64)
+V = torch.tensor([0.5, 1.0, 1.5], **F64)
+V_NEXT = torch.tensor([1.0, 1.5, 0.0], **F64)
+
+
+def test_td_targets_and_errors_by_hand():
+    # row 0 ends after turn 2:   y = (1 + .9*1, 0 + .9*1.5, 2 + 0) = (1.9, 1.35, 2);  delta = y - V = (1.4, .35, .5)
+    # row 1 terminates at turn 1: y_1 = 0 (V(h_2) = 1.5 not bootstrapped), y_2 = 2 (turn 2 is padding)
+    rewards, values, next_values = R.expand(2, 3), V.expand(2, 3), V_NEXT.expand(2, 3)
+    dones = torch.tensor([[False, False, True], [False, True, True]])
+    y = td_targets(rewards, next_values, dones, 0.9)
+    assert_close(y, torch.tensor([[1.9, 1.35, 2.0], [1.9, 0.0, 2.0]], **F64))
+    delta = td_errors(rewards, values, next_values, dones, 0.9)
+    assert_close(delta, torch.tensor([[1.4, 0.35, 0.5], [1.4, -1.0, 0.5]], **F64))
+    # 0/1 floats mean the same as bools
+    assert_close(td_errors(rewards, values, next_values, dones.double(), 0.9), delta)
+
+
+def test_terminal_next_value_never_leaks():
+    # a placeholder (even NaN) for the value of a terminal history must not reach the target
+    y = td_targets(torch.tensor([1.0], **F64), torch.tensor([math.nan], **F64), torch.tensor([1]), 0.9)
+    assert_close(y, torch.tensor([1.0], **F64))
+
+
+def test_gae_by_hand():
+    # gamma = .9, lam = .8, gamma*lam = .72; deltas as above: (1.4, .35, .5)
+    # A_2 = .5;  A_1 = .35 + .72*.5 = .71;  A_0 = 1.4 + .72*.71 = 1.9112;  returns = A + V = (2.4112, 1.71, 2)
+    adv, ret = gae(R, V, torch.zeros(3), 0.9, 0.8)
+    assert_close(adv, torch.tensor([1.9112, 0.71, 0.5], **F64))
+    assert_close(ret, torch.tensor([2.4112, 1.71, 2.0], **F64))
+
+
+def test_gae_bootstraps_from_last_value_unless_done():
+    # cut at T with V(h_3) = 2: delta_2 = 2 + .9*2 - 1.5 = 2.3;  A_1 = .35 + .72*2.3 = 2.006;  A_0 = 1.4 + .72*2.006
+    adv, _ = gae(R, V, torch.zeros(3), 0.9, 0.8, last_value=2.0)
+    assert_close(adv, torch.tensor([1.4 + 0.72 * 2.006, 2.006, 2.3], **F64))
+    # a done on the last turn ignores last_value
+    adv, _ = gae(R, V, torch.tensor([0, 0, 1]), 0.9, 0.8, last_value=2.0)
+    assert_close(adv, torch.tensor([1.9112, 0.71, 0.5], **F64))
+
+
+def test_gae_termination_mid_episode():
+    # done at turn 1: delta_1 = 0 + 0 - 1 = -1 and A_1 = -1 (no A_2 carried across); turn 2 is a new episode: A_2 = .5
+    # A_0 = 1.4 + .72*(-1) = .68;  returns = (1.18, 0, 2)
+    adv, ret = gae(R, V, torch.tensor([False, True, False]), 0.9, 0.8)
+    assert_close(adv, torch.tensor([0.68, -1.0, 0.5], **F64))
+    assert_close(ret, torch.tensor([1.18, 0.0, 2.0], **F64))
+
+
+def test_gae_batch_matches_rows():
+    g = torch.Generator().manual_seed(0)
+    r, v = torch.randn(2, 3, 5, generator=g, **F64), torch.randn(2, 3, 5, generator=g, **F64)
+    d, last = torch.rand(2, 3, 5, generator=g) < 0.3, torch.randn(2, 3, generator=g, **F64)
+    adv, ret = gae(r, v, d, 0.9, 0.8, last_value=last)
+    for i in range(2):
+        for j in range(3):
+            a, b = gae(r[i, j], v[i, j], d[i, j], 0.9, 0.8, last_value=last[i, j])
+            assert_close(adv[i, j], a)
+            assert_close(ret[i, j], b)
+
+
+def test_gae_lambda_one_is_monte_carlo_minus_values():
+    g = torch.Generator().manual_seed(1)
+    r, v = torch.randn(4, 6, generator=g, **F64), torch.randn(4, 6, generator=g, **F64)
+    adv, ret = gae(r, v, torch.zeros(4, 6), 0.9, 1.0)
+    assert_close(adv, discounted_returns(r, 0.9) - v)
+    assert_close(ret, discounted_returns(r, 0.9))
+    # with a done after turn 2 the Monte Carlo returns restart: two episodes back to back
+    dones = torch.zeros(4, 6, dtype=torch.bool)
+    dones[:, 2] = True
+    _, ret = gae(r, v, dones, 0.9, 1.0)
+    assert_close(ret, torch.cat([discounted_returns(r[:, :3], 0.9), discounted_returns(r[:, 3:], 0.9)], -1))
+
+
+def test_gae_lambda_zero_is_td_errors():
+    g = torch.Generator().manual_seed(2)
+    r, v, last = torch.randn(4, 6, generator=g, **F64), torch.randn(4, 6, generator=g, **F64), torch.randn(4, **F64)
+    d = torch.rand(4, 6, generator=g) < 0.3
+    adv, _ = gae(r, v, d, 0.9, 0.0, last_value=last)
+    next_values = torch.cat([v[:, 1:], last[:, None]], -1)
+    assert_close(adv, td_errors(r, v, next_values, d, 0.9))
+
+
+# value clipping, eps = .5, three cases:
+#   a: V 1, V_old 1.2, y 1.5  inside the range            -> (1 - 1.5)^2 = .25
+#   b: V 2, V_old 0,   y 1    clipped V .5, error .25 < 1  -> 1     (clipping does not bind)
+#   c: V 2, V_old 0,   y 3    clipped V .5, error 6.25 > 1 -> 6.25  (clipping binds)
+VL_VALUES, VL_OLD, VL_TARGETS = [1.0, 2.0, 2.0], [1.2, 0.0, 0.0], [1.5, 1.0, 3.0]
+
+
+def test_value_loss_plain_by_hand():
+    values = torch.tensor(VL_VALUES, **F64, requires_grad=True)
+    targets = torch.tensor(VL_TARGETS, **F64, requires_grad=True)
+    loss = value_loss(values, targets)
+    assert_close(loss, torch.tensor((0.25 + 1.0 + 1.0) / 3, **F64))  # no 0.5, as paper 002 Eqs. 3/5
+    loss.backward()
+    assert_close(values.grad, torch.tensor([-1 / 3, 2 / 3, -2 / 3], **F64))  # 2 (V - y) / 3
+    assert targets.grad is None  # semi-gradient: no gradient through the targets
+
+
+def test_value_loss_clipped_by_hand():
+    values = torch.tensor(VL_VALUES, **F64, requires_grad=True)
+    targets = torch.tensor(VL_TARGETS, **F64, requires_grad=True)
+    old = torch.tensor(VL_OLD, **F64, requires_grad=True)
+    loss = value_loss(values, targets, old_values=old, clip=0.5)
+    assert_close(loss, torch.tensor((0.25 + 1.0 + 6.25) / 3, **F64))
+    loss.backward()
+    # a, b: unclipped branch, 2 (V - y) / 3; c: clipped branch is flat in V -> 0
+    assert_close(values.grad, torch.tensor([-1 / 3, 2 / 3, 0.0], **F64))
+    assert targets.grad is None and old.grad is None
+
+
+def test_value_loss_needs_both_clip_arguments():
+    with pytest.raises(ValueError, match="both old_values and clip"):
+        value_loss(torch.zeros(2), torch.zeros(2), old_values=torch.zeros(2))
+
+
+def test_clipped_actor_objective_with_negative_td_error():
+    # delta = 0 + .9*1 - 1.4 = -.5 (Eq. 4's weight); ratio 1.5 above 1 + .2: min(-.75, -.6) = -.75, unclipped, the
+    # gradient flows (d loss / d log pi = -rho delta = .75); ratio .5 below .8: min(-.25, -.4) = -.4, clipped,
+    # no gradient
+    delta = td_errors(torch.zeros(2, **F64), torch.full((2,), 1.4, **F64), torch.ones(2, **F64), torch.zeros(2), 0.9)
+    assert_close(delta, torch.tensor([-0.5, -0.5], **F64))
+    logp = torch.log(torch.tensor([1.5, 0.5], **F64)).requires_grad_()
+    loss = clipped_surrogate(logp, torch.zeros(2, **F64), delta, clip=0.2)
+    assert_close(loss, torch.tensor([0.75, 0.4], **F64))
+    loss.sum().backward()
+    assert_close(logp.grad, torch.tensor([0.75, 0.0], **F64))
+
+
+def test_mixed_rewards_by_hand():
+    # paper 004 5.2: r^i = s^i / 2 + sum_k s^k / (2n); scores (1, 0, .5), team mean .5 -> (.75, .25, .5)
+    s = torch.tensor([[1.0, 0.0, 0.5], [0.0, 0.0, 0.0]], **F64)
+    assert_close(mixed_rewards(s), torch.tensor([[0.75, 0.25, 0.5], [0.0, 0.0, 0.0]], **F64))
+    assert_close(mixed_rewards(s, own_weight=1.0), s)
+    assert_close(mixed_rewards(s, own_weight=0.0), torch.tensor([[0.5] * 3, [0.0] * 3], **F64))
+
+
+def test_normalize():
+    a = torch.tensor([[1.0, 2.0], [3.0, 6.0]], **F64)  # mean 3, unbiased std sqrt(14/3)
+    assert_close(normalize(a, eps=0.0), (a - 3.0) / math.sqrt(14 / 3))
+    assert_close(normalize(torch.tensor([4.0], **F64)), torch.zeros(1, **F64))

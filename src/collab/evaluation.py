@@ -18,79 +18,16 @@ summed across processes when computed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import torch
 from torchmetrics import MeanMetric
 
-from collab.envs.base import Env, EnvState, StepResult
+from collab.envs.base import Env
 from collab.errors import require
 from collab.metrics import AccuracyAtK, PassAtK
-from collab.sampling import GenerationRequest
+from collab.rollout.episodes import Episode, play
 
 DEFAULT_KS = (1, 3, 5, 10)
-
-
-@dataclass
-class Episode:
-    """One sampled episode: its steps and the agents' responses at every turn."""
-
-    task: int
-    steps: list[StepResult] = field(default_factory=list)
-    responses: list[list[str]] = field(default_factory=list)
-
-    @property
-    def state(self) -> EnvState | None:
-        return self.steps[-1].state if self.steps else None
-
-    @property
-    def done(self) -> bool:
-        return bool(self.steps) and self.steps[-1].done
-
-    @property
-    def return_(self) -> float:
-        return sum(step.rewards[0] for step in self.steps)
-
-    @property
-    def info(self) -> Mapping[str, float]:
-        return self.steps[-1].info if self.steps else {}
-
-
-def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tokens: int = 128,
-         tasks_per_batch: int | None = None) -> list[list[Episode]]:
-    """``num_samples`` episodes of each task, every turn of all live episodes in one ``team.generate``.
-
-    ``tasks_per_batch`` plays the tasks in chunks of that many (bounding the decoding batch, and so
-    the KV cache, at ``tasks_per_batch x n_agents x num_samples`` rows); ``None`` plays all at once.
-    """
-    require(num_samples >= 1, f"num_samples must be >= 1, got {num_samples}")
-    if tasks_per_batch and len(tasks) > tasks_per_batch:
-        out = []
-        for start in range(0, len(tasks), tasks_per_batch):
-            for eps in play(team, env, tasks[start:start + tasks_per_batch], num_samples, max_new_tokens):
-                for ep in eps:
-                    ep.task += start
-                out.append(eps)
-        return out
-    episodes = [[Episode(t) for _ in range(num_samples)] for t in range(len(tasks))]
-    # A group is (state, the episodes that continue from it): one group per task at the first turn.
-    groups = [(env.reset(task), eps) for task, eps in zip(tasks, episodes)]
-    n = env.n_agents
-    while groups:
-        requests = [GenerationRequest(i, team.encode(i, state.histories[i]), len(eps)) for state, eps in groups for i in range(n)]
-        outs = team.generate(requests, max_new_tokens=max_new_tokens)
-        states, actions, owners = [], [], []
-        for g, (state, eps) in enumerate(groups):
-            for j, ep in enumerate(eps):
-                joint = [outs[g * n + i][j].text for i in range(n)]
-                states.append(state)
-                actions.append(joint)
-                owners.append(ep)
-        for ep, joint, step in zip(owners, actions, env.step_batch(states, actions)):
-            ep.steps.append(step)
-            ep.responses.append(joint)
-        groups = [(ep.state, [ep]) for ep in owners if not ep.done]
-    return episodes
 
 
 def _shard(tasks: Sequence[Mapping]) -> list[Mapping]:

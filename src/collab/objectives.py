@@ -77,3 +77,88 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """Per-token KL(pi || pi_ref) estimate of Schulman's k3: exp(d) - d - 1 with d = log pi_ref - log pi (>= 0)."""
     d = ref_logprobs - logprobs
     return torch.exp(d) - d - 1
+
+
+# --- actor-critic (paper 002 Sections 3.2 and 4, Eqs. 2-5; paper 004's IPPO / MAPoRL baseline) ----------------
+#
+# Conventions: ``dones[t]`` (bool or 0/1) means the episode terminated with turn t, so h_{t+1} is terminal and its
+# value is never bootstrapped (whatever ``next_values[t]`` holds there, NaN included). A horizon cut that is not a
+# termination is expressed by bootstrapping from V(h_H) (``last_value`` in ``gae``). These functions keep whatever
+# autograd graph their inputs carry; actor weights (TD errors, advantages) and critic targets are meant to be computed
+# from detached critic outputs, and ``value_loss`` detaches its targets itself.
+
+
+def td_targets(rewards: Tensor, next_values: Tensor, dones: Tensor, gamma: float) -> Tensor:
+    """TD(0) targets y_t = r_t + gamma (1 - done_t) V(h_{t+1}) of paper 002 Eqs. 3 and 5 (elementwise)."""
+    bootstrap = torch.where(dones.bool(), torch.zeros_like(next_values), next_values)
+    return rewards + gamma * bootstrap
+
+
+def td_errors(rewards: Tensor, values: Tensor, next_values: Tensor, dones: Tensor, gamma: float) -> Tensor:
+    """delta_t = r_t + gamma (1 - done_t) V(h_{t+1}) - V(h_t): the actor weights of paper 002 Eqs. 2 (DC) and 4 (CC)."""
+    return td_targets(rewards, next_values, dones, gamma) - values
+
+
+def gae(
+    rewards: Tensor, values: Tensor, dones: Tensor, gamma: float, lam: float, last_value: float | Tensor = 0.0
+) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016; "GAE" of paper 004 Alg. 1 line 12) along the last dim.
+
+    With V_{t+1} = values[..., t+1] and V_T = ``last_value`` (0 for an episode that ended; V(h_T) for a cut one,
+    a float or a tensor shaped like ``values[..., 0]``):
+
+        delta_t = r_t + gamma (1 - done_t) V_{t+1} - V_t
+        A_t     = delta_t + gamma lam (1 - done_t) A_{t+1},     A_T = 0
+        returns = A + V                                          (the critic's targets, V-hat of paper 004)
+
+    ``lam = 1`` gives Monte Carlo returns minus values, ``lam = 0`` the TD(0) errors of paper 002 Eqs. 2/4. A done
+    inside the row starts a new episode after it, so rows may hold back-to-back episodes; padding after a final done
+    gets meaningless values and must be masked out by the caller. Returns ``(advantages, returns)``.
+    """
+    last = torch.as_tensor(last_value, dtype=values.dtype, device=values.device).expand_as(values[..., 0])
+    next_values = torch.cat([values[..., 1:], last.unsqueeze(-1)], dim=-1)
+    deltas = td_errors(rewards, values, next_values, dones, gamma)
+    not_done = 1.0 - dones.to(values.dtype)
+    running = torch.zeros_like(deltas[..., 0])
+    advantages = []
+    for t in range(deltas.shape[-1] - 1, -1, -1):
+        running = deltas[..., t] + gamma * lam * not_done[..., t] * running
+        advantages.append(running)
+    advantages = torch.stack(advantages[::-1], dim=-1)
+    return advantages, advantages + values
+
+
+def value_loss(values: Tensor, targets: Tensor, old_values: Tensor | None = None, clip: float | None = None) -> Tensor:
+    """Critic loss mean_t (y_t - V(h_t))^2 of paper 002 Eqs. 3/5 (CoLLM-DC/CC) and paper 004 Alg. 1 line 15.
+
+    The papers' plain squared error, no 0.5 factor (that is only a learning-rate scale); the mean over samples is
+    Alg. 1's (1/|beta|) sum_b. ``targets`` are constants (detached here: semi-gradient TD, as the papers' updates).
+    Given ``old_values`` and ``clip`` (PPO/IPPO value clipping), with V_clip = V_old + clip(V - V_old, -eps, eps):
+
+        loss = mean max((V - y)^2, (V_clip - y)^2)
+    """
+    targets = targets.detach()
+    loss = (values - targets) ** 2
+    if (old_values is None) != (clip is None):
+        raise ValueError("value clipping needs both old_values and clip")
+    if old_values is not None:
+        old_values = old_values.detach()
+        clipped = old_values + (values - old_values).clamp(-clip, clip)
+        loss = torch.maximum(loss, (clipped - targets) ** 2)
+    return loss.mean()
+
+
+def mixed_rewards(rewards: Tensor, own_weight: float = 0.5) -> Tensor:
+    """MAPoRL / IPPO reward of paper 004 Sec. 5.2 over the last dim (agents): r^i = w s^i + (1 - w) mean_k s^k.
+
+    ``own_weight = 0.5`` is the paper's r^i = s^i / 2 + sum_k s^k / (2n); 1 gives independent rewards, 0 the team mean.
+    """
+    return own_weight * rewards + (1.0 - own_weight) * rewards.mean(-1, keepdim=True)
+
+
+def normalize(advantages: Tensor, eps: float = 1e-8) -> Tensor:
+    """PPO's advantage normalisation over all elements: (A - mean A) / (std A + eps), unbiased std (zeros if < 2)."""
+    centered = advantages - advantages.mean()
+    if advantages.numel() < 2:
+        return centered
+    return centered / (advantages.std() + eps)

@@ -85,6 +85,8 @@ class Env(ABC):
     name: ClassVar[str]
     roles: tuple[AgentRole, ...]
     joint_reward: bool = True
+    reward_max: float | None = None
+    """The largest reward of one turn (shown to critics in the global information m_t); None: unknown."""
 
     def __init__(self, horizon: int = 1) -> None:
         from collab.errors import require
@@ -150,6 +152,6 @@ class Env(ABC):
         if not done:
             replies = self.feedback(state, actions, score)
             histories = [h + ({"role": "user", "content": r},) for h, r in zip(histories, replies)]
-        memory = {**state.memory, **score.memory, "last_reward": score.rewards[0]}
+        memory = {**state.memory, **score.memory, "last_reward": score.rewards[0], "last_rewards": tuple(score.rewards)}
         next_state = replace(state, histories=tuple(histories), turn=state.turn + 1, done=done, memory=memory)
         return StepResult(next_state, tuple(float(r) for r in score.rewards), done, score.info)

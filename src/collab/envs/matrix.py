@@ -68,6 +68,9 @@ class MatrixEnv(Env):
         # Table 1 is a joint-reward game by definition; Table 2 games are POSGs unless asked otherwise.
         self.joint_reward = True if preset == "table1" else bool(team_reward)
         self.invalid_penalty = invalid_penalty
+        pairs = [pair for row in PAYOFFS[preset] for pair in row]
+        joint = [pair[0] if preset == "table1" else sum(pair) for pair in pairs]
+        self.reward_max = max(joint) if self.joint_reward else max(u for pair in pairs for u in pair)
         choices = OPTIONS if constrained else None
         system = "You are playing a game with a partner. Answer with a single letter."
         self.roles = tuple(AgentRole(f"player{i + 1}", system, max_new_tokens=1 if constrained else 8, choices=choices) for i in range(2))

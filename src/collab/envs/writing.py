@@ -215,6 +215,7 @@ class WritingEnv(Env):
 
     name = "writing"
     roles = (AgentRole("concise", max_new_tokens=64), AgentRole("detailed", max_new_tokens=128))
+    reward_max = MAX_REWARD
 
     def __init__(
         self,

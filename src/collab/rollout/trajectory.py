@@ -32,6 +32,8 @@ class RolloutBatch:
     """Scalars to log: rewards per agent and turn, reward components, tokens, seconds."""
     examples: list[dict[str, Any]] = field(default_factory=list)
     """A few (prompt, responses, reward) records for the sample-text log."""
+    buffer: Any = None
+    """The actor-critic algorithms' replay buffer of transitions (``samples`` is then empty)."""
 
     def __len__(self) -> int:
         return len(self.samples)

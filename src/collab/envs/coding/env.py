@@ -126,6 +126,7 @@ class CodingEnv(Env):
         if bad:
             raise UserError(f"unknown coding reward weight {bad[0]!r}; valid: {', '.join(sorted(valid))}")
         self.weights = RewardWeights(**{k: float(v) for k, v in (weights or {}).items()})
+        self.reward_max = self.weights.maximum
         records = load_tasks(dataset, path)
         self.dataset = dataset
         self.splits = {"train": select(records, train_split or "[16:]"), "eval": select(records, eval_split or "[:16]")}

@@ -1,0 +1,72 @@
+"""IPPO: independent PPO with one critic per agent (paper 004, Section 5.2 baseline; Table 8).
+
+Each agent i has its own critic V_i(h_{i,t}) (decentralized critics on the agents' shared base) and
+learns from its own reward mixed with the team's (paper 004 5.2, after MAPoRL):
+
+    r_i = 1/2 s_i + 1/(2n) sum_k s_k            (``own_reward_weight`` = 1/2)
+
+Advantages and value targets are fixed once per rollout with GAE(gamma, lambda) over each episode's
+turns, from the critics' values at rollout time (paper 004, Algorithm 1 line 12); every minibatch
+then takes the PPO-clipped actor loss with those advantages (normalized over the minibatch when
+``normalize_advantages``) and the critic loss against the GAE returns, clipped around the rollout-time
+values when ``value_clip`` is set. Table 8: lr 3e-5 (actors and critics), gamma 1.0, clip 0.2,
+1 PPO epoch, GAE on; lambda is not given there: 0.95 here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from collab.algos.actor_critic import ActorCritic
+from collab.errors import require
+from collab.objectives import gae, mixed_rewards, normalize, value_loss
+from collab.rollout.buffer import Transition
+
+
+class IPPO(ActorCritic):
+    def __init__(self, *args, gae_lambda: float = 0.95, own_reward_weight: float = 0.5,
+                 value_clip: float | None = 0.2, normalize_advantages: bool = True, **kwargs) -> None:
+        """
+        Args:
+            gae_lambda: GAE lambda (1: Monte Carlo returns, 0: TD(0) errors).
+            own_reward_weight: Weight of an agent's own score in its reward; the rest is the team mean.
+            value_clip: PPO value clipping around the rollout-time values (None: off).
+            normalize_advantages: Normalize advantages over each minibatch.
+        """
+        kwargs["critic"] = "decentralized"
+        super().__init__(*args, **kwargs)
+        require(0 <= gae_lambda <= 1, f"model.gae_lambda must be in [0, 1], got {gae_lambda}")
+        require(0 <= own_reward_weight <= 1, f"model.own_reward_weight must be in [0, 1], got {own_reward_weight}")
+        require(self.critic_spec.kind == "v",
+                f"IPPO's GAE needs state values V(h_i,t); model.critic_spec.kind must be v, got {self.critic_spec.kind!r}")
+        self.gae_lambda, self.own_reward_weight = gae_lambda, own_reward_weight
+        self.value_clip, self.normalize_advantages = value_clip, normalize_advantages
+
+    @torch.no_grad()
+    def prepare(self, items: list[Transition]) -> None:
+        """GAE advantages and returns of every agent, episode by episode, from the current critics."""
+        episodes: dict[int, list[Transition]] = {}
+        for tr in items:
+            episodes.setdefault(tr.episode, []).append(tr)
+        for steps in episodes.values():
+            values = self.critics.state_values([tr.state for tr in steps]).T            # [n, T]
+            scores = torch.tensor([tr.rewards for tr in steps], dtype=values.dtype, device=values.device)
+            rewards = mixed_rewards(scores, self.own_reward_weight).T                  # [n, T]
+            dones = torch.tensor([float(tr.done) for tr in steps], device=values.device).expand_as(values)
+            advantages, returns = gae(rewards, values, dones, self.gamma, self.gae_lambda)
+            for t, tr in enumerate(steps):
+                tr.extras = {"advantages": advantages[:, t], "returns": returns[:, t], "values": values[:, t]}
+
+    def losses(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
+        advantages = torch.stack([tr.extras["advantages"] for tr in minibatch])           # [B, n]
+        returns = torch.stack([tr.extras["returns"] for tr in minibatch])
+        old_values = torch.stack([tr.extras["values"] for tr in minibatch])
+        weights = normalize(advantages) if self.normalize_advantages else advantages
+        actor, stats = self.actor_loss(minibatch, weights)
+        values = self.critics.state_values([tr.state for tr in minibatch])
+        clip = self.value_clip
+        critic = value_loss(values, returns, old_values if clip else None, clip if clip else None)
+        stats.update({"train/actor_loss": float(actor.detach()), "train/critic_loss": float(critic.detach()),
+                      "train/value_mean": float(values.detach().mean()), "train/adv_mean": float(advantages.mean()),
+                      "train/adv_abs": float(advantages.abs().mean())})
+        return actor + critic, stats

@@ -1,0 +1,115 @@
+"""Playing whole episodes: every live episode's turn in one batched ``team.generate``.
+
+Used by evaluation (``num_samples`` episodes per task) and by the actor-critic algorithms (one
+episode per task, no tree: paper 002, Algorithm 1, lines 3-15). An :class:`Episode` keeps h_0, every
+turn's :class:`~collab.envs.base.StepResult` (reward, done, info, h_{t+1}) and the agents'
+:class:`~collab.sampling.Completion` objects (token ids and behaviour log-probs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from collab.envs.base import Env, EnvState, StepResult
+from collab.errors import require
+from collab.sampling import Completion, GenerationRequest
+
+
+@dataclass
+class Episode:
+    """One sampled episode: its steps and the agents' responses at every turn."""
+
+    task: int
+    start: EnvState | None = None
+    """h_0, the state the episode started from."""
+    steps: list[StepResult] = field(default_factory=list)
+    """``steps[t]``: the outcome of turn t (rewards, done, info, and h_{t+1} as ``state``)."""
+    completions: list[list[Completion]] = field(default_factory=list)
+    """``completions[t][i]``: agent i's response at turn t (token ids and behaviour log-probs)."""
+
+    @property
+    def state(self) -> EnvState | None:
+        """The current state (h_0 before the first turn)."""
+        return self.steps[-1].state if self.steps else self.start
+
+    def state_at(self, t: int) -> EnvState:
+        """h_t: the history the agents acted on at turn t."""
+        return self.start if t == 0 else self.steps[t - 1].state
+
+    @property
+    def responses(self) -> list[list[str]]:
+        return [[c.text for c in turn] for turn in self.completions]
+
+    @property
+    def done(self) -> bool:
+        return bool(self.steps) and self.steps[-1].done
+
+    @property
+    def return_(self) -> float:
+        return sum(step.rewards[0] for step in self.steps)
+
+    @property
+    def info(self) -> Mapping[str, float]:
+        return self.steps[-1].info if self.steps else {}
+
+
+def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tokens: int = 128,
+         tasks_per_batch: int | None = None) -> list[list[Episode]]:
+    """``num_samples`` episodes of each task, every turn of all live episodes in one ``team.generate``.
+
+    ``tasks_per_batch`` plays the tasks in chunks of that many (bounding the decoding batch, and so
+    the KV cache, at ``tasks_per_batch x n_agents x num_samples`` rows); ``None`` plays all at once.
+    """
+    require(num_samples >= 1, f"num_samples must be >= 1, got {num_samples}")
+    if tasks_per_batch and len(tasks) > tasks_per_batch:
+        out = []
+        for start in range(0, len(tasks), tasks_per_batch):
+            for eps in play(team, env, tasks[start:start + tasks_per_batch], num_samples, max_new_tokens):
+                for ep in eps:
+                    ep.task += start
+                out.append(eps)
+        return out
+    episodes = [[Episode(t) for _ in range(num_samples)] for t in range(len(tasks))]
+    # A group is (state, the episodes that continue from it): one group per task at the first turn.
+    groups = []
+    for task, eps in zip(tasks, episodes):
+        start = env.reset(task)
+        for ep in eps:
+            ep.start = start
+        groups.append((start, eps))
+    n = env.n_agents
+    while groups:
+        requests = [GenerationRequest(i, team.encode(i, state.histories[i]), len(eps)) for state, eps in groups for i in range(n)]
+        outs = team.generate(requests, max_new_tokens=max_new_tokens)
+        states, joints, owners = [], [], []
+        for g, (state, eps) in enumerate(groups):
+            for j, ep in enumerate(eps):
+                states.append(state)
+                joints.append([outs[g * n + i][j] for i in range(n)])
+                owners.append(ep)
+        steps = env.step_batch(states, [[c.text for c in joint] for joint in joints])
+        for ep, joint, step in zip(owners, joints, steps):
+            ep.steps.append(step)
+            ep.completions.append(joint)
+        groups = [(ep.state, [ep]) for ep in owners if not ep.done]
+    return episodes
+
+
+def episode_stats(episodes: Sequence[Episode], seconds: float) -> dict[str, float]:
+    """Scalars of a rollout of whole episodes: returns, per-turn per-agent rewards, env info means, throughput."""
+    scalars: dict[str, list[float]] = {}
+    tokens = 0
+    for ep in episodes:
+        scalars.setdefault("reward/return", []).append(sum(sum(s.rewards) / len(s.rewards) for s in ep.steps))
+        scalars.setdefault("rollout/turns", []).append(float(len(ep.steps)))
+        for t, step in enumerate(ep.steps):
+            for i, r in enumerate(step.rewards):
+                scalars.setdefault(f"reward/turn{t}/agent{i}", []).append(float(r))
+            for key, v in step.info.items():
+                scalars.setdefault(f"env/{key}", []).append(float(v))
+            tokens += sum(len(c.completion_ids) for c in ep.completions[t])
+    stats = {key: sum(v) / len(v) for key, v in scalars.items()}
+    stats.update({"rollout/tokens": float(tokens), "rollout/seconds": seconds,
+                  "rollout/tokens_per_s": tokens / max(seconds, 1e-9)})
+    return stats
