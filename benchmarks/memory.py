@@ -24,7 +24,10 @@ and the values with ``critics.state_values``; the reference with a plain forward
 critic's backbone. Then ``backward()`` and ``optimizer.step()``. float32 throughout.
 
 What is measured. Each method runs in a fresh subprocess (the script re-invokes itself with
-``--method collab|reference``), so neither sees the other's allocations:
+``--method collab|reference``), so neither sees the other's allocations; both children run with a
+fixed glibc mmap threshold (``MALLOC_MMAP_THRESHOLD_=65536``) so that freed tensors leave the RSS
+(glibc's dynamic threshold otherwise keeps up to 32 MiB blocks in the heap after they are freed,
+which added ~1.4 GB of dead memory to collab's checkpointed step); ``--glibc-default`` turns it off:
 
 - peak RSS: the child's ``ru_maxrss`` at its end (CPU). It is the whole process: the interpreter,
   torch, transformers and peft (both children import the same modules), the model load, the step.
@@ -79,6 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="training steps on the batch; figures are of the last, the peak of them all (default: %(default)s)")
     ap.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate (default: %(default)s)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    ap.add_argument("--glibc-default", action="store_true",
+                    help="keep glibc's dynamic mmap threshold in the children (freed memory may stay in the RSS)")
     ap.add_argument("--gradient-checkpointing", action="store_true",
                     help="recompute activations in backward, on both sides (BaseConfig.gradient_checkpointing)")
     ap.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
@@ -312,9 +317,16 @@ def measure(args) -> dict:
 
 
 # -- driver -----------------------------------------------------------------------------------------
-def run_child(method: str, argv: list[str]) -> dict:
+# glibc raises its mmap threshold as large blocks are freed (up to 32 MiB), after which freed tensors
+# stay in the heap and keep counting in the RSS; a fixed threshold returns them to the OS, so the peak
+# RSS reflects what is live. Applied to both children alike (--glibc-default turns it off).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
+def run_child(method: str, argv: list[str], glibc_default: bool = False) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--method", method]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, **({} if glibc_default else MALLOC_ENV)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout + proc.stderr)
@@ -357,7 +369,7 @@ def main(argv=None) -> None:
     if args.method != "both":
         print(MARK + json.dumps(measure(args)), flush=True)
         return
-    res = {m: run_child(m, argv) for m in ("collab", "reference")}
+    res = {m: run_child(m, argv, args.glibc_default) for m in ("collab", "reference")}
     report(args, res)
 
 
