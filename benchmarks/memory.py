@@ -221,7 +221,7 @@ def build_reference(args, env):
     from torch import nn
 
     from collab.critics import centralized_input
-    from collab.models import BaseConfig, load_model, load_tokenizer
+    from collab.models import BaseConfig, encode_chat, load_model, load_tokenizer
     from collab.sampling import pad_left
 
     config = BaseConfig(name=args.model, device=args.device, gradient_checkpointing=args.gradient_checkpointing)
@@ -240,13 +240,9 @@ def build_reference(args, env):
     optimizer = torch.optim.AdamW(everything, lr=args.lr)
     roles = [env.roles[i % len(env.roles)].name for i in range(args.agents)]
 
-    def encode(chat) -> list[int]:
-        out = tokenizer.apply_chat_template(list(chat), add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "input_ids") else out)
-
     def inputs(seqs):
-        input_ids, mask = pad_left(seqs, tokenizer.pad_token_id, device)
-        return dict(input_ids=input_ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+        input_ids, mask, positions = pad_left(seqs, tokenizer.pad_token_id, device)
+        return dict(input_ids=input_ids, attention_mask=mask, position_ids=positions)
 
     def step(prompts, responses, states, rewards):
         optimizer.zero_grad(set_to_none=True)
@@ -261,7 +257,7 @@ def build_reference(args, env):
                 per_agent.append(lp.gather(-1, torch.as_tensor(r, device=device)[:, None]).squeeze(-1).mean())
             seq.append(torch.stack(per_agent))
         chats = [centralized_input(s, roles, env.horizon, env.reward_max) for s in states]
-        hidden = critic.model(**inputs([encode(c) for c in chats])).last_hidden_state[:, -1]
+        hidden = critic.model(**inputs([encode_chat(tokenizer, c) for c in chats])).last_hidden_state[:, -1]
         values = head(hidden).squeeze(-1).float()
         loss = loss_fn(torch.stack(seq), values, rewards.to(device))
         loss.backward()

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from collab.envs.base import Env, EnvState, Message
 from collab.errors import require
+from collab.team import train_adapters_only
 
 MODES = ("centralized", "decentralized")
 KINDS = ("v", "q")
@@ -173,8 +174,7 @@ class Critics(nn.Module):
             self.names.append(name)
             self.keys.append(key)
         for model in list(team.models.values()) + list(self.own.values()):
-            for pname, p in model.named_parameters():
-                p.requires_grad_("lora_" in pname)
+            train_adapters_only(model)
         self.heads = nn.ModuleList(ValueHead(self.model(j).config.hidden_size) for j in range(n))
 
     def __len__(self) -> int:
@@ -207,10 +207,13 @@ class Critics(nn.Module):
     # -- values ------------------------------------------------------------------------------------
     def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
         """Value of each chat under its critic, with gradients (float32, shape ``[len(chats)]``)."""
+        from collab.models import encode_chat
         from collab.sampling import _forward_fn, pad_left
         from collab.team import _eval_mode
 
-        out = torch.zeros(len(chats), dtype=torch.float32, device=self.heads[0].linear.weight.device)
+        device = self.heads[0].linear.weight.device
+        if not chats:
+            return torch.zeros(0, device=device)
         rows = [None] * len(chats)
         for key in dict.fromkeys(self.keys):
             idx = [b for b, j in enumerate(critic) if self.keys[j] == key]
@@ -218,9 +221,8 @@ class Critics(nn.Module):
                 continue
             j0 = critic[idx[0]]
             model, tokenizer = self.model(j0), self.tokenizer(j0)
-            seqs = [_encode(tokenizer, chats[b])[-(self.spec.context or 0):] for b in idx]
-            input_ids, mask = pad_left(seqs, tokenizer.pad_token_id, out.device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            seqs = [encode_chat(tokenizer, chats[b])[-(self.spec.context or 0):] for b in idx]
+            input_ids, mask, positions = pad_left(seqs, tokenizer.pad_token_id, device)
             inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, output_hidden_states=True,
                           logits_to_keep=1)
             names = [self.names[critic[b]] for b in idx]
@@ -231,7 +233,7 @@ class Critics(nn.Module):
                     hidden = _forward_fn(model)(names, **inputs).hidden_states[-1][:, -1]
             for r, b in enumerate(idx):
                 rows[b] = self.heads[critic[b]](hidden[r])
-        return torch.stack(rows).float() if rows else out
+        return torch.stack(rows).float()
 
     def state_values(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]] | None = None) -> Tensor:
         """``[len(states), len(self)]``: every critic's value of every state (with gradients)."""
@@ -250,13 +252,6 @@ def _checkpointed_last_hidden(model, names: list[str], inputs: dict) -> Tensor:
         out = model(**{k: (v[rows] if isinstance(v, Tensor) else v) for k, v in inputs.items()})
         for r, h in zip(rows, out.hidden_states[-1][:, -1]):
             hidden[r] = h
-    for pname, p in model.named_parameters():  # set_adapter() leaves only the active adapter trainable
-        p.requires_grad_("lora_" in pname)
+    train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
     return torch.stack(hidden)
 
-
-def _encode(tokenizer, chat) -> list[int]:
-    out = tokenizer.apply_chat_template(list(chat), add_generation_prompt=True, tokenize=True)
-    if isinstance(out, dict) or hasattr(out, "input_ids"):
-        out = out["input_ids"]
-    return list(out)

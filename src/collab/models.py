@@ -143,6 +143,14 @@ def model_folder(name: str) -> str:
     raise unknown("model", name, [DEFAULT_BASE, TINY, "<local folder>", "<hub org/name>"])
 
 
+def encode_chat(tokenizer, messages) -> list[int]:
+    """Token ids of a chat, ending with the assistant turn's header (the model's own chat template)."""
+    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+    if isinstance(out, dict) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    return list(out)
+
+
 @lru_cache(maxsize=8)
 def load_tokenizer(name: str = DEFAULT_BASE):
     """The tokenizer of a base (cached per process; left padding for batched generation)."""

@@ -41,8 +41,8 @@ class Completion:
         return float(sum(self.logprobs))
 
 
-def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
-    """Left-padded ids and attention mask for a list of token sequences."""
+def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor, Tensor]:
+    """Left-padded ids, attention mask and position ids (0 at each row's first real token)."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -50,7 +50,8 @@ def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor
         if s:
             ids[i, width - len(s):] = torch.as_tensor(s)
             mask[i, width - len(s):] = 1
-    return ids.to(device), mask.to(device)
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def action_mask(choice_ids: Tensor | None, vocab: int, device=None) -> Tensor | None:
@@ -129,8 +130,7 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     device = model.get_input_embeddings().weight.device
     pad = tokenizer.pad_token_id
     eos = {tokenizer.eos_token_id, pad} - {None}
-    ids, mask = pad_left([r.prompt_ids for r in rows], pad, device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask, positions = pad_left([r.prompt_ids for r in rows], pad, device)
     from transformers import DynamicCache
 
     cache = DynamicCache()

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from collab.errors import UserError
-from collab.models import BaseConfig, load_model, load_tokenizer
+from collab.models import BaseConfig, encode_chat, load_model, load_tokenizer
 from collab.sampling import Completion, GenerationRequest, _forward_fn, decode
 
 
@@ -106,8 +106,7 @@ class AgentTeam(nn.Module):
             else:
                 self.models[key].add_adapter(name, lora)
         for model in self.models.values():
-            for n, p in model.named_parameters():
-                p.requires_grad_("lora_" in n)
+            train_adapters_only(model)
         self.choice_ids = [self._choice_ids(i) for i in range(len(agents))]
 
     # -- structure ---------------------------------------------------------------------------------
@@ -145,10 +144,7 @@ class AgentTeam(nn.Module):
     # -- prompts -----------------------------------------------------------------------------------
     def encode(self, agent: int, messages) -> list[int]:
         """Token ids of an agent's chat history, ending with the assistant turn's header."""
-        out = self.tokenizer_of(agent).apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(out, dict) or hasattr(out, "input_ids"):
-            out = out["input_ids"]
-        return list(out)
+        return encode_chat(self.tokenizer_of(agent), messages)
 
     # -- acting ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -204,8 +200,7 @@ class AgentTeam(nn.Module):
         model = self.models[key]
         pad = self.tokenizers[key].pad_token_id
         seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
-        input_ids, mask = pad_left(seqs, pad, self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = pad_left(seqs, pad, self.device)
         # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
         # and gradient checkpointing (active in train mode only) is off.
         mixed = not reference and all(self.specs[a].lora.dropout == 0 for a in agents) and not self.base_config.gradient_checkpointing
@@ -235,9 +230,7 @@ class AgentTeam(nn.Module):
                 target = torch.as_tensor(completions[i], device=lp.device)
                 result[i] = lp.gather(-1, target[:, None]).squeeze(-1)
         if not mixed:
-            # set_adapter() marks only the active adapter trainable; restore every adapter.
-            for n, p in model.named_parameters():
-                p.requires_grad_("lora_" in n)
+            train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
         return result  # type: ignore[return-value]
 
     # -- persistence -------------------------------------------------------------------------------
@@ -268,6 +261,13 @@ class AgentTeam(nn.Module):
                 raise UserError(f"no adapter for {name} in {folder} (expected {path})")
         for i, (name, path) in enumerate(zip(self.names, paths)):
             set_peft_model_state_dict(self.model_of(i), load_file(path), adapter_name=name)
+
+
+def train_adapters_only(model: nn.Module) -> None:
+    """Mark every LoRA parameter of ``model`` trainable and everything else frozen (``set_adapter``
+    leaves only the active adapter trainable; this restores all of them)."""
+    for name, p in model.named_parameters():
+        p.requires_grad_("lora_" in name)
 
 
 class _eval_mode:
