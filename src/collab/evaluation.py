@@ -7,8 +7,9 @@ continue each episode on its own history. What counts is the episode's last step
 - ``eval/return``: the mean undiscounted return of an episode;
 - ``eval/env/<key>``: the mean of each env info value at the last step (reward components, the
   cooperation-scheme one-hots ``scheme/<name>`` of the coding env, ...);
-- for environments reporting ``solved`` and ``pass_rate`` (coding): ``eval/pass@k`` (unbiased estimator,
-  :class:`~collab.metrics.PassAtK`) and ``eval/acc@k`` (:class:`~collab.metrics.AccuracyAtK`) for every
+- for environments reporting ``solved`` (coding, math, competitive coding): ``eval/pass@k`` (unbiased
+  estimator, :class:`~collab.metrics.PassAtK`; pass@1 is a math team's accuracy) and, where they also
+  report ``pass_rate``, ``eval/acc@k`` (:class:`~collab.metrics.AccuracyAtK`) for every
   ``k <= num_samples``, as in paper 002's Table 2.
 
 Under DDP each process plays a shard of the tasks (``rank::world_size``); the metrics' states are
@@ -39,32 +40,36 @@ def _shard(tasks: Sequence[Mapping]) -> list[Mapping]:
 
 def evaluate(team, env: Env, tasks: Sequence[Mapping], num_samples: int = 10, ks: Sequence[int] = DEFAULT_KS,
              max_new_tokens: int = 128, device: torch.device | str = "cpu",
-             tasks_per_batch: int | None = 4) -> tuple[dict[str, float], list[list[Episode]]]:
+             tasks_per_batch: int | None = 4, dependency=None) -> tuple[dict[str, float], list[list[Episode]]]:
     """The metrics of ``num_samples`` episodes per task (see the module docstring) and the episodes."""
     ks = sorted({int(k) for k in ks if int(k) <= num_samples})
     require(len(ks) > 0, f"no k <= num_samples ({num_samples}); give num_samples >= the smallest k")
-    episodes = play(team, env, _shard(tasks), num_samples, max_new_tokens, tasks_per_batch) if tasks else []
+    episodes = play(team, env, _shard(tasks), num_samples, max_new_tokens, tasks_per_batch, dependency) if tasks else []
     returns = MeanMetric().to(device)
     info_means: dict[str, MeanMetric] = {}
     pass_k = {k: PassAtK(k).to(device) for k in ks}
     acc_k = {k: AccuracyAtK(k).to(device) for k in ks}
-    coded = False
+    solved = rated = False
     for eps in episodes:
         for ep in eps:
             returns.update(ep.return_)
             for key, value in ep.info.items():
                 info_means.setdefault(key, MeanMetric().to(device)).update(float(value))
-        if eps and all("solved" in ep.info and "pass_rate" in ep.info for ep in eps):
-            coded = True
+        if eps and all("solved" in ep.info for ep in eps):
+            solved = True
             n_correct = torch.tensor([sum(int(ep.info["solved"] > 0.5) for ep in eps)])
             for k in ks:
                 pass_k[k].update(torch.tensor([len(eps)]), n_correct)
+        if eps and all("pass_rate" in ep.info for ep in eps):
+            rated = True
+            for k in ks:
                 acc_k[k].update([torch.tensor([ep.info["pass_rate"] for ep in eps])])
     metrics = {"eval/return": float(returns.compute()) if episodes else float("nan"),
                "eval/problems": float(len(tasks)), "eval/samples": float(num_samples)}
     metrics.update({f"eval/env/{key}": float(m.compute()) for key, m in sorted(info_means.items())})
-    if coded:
+    if solved:
         metrics.update({f"eval/pass@{k}": float(pass_k[k].compute()) for k in ks})
+    if rated:
         metrics.update({f"eval/acc@{k}": float(acc_k[k].compute()) for k in ks})
     return metrics, episodes
 

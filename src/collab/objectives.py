@@ -6,6 +6,8 @@ files call these and read like the papers' pseudo-code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -128,7 +130,8 @@ def gae(
     return advantages, advantages + values
 
 
-def value_loss(values: Tensor, targets: Tensor, old_values: Tensor | None = None, clip: float | None = None) -> Tensor:
+def value_loss(values: Tensor, targets: Tensor, old_values: Tensor | None = None, clip: float | None = None,
+               huber_delta: float | None = None) -> Tensor:
     """Critic loss mean_t (y_t - V(h_t))^2 of paper 002 Eqs. 3/5 (CoLLM-DC/CC) and paper 004 Alg. 1 line 15.
 
     The papers' plain squared error, no 0.5 factor (that is only a learning-rate scale); the mean over samples is
@@ -136,15 +139,25 @@ def value_loss(values: Tensor, targets: Tensor, old_values: Tensor | None = None
     Given ``old_values`` and ``clip`` (PPO/IPPO value clipping), with V_clip = V_old + clip(V - V_old, -eps, eps):
 
         loss = mean max((V - y)^2, (V_clip - y)^2)
+
+    ``huber_delta`` replaces the square e^2 by the Huber loss 2 H_delta(e) (H = e^2/2 for |e| <= delta, else
+    delta (|e| - delta/2)): the same as the square for small errors, linear beyond delta.
     """
     targets = targets.detach()
-    loss = (values - targets) ** 2
+
+    def err(v: Tensor) -> Tensor:
+        e = v - targets
+        if huber_delta is None:
+            return e**2
+        return 2 * torch.nn.functional.huber_loss(v, targets, reduction="none", delta=huber_delta)
+
+    loss = err(values)
     if (old_values is None) != (clip is None):
         raise ValueError("value clipping needs both old_values and clip")
     if old_values is not None:
         old_values = old_values.detach()
         clipped = old_values + (values - old_values).clamp(-clip, clip)
-        loss = torch.maximum(loss, (clipped - targets) ** 2)
+        loss = torch.maximum(loss, err(clipped))
     return loss.mean()
 
 
@@ -162,3 +175,42 @@ def normalize(advantages: Tensor, eps: float = 1e-8) -> Tensor:
     if advantages.numel() < 2:
         return centered
     return centered / (advantages.std() + eps)
+
+
+# --- MARFT (paper 004, Section 4 and Appendix B) ----------------------------------------------------------------------
+#
+# MARFT turns a Flex-MG episode into one sequential decision chain: at every step t the agents act in order, so the
+# chain of an episode is (t=0, agent 1), ..., (t=0, agent n), (t=1, agent 1), ... (MARFT-A), or the same with every
+# agent's response unrolled into its tokens (MARFT-T). The successor of agent i is agent i+1 at the same step; the
+# successor of the last agent is the first agent at the next step; the team reward r_t sits on the last element of
+# step t. GAE and the Bellman backup then run along this chain with the plain ``gae``.
+
+
+def chain(step_rewards: Tensor, lengths: Sequence[int], terminated: bool = True) -> tuple[Tensor, Tensor]:
+    """One episode's chain rewards and dones: step t spans ``lengths[t]`` consecutive chain elements (n agents for
+    MARFT-A; the tokens of all n responses for MARFT-T) and its reward ``step_rewards[t]`` goes on the last one.
+
+    Every other element has reward 0 ("zero reward inside a response" and "to preceding agents"). ``dones`` is 1 on
+    the chain's last element when the episode ``terminated`` (no bootstrap past it), else all 0.
+    """
+    if len(step_rewards) != len(lengths):
+        raise ValueError(f"{len(step_rewards)} step rewards for {len(lengths)} steps")
+    total = int(sum(lengths))
+    rewards = torch.zeros(total, dtype=torch.float32, device=step_rewards.device)
+    ends = torch.tensor(list(lengths), device=step_rewards.device).cumsum(0) - 1
+    rewards[ends] = step_rewards.to(rewards.dtype)
+    dones = torch.zeros(total, dtype=torch.float32, device=step_rewards.device)
+    if terminated and total:
+        dones[-1] = 1.0
+    return rewards, dones
+
+
+def bellman_targets(rewards: Tensor, values: Tensor, dones: Tensor, gamma: float, last_value: float | Tensor = 0.0) -> Tensor:
+    """One-step backup along a chain, y_k = r_k + gamma (1 - done_k) V_{k+1} (V after the chain: ``last_value``).
+
+    On MARFT-T's token chain this is Section 4's token-level Bellman backup: 0 + gamma V(next token) inside a
+    response, 0 + gamma V(next agent's first decision) at an agent's last token, R + gamma V(s_{t+1}) at the last
+    agent's last token. It equals ``gae(...)`` 's returns with lam = 0.
+    """
+    last = torch.as_tensor(last_value, dtype=values.dtype, device=values.device).reshape(1)
+    return td_targets(rewards, torch.cat([values[1:], last]), dones, gamma)

@@ -176,25 +176,28 @@ class AgentTeam(nn.Module):
 
     # -- learning ----------------------------------------------------------------------------------
     def logprobs(self, agent: int | list[int], prompt_ids: list[list[int]], completion_ids: list[list[int]],
-                 reference: bool = False) -> list[Tensor]:
+                 reference: bool = False, entropy: bool = False):
         """Teacher-forced per-token log-probs of each completion given its prompt (with gradients).
 
         ``agent`` is one agent for all rows or one per row (rows of agents on different bases are
         split by base). The sequence log-prob of paper 002, Section 4.2 is ``out[b].sum()``.
-        ``reference=True`` uses the base with adapters disabled (the reference policy).
+        ``reference=True`` uses the base with adapters disabled (the reference policy). With
+        ``entropy=True`` the result is ``(logprobs, entropies)``: also the per-token entropy of the
+        agent's policy (the PPO entropy bonus), from the same forward.
         """
         agents = [agent] * len(prompt_ids) if isinstance(agent, int) else list(agent)
         out: list[Tensor | None] = [None] * len(agents)
+        ent: list[Tensor | None] = [None] * len(agents)
         for key in self.models:
             idx = [i for i, a in enumerate(agents) if self.base_of[a] == key]
             if idx:
                 res = self._logprobs_on_base(key, [agents[i] for i in idx], [prompt_ids[i] for i in idx],
-                                             [completion_ids[i] for i in idx], reference)
-                for i, r in zip(idx, res):
-                    out[i] = r
-        return out  # type: ignore[return-value]
+                                             [completion_ids[i] for i in idx], reference, entropy)
+                for i, (r, e) in zip(idx, res):
+                    out[i], ent[i] = r, e
+        return (out, ent) if entropy else out
 
-    def _logprobs_on_base(self, key, agents, prompts, completions, reference) -> list[Tensor]:
+    def _logprobs_on_base(self, key, agents, prompts, completions, reference, entropy=False) -> list[tuple[Tensor, Tensor | None]]:
         from collab.sampling import action_mask, pad_left, policy_logits
 
         model = self.models[key]
@@ -228,7 +231,10 @@ class AgentTeam(nn.Module):
                 allowed = action_mask(self.choice_ids[a], step_logits.shape[-1], step_logits.device)
                 lp = policy_logits(step_logits, self.specs[a].sampling.temperature, allowed).log_softmax(-1)
                 target = torch.as_tensor(completions[i], device=lp.device)
-                result[i] = lp.gather(-1, target[:, None]).squeeze(-1)
+                # -sum p log p over the allowed tokens (masked ones have log p = -inf, p = 0: left out,
+                # so that neither the value nor its gradient sees 0 * inf)
+                ent = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(-1) if entropy else None
+                result[i] = (lp.gather(-1, target[:, None]).squeeze(-1), ent)
         if not mixed:
             train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
         return result  # type: ignore[return-value]

@@ -50,6 +50,10 @@ def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
 class CollabModule(L.LightningModule):
     """Base LightningModule of the algorithms."""
 
+    protocol = None
+    """The Flex-MG dependency (:class:`~collab.rollout.protocol.Dependency`) the team acts under;
+    ``None``: every agent acts at once (MARFT sets it from its ``dependency`` option)."""
+
     def __init__(self, base: BaseConfig | None = None, agents: list[AgentSpec] | None = None, agent_lr: float = 5e-6,
                  max_new_tokens: int = 128, max_grad_norm: float = 1.0, log_samples_every: int = 10) -> None:
         super().__init__()

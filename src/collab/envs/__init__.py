@@ -11,6 +11,8 @@ _ENVS = {
     "matrix": "collab.envs.matrix:MatrixEnv",
     "writing": "collab.envs.writing:WritingEnv",
     "coding": "collab.envs.coding.env:CodingEnv",
+    "math": "collab.envs.math.env:MathEnv",
+    "competitive_coding": "collab.envs.competitive_coding.env:CompetitiveCodingEnv",
 }
 
 

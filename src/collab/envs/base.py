@@ -148,10 +148,15 @@ class Env(ABC):
 
     def _advance(self, state: EnvState, actions: Sequence[str], score: Score) -> StepResult:
         done = score.terminated or state.turn + 1 >= self.horizon
+        histories = self.next_histories(state, actions, score, done)
+        memory = {**state.memory, **score.memory, "last_reward": score.rewards[0], "last_rewards": tuple(score.rewards)}
+        next_state = replace(state, histories=tuple(histories), turn=state.turn + 1, done=done, memory=memory)
+        return StepResult(next_state, tuple(float(r) for r in score.rewards), done, score.info)
+
+    def next_histories(self, state: EnvState, actions: Sequence[str], score: Score, done: bool) -> list[tuple[Message, ...]]:
+        """Each agent's history after a turn: its action appended, then (unless done) its feedback."""
         histories = [h + ({"role": "assistant", "content": a},) for h, a in zip(state.histories, actions)]
         if not done:
             replies = self.feedback(state, actions, score)
             histories = [h + ({"role": "user", "content": r},) for h, r in zip(histories, replies)]
-        memory = {**state.memory, **score.memory, "last_reward": score.rewards[0], "last_rewards": tuple(score.rewards)}
-        next_state = replace(state, histories=tuple(histories), turn=state.turn + 1, done=done, memory=memory)
-        return StepResult(next_state, tuple(float(r) for r in score.rewards), done, score.info)
+        return histories

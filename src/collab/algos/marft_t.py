@@ -1,0 +1,83 @@
+"""MARFT-T: token-level multi-agent reinforcement fine-tuning (paper 004, Section 4, "MARFT-T").
+
+Every token is an action. The critic values each token-level state V(s_t, a_t^{1:i-1}, w^{i,1:j}),
+read where the policy chooses token j+1 of agent i's response (``central_critic``), and Section 4's
+backup runs along the episode's token chain:
+
+    V(s_t, a^{1:i-1}, w^{i,1:j}) <- 0 + gamma V(s_t, a^{1:i-1}, w^{i,1:j+1})     inside agent i's response
+                                 <- 0 + gamma V(s_t, a^{1:i}, first token of agent i+1)   at its last token, i < n
+                                 <- R(s_t, a_t) + gamma V(s_{t+1}, first decision)        at agent n's last token
+
+i.e. zero reward everywhere but the last agent's last token of each step
+(``objectives.chain`` with the tokens of all n responses as the step's length, and
+``objectives.bellman_targets`` for the one-step backup). Advantages and value targets are GAE along
+that chain (lambda = 0: the backup itself). Indexing: the paper's state w^{i,1:j} holds the first j
+tokens; here the state of token j is the one before it is chosen, so every generated token, the first
+included, has a state value and an advantage (the reference code does the same).
+
+The actor loss is the per-token PPO-clip loss and the critic loss the per-token value loss, both
+averaged over the real tokens of the minibatch's responses (no padding enters either mean).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from collab.algos.marft import MARFT, approx_kl
+from collab.errors import UserError
+from collab.objectives import chain, clipped_surrogate, gae, normalize
+from collab.rollout.buffer import Transition
+from collab.rollout.episodes import Episode
+
+
+class MARFTT(MARFT):
+    def build_extra(self, env) -> None:
+        super().build_extra(env)
+        if len(set(self.team.base_of)) > 1:
+            raise UserError("marft_t reads token-level values in the agents' own tokens, so every agent must share "
+                            "one base model; use marft_a for a team with several bases")
+
+    def prepare(self, episodes: list[Episode], items: list[Transition]) -> None:
+        n = len(self.team)
+        prompts = [list(c.prompt_ids) for tr in items for c in tr.actions]
+        completions = [list(c.completion_ids) for tr in items for c in tr.actions]
+        features = self.features(prompts, completions)                                    # n per item, [L, H] each
+        device = self.critic.net[0].weight.device
+        values = [self.critic(f.to(device)).cpu() if len(f) else torch.zeros(0) for f in features]
+        by_episode: dict[int, list[int]] = {}
+        for k, tr in enumerate(items):
+            by_episode.setdefault(tr.episode, []).append(k)
+        for rows in by_episode.values():
+            lengths = [sum(len(completions[k * n + i]) for i in range(n)) for k in rows]
+            step_rewards = torch.tensor([sum(items[k].rewards) / n for k in rows])
+            rewards, dones = chain(step_rewards, lengths, terminated=items[rows[-1]].done)
+            flat_values = torch.cat([values[k * n + i] for k in rows for i in range(n)])
+            advantages, returns = gae(rewards, flat_values, dones, self.gamma, self.gae_lambda)
+            start = 0
+            for k, length in zip(rows, lengths):
+                span = slice(start, start + length)
+                bounds = torch.tensor([0] + [len(completions[k * n + i]) for i in range(n)]).cumsum(0).tolist()
+                items[k].extras = {"features": torch.cat(features[k * n:(k + 1) * n]),
+                                   "values": flat_values[span], "advantages": advantages[span], "returns": returns[span],
+                                   "agent_spans": [(bounds[i], bounds[i + 1]) for i in range(n)]}
+                start += length
+
+    def actor_loss(self, minibatch: list[Transition], agents: list[int]):
+        rows = [(tr, i) for tr in minibatch for i in agents if tr.actions[i].completion_ids]
+        if not rows:
+            zero = self.critic.net[0].weight.sum() * 0.0
+            return zero, zero, {"train/approx_kl": 0.0}
+        token_logprobs, entropies = self.policy_forward(rows)
+        logprobs = torch.cat(token_logprobs)
+        old = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
+        advantages = torch.cat([tr.extras["advantages"][slice(*tr.extras["agent_spans"][i])] for tr, i in rows]).to(logprobs)
+        if self.normalize_advantages:
+            advantages = normalize(advantages)
+        loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
+        entropy = torch.cat(entropies).mean()
+        ratio = torch.exp(logprobs.detach() - old)
+        stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
+                 "train/ratio": float(ratio.mean()), "train/clip_frac": float(((ratio - 1).abs() > self.clip).float().mean()),
+                 "train/approx_kl": approx_kl(logprobs, old), "train/adv_mean": float(advantages.mean()),
+                 "train/tokens": float(len(logprobs))}
+        return loss, entropy, stats

@@ -1,0 +1,128 @@
+r"""The math problem-solving environment of MARFT (paper 004, Sections 3.1 and 5.1).
+
+A Flex-MG on a shared text state (:class:`~collab.envs.shared.SharedStateEnv`): s_0 is the problem,
+the profile's agents (``duo``: Reasoner -> Actor, Appendix D.3) act in order, and the verifier grades
+the graded agent's final answer: reward 1 when it is correct, 0 otherwise (Section 5.1), for every
+agent. A wrong answer appends the joint action and ``Judge: incorrect`` to the state and the team
+tries again, up to ``horizon`` turns (2 in Tables 5, 9 and 10); a correct one ends the episode.
+
+The answer is the last ``\boxed{}`` of the graded agent's output (:mod:`collab.envs.math.answers`);
+with ``fallback=True`` (the default) an unboxed output is graded by its last "answer is X" phrase or
+its last number, since small models rarely box; ``fallback=False`` grades boxed answers only, as the
+paper does. Each grade logs ``correct``, ``answered`` (an answer was found) and ``boxed``.
+
+**Splits.** Generated datasets (``gsm_symbolic``, ``arithmetic``, ``addition``) have a fixed eval set of ``num_eval``
+problems (its seed does not change with ``seed``, so every run evaluates on the same problems) and
+``num_train`` training problems drawn with ``seed``, skipping any whose text is in the eval set.
+Fixed datasets (GSM8K, MATH, MATH-500, AIME, a local file) default to a fixed random sample of
+``num_eval`` records for eval and the remaining records, in file order, for train. ``train_split``
+/ ``eval_split`` (slices such as ``"[:100]"``) select from the generated sets, or from the fixed
+dataset in file order; a split left at ``None`` on a fixed dataset takes every record that is not in
+the other split.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from collab.envs.math.answers import fallback_answer, is_equiv, last_boxed
+from collab.envs.math.datasets import DATASETS, GENERATED, generate, is_path, load_dataset
+from collab.envs.records import select
+from collab.envs.shared import SharedStateEnv
+from collab.errors import UserError, require
+
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+"""The line after each problem: the D.3 profiles ask for a boxed answer, the problem text says it too."""
+SPLITS = ("train", "eval")
+
+
+class MathEnv(SharedStateEnv):
+    """Math problem solving with a team of profiled agents; reward 1 for a correct final answer."""
+
+    name = "math"
+    domain = "math"
+    default_max_new_tokens = 256
+
+    def __init__(self, dataset: str = "gsm_symbolic", profile: str = "duo", horizon: int = 2,
+                 train_split: str | None = None, eval_split: str | None = None, num_train: int = 512,
+                 num_eval: int = 64, fallback: bool = True, seed: int = 0) -> None:
+        """
+        Args:
+            dataset: ``gsm_symbolic`` (default), ``arithmetic``, ``addition``, ``gsm8k``, ``math``, ``math500``, ``aime``
+                (:mod:`collab.envs.math.datasets`) or a path to a ``.json`` / ``.jsonl`` file with
+                ``problem`` (or ``question``) and ``answer``.
+            profile: ``solo``, ``duo`` (Reasoner -> Actor), ``trio``, a shipped profile name or a path.
+            horizon: Attempts per problem; the episode also ends at the first correct answer.
+            train_split, eval_split: Slices (``"[:100]"``) of each split's problems (module docstring).
+            num_train, num_eval: Problems generated for train and eval; ``num_eval`` is also the size
+                of the default eval sample of a fixed dataset.
+            fallback: Grade unboxed answers by their last "answer is X" phrase or last number.
+            seed: Seed of the generated training problems.
+        """
+        super().__init__(profile, horizon)
+        if dataset not in DATASETS and not is_path(dataset):
+            raise UserError(f"unknown math dataset {dataset!r}; valid: {', '.join(DATASETS)} "
+                            "or a path to a .json/.jsonl file")
+        require(num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}")
+        for spec in (train_split, eval_split):
+            select([], spec)  # a malformed slice fails here, not at the first tasks() call
+        self.dataset, self.fallback, self.seed = dataset, fallback, seed
+        self.num_train, self.num_eval = num_train, num_eval
+        self.split_specs = {"train": train_split, "eval": eval_split}
+        self._splits: dict[str, list[dict[str, Any]]] = {}
+        self._all: list[dict[str, Any]] | None = None  # every record of a fixed dataset
+
+    # -- tasks ---------------------------------------------------------------------------------------
+    def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
+        if split not in SPLITS:
+            raise UserError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        if split not in self._splits:
+            self._splits[split] = self._load(split)
+        return self._splits[split]
+
+    def _load(self, split: str) -> list[dict[str, Any]]:
+        spec = self.split_specs[split]
+        if self.dataset in GENERATED:
+            if split == "eval":
+                records = generate(self.dataset, self.num_eval, "eval")
+            else:
+                held_out = {r["problem"] for r in self.tasks("eval")}
+                records = generate(self.dataset, self.num_train, self.seed, exclude=held_out)
+            out = select(records, spec)
+        elif spec is not None:
+            out = select(self._records(), spec)
+        else:  # every record that the other split does not take
+            other = "eval" if split == "train" else "train"
+            if split == "eval" and self.split_specs["train"] is None:
+                out = self._default_eval()
+            else:
+                taken = {r["id"] for r in self.tasks(other)}
+                out = [r for r in self._records() if r["id"] not in taken]
+        require(bool(out), f"the {split} split of math dataset {self.dataset!r} is empty ({split}_split={spec!r}); "
+                           f"pass {split}_split, e.g. '[:]' for every record")
+        return out
+
+    def _records(self) -> list[dict[str, Any]]:
+        if self._all is None:
+            self._all = load_dataset(self.dataset)
+        return self._all
+
+    def _default_eval(self) -> list[dict[str, Any]]:
+        """A fixed random sample of ``num_eval`` records, in file order (the same in every run)."""
+        records = self._records()
+        rng = random.Random(f"collab.math/{self.dataset}/eval")
+        keep = set(rng.sample(range(len(records)), min(self.num_eval, len(records))))
+        return [r for i, r in enumerate(records) if i in keep]
+
+    # -- Flex-MG -------------------------------------------------------------------------------------
+    def problem(self, task: Mapping[str, Any]) -> str:
+        return f"{task['problem']}\n\n{INSTRUCTION}"
+
+    def grade(self, task: Mapping[str, Any], answer: str) -> tuple[float, dict[str, float]]:
+        """1.0 when the graded agent's final answer equals the gold one (paper 004, Section 5.1)."""
+        boxed = last_boxed(answer or "")
+        pred = boxed if boxed is not None else (fallback_answer(answer or "") if self.fallback else None)
+        correct = float(bool(pred) and is_equiv(pred, str(task["answer"])))
+        return correct, {"correct": correct, "answered": float(bool(pred)), "boxed": float(boxed is not None)}
