@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from collab.sampling import pad_left
-from collab.team import train_adapters_only
+from collab.team import _eval_mode, adapters_disabled
 
 HIDDEN = (1024, 512)
 
@@ -53,51 +53,29 @@ class CriticHead(nn.Module):
 @torch.no_grad()
 def base_features(model, pad_id: int, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]] | None = None,
                   batch_size: int = 8) -> list[Tensor]:
-    """Last-layer hidden states of ``model``'s frozen base with its adapters disabled (float32, CPU).
+    """Last-layer hidden states of the peft ``model``'s frozen base with its adapters disabled (float32, CPU).
 
     Without ``completions``: one ``[hidden]`` vector per prompt, at its last token. With them: one
     ``[len(completion), hidden]`` matrix per row, at the last prompt token and at every completion
     token but the last. Rows go through the model ``batch_size`` at a time.
     """
     device = model.get_input_embeddings().weight.device
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model()
     decoder = getattr(base, base.base_model_prefix)  # the transformer without its LM head
     out: list[Tensor] = []
-    was_training = model.training
-    model.eval()
-    try:
-        with _adapters_disabled(model):
-            for start in range(0, len(prompts), batch_size):
-                rows = range(start, min(start + batch_size, len(prompts)))
-                tails = [list(completions[r][:-1]) if completions is not None else [] for r in rows]
-                seqs = [list(prompts[r]) + t for r, t in zip(rows, tails)]
-                ids, mask, positions = pad_left(seqs, pad_id, device)
-                hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
-                for b, (r, t) in enumerate(zip(rows, tails)):
-                    if completions is None:
-                        out.append(hidden[b, -1].float().cpu())
-                    elif not completions[r]:  # an empty response has no decision points
-                        out.append(hidden.new_zeros((0, hidden.shape[-1])).float().cpu())
-                    else:
-                        out.append(hidden[b, hidden.shape[1] - len(t) - 1:].float().cpu())
-    finally:
-        model.train(was_training)
+    with _eval_mode(model), adapters_disabled(model):
+        for start in range(0, len(prompts), batch_size):
+            rows = range(start, min(start + batch_size, len(prompts)))
+            tails = [list(completions[r][:-1]) if completions is not None else [] for r in rows]
+            seqs = [list(prompts[r]) + t for r, t in zip(rows, tails)]
+            ids, mask, positions = pad_left(seqs, pad_id, device)
+            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+            for b, (r, t) in enumerate(zip(rows, tails)):
+                if completions is None:
+                    out.append(hidden[b, -1].float().cpu())
+                elif not completions[r]:  # an empty response has no decision points
+                    out.append(hidden.new_zeros((0, hidden.shape[-1])).float().cpu())
+                else:
+                    out.append(hidden[b, hidden.shape[1] - len(t) - 1:].float().cpu())
     return out
 
-
-class _adapters_disabled:
-    """``model.disable_adapter()`` for a peft model; nothing for a plain one. On exit peft re-enables the
-    active adapter only (the others become frozen), so every adapter is made trainable again."""
-
-    def __init__(self, model) -> None:
-        self.model = model
-        self.ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else None
-
-    def __enter__(self):
-        if self.ctx is not None:
-            self.ctx.__enter__()
-
-    def __exit__(self, *exc):
-        if self.ctx is not None:
-            self.ctx.__exit__(*exc)
-            train_adapters_only(self.model)

@@ -16,6 +16,7 @@ reference code); with truncation the behaviour log-probs still use the untruncat
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,7 +217,7 @@ class AgentTeam(nn.Module):
             keep = max(len(completions[i]) for i in g) + 1
             inputs = dict(input_ids=input_ids[g], attention_mask=mask[g], position_ids=positions[g], logits_to_keep=keep)
             if reference:
-                with model.disable_adapter():
+                with adapters_disabled(model):
                     logits = model(**inputs).logits
             elif mixed:
                 with _eval_mode(model):
@@ -235,7 +236,7 @@ class AgentTeam(nn.Module):
                 # so that neither the value nor its gradient sees 0 * inf)
                 ent = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(-1) if entropy else None
                 result[i] = (lp.gather(-1, target[:, None]).squeeze(-1), ent)
-        if not mixed:
+        if not (mixed or reference):
             train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
         return result  # type: ignore[return-value]
 
@@ -274,6 +275,18 @@ def train_adapters_only(model: nn.Module) -> None:
     leaves only the active adapter trainable; this restores all of them)."""
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name)
+
+
+@contextmanager
+def adapters_disabled(model):
+    """Run ``model`` (a peft model) as its base alone: peft's ``disable_adapter()``. On exit peft
+    re-enables only the active adapter (leaving the others frozen), so every adapter is made
+    trainable again."""
+    try:
+        with model.disable_adapter():
+            yield
+    finally:
+        train_adapters_only(model)
 
 
 class _eval_mode:

@@ -79,12 +79,11 @@ class ActorCritic(CollabModule):
         buffer: ReplayBuffer = batch.buffer
         generator = torch.Generator().manual_seed(self.rollouts)
         totals: dict[str, list[float]] = {}
-        for _ in range(self.num_epochs):
-            for minibatch in buffer.minibatches(self.minibatch_size, generator):
-                loss, stats = self.losses(minibatch)
-                self.optimizer_update(loss)
-                for key, value in stats.items():
-                    totals.setdefault(key, []).append(value)
+        for minibatch in buffer.epochs(self.num_epochs, self.minibatch_size, generator):
+            loss, stats = self.losses(minibatch)
+            self.optimizer_update(loss)
+            for key, value in stats.items():
+                totals.setdefault(key, []).append(value)
         buffer.clear()
         return {key: sum(v) / len(v) for key, v in totals.items()}
 

@@ -48,8 +48,9 @@ SCHEDULES = ("all", "round_robin")
 
 
 class MARFT(CollabModule):
-    def __init__(self, *args, dependency: Union[str, list[list[int]], list[list[list[int]]]] = "chain", critic_lr: float = 1e-5, critic_hidden: list[int] | None = None,
-                 gamma: float = 0.99, gae_lambda: float = 0.95, clip: float = 0.2, num_epochs: int = 1,
+    def __init__(self, *args, dependency: Union[str, list[list[int]], list[list[list[int]]]] = "chain",
+                 critic_lr: float = 1e-5, critic_hidden: list[int] | None = None, gamma: float = 0.99,
+                 gae_lambda: float = 0.95, clip: float = 0.2, num_epochs: int = 1,
                  minibatch_size: int | None = None, value_loss_coef: float = 1.0, value_clip: float | None = None,
                  huber_delta: float | None = None, entropy_coef: float = 1e-3, critic_warmup: int = 0,
                  agent_schedule: str = "all", target_kl: float | None = None, normalize_advantages: bool = False,
@@ -134,8 +135,7 @@ class MARFT(CollabModule):
         """Each (transition, agent)'s observation as token ids of the critic's base, in row order."""
         from collab.models import encode_chat
 
-        key = self.team.base_of[0]
-        tokenizer = self.team.tokenizers[key]
+        key, tokenizer = self.team.base_of[0], self.team.tokenizer_of(0)
         out = []
         for tr in items:
             for i, c in enumerate(tr.actions):
@@ -146,7 +146,7 @@ class MARFT(CollabModule):
         return out
 
     def features(self, prompts, completions=None):
-        return base_features(self.critic_model, self.team.tokenizers[self.team.base_of[0]].pad_token_id, prompts, completions)
+        return base_features(self.critic_model, self.team.tokenizer_of(0).pad_token_id, prompts, completions)
 
     # -- update ------------------------------------------------------------------------------------
     def trained_agents(self) -> list[int]:
@@ -162,22 +162,19 @@ class MARFT(CollabModule):
         agents = self.trained_agents()
         totals: dict[str, list[float]] = {}
         stopped = False
-        for _ in range(self.num_epochs):
-            for minibatch in buffer.minibatches(self.minibatch_size, generator):
-                critic, stats = self.critic_loss(minibatch)
-                loss = self.value_loss_coef * critic
-                if agents:
-                    actor, entropy, actor_stats = self.actor_loss(minibatch, agents)
-                    stats.update(actor_stats)
-                    if self.target_kl is not None and actor_stats["train/approx_kl"] > self.target_kl:
-                        stopped = True
-                        break
-                    loss = loss + actor - self.entropy_coef * entropy
-                self.optimizer_update(loss)
-                for key, value in stats.items():
-                    totals.setdefault(key, []).append(value)
-            if stopped:
-                break
+        for minibatch in buffer.epochs(self.num_epochs, self.minibatch_size, generator):
+            critic, stats = self.critic_loss(minibatch)
+            loss = self.value_loss_coef * critic
+            if agents:
+                actor, entropy, actor_stats = self.actor_loss(minibatch, agents)
+                stats.update(actor_stats)
+                if self.target_kl is not None and actor_stats["train/approx_kl"] > self.target_kl:
+                    stopped = True
+                    break
+                loss = loss + actor - self.entropy_coef * entropy
+            self.optimizer_update(loss)
+            for key, value in stats.items():
+                totals.setdefault(key, []).append(value)
         buffer.clear()
         out = {key: sum(v) / len(v) for key, v in totals.items()}
         out.update({"train/early_stop": float(stopped), "train/actors_updated": float(len(agents))})

@@ -64,6 +64,11 @@ class ReplayBuffer:
     def clear(self) -> None:
         self.items.clear()
 
+    def epochs(self, num_epochs: int, size: int | None, generator: torch.Generator) -> Iterator[list[Transition]]:
+        """The minibatches of ``num_epochs`` passes, each pass in a new random order (PPO's update loop)."""
+        for _ in range(num_epochs):
+            yield from self.minibatches(size, generator)
+
     def minibatches(self, size: int | None, generator: torch.Generator) -> Iterator[list[Transition]]:
         """One pass over the buffer in a random order, ``size`` transitions at a time (None: all)."""
         order = torch.randperm(len(self.items), generator=generator).tolist()
