@@ -7,6 +7,17 @@ warnings.filterwarnings("ignore", message=".*kernels.*")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture
+def one_thread():
+    """Run a test on one torch thread (the tiny model's CPU kernels are faster and deterministic so)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """SmolLM2's tokenizer (the first call converts the GGUF once into the cache folder)."""

@@ -58,7 +58,7 @@ def test_unknown_algo(tmp_path):
 
 def test_unknown_env(tmp_path):
     line = one_error_line(fit("--algo", "magrpo", "--data.env", "chess", *TINY, cwd=tmp_path))
-    assert "unknown env 'chess'" in line and "matrix, writing" in line
+    assert "unknown env 'chess'" in line and "matrix, minecraft, writing" in line
 
 
 def test_unknown_model(tmp_path):
@@ -119,6 +119,22 @@ def test_fit_writes_logs_and_adapters_and_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((tmp_path / "runs" / "magrpo" / "version_1" / "reward_summary.json").read_text())
     assert summary["rollouts"] == 2  # steps 4 and 5 only
+
+
+@pytest.mark.parametrize("algo, env", [("magrpo", "minecraft"), ("maporl", "debate")])
+def test_new_envs_train_from_the_command_line(algo, env, tmp_path):
+    """``python -m collab.fit --algo magrpo --data.env minecraft`` (4 turns, K from the env: 2) and the MAPoRL
+    debate, on the tiny model with short responses: the run ends and logs the env's own scalars."""
+    from collab.analysis import read_scalars
+
+    result = fit("--algo", algo, "--data.env", env, "--model.agents", "null", "--data.env_options", "{max_new_tokens: 4}",
+                 "--data.batch_size", "1", "--trainer.max_steps", "1", *TINY, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    scalars = read_scalars(tmp_path / "runs" / algo / "version_0")
+    key = "env/iou" if env == "minecraft" else "env/majority@2"
+    assert key in scalars, sorted(scalars)
+    if env == "minecraft":
+        assert len(scalars["reward/turn3/agent0"]) == 1  # the 4th turn was played
 
 
 def test_missing_checkpoint(tmp_path):

@@ -27,12 +27,7 @@ from tests.test_critics import TwoTurnEnv
 TINY = BaseConfig(name="tiny", device="cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # -- the decision chain by hand ------------------------------------------------------------------------

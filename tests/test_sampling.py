@@ -68,3 +68,24 @@ def test_policy_logits_batched_rows_match_single_rows():
     # a single row's steps (teacher forcing): float temperature, one mask for every step
     steps = torch.randn(4, 10)
     assert torch.equal(policy_logits(steps, 0.5, masks[0]), steps.masked_fill(~masks[0], float("-inf")) / 0.5)
+
+
+def test_reserved_cache_layer_matches_concatenation():
+    """The decode's reserved KV layer holds exactly what transformers' dynamic layer would (concatenation),
+    inside its reservation and past it."""
+    from transformers.cache_utils import DynamicLayer
+
+    from collab.sampling import ReservedLayer
+
+    torch.manual_seed(0)
+    dynamic = DynamicLayer()
+    dynamic.update(torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4))
+    reserved = ReservedLayer(dynamic, extra=2)
+    assert reserved.get_seq_length() == 5
+    for _ in range(4):  # two steps inside the reservation, two past it
+        k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
+        expected = (torch.cat([dynamic.keys, k], -2), torch.cat([dynamic.values, v], -2))
+        dynamic.update(k, v)
+        got = reserved.update(k, v)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    assert reserved.get_seq_length() == 9

@@ -11,6 +11,20 @@ Options of this command: ``--ckpt_path`` (a Lightning checkpoint written by ``co
 ``--num_samples`` (episodes per task, default 10), ``--k`` (default 1 3 5 10), ``--split`` (default
 eval), ``--max_tasks``, ``--tasks_per_batch`` (tasks decoded together, default 4) and ``--output``
 (write the metrics as JSON). Bad input: one line, exit 2.
+
+Comparisons (paper 002, §5.2 and Table 1):
+
+- ``--baseline single|parallel|pipeline|discussion`` plays the team under a prompt-based baseline's
+  protocol (:mod:`collab.baselines`) instead of the algorithm's own. It combines with
+  ``--adapters``/``--ckpt_path`` (the baseline's protocol with trained weights; the row is named
+  ``BASELINE+ALGO``); without ``--baseline`` the trained (or untrained) team plays its algorithm's
+  protocol and the row is named by the algo (``ALGO (untrained)`` without weights).
+- every run prints the time (seconds per episode) and cost (generated tokens per agent per turn)
+  and the task's Table 1 scores (not in ``--output``, which stays the evaluation's metrics: a wall
+  time differs between two runs of the same weights);
+- ``--table PATH.csv`` upserts the run's row (:mod:`collab.comparison`) into the csv and rewrites the
+  markdown table ``PATH.md`` next to it; ``--method`` names the row, ``--task`` its column group
+  (default: the env's name, e.g. ``writing``).
 """
 
 from __future__ import annotations
@@ -18,9 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
-from collab.errors import UserError, require
+from collab.errors import UserError, require, unknown
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max_tasks", type=int, default=None)
     p.add_argument("--tasks_per_batch", type=int, default=4)
     p.add_argument("--output", default=None)
+    p.add_argument("--baseline", default=None)
+    p.add_argument("--table", default=None)
+    p.add_argument("--method", default=None)
+    p.add_argument("--task", default=None)
     return p
+
+
+def method_name(algo: str, baseline: str | None, weights: str | None) -> str:
+    """The comparison row of a run: the baseline, the algo, or both (a baseline with trained weights)."""
+    if baseline:
+        return f"{baseline}+{algo}" if weights else baseline
+    return algo if weights else f"{algo} (untrained)"
 
 
 def load_weights(model, ckpt_path: str) -> int:
@@ -57,9 +83,15 @@ def load_weights(model, ckpt_path: str) -> int:
     return len(state)
 
 
+def team_model(team) -> str:
+    """The base model(s) of a team, for the comparison table (``a+b`` for a heterogeneous team)."""
+    return "+".join(dict.fromkeys(spec.base or team.base_config.name for spec in team.specs))
+
+
 def run(argv: list[str]) -> dict[str, float]:
-    from collab.evaluation import evaluate, format_metrics
-    from collab.fit import _cli, split_algo
+    from collab.baselines import BASELINES, Protocol, prepare
+    from collab.comparison import make_row, score_columns, update_table
+    from collab.fit import split_algo
 
     algo, rest = split_algo(argv)
     options, overrides = _parser().parse_known_args(rest)
@@ -73,6 +105,14 @@ def run(argv: list[str]) -> dict[str, float]:
         raise UserError(f"checkpoint not found: {options.ckpt_path}")
     if options.adapters and not Path(options.adapters).is_dir():
         raise UserError(f"adapter folder not found: {options.adapters} (expected e.g. runs/magrpo/version_0/adapters/last)")
+    if options.baseline is not None and options.baseline not in BASELINES:
+        raise unknown("baseline", options.baseline, BASELINES)
+    require(options.table is None or options.table.endswith(".csv"),
+            f"--table must name a .csv file (the markdown table is written next to it), got {options.table}")
+    require(options.method is None or bool(options.method.strip()), "--method must not be empty")
+    from collab.evaluation import evaluate, format_metrics  # after the checks: bad input fails fast
+    from collab.fit import _cli
+
     cli = _cli(algo, overrides)
     model, env = cli.model, cli.datamodule.env
     model.build(env)
@@ -83,14 +123,26 @@ def run(argv: list[str]) -> dict[str, float]:
     tasks = list(env.tasks(options.split))[: options.max_tasks]
     require(len(tasks) > 0, f"split {options.split!r} of env {env.name!r} has no tasks")
     weights = options.ckpt_path or options.adapters or "untrained"
+    protocol = prepare(options.baseline, env) if options.baseline else Protocol(algo, env, model.protocol)
+    method = options.method or method_name(algo, options.baseline, options.ckpt_path or options.adapters)
     model.eval()
     import torch
 
-    with torch.no_grad():
-        metrics, _ = evaluate(model.team, env, tasks, options.num_samples, options.k, model.max_new_tokens,
-                              model.team.device, options.tasks_per_batch, model.protocol)
-    print(f"{algo} on {env.name} ({options.split}: {len(tasks)} tasks x {options.num_samples} samples; weights: {weights})")
+    start = time.perf_counter()
+    with torch.no_grad(), protocol.applied(model.team, model.max_new_tokens):
+        metrics, episodes = evaluate(model.team, protocol.env, tasks, options.num_samples, options.k, model.max_new_tokens,
+                                     model.team.device, options.tasks_per_batch, protocol.dependency)
+    seconds = time.perf_counter() - start
+    row = make_row(method, options.task or env.name, env, metrics, seconds, episodes, team_model(model.team),
+                   options.split, weights)
+    label = f"{options.baseline} baseline ({algo} team)" if options.baseline else algo
+    print(f"{label} on {env.name} ({options.split}: {len(tasks)} tasks x {options.num_samples} samples; weights: {weights})")
     print(format_metrics(metrics))
+    scores = "  ".join(f"{c.title} {row[c.key] or 'n/a'}" for c in score_columns(env.name))
+    print(f"time {row['time_s'] or 'n/a'} s/episode  cost {row['cost_tokens'] or 'n/a'} tokens/agent/turn  {scores}")
+    if options.table:
+        _, md = update_table(options.table, row)
+        print(f"table: row {method!r} / {row['task']!r} in {options.table} and {md}")
     if options.output:
         Path(options.output).parent.mkdir(parents=True, exist_ok=True)
         Path(options.output).write_text(json.dumps(metrics, indent=2))

@@ -10,7 +10,14 @@ continue each episode on its own history. What counts is the episode's last step
 - for environments reporting ``solved`` (coding, math, competitive coding): ``eval/pass@k`` (unbiased
   estimator, :class:`~collab.metrics.PassAtK`; pass@1 is a math team's accuracy) and, where they also
   report ``pass_rate``, ``eval/acc@k`` (:class:`~collab.metrics.AccuracyAtK`) for every
-  ``k <= num_samples``, as in paper 002's Table 2.
+  ``k <= num_samples``, as in paper 002's Table 2;
+- for environments exposing an episode's voxels (``env.voxels(state) -> (built, target)``, the
+  Minecraft HouseBuild env): ``eval/iou``, the mean voxel IoU of the episodes' final worlds
+  (:class:`~collab.metrics.IoU`; paper 002, Table 1);
+- for environments exposing each turn's votes (``env.votes(state) -> (answers[t][a], correct[t][a])``,
+  the debate env): ``eval/majority@t`` for every turn t (1-based), the accuracy of the agents'
+  majority vote at that turn with ties scored in expectation
+  (:class:`~collab.metrics.MajorityVoteAccuracy`; paper 003, Section 4.1).
 
 Under DDP each process plays a shard of the tasks (``rank::world_size``); the metrics' states are
 summed across processes when computed.
@@ -25,7 +32,7 @@ from torchmetrics import MeanMetric
 
 from collab.envs.base import Env
 from collab.errors import require
-from collab.metrics import AccuracyAtK, PassAtK
+from collab.metrics import AccuracyAtK, IoU, MajorityVoteAccuracy, PassAtK
 from collab.rollout.episodes import Episode, play
 
 DEFAULT_KS = (1, 3, 5, 10)
@@ -49,12 +56,21 @@ def evaluate(team, env: Env, tasks: Sequence[Mapping], num_samples: int = 10, ks
     info_means: dict[str, MeanMetric] = {}
     pass_k = {k: PassAtK(k).to(device) for k in ks}
     acc_k = {k: AccuracyAtK(k).to(device) for k in ks}
+    voxels = getattr(env, "voxels", None)  # decided per env, so every DDP process computes the same metrics
+    iou = IoU().to(device) if callable(voxels) else None
+    votes = getattr(env, "votes", None)
+    majority: dict[int, MajorityVoteAccuracy] = {}
     solved = rated = False
     for eps in episodes:
         for ep in eps:
             returns.update(ep.return_)
             for key, value in ep.info.items():
                 info_means.setdefault(key, MeanMetric().to(device)).update(float(value))
+            if iou is not None and ep.state is not None:
+                iou.update(*voxels(ep.state))
+            if callable(votes) and ep.state is not None:
+                for t, (answers, correct) in enumerate(zip(*votes(ep.state))):
+                    majority.setdefault(t + 1, MajorityVoteAccuracy().to(device)).update([answers], [correct])
         if eps and all("solved" in ep.info for ep in eps):
             solved = True
             n_correct = torch.tensor([sum(int(ep.info["solved"] > 0.5) for ep in eps)])
@@ -71,17 +87,21 @@ def evaluate(team, env: Env, tasks: Sequence[Mapping], num_samples: int = 10, ks
         metrics.update({f"eval/pass@{k}": float(pass_k[k].compute()) for k in ks})
     if rated:
         metrics.update({f"eval/acc@{k}": float(acc_k[k].compute()) for k in ks})
+    if iou is not None:
+        metrics["eval/iou"] = float(iou.compute())
+    metrics.update({f"eval/majority@{t}": float(m.compute()) for t, m in sorted(majority.items())})
     return metrics, episodes
 
 
 def format_metrics(metrics: Mapping[str, float]) -> str:
-    """A short human-readable summary: pass@k / acc@k rows, the return and the scheme distribution."""
+    """A short human-readable summary: pass@k / acc@k / majority@t rows, the return (and IoU) and the scheme distribution."""
     lines = []
-    for prefix in ("pass@", "acc@"):
+    for prefix in ("pass@", "acc@", "majority@"):
         row = [f"{key.removeprefix('eval/')} {v:.4f}" for key, v in metrics.items() if key.startswith("eval/" + prefix)]
         if row:
             lines.append("  ".join(row))
-    lines.append(f"return {metrics.get('eval/return', float('nan')):.4f}")
+    lines.append(f"return {metrics.get('eval/return', float('nan')):.4f}"
+                 + (f"  iou {metrics['eval/iou']:.4f}" if "eval/iou" in metrics else ""))
     schemes = {key.removeprefix("eval/env/scheme/"): v for key, v in metrics.items() if key.startswith("eval/env/scheme/")}
     if schemes:
         lines.append("schemes: " + "  ".join(f"{name} {v:.2f}" for name, v in schemes.items()))

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-__all__ = ["PassAtK", "AccuracyAtK", "pass_at_k"]
+__all__ = ["PassAtK", "AccuracyAtK", "pass_at_k", "IoU", "voxel_iou", "MajorityVoteAccuracy"]
 
 
 def pass_at_k(num_samples: Tensor, num_correct: Tensor, k: int) -> Tensor:
@@ -97,3 +97,83 @@ class AccuracyAtK(_MeanOverProblemsAtK):
             self.total += rates[: self.k].max().to(self.total.device)
             self.count += 1
 
+
+def voxel_iou(built: Tensor, target: Tensor, air: int = 0) -> Tensor:
+    """Intersection over union of two voxel grids of block ids over their non-air blocks (paper 002,
+    Section 5.1, HouseBuild), as a float64 scalar.
+
+    A position is in the intersection when both grids hold the same non-air block there (the block
+    type must match) and in the union when either holds a non-air block. Two all-air grids give 1.0.
+    Raises ValueError when the shapes differ.
+    """
+    built = torch.as_tensor(built)
+    target = torch.as_tensor(target, device=built.device)
+    if built.shape != target.shape:
+        raise ValueError(f"built {tuple(built.shape)} and target {tuple(target.shape)} voxels differ in shape")
+    solid_b, solid_t = built != air, target != air
+    inter = (solid_b & solid_t & (built == target)).sum(dtype=torch.int64)
+    union = (solid_b | solid_t).sum(dtype=torch.int64)
+    if union == 0:
+        return torch.tensor(1.0, dtype=torch.float64, device=built.device)
+    return inter.to(torch.float64) / union.to(torch.float64)
+
+
+class IoU(Metric):
+    """Mean over episodes of the voxel IoU of the built structure against the target (:func:`voxel_iou`;
+    paper 002, Table 1 reports it for HouseBuild, as a percentage).
+
+    ``update(built, target)`` takes one episode's voxel grids (tensors of block ids, 0 = air, of the
+    same shape), or two equally long sequences of them, one pair per episode. States (sum of IoUs,
+    number of episodes) are summed across processes (DDP-syncable); ``compute`` is their ratio in
+    [0, 1] (0 before any update).
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, air: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.air = air
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
+
+    def update(self, built: Tensor | Sequence[Tensor], target: Tensor | Sequence[Tensor]) -> None:
+        pairs = [(built, target)] if isinstance(built, Tensor) else list(zip(built, target, strict=True))
+        for b, t in pairs:
+            self.total += voxel_iou(b, t, self.air).to(self.total.device)
+            self.count += 1
+
+    def compute(self) -> Tensor:
+        return self.total / self.count if self.count > 0 else torch.tensor(0.0, dtype=torch.float64)
+
+
+class MajorityVoteAccuracy(Metric):
+    """Majority-vote accuracy of multi-agent answers, ties in expectation (paper 003, Section 4.1), averaged over problems.
+
+    ``update(answers, correct)`` takes one row per problem: its agents' (normalised) answers at one turn (``None``:
+    unparsable, no vote) and whether each is correct; each row is scored by :func:`collab.objectives.majority_vote`.
+    States (sum of row scores, number of rows) are summed across processes (DDP-syncable); ``compute`` is their ratio
+    (0 before any update).
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
+
+    def update(self, answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> None:
+        from collab.objectives import majority_vote
+
+        if len(answers) != len(correct):
+            raise ValueError(f"{len(answers)} rows of answers but {len(correct)} rows of correctness flags")
+        for row_answers, row_correct in zip(answers, correct):
+            self.total += majority_vote(list(row_answers), [bool(c) for c in row_correct])
+            self.count += 1
+
+    def compute(self) -> Tensor:
+        return self.total / self.count if self.count > 0 else torch.tensor(0.0, dtype=torch.float64)

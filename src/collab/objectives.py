@@ -214,3 +214,159 @@ def bellman_targets(rewards: Tensor, values: Tensor, dones: Tensor, gamma: float
     """
     last = torch.as_tensor(last_value, dtype=values.dtype, device=values.device).reshape(1)
     return td_targets(rewards, torch.cat([values[1:], last]), dones, gamma)
+
+
+# --- MAPoRL (paper 003, Sections 3.1-3.3 and 4.1) ---------------------------------------------------------------------
+#
+# A debate of A agents over T turns yields a verifier score s[t, a] of every answer (0-based turns and agents here).
+# Definition 1 turns the scores into influence-aware rewards; Tables 1 and 2 add revision and influence incentives,
+# both relative to the "majority opinion of others" at a turn (:func:`majority_of_others`), and Section 4.1 scores a
+# finished debate by a majority vote with ties taken in expectation (:func:`majority_vote`).
+
+
+def influence_rewards(scores: Tensor, gamma: float) -> Tensor:
+    """Influence-aware verification rewards of paper 003, Definition 1, on one sampled debate.
+
+    ``scores[..., t, a]`` is the verifier's score of agent a's answer at turn t (T turns, A agents). The expectation of
+    Definition 1 is replaced by the sampled debate:
+
+        R[t, a] = (s[t, a] + sum_{t'=t+1..T-1} gamma^(t'-t) mean_j s[t', j]) / sum_{t'=t..T-1} gamma^(t'-t)
+
+    so an answer is rewarded for its own score and, discounted, for the mean score of every later turn it influenced.
+    The last turn's reward is its own score; ``gamma = 0`` gives the plain per-turn scores (0^0 = 1).
+    """
+    if scores.dim() < 2:
+        raise ValueError(f"scores must be [..., T, A], got shape {tuple(scores.shape)}")
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    means = scores.mean(-1)  # [..., T]
+    turns = scores.shape[-2]
+    future = torch.zeros_like(means)
+    norm = torch.ones(turns, dtype=scores.dtype, device=scores.device)
+    for t in range(turns - 2, -1, -1):  # F_t = gamma (mean_{t+1} + F_{t+1}); N_t = 1 + gamma N_{t+1}
+        future[..., t] = gamma * (means[..., t + 1] + future[..., t + 1])
+        norm[t] = 1.0 + gamma * norm[t + 1]
+    return (scores + future.unsqueeze(-1)) / norm.unsqueeze(-1)
+
+
+def _votes(answers: Sequence[str | None], correct: Sequence[bool]) -> dict[str, list[bool]]:
+    if len(answers) != len(correct):
+        raise ValueError(f"{len(answers)} answers but {len(correct)} correctness flags")
+    votes: dict[str, list[bool]] = {}
+    for answer, right in zip(answers, correct):
+        if answer is not None:
+            votes.setdefault(answer, []).append(bool(right))
+    return votes
+
+
+def majority_vote(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
+    """Majority-vote accuracy of one turn's answers, ties in expectation (paper 003, Section 4.1 "Evaluation Method").
+
+    Each agent votes for its (normalised) answer; ``None`` (unparsable) casts no vote. The answers with the most votes
+    are the winners; the score is the share of winners that are correct (the expected accuracy of picking one of the
+    tied answers at random). An answer's correctness is its voters' (their mean, should graders disagree). No vote at
+    all scores 0. Two agents, one right: 0.5; three agents answering 1-1-1 with one right: 1/3; 2-1 with the two
+    right: 1.
+    """
+    votes = _votes(answers, correct)
+    if not votes:
+        return 0.0
+    top = max(len(v) for v in votes.values())
+    winners = [sum(v) / len(v) for v in votes.values() if len(v) == top]
+    return float(sum(winners) / len(winners))
+
+
+def majority_of_others(answers_t: Sequence[str | None], correct_t: Sequence[bool], a: int) -> float | None:
+    """Whether the majority opinion of the agents other than ``a`` at one turn is right (paper 003, Tables 1-2).
+
+    The other agents' answers are put to :func:`majority_vote`: 1.0 (R) when its value is 1 (every winning answer is
+    correct), 0.0 (W) when it is 0 (every winning answer is wrong), and ``None`` (undetermined) otherwise — a tie
+    between a right and a wrong answer, whose expected correctness lies strictly between 0 and 1 — or when the others
+    cast no vote (all unparsable, or A = 1). An undetermined majority gives no incentive.
+    """
+    others_answers = [x for j, x in enumerate(answers_t) if j != a]
+    others_correct = [c for j, c in enumerate(correct_t) if j != a]
+    if not _votes(others_answers, others_correct):
+        return None
+    value = majority_vote(others_answers, others_correct)
+    if value == 1.0:
+        return 1.0
+    if value == 0.0:
+        return 0.0
+    return None
+
+
+def majority_of_others_table(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> Tensor:
+    """:func:`majority_of_others` for every turn and agent of a debate: a float ``[T, A]`` tensor of 1 (R), 0 (W) and
+    NaN (undetermined), the ``majority`` argument of :func:`revision_incentives` and :func:`influence_incentives`.
+
+    ``answers[t][a]`` / ``correct[t][a]`` as the debate env's ``memory["answers"]`` / ``memory["correct"]``.
+    """
+    rows = []
+    for answers_t, correct_t in zip(answers, correct, strict=True):
+        row = [majority_of_others(answers_t, correct_t, a) for a in range(len(answers_t))]
+        rows.append([float("nan") if m is None else m for m in row])
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def _check_incentive_inputs(correct: Tensor, majority: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    if correct.shape != majority.shape or correct.dim() < 2:
+        raise ValueError(f"correct and majority must both be [..., T, A], got {tuple(correct.shape)} and "
+                         f"{tuple(majority.shape)}")
+    right = correct.bool()
+    maj = majority.to(torch.promote_types(majority.dtype, torch.float32))
+    known = ~torch.isnan(maj)
+    return right, maj == 1, known
+
+
+def revision_incentives(correct: Tensor, majority: Tensor, alpha0: float, alpha1: float) -> Tensor:
+    """Incentives for an agent's own answer revisions, paper 003 Table 1 (Section 3.3).
+
+    ``correct[..., t, a]``: whether agent a's answer at turn t is right (R) or wrong (W); ``majority[..., t, a]``: the
+    majority opinion of the others at turn t, 1 (R), 0 (W) or NaN (undetermined; :func:`majority_of_others_table`).
+    For each consecutive pair (t, t+1), with the agent's answers at t -> t+1 and the others' majority at t:
+
+        R -> W, majority R: -alpha1        (talked out of a right answer although the others agreed with it)
+        R -> W, majority W: -alpha0        (followed a wrong majority)
+        W -> R, majority W: +alpha0        (critical reasoning: found the right answer against a wrong majority)
+        W -> R, majority R: +alpha1        (persuaded by correct information)
+        R -> R, W -> W, or majority undetermined: 0
+
+    The incentive is applied to the answer at turn t+1: row t+1 of the output; row 0 is 0.
+    """
+    right, maj_r, known = _check_incentive_inputs(correct, majority)
+    out = torch.zeros(correct.shape, dtype=torch.float32, device=correct.device)
+    before, after, m, k = right[..., :-1, :], right[..., 1:, :], maj_r[..., :-1, :], known[..., :-1, :]
+    value = torch.zeros(before.shape, dtype=torch.float32, device=correct.device)
+    value = torch.where(before & ~after & m, -alpha1, value)
+    value = torch.where(before & ~after & ~m, -alpha0, value)
+    value = torch.where(~before & after & ~m, alpha0, value)
+    value = torch.where(~before & after & m, alpha1, value)
+    out[..., 1:, :] = torch.where(k, value, torch.zeros_like(value))
+    return out
+
+
+def influence_incentives(correct: Tensor, majority: Tensor, beta0: float, beta1: float) -> Tensor:
+    """Incentives for an agent's influence on the others' answers, paper 003 Table 2 (Section 3.3).
+
+    Same inputs as :func:`revision_incentives`. For each consecutive pair (t, t+1), with the others' majority at
+    t -> t+1 and the agent's own answer at t:
+
+        majority R -> W, agent R: -beta1   (could not keep the others right although it was right)
+        majority R -> W, agent W: -beta0   (its wrong answer pulled the others off the right one)
+        majority W -> R, agent W: +beta0   (a wrong answer with useful information led the others to the right one)
+        majority W -> R, agent R: +beta1   (persuaded the others with its right answer)
+        majority unchanged, or undetermined at t or t+1: 0
+
+    The incentive is applied to the agent's answer at turn t: row t of the output; the last row is 0.
+    """
+    right, maj_r, known = _check_incentive_inputs(correct, majority)
+    out = torch.zeros(correct.shape, dtype=torch.float32, device=correct.device)
+    before, after, own = maj_r[..., :-1, :], maj_r[..., 1:, :], right[..., :-1, :]
+    k = known[..., :-1, :] & known[..., 1:, :]
+    value = torch.zeros(before.shape, dtype=torch.float32, device=correct.device)
+    value = torch.where(before & ~after & own, -beta1, value)
+    value = torch.where(before & ~after & ~own, -beta0, value)
+    value = torch.where(~before & after & ~own, beta0, value)
+    value = torch.where(~before & after & own, beta1, value)
+    out[..., :-1, :] = torch.where(k, value, torch.zeros_like(value))
+    return out

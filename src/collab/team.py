@@ -109,6 +109,9 @@ class AgentTeam(nn.Module):
         for model in self.models.values():
             train_adapters_only(model)
         self.choice_ids = [self._choice_ids(i) for i in range(len(agents))]
+        self.turn_agents: list[list[int]] | None = None
+        """``turn_agents[t][i]``: the agent that plays role i at turn t (turns past the list use its last
+        row); ``None``: agent i plays role i at every turn."""
 
     # -- structure ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -117,6 +120,12 @@ class AgentTeam(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(iter(self.models.values())).get_input_embeddings().weight.device
+
+    def acting(self, turn: int, role: int) -> int:
+        """The agent that plays environment role ``role`` at turn ``turn`` (see :attr:`turn_agents`)."""
+        if self.turn_agents is None:
+            return role
+        return self.turn_agents[min(turn, len(self.turn_agents) - 1)][role]
 
     def model_of(self, agent: int):
         return self.models[self.base_of[agent]]

@@ -11,7 +11,9 @@ def algo_registry() -> dict[str, type]:
     from collab.algos.collm import CoLLM
     from collab.algos.ippo import IPPO
     from collab.algos.magrpo import MAGRPO
+    from collab.algos.maporl import MAPoRL
     from collab.algos.marft_a import MARFTA
     from collab.algos.marft_t import MARFTT
 
-    return {"magrpo": MAGRPO, "collm_cc": CoLLM, "collm_dc": CoLLM, "ippo": IPPO, "marft_a": MARFTA, "marft_t": MARFTT}
+    return {"magrpo": MAGRPO, "collm_cc": CoLLM, "collm_dc": CoLLM, "ippo": IPPO, "marft_a": MARFTA, "marft_t": MARFTT,
+            "maporl": MAPoRL}

@@ -79,8 +79,12 @@ class CollabModule(L.LightningModule):
         base = self.base
         if base.device == "auto" and self._trainer is not None:
             base = replace(base, device=str(self.trainer.strategy.root_device))
-        self.team = AgentTeam(resolve_agents(env, self.agent_specs), base)
+        self.team = AgentTeam(self.team_specs(env), base)
         self.build_extra(env)
+
+    def team_specs(self, env: Env) -> list[AgentSpec]:
+        """The team's agents: one per environment role (MAPoRL adds one per (turn, role))."""
+        return resolve_agents(env, self.agent_specs)
 
     def build_extra(self, env: Env) -> None:
         """Hook for critics and heads."""
@@ -121,9 +125,13 @@ class CollabModule(L.LightningModule):
         opt.step()
 
     def optimizer_update(self, loss: torch.Tensor) -> None:
-        opt = self.optimizers()
-        opt.zero_grad()
+        self.optimizers().zero_grad()
         self.manual_backward(loss)
+        self.optimizer_step()
+
+    def optimizer_step(self) -> None:
+        """Clip the accumulated gradients (``max_grad_norm``) and take the optimizer step."""
+        opt = self.optimizers()
         if self.max_grad_norm and self.max_grad_norm > 0:
             self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
         opt.step()

@@ -32,13 +32,15 @@ from collab.rollout.trajectory import RolloutBatch
 
 
 class MAGRPO(CollabModule):
-    def __init__(self, *args, num_generations: int = 4, joint_mode: str = "aligned", baseline: str = "mean",
+    def __init__(self, *args, num_generations: int | None = 4, joint_mode: str = "aligned", baseline: str = "mean",
                  normalize_std: bool = False, gamma: float = 1.0, advantage_clip: float = 0.2, num_epochs: int = 2,
                  minibatch_size: int | None = None, kl_coef: float = 0.0, log_kl: bool = True,
                  termination_threshold: float | None = None, **kwargs) -> None:
         """
         Args:
-            num_generations: K, responses per agent per history node (>= 2 for a group baseline).
+            num_generations: K, responses per agent per history node (>= 2 for a group baseline); None: the
+                environment's ``num_generations`` (paper 002 C.3: 2 for Minecraft, whose tree grows as K^4),
+                else 4.
             joint_mode: aligned (K joint actions per node) or cross (all K^n combinations).
             baseline: mean | max | rloo | none.
             normalize_std: Divide advantages by the group's standard deviation.
@@ -51,7 +53,8 @@ class MAGRPO(CollabModule):
             termination_threshold: End a branch when every agent's reward reaches this value.
         """
         super().__init__(*args, **kwargs)
-        require(num_generations >= 2, f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}")
+        require(num_generations is None or num_generations >= 2,
+                f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}")
         require(joint_mode in JOINT_MODES, f"unknown model.joint_mode {joint_mode!r}; valid: {', '.join(JOINT_MODES)}")
         require(baseline in BASELINES, f"unknown model.baseline {baseline!r}; valid: {', '.join(BASELINES)}")
         require(0 < advantage_clip, f"model.advantage_clip must be > 0, got {advantage_clip}")
@@ -61,6 +64,10 @@ class MAGRPO(CollabModule):
         self.gamma, self.advantage_clip, self.num_epochs = gamma, advantage_clip, num_epochs
         self.minibatch_size, self.kl_coef, self.log_kl = minibatch_size, kl_coef, log_kl
         self.termination_threshold = termination_threshold
+
+    def build_extra(self, env) -> None:
+        if self.k is None:
+            self.k = getattr(env, "num_generations", 4)
 
     def rollout(self, env, tasks) -> RolloutBatch:
         return tree_batch(self.team, env, tasks, self.k, self.gamma, self.joint_mode, self.baseline,

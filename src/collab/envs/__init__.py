@@ -13,6 +13,8 @@ _ENVS = {
     "coding": "collab.envs.coding.env:CodingEnv",
     "math": "collab.envs.math.env:MathEnv",
     "competitive_coding": "collab.envs.competitive_coding.env:CompetitiveCodingEnv",
+    "debate": "collab.envs.debate.env:DebateEnv",
+    "minecraft": "collab.envs.minecraft.env:MinecraftEnv",
 }
 
 

@@ -14,6 +14,11 @@ An environment supplies four things; :meth:`Env.reset` and :meth:`Env.step` do t
   reward components (logged);
 - :meth:`Env.feedback` — each agent's next user message in multi-turn episodes.
 
+For the single-model baseline (:mod:`collab.baselines`, paper 002 §5.2) an environment may also
+specialize how one model is asked to do every role's part (:meth:`Env.single_agent_prompt`) and how
+its one response is cut back into the roles' actions (:meth:`Env.split_single_response`); the
+defaults use one ``### <role>`` header per role.
+
 Dec-POMDP environments give every agent the same joint reward (``joint_reward = True``); POSG
 environments (paper 000, Appendix A.2) give each agent its own.
 """
@@ -21,6 +26,7 @@ environments (paper 000, Appendix A.2) give each agent its own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -42,6 +48,13 @@ class AgentRole:
     choices: tuple[str, ...] | None = None
     """A closed action vocabulary: when set, each option is one token and the agent's policy is
     restricted to those tokens (a one-token response). ``None``: free text."""
+
+
+def role_headers(roles: Sequence[AgentRole]) -> list[str]:
+    """The header naming each role in a single model's response (:meth:`Env.single_agent_prompt`):
+    the role names, numbered when two roles share a name."""
+    names = [role.name for role in roles]
+    return [f"{n} {i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,54 @@ class Env(ABC):
         parts = ", ".join(f"{k} {v:.2f}" for k, v in score.info.items())
         text = f"Turn {state.turn + 1} reward: {score.rewards[0]:.2f}" + (f" ({parts})" if parts else "")
         return [text + ". Revise your response." for _ in range(self.n_agents)]
+
+    # -- the single-model baseline (collab.baselines) ---------------------------------------------
+    def single_agent_prompt(self, messages: Sequence[str], turn: int) -> str:
+        """One user message asking a single model to do every role's part of a turn.
+
+        ``messages[i]`` is role i's user message at ``turn`` (its observation at turn 0, the
+        environment's feedback or next state later). Default: each role's system prompt (turn 0 only)
+        and message under a ``### <header>`` line; a message every role shares is shown once, above
+        the headers. The model is asked to answer with the same headers, which
+        :meth:`split_single_response` reads back.
+        """
+        headers = role_headers(self.roles)
+        shared = len(messages) > 1 and len(set(messages)) == 1
+        parts = [f"You are one assistant doing the work of a team of {self.n_agents} agents "
+                 f"({', '.join(headers)})." + (" Their instructions follow." if turn == 0 else " Each part's feedback follows.")]
+        if shared:
+            parts.append(messages[0])
+        for role, header, message in zip(self.roles, headers, messages):
+            body = [role.system_prompt] if turn == 0 and role.system_prompt else []
+            body += [] if shared else [message]
+            if body:
+                parts.append(f"### {header}\n" + "\n\n".join(body))
+        listing = ", ".join(f"### {h}" for h in headers)
+        parts.append(f"Write every agent's part yourself, each after its own header line ({listing}), in that order.")
+        return "\n\n".join(parts)
+
+    def split_single_response(self, text: str) -> list[str]:
+        """Role i's action from a single model's response: the text under role i's header.
+
+        A header is a line holding only the role's header name, optionally with leading ``#``s,
+        ``**`` bold markers and a trailing colon (``### concise``, ``**Concise:**``, ``concise:``;
+        case-insensitive); its section runs to the next header (repeated headers are joined).
+        Fallbacks: with no header at all, every role gets the whole response; with some headers
+        found, a role whose header is missing gets the text before the first header (often empty).
+        """
+        headers = role_headers(self.roles)
+        pattern = re.compile(r"^[ \t]*(?:#+[ \t]*)?(?:\*\*)?[ \t]*(" + "|".join(re.escape(h) for h in headers)
+                             + r")[ \t]*(?:\*\*)?[ \t]*:?[ \t]*(?:\*\*)?[ \t]*$", re.I | re.M)
+        found = list(pattern.finditer(text))
+        if not found:
+            return [text] * self.n_agents
+        lower = [h.lower() for h in headers]
+        sections: dict[int, list[str]] = {}
+        for m, nxt in zip(found, found[1:] + [None]):
+            body = text[m.end():nxt.start() if nxt else len(text)].strip("\n")
+            sections.setdefault(lower.index(m.group(1).lower()), []).append(body.strip())
+        preamble = text[:found[0].start()].strip()
+        return ["\n\n".join(sections[i]) if i in sections else preamble for i in range(self.n_agents)]
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def reset(self, task: Mapping[str, Any]) -> EnvState:

@@ -57,7 +57,7 @@ class RolloutDataModule(L.LightningDataModule):
                  batch_size: int = 1, shuffle: bool = True, seed: int = 0) -> None:
         """
         Args:
-            env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, math, matrix, writing.
+            env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, debate, math, matrix, minecraft, writing.
             env_options: Keyword options of the environment (dataset path, preset, splits...).
             num_turns: Turns per episode (the horizon H); ``None`` keeps the environment's default.
             batch_size: Tasks per training step (the rollout buffer size of paper 002, Appendix C).

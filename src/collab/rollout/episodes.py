@@ -68,6 +68,9 @@ def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tok
     Agents without parents share each group's prompt (one prefill, ``num_samples`` samples); agents
     with parents get one prompt per episode, since their parents' actions differ.
 
+    The team member that plays role i at turn t is ``team.acting(t, i)``: agent i, unless the team
+    routes turns to their own adapters (MAPoRL's per-(turn, agent) parameters theta_ta).
+
     ``tasks_per_batch`` plays the tasks in chunks of that many (bounding the decoding batch, and so
     the KV cache, at ``tasks_per_batch x n_agents x num_samples`` rows); ``None`` plays all at once.
     """
@@ -91,6 +94,7 @@ def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tok
             ep.start = start
         groups.append((start, eps))
     roles = [role.name for role in env.roles]
+    acting = getattr(team, "acting", lambda turn, role: role)
     turn = 0
     while groups:
         parents = dependency.parents(turn)
@@ -105,18 +109,20 @@ def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tok
                 for i in free:
                     for o in range(k, k + len(eps)):
                         observations[o][i] = tuple(state.histories[i])
-                    requests.append(GenerationRequest(i, team.encode(i, state.histories[i]), len(eps)))
-                    slots.append(list(range(k, k + len(eps))))
+                    a = acting(turn, i)
+                    requests.append(GenerationRequest(a, team.encode(a, state.histories[i]), len(eps)))
+                    slots.append((i, list(range(k, k + len(eps)))))
                 k += len(eps)
             for o, (state, _) in enumerate(owners):  # agents with parents: one prompt per episode
                 for i in bound:
                     observations[o][i] = fuse(state.histories[i], [(roles[p], joints[o][p].text) for p in parents[i]])
-                    requests.append(GenerationRequest(i, team.encode(i, observations[o][i]), 1))
-                    slots.append([o])
+                    a = acting(turn, i)
+                    requests.append(GenerationRequest(a, team.encode(a, observations[o][i]), 1))
+                    slots.append((i, [o]))
             outs = team.generate(requests, max_new_tokens=max_new_tokens)
-            for request, slot, out in zip(requests, slots, outs):
+            for (i, slot), out in zip(slots, outs):
                 for o, completion in zip(slot, out):
-                    joints[o][request.agent] = completion
+                    joints[o][i] = completion
         steps = env.step_batch([state for state, _ in owners], [[c.text for c in joint] for joint in joints])
         for (_, ep), joint, obs, step in zip(owners, joints, observations, steps):
             ep.steps.append(step)

@@ -1,0 +1,313 @@
+"""MAPoRL: multi-agent post-co-training of a collaborative debate with multi-agent PPO (paper 003, Section 3).
+
+Rollout. Each task of the step is debated once (the ``debate`` environment: A agents, T turns; at turn
+t+1 agent a reads q and every answer s_{t'j}, t' <= t, of every agent). The verifier scores every
+answer; the reward of agent a's answer at turn t is
+
+    R(q, s_ta) = Definition 1 (``objectives.influence_rewards``: its own score now plus the discounted
+                 mean score of all agents at later turns, over the sum of discounts)
+               + Table 1 incentive on s_ta   (own revision from t-1 to t relative to the others' majority)
+               + Table 2 incentive on s_ta   (the others' majority moving from t to t+1)
+
+(:func:`debate_rewards`). The expectation of Definition 1 is estimated by the one sampled debate.
+
+Per-token rewards (Section 3.2, the r_theta under the value V_ta):
+
+    r(q, s_ta^{1:x}) = 1(x = |s_ta|) R(q, s_ta) - lambda_KL KL_x
+
+with KL_x the sample estimate log pi_old(token x) - log pi_ref(token x) of the agent's policy against
+its reference (the base with adapters disabled) (:func:`token_rewards`). The paper writes the KL term
+as KL(pi_ref || pi); the per-token sample estimate of KL(pi || pi_ref) used here is the usual choice
+of PPO fine-tuning (InstructGPT, TRL) and needs no full-vocabulary sums; it is the one quantity the
+rollout's own samples estimate without bias.
+
+Values and advantages. Each team member has a value head V(i^x_ta; theta_vta): an MLP
+(:class:`~collab.central_critic.CriticHead`) on the last hidden state of its frozen base (adapters off)
+at every position that chooses a response token, so every token has the value of the state it was
+chosen in. Since the base is frozen these features are computed once per rollout and the heads
+train on cached tensors. GAE (``objectives.gae``, discount ``gae_gamma``, ``gae_lambda``) runs over
+each response's tokens, terminal at its last token: R already holds the future turns (Definition 1),
+so one (turn, agent) response is one PPO episode, as in the paper's per-(t, a) value V_ta.
+
+Update. ``num_epochs`` passes of minibatches of responses; each takes one optimizer step on
+
+    L = L_surrogate(theta_ta) + value_coef * L_value(theta_vta) - entropy_coef * H
+
+with the token-level clipped surrogate (the ratio R^x_ta of each token) and the squared error against
+V_target = V_old + A (GAE returns).
+
+Parameters. ``per_turn: false`` (default): one LoRA adapter per agent a, shared by its turns
+(theta_a). ``per_turn: true``: one adapter and one value head per (turn, agent), the paper's theta_ta
+(``AgentTeam.turn_agents`` routes role a at turn t to member t*A + a). ``train_from_turn: 2`` trains
+only the answers of turns t >= 2, as in the paper's Experiment 1 (earlier turns still act, with
+their untrained or frozen policy).
+
+Where the paper is silent: gamma (Definition 1) defaults to 0.5; the incentives default to 0 (pure
+Definition 1); the value heads read the frozen base rather than a LoRA-shared trunk (cheaper, and the
+value loss never moves the policy); advantages are normalized over each minibatch by default.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from collab.algos.base import CollabModule, resolve_agents
+from collab.central_critic import HIDDEN, CriticHead, base_features
+from collab.errors import UserError, require
+from collab.objectives import (clipped_surrogate, gae, influence_incentives, influence_rewards,
+                               majority_of_others_table, normalize, revision_incentives, value_loss)
+from collab.rollout.buffer import ReplayBuffer
+from collab.rollout.episodes import Episode, episode_stats, play
+from collab.rollout.trajectory import RolloutBatch
+from collab.team import AgentSpec
+
+
+# --- the rewards, as pure functions -----------------------------------------------------------------------------------
+
+def debate_rewards(scores: Tensor, correct: Tensor, majority: Tensor, gamma: float, alpha0: float = 0.0,
+                   alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
+    """``[T, A]`` rewards of every answer: Definition 1 plus the Table 1 and Table 2 incentives (paper 003, 3.3)."""
+    correct = correct.bool()
+    return (influence_rewards(scores.float(), gamma)
+            + revision_incentives(correct, majority, alpha0, alpha1)
+            + influence_incentives(correct, majority, beta0, beta1))
+
+
+def token_rewards(reward: float | Tensor, old_logprobs: Tensor, ref_logprobs: Tensor, kl_coef: float) -> Tensor:
+    """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R at the last."""
+    rewards = -kl_coef * (old_logprobs - ref_logprobs)
+    rewards[-1] = rewards[-1] + reward
+    return rewards
+
+
+# --- the module -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Response:
+    """One (episode, turn, agent) answer: the unit of MAPoRL's PPO (one token-level episode)."""
+
+    member: int
+    """The team member that produced it (agent a, or (t, a) with per-turn parameters)."""
+    turn: int
+    role: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: Tensor
+    reward: float
+    extras: dict = field(default_factory=dict)
+
+
+class MAPoRL(CollabModule):
+    def __init__(self, *args, gamma: float = 0.5, alpha0: float = 0.0, alpha1: float = 0.0, beta0: float = 0.0,
+                 beta1: float = 0.0, kl_coef: float = 0.05, gae_gamma: float = 1.0, gae_lambda: float = 0.95,
+                 clip: float = 0.2, num_epochs: int = 1, minibatch_size: int | None = None,
+                 micro_batch_size: int | None = 4, value_coef: float = 0.5,
+                 value_lr: float = 1e-3, value_hidden: list[int] | None = None, entropy_coef: float = 0.0,
+                 per_turn: bool = False, train_from_turn: int = 1, normalize_advantages: bool = True,
+                 **kwargs) -> None:
+        """
+        Args:
+            gamma: Discount of Definition 1 over later turns' verifier scores.
+            alpha0: Table 1: reward for W -> R against a wrong majority (critical reasoning); penalty for R -> W with it.
+            alpha1: Table 1: reward for W -> R with a right majority (being persuaded); penalty for R -> W against it.
+            beta0: Table 2: for a wrong answer at t after which the others' majority turns right (penalty if it turns wrong).
+            beta1: Table 2: for a right answer at t after which the others' majority turns right (penalty if it turns wrong).
+            kl_coef: lambda_KL, the per-token KL penalty to the reference policy (adapters disabled).
+            gae_gamma: Discount between the tokens of a response in GAE.
+            gae_lambda: GAE lambda.
+            clip: PPO clip range eps.
+            num_epochs: PPO epochs over each rollout's responses.
+            minibatch_size: Responses per update; None: all of the rollout's.
+            micro_batch_size: Responses per forward/backward within an update (gradient accumulation: same
+                update, activations of this many responses at a time); None: the whole minibatch at once.
+            value_coef: lambda_value, the weight of the value loss.
+            value_lr: Learning rate of the value heads.
+            value_hidden: Hidden widths of each value head (default [1024, 512]).
+            entropy_coef: Weight of an entropy bonus (0: the paper's loss).
+            per_turn: One adapter and value head per (turn, agent) (theta_ta) instead of per agent.
+            train_from_turn: Train the answers of turns >= this (1-based; 2 = the paper's Experiment 1).
+            normalize_advantages: Normalize advantages over each minibatch's tokens.
+        """
+        super().__init__(*args, **kwargs)
+        require(0 <= gamma <= 1, f"model.gamma must be in [0, 1], got {gamma}")
+        for name, v in (("alpha0", alpha0), ("alpha1", alpha1), ("beta0", beta0), ("beta1", beta1)):
+            require(v >= 0, f"model.{name} must be >= 0 (the tables give it its sign), got {v}")
+        require(kl_coef >= 0, f"model.kl_coef must be >= 0, got {kl_coef}")
+        require(0 <= gae_gamma <= 1, f"model.gae_gamma must be in [0, 1], got {gae_gamma}")
+        require(0 <= gae_lambda <= 1, f"model.gae_lambda must be in [0, 1], got {gae_lambda}")
+        require(clip > 0, f"model.clip must be > 0, got {clip}")
+        require(num_epochs >= 1, f"model.num_epochs must be >= 1, got {num_epochs}")
+        require(minibatch_size is None or minibatch_size >= 1, f"model.minibatch_size must be >= 1, got {minibatch_size}")
+        require(micro_batch_size is None or micro_batch_size >= 1,
+                f"model.micro_batch_size must be >= 1, got {micro_batch_size}")
+        require(value_coef >= 0, f"model.value_coef must be >= 0, got {value_coef}")
+        require(value_lr > 0, f"model.value_lr must be > 0, got {value_lr}")
+        require(train_from_turn >= 1, f"model.train_from_turn must be >= 1 (1-based turn), got {train_from_turn}")
+        self.gamma, self.incentives = gamma, dict(alpha0=alpha0, alpha1=alpha1, beta0=beta0, beta1=beta1)
+        self.kl_coef, self.gae_gamma, self.gae_lambda, self.clip = kl_coef, gae_gamma, gae_lambda, clip
+        self.num_epochs, self.minibatch_size, self.micro_batch_size = num_epochs, minibatch_size, micro_batch_size
+        self.value_coef, self.value_lr, self.entropy_coef = value_coef, value_lr, entropy_coef
+        self.value_hidden = list(value_hidden) if value_hidden is not None else list(HIDDEN)
+        self.per_turn, self.train_from_turn = per_turn, train_from_turn
+        self.normalize_advantages = normalize_advantages
+        self.value_heads: nn.ModuleList | None = None
+
+    # -- construction ------------------------------------------------------------------------------
+    def team_specs(self, env) -> list[AgentSpec]:
+        specs = resolve_agents(env, self.agent_specs)
+        if not self.per_turn:
+            return specs
+        import copy
+
+        return [copy.deepcopy(spec) for _ in range(env.horizon) for spec in specs]
+
+    def build_extra(self, env) -> None:
+        if not hasattr(env, "grade_answers"):
+            raise UserError(f"MAPoRL trains a debate; env {env.name!r} is not one (use --data.env debate)")
+        n = env.n_agents
+        if self.per_turn:
+            self.team.turn_agents = [[t * n + a for a in range(n)] for t in range(env.horizon)]
+        self.value_heads = nn.ModuleList(
+            CriticHead(self.team.model_of(m).config.hidden_size, self.value_hidden) for m in range(len(self.team))
+        ).to(self.team.device)
+
+    def param_groups(self):
+        return super().param_groups() + [{"params": list(self.value_heads.parameters()), "lr": self.value_lr,
+                                          "name": "value_heads"}]
+
+    # -- rollout -----------------------------------------------------------------------------------
+    def rollout(self, env, tasks) -> RolloutBatch:
+        start = time.perf_counter()
+        episodes = [eps[0] for eps in play(self.team, env, tasks, 1, self.max_new_tokens)]
+        stats = episode_stats(episodes, time.perf_counter() - start)
+        responses, rewards = self.responses(episodes)
+        stats["reward/maporl"] = float(torch.cat([r.flatten() for r in rewards]).mean())
+        for t in range(rewards[0].shape[0]):
+            stats[f"reward/maporl/turn{t + 1}"] = float(torch.stack([r[t].mean() for r in rewards]).mean())
+        with torch.no_grad():
+            stats.update(self.prepare(responses))
+        examples = [{"prompts": [obs[-1]["content"] for obs in ep.observations[-1]], "responses": ep.responses[-1],
+                     "reward": list(ep.steps[-1].rewards)} for ep in episodes[:1]]
+        return RolloutBatch([], stats, examples, buffer=ReplayBuffer(responses))
+
+    def responses(self, episodes: list[Episode]) -> tuple[list[Response], list[Tensor]]:
+        """Every trained answer with its reward (:func:`debate_rewards`), and each episode's ``[T, A]`` rewards."""
+        out, all_rewards = [], []
+        for ep in episodes:
+            memory = ep.state.memory
+            scores = torch.tensor(memory["scores"], dtype=torch.float32)
+            correct = torch.tensor(memory["correct"], dtype=torch.bool)
+            majority = majority_of_others_table(memory["answers"], memory["correct"])
+            rewards = debate_rewards(scores, correct, majority, self.gamma, **self.incentives)
+            all_rewards.append(rewards)
+            for t, joint in enumerate(ep.completions):
+                if t + 1 < self.train_from_turn:
+                    continue
+                for a, c in enumerate(joint):
+                    if len(c.completion_ids) == 0:
+                        continue
+                    out.append(Response(self.team.acting(t, a), t, a, list(c.prompt_ids), list(c.completion_ids),
+                                        torch.tensor(c.logprobs, dtype=torch.float32), float(rewards[t, a])))
+        return out, all_rewards
+
+    def prepare(self, responses: list[Response]) -> dict[str, float]:
+        """Fix reference log-probs, token rewards, values V_old, advantages and returns of every response."""
+        if not responses:
+            return {}
+        members = [r.member for r in responses]
+        prompts, completions = [r.prompt_ids for r in responses], [r.completion_ids for r in responses]
+        ref = self.team.logprobs(members, prompts, completions, reference=True)
+        kls = []
+        for r, ref_lp, features in zip(responses, ref, self.features(responses)):
+            ref_lp = ref_lp.float().cpu()
+            values = self.value_heads[r.member](features.to(self.team.device)).float().cpu()
+            rewards = token_rewards(r.reward, r.old_logprobs, ref_lp, self.kl_coef)
+            dones = torch.zeros_like(rewards)
+            dones[-1] = 1.0
+            advantages, returns = gae(rewards, values, dones, self.gae_gamma, self.gae_lambda)
+            r.extras = {"features": features, "values": values, "advantages": advantages, "returns": returns}
+            kls.append(r.old_logprobs - ref_lp)
+        kl = torch.cat(kls)
+        return {"train/kl_ref": float(kl.mean()), "train/kl_ref_sum": float(torch.stack([k.sum() for k in kls]).mean())}
+
+    def features(self, responses: list[Response]) -> list[Tensor]:
+        """The frozen base's hidden state at every position choosing a response token (one batch per base)."""
+        out: list[Tensor | None] = [None] * len(responses)
+        for key in self.team.models:
+            rows = [k for k, r in enumerate(responses) if self.team.base_of[r.member] == key]
+            if not rows:
+                continue
+            member = responses[rows[0]].member
+            feats = base_features(self.team.model_of(member), self.team.tokenizer_of(member).pad_token_id,
+                                  [responses[k].prompt_ids for k in rows], [responses[k].completion_ids for k in rows])
+            for k, f in zip(rows, feats):
+                out[k] = f
+        return out  # type: ignore[return-value]
+
+    # -- update ------------------------------------------------------------------------------------
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        buffer: ReplayBuffer = batch.buffer
+        if not len(buffer):
+            self.skip_update()
+            return {}
+        generator = torch.Generator().manual_seed(self.rollouts)
+        totals: dict[str, list[float]] = {}
+        for minibatch in buffer.epochs(self.num_epochs, self.minibatch_size, generator):
+            for key, value in self.minibatch_update(minibatch).items():
+                totals.setdefault(key, []).append(value)
+        buffer.clear()
+        return {key: sum(v) / len(v) for key, v in totals.items()}
+
+    def minibatch_update(self, minibatch: list[Response]) -> dict[str, float]:
+        """One optimizer step on the minibatch's token-mean loss (:meth:`accumulate`)."""
+        self.optimizers().zero_grad()
+        stats = self.accumulate(minibatch, self.manual_backward)
+        self.optimizer_step()
+        return stats
+
+    def accumulate(self, minibatch: list[Response], backward) -> dict[str, float]:
+        """Accumulate the gradient of the minibatch's token-mean loss, ``micro_batch_size`` responses per
+        ``backward`` (each part weighted by its share of the tokens: the same gradient as one pass, in less memory)."""
+        advantages = torch.cat([r.extras["advantages"] for r in minibatch])
+        if self.normalize_advantages:
+            advantages = normalize(advantages)
+        parts = torch.split(advantages, [len(r.completion_ids) for r in minibatch])
+        size = self.micro_batch_size or len(minibatch)
+        stats: dict[str, float] = {}
+        for start in range(0, len(minibatch), size):
+            micro, adv = minibatch[start:start + size], torch.cat(parts[start:start + size])
+            actor, entropy, actor_stats = self.actor_loss(micro, adv)
+            critic, critic_stats = self.critic_loss(micro)
+            weight = adv.numel() / advantages.numel()
+            backward(weight * (actor + self.value_coef * critic - self.entropy_coef * entropy))
+            for key, value in {**actor_stats, **critic_stats}.items():
+                stats[key] = stats.get(key, 0.0) + weight * value
+        return stats
+
+    def actor_loss(self, minibatch: list[Response], advantages: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """The token-level clipped surrogate of Section 3.2, averaged over the responses' tokens (``advantages``:
+        theirs, concatenated)."""
+        logprobs, entropies = self.team.logprobs([r.member for r in minibatch], [r.prompt_ids for r in minibatch],
+                                                 [r.completion_ids for r in minibatch], entropy=True)
+        logprobs = torch.cat(logprobs)
+        old = torch.cat([r.old_logprobs for r in minibatch]).to(logprobs)
+        advantages = advantages.to(logprobs)
+        loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
+        entropy = torch.cat(entropies).mean()
+        ratio = torch.exp(logprobs.detach() - old)
+        return loss, entropy, {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
+                               "train/ratio": float(ratio.mean()),
+                               "train/clip_frac": float(((ratio - 1).abs() > self.clip).float().mean())}
+
+    def critic_loss(self, minibatch: list[Response]) -> tuple[Tensor, dict[str, float]]:
+        """L_value: the squared error of every token's value against V_target = V_old + A."""
+        device = self.team.device
+        values = torch.cat([self.value_heads[r.member](r.extras["features"].to(device)) for r in minibatch])
+        returns = torch.cat([r.extras["returns"] for r in minibatch]).to(values)
+        loss = value_loss(values, returns)
+        return loss, {"train/value_loss": float(loss.detach()), "train/value_mean": float(values.detach().mean()),
+                      "train/return_mean": float(returns.mean())}

@@ -1,0 +1,215 @@
+r"""The collaborative debate of MAPoRL (paper 003, Section 3.1; Du et al. 2024), a POSG with per-agent rewards.
+
+A agents (roles ``agent1`` .. ``agentA``) answer a question over T = ``horizon`` turns; every episode
+runs all T turns. Turn 1: each agent answers the question. Turn t+1: each agent's history is
+*replaced* by ``[its system prompt, one user message]`` holding the question and every agent's whole
+responses of turns 1..t, labelled by round and agent, its own marked "(you)"
+(:func:`collab.envs.debate.prompts.debate_prompt`): s_(t+1)i = LLM_i(q ⊕_{j, t' <= t} s_t'j). With
+A = 1 this is self-correction: the agent sees its own earlier solutions. After the last turn each
+history gets the final response appended (for logs and evaluation).
+
+**Rewards.** ``Score.rewards[a]`` at a turn is the configured verifier's score of agent a's response
+(:mod:`collab.envs.debate.verifier`; the rule verifier gives 1.0 for a correct final answer, else
+0.0). Algorithms build paper 003's rewards from the scores in memory: Definition 1
+(:func:`collab.objectives.influence_rewards`) and the incentives of Tables 1-2
+(:func:`collab.objectives.revision_incentives`, :func:`collab.objectives.influence_incentives`,
+with :func:`collab.objectives.majority_of_others_table`).
+
+**Memory** (whole tuples, rewritten every turn; index ``[turn][agent]``, turns so far):
+``answers`` the extracted, normalised answers (``None``: unparsable), ``correct`` the rule verdicts
+(bool, also under a learned verifier), ``scores`` the verifier scores (float in [0, 1]),
+``responses`` the raw responses, ``majority`` each turn's majority-vote accuracy.
+
+**Info** (logged as ``env/<name>``): ``majority@t`` for every turn t = 1..current (Section 4.1's
+majority vote with ties in expectation, :func:`collab.objectives.majority_vote`), ``accuracy`` (this
+turn's majority vote), ``agent_accuracy`` (mean correctness of the agents this turn) and
+``answered`` (share of agents with a parsable answer).
+
+**Datasets and splits.** Math: every dataset the ``math`` environment accepts, with its splits
+(the debate env builds a :class:`~collab.envs.math.env.MathEnv` and takes its tasks, so both envs
+evaluate on the same problems: a fixed 64-problem eval set for the generated ``addition`` (default),
+``arithmetic`` and ``gsm_symbolic``); answers graded by :mod:`collab.envs.math.answers`. NLI
+(:mod:`collab.envs.debate.datasets`): ``cb``, ``rte``, ``anli:PATH``, ``anli:HUB_ID@SPLIT``, split as
+the math env splits its fixed datasets: the default eval set is a fixed random sample of ``num_eval``
+records (the same in every run), train the remaining ones; ``train_split`` / ``eval_split`` slices
+(``"[:40]"``) select in file order, and a split left at ``None`` takes every record the other does
+not. CB has only its 56 validation examples: by default all 56 are the eval set and its train split
+is empty (a one-line error says to pass ``train_split``, e.g. ``train_split="[:16]"`` leaves the
+other 40 for eval). RTE: 64 eval, 213 train.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from collab.envs.base import AgentRole, Env, EnvState, Message, Score
+from collab.envs.debate.datasets import NLI, is_nli, load_nli
+from collab.envs.debate.prompts import agent_name, debate_prompt, first_prompt, system_prompt
+from collab.envs.debate.verifier import RuleVerifier, Verifier, grade_answer, load_verifier
+from collab.envs.math.datasets import DATASETS, is_path
+from collab.envs.records import select
+from collab.errors import UserError, require
+from collab.objectives import majority_vote
+
+SPLITS = ("train", "eval")
+MAX_NEW_TOKENS = {"math": 300, "nli": 250}
+"""Paper 003, Section 4.2: 300 tokens on GSM8K, 250 on ANLI."""
+
+
+def valid_datasets() -> str:
+    return f"{', '.join(DATASETS + NLI)}, anli:PATH, anli:HUB_ID@SPLIT or a path to a .json/.jsonl math file"
+
+
+class DebateEnv(Env):
+    """A agents debate a question for T turns; each answer is scored by a verifier (paper 003)."""
+
+    name = "debate"
+    joint_reward = False
+    reward_max = 1.0
+
+    def __init__(self, dataset: str = "addition", agents: int = 2, horizon: int = 2, verifier: str | Verifier = "rule",
+                 train_split: str | None = None, eval_split: str | None = None, num_train: int = 512,
+                 num_eval: int = 64, fallback: bool = True, seed: int = 0, max_new_tokens: int | None = None,
+                 verifier_device: str = "auto") -> None:
+        """
+        Args:
+            dataset: A math dataset of the ``math`` env (``addition`` default, ``arithmetic``, ``gsm_symbolic``,
+                ``gsm8k``, ``math``, ``math500``, ``aime``, a .json/.jsonl path) or NLI: ``cb``, ``rte``,
+                ``anli:PATH``, ``anli:HUB_ID@SPLIT``.
+            agents: A, the number of debating agents (1: self-correction).
+            horizon: T, the number of turns; every episode runs all of them.
+            verifier: ``rule`` (1 for a correct answer, else 0), the folder of a learned verifier
+                (:class:`~collab.envs.debate.verifier.LearnedVerifier`), or a Verifier object.
+            train_split, eval_split: Slices (``"[:100]"``) of each split (module docstring).
+            num_train, num_eval: Generated training / eval problems; ``num_eval`` also sizes the default eval sample
+                of a fixed dataset.
+            fallback: Grade unboxed answers (math: last "answer is X" phrase or number; NLI: last label word).
+            seed: Seed of the generated training problems.
+            max_new_tokens: Suggested response length; ``None``: 300 for math, 250 for NLI (paper 003, Section 4.2).
+            verifier_device: Device of a learned verifier's base model (``auto``, ``cpu``, ``cuda``...).
+        """
+        super().__init__(horizon)
+        require(agents >= 1, f"the debate needs at least 1 agent, got {agents}")
+        require(num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}")
+        self.dataset, self.agents, self.fallback, self.seed = dataset, agents, fallback, seed
+        self.kind = "nli" if is_nli(dataset) else "math"
+        if self.kind == "math" and dataset not in DATASETS and not is_path(dataset):
+            raise UserError(f"unknown debate dataset {dataset!r}; valid: {valid_datasets()}")
+        if dataset.startswith("anli:"):
+            source = dataset.removeprefix("anli:")
+            require(is_path(source) or "@" in source, f"bad ANLI source {dataset!r}: {source!r} is not a .json/.jsonl "
+                                                      "file; expected anli:PATH or anli:HUB_ID@SPLIT")
+        for spec in (train_split, eval_split):
+            select([], spec)  # a malformed slice fails here
+        self.num_train, self.num_eval = num_train, num_eval
+        self.split_specs = {"train": train_split, "eval": eval_split}
+        tokens = max_new_tokens or MAX_NEW_TOKENS[self.kind]
+        self.roles = tuple(AgentRole(agent_name(i), system_prompt(i, agents), tokens) for i in range(agents))
+        self.verifier = load_verifier(verifier, fallback, verifier_device)
+        self._math = None
+        if self.kind == "math":
+            from collab.envs.math.env import MathEnv
+
+            self._math = MathEnv(dataset=dataset, profile="solo", horizon=1, train_split=train_split,
+                                 eval_split=eval_split, num_train=num_train, num_eval=num_eval, fallback=fallback,
+                                 seed=seed)
+        self._splits: dict[str, list[dict[str, Any]]] = {}
+        self._all: list[dict[str, Any]] | None = None
+
+    # -- tasks ---------------------------------------------------------------------------------------
+    def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
+        if split not in SPLITS:
+            raise UserError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        if self._math is not None:
+            return self._math.tasks(split)
+        if split not in self._splits:
+            self._splits[split] = self._nli_split(split)
+        return self._splits[split]
+
+    def _records(self) -> list[dict[str, Any]]:
+        if self._all is None:
+            self._all = load_nli(self.dataset)
+            require(bool(self._all), f"NLI dataset {self.dataset!r} has no labelled records")
+        return self._all
+
+    def _nli_split(self, split: str) -> list[dict[str, Any]]:
+        spec = self.split_specs[split]
+        if spec is not None:
+            out = select(self._records(), spec)
+        elif split == "eval" and self.split_specs["train"] is None:
+            records = self._records()  # a fixed random sample, in file order, the same in every run
+            rng = random.Random(f"collab.debate/{self.dataset}/eval")
+            keep = set(rng.sample(range(len(records)), min(self.num_eval, len(records))))
+            out = [r for i, r in enumerate(records) if i in keep]
+        else:  # every record the other split does not take
+            other = "eval" if split == "train" else "train"
+            taken = {r["id"] for r in self.tasks(other)}
+            out = [r for r in self._records() if r["id"] not in taken]
+        require(bool(out), f"the {split} split of debate dataset {self.dataset!r} is empty ({split}_split={spec!r}); "
+                           f"pass {split}_split (e.g. train_split='[:16]' for cb, whose 56 records are all eval by default)")
+        return out
+
+    # -- grading -------------------------------------------------------------------------------------
+    def grade_answers(self, task: Mapping[str, Any], texts: Sequence[str]) -> list[tuple[str | None, bool]]:
+        """The rule verdict on each response to ``task``: (normalised answer or None, correct)."""
+        return [grade_answer(task, text, self.fallback) for text in texts]
+
+    def votes(self, state: EnvState) -> tuple[tuple[tuple[str | None, ...], ...], tuple[tuple[bool, ...], ...]]:
+        """Every turn's votes so far: ``(answers[t][a], correct[t][a])`` (the majority-vote evaluation's input)."""
+        return tuple(state.memory.get("answers", ())), tuple(state.memory.get("correct", ()))
+
+    # -- the Env protocol ----------------------------------------------------------------------------
+    def observe(self, task: Mapping[str, Any]) -> list[str]:
+        return [first_prompt(task)] * self.n_agents
+
+    def score(self, state: EnvState, actions: Sequence[str]) -> Score:
+        return self.score_batch([state], [actions])[0]
+
+    def score_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[Score]:
+        n = self.n_agents
+        tasks = [s.task for s in states for _ in range(n)]
+        texts = [str(a) for joint in actions for a in joint]
+        graded = [grade_answer(t, x, self.fallback) for t, x in zip(tasks, texts)]
+        if isinstance(self.verifier, RuleVerifier) and self.verifier.fallback == self.fallback:
+            scores = [float(c) for _, c in graded]
+        else:  # one call for every response of the batch
+            scores = [min(1.0, max(0.0, float(s))) for s in self.verifier.score(tasks, texts)]
+        out = []
+        for k, (state, joint) in enumerate(zip(states, actions, strict=True)):
+            rows = graded[k * n:(k + 1) * n]
+            answers = tuple(a for a, _ in rows)
+            correct = tuple(bool(c) for _, c in rows)
+            turn_scores = tuple(scores[k * n:(k + 1) * n])
+            majority = majority_vote(answers, correct)
+            memory = state.memory
+            mem = {
+                "answers": tuple(memory.get("answers", ())) + (answers,),
+                "correct": tuple(memory.get("correct", ())) + (correct,),
+                "scores": tuple(memory.get("scores", ())) + (turn_scores,),
+                "responses": tuple(memory.get("responses", ())) + (tuple(str(a) for a in joint),),
+                "majority": tuple(memory.get("majority", ())) + (majority,),
+            }
+            info = {f"majority@{t + 1}": float(m) for t, m in enumerate(mem["majority"])}
+            info.update(accuracy=float(majority), agent_accuracy=sum(correct) / n,
+                        answered=sum(a is not None for a in answers) / n)
+            out.append(Score(turn_scores, terminated=False, info=info, memory=mem))
+        return out
+
+    def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
+        """Each agent's next user message: the question and every agent's responses so far."""
+        responses = tuple(state.memory.get("responses", ())) + (tuple(str(a) for a in actions),)
+        return [debate_prompt(state.task, responses, i) for i in range(self.n_agents)]
+
+    def next_histories(self, state: EnvState, actions: Sequence[str], score: Score, done: bool) -> list[tuple[Message, ...]]:
+        """Turn t+1's histories *replace* turn t's: [own system prompt, debate prompt]. After the last turn the
+        final responses are appended instead (kept for logs and evaluation)."""
+        if done:
+            return [h + ({"role": "assistant", "content": a},) for h, a in zip(state.histories, actions)]
+        prompts = self.feedback(state, actions, score)
+        out = []
+        for role, prompt in zip(self.roles, prompts, strict=True):
+            system = ({"role": "system", "content": role.system_prompt},) if role.system_prompt else ()
+            out.append(system + ({"role": "user", "content": prompt},))
+        return out

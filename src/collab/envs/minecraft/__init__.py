@@ -1,0 +1,8 @@
+"""The ``minecraft`` environment: HouseBuild (paper 002, Section 5.1, Appendices E.3 and F.3).
+
+:mod:`~collab.envs.minecraft.world` holds the voxel world, :mod:`~collab.envs.minecraft.commands`
+parses the agents' commands, :mod:`~collab.envs.minecraft.threats` simulates the spiders,
+:mod:`~collab.envs.minecraft.scoring` measures a build, :mod:`~collab.envs.minecraft.prompts`
+writes the prompts and feedback, :mod:`~collab.envs.minecraft.tasks` loads the houses and
+:mod:`~collab.envs.minecraft.env` holds :class:`MinecraftEnv` (built by ``make_env("minecraft")``).
+"""
