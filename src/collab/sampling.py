@@ -142,7 +142,6 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     index = torch.repeat_interleave(torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device))
     cache = out.past_key_values
     cache.batch_select_indices(index)
-    reserve(cache, max(s[3] if s[4] is None else 1 for s in settings))
     logits = out.logits[index, -1].float()
     mask, positions = mask[index], positions[index, -1:]
     rix = index.tolist()
@@ -151,6 +150,7 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     top_p = torch.tensor([settings[i][1] for i in rix], device=device, dtype=torch.float)
     top_k = torch.tensor([settings[i][2] for i in rix], device=device)
     limits = [1 if settings[i][4] is not None else settings[i][3] for i in rix]
+    reserve(cache, max(limits))
     choices = [settings[i][4] for i in rix]
     batch = len(rix)
     temperature = torch.tensor(temps, device=device, dtype=torch.float)
