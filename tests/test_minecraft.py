@@ -413,3 +413,44 @@ def test_bad_options_are_user_errors(tmp_path):
         assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="unknown split 'test'"):
         make_env("minecraft").tasks("test")
+
+
+def _dialog(turns: int, final: bool) -> tuple:
+    head = ({"role": "system", "content": "sys"}, {"role": "user", "content": "o0"})
+    body = []
+    for t in range(turns):
+        body += [{"role": "assistant", "content": f"a{t}"}, {"role": "user", "content": f"o{t + 1}"}]
+    if final:
+        body.append({"role": "assistant", "content": f"a{turns}"})
+    return head + tuple(body)
+
+
+def test_history_window_keeps_the_opening_and_the_last_turns():
+    from collab.envs.base import window
+
+    contents = lambda h: [m["content"] for m in h]  # noqa: E731
+    assert contents(window(_dialog(3, False), None)) == ["sys", "o0", "a0", "o1", "a1", "o2", "a2", "o3"]
+    assert contents(window(_dialog(3, False), 1)) == ["sys", "o0", "a2", "o3"]
+    assert contents(window(_dialog(3, False), 2)) == ["sys", "o0", "a1", "o2", "a2", "o3"]
+    assert window(_dialog(3, False), 3) == _dialog(3, False) == window(_dialog(3, False), 9)
+    assert contents(window(_dialog(2, True), 1)) == ["sys", "o0", "a2"]  # the final response is a turn
+    assert contents(window(_dialog(2, True), 2)) == ["sys", "o0", "a1", "o2", "a2"]
+    assert window(_dialog(0, False), 1) == _dialog(0, False)
+
+
+def test_players_keep_the_e3_prompt_and_their_last_turn(tmp_path):
+    """Default history_window 1: [E.3 prompt, own last commands, feedback on them] at every turn."""
+    env, whole = small_env(tmp_path), small_env(tmp_path, history_window=None)
+    state, full = env.reset(SMALL), whole.reset(SMALL)
+    first = state.histories[0][0]["content"]
+    for t in range(3):
+        actions = [f"/fill 0 64 0 0 64 {t} stone", f"# turn {t}"]
+        state, full = env.step(state, actions).state, whole.step(full, actions).state
+        for i in range(2):
+            h = state.histories[i]
+            assert [m["role"] for m in h] == ["user", "assistant", "user"]
+            assert h[0]["content"] == first.replace("Player 1", f"Player {i + 1}")
+            assert h[1]["content"] == actions[i] and h[2] == full.histories[i][-1]
+        assert len(full.histories[0]) == 1 + 2 * (t + 1)
+    with pytest.raises(UserError, match="history_window must be >= 1"):
+        small_env(tmp_path, history_window=0)

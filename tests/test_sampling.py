@@ -89,3 +89,62 @@ def test_reserved_cache_layer_matches_concatenation():
         got = reserved.update(k, v)
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     assert reserved.get_seq_length() == 9
+
+
+def test_shared_prefixes_by_hand():
+    from collab.sampling import shared_prefixes
+
+    prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9, 9], [1, 2, 3, 4], [1, 2, 7], [8]]
+    adapters = ["a", "a", "b", "a", "a"]
+    # Under "a", rows 0 and 1 share [1, 2, 3] (saving 3 tokens), rows 0, 1, 3 share [1, 2] (saving 2 x 2 = 4):
+    # the latter. Row 2 is "b"'s own (its prefix: all but its last token); row 4 is alone.
+    group_of, lengths = shared_prefixes(prompts, adapters, min_prefix=2)
+    assert group_of == [0, 0, 1, 0, 2]
+    assert lengths == [2, 3, 0]
+    # Identical prompts keep one token of their own.
+    assert shared_prefixes([[5, 6, 7, 8]] * 3, ["a"] * 3, min_prefix=2) == ([0, 0, 0], [3])
+    # Two houses behind a common intro: a prefix per house saves 6 + 6 tokens, one for all only 3 x 2.
+    houses = [[1, 2, 3, 3, 3, 3, 5], [1, 2, 4, 4, 4, 4, 5], [1, 2, 3, 3, 3, 3, 6], [1, 2, 4, 4, 4, 4, 6]]
+    assert shared_prefixes(houses, ["a"] * 4, min_prefix=2) == ([0, 1, 0, 1], [6, 6])
+    # A common start shorter than min_prefix shares nothing: each row is a group of its own.
+    assert shared_prefixes([[1, 2, 3, 4], [1, 2, 9, 9]], ["a", "a"], min_prefix=3) == ([0, 1], [3, 3])
+
+
+def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch):
+    """Tree-like prompts (two agents, each with three histories opening with the same long prompt): the
+    prefill that shares each agent's prefix gives the next-token logits of one left-padded pass, and greedy
+    decoding the same tokens."""
+    import collab.sampling as sampling
+    from collab.models import BaseConfig
+    from collab.sampling import GenerationRequest, pad_left, prefill
+    from collab.team import AgentSpec, AgentTeam, SamplingSpec
+
+    torch.manual_seed(0)
+    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=6)) for _ in range(2)],
+                     BaseConfig(name="tiny"))
+    with torch.no_grad():
+        for name, p in team.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # distinct, non-zero adapters
+    vocab = team.tokenizer_of(0).vocab_size
+    g = torch.Generator().manual_seed(1)
+    ids = lambda n: torch.randint(5, min(vocab, 500), (n,), generator=g).tolist()  # noqa: E731
+    heads = [ids(80), ids(90)]
+    prompts = [heads[a] + ids(n) for a in (0, 1) for n in (3, 17, 9)]
+    agents = [0, 0, 0, 1, 1, 1]
+    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    names = [team.names[a] for a in agents]
+    model.eval()
+    with torch.no_grad():
+        shared, _, _ = prefill(model, prompts, names, pad, team.device)
+        ids_, mask, positions = pad_left(prompts, pad, team.device)
+        from transformers import DynamicCache
+        one = sampling._forward_fn(model)(names, input_ids=ids_, attention_mask=mask, position_ids=positions,
+                                          past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+    assert sampling.shared_prefixes(prompts, names)[1] == [80, 90]  # each agent's head is prefilled once
+    assert torch.allclose(shared.logits[:, -1], one.logits[:, -1], atol=1e-4, rtol=1e-4)
+    requests = [GenerationRequest(a, p, 2) for a, p in zip(agents, prompts)]
+    with_sharing = [[c.completion_ids for c in out] for out in team.generate(requests)]
+    monkeypatch.setattr(sampling, "MIN_PREFIX_SAVING", 2.0)  # never share
+    without = [[c.completion_ids for c in out] for out in team.generate(requests)]
+    assert with_sharing == without and all(len(c) == 6 for out in without for c in out)

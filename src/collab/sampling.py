@@ -2,8 +2,9 @@
 
 peft runs a batch whose rows use different adapters (``adapter_names=``), so the K samples of all n
 agents go through the model together: n*K rows per decoding step instead of n separate ``generate``
-calls. Each distinct prompt is prefilled once and its KV cache repeated for its samples. Rows carry
-their own temperature, top-p, top-k, length limit and action vocabulary.
+calls. Each distinct prompt is prefilled once and its KV cache repeated for its samples, and prompts
+that open with the same long start under one adapter prefill that start once (:func:`prefill`). Rows
+carry their own temperature, top-p, top-k, length limit and action vocabulary.
 """
 
 from __future__ import annotations
@@ -131,13 +132,7 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     device = model.get_input_embeddings().weight.device
     pad = tokenizer.pad_token_id
     eos = {tokenizer.eos_token_id, pad} - {None}
-    ids, mask, positions = pad_left([r.prompt_ids for r in rows], pad, device)
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    forward = _forward_fn(model)
-    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                  use_cache=True, logits_to_keep=1)
+    out, mask, positions = prefill(model, [r.prompt_ids for r in rows], adapters, pad, device)
     # Repeat each prompt's cache and last logits for its n samples.
     index = torch.repeat_interleave(torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device))
     cache = out.past_key_values
@@ -193,6 +188,100 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
         text = tokenizer.decode(tokens[b], skip_special_tokens=True)
         results[r].append(Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished))
     return results
+
+
+MIN_SHARED_PREFIX = 64
+"""Shortest common prompt start (tokens) worth a prefill of its own."""
+MIN_PREFIX_SAVING = 0.25
+"""Share prefixes only when that skips at least this fraction of the prompt tokens."""
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """Length of the common start of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    return next((j for j in range(n) if a[j] != b[j]), n)
+
+
+def shared_prefixes(prompts: list[list[int]], adapters: list[str], min_prefix: int = MIN_SHARED_PREFIX) -> tuple[list[int], list[int]]:
+    """Group the prompts that one adapter reads by their common starts, to prefill each start once.
+
+    A group's prefix is its rows' longest common start, one token short of its shortest prompt (every
+    row keeps a token whose logits start its response); it must be at least ``min_prefix`` tokens. The
+    grouping maximizes the prefill tokens saved, sum over groups of (rows - 1) x prefix: among the
+    prompts sorted per adapter, groups are runs of neighbours (the common start of a run is the least
+    common start of its neighbouring pairs), chosen by dynamic programming. A row left alone is a group
+    whose prefix is all of its prompt but the last token, which keeps the remainders short. Returns each
+    row's group (numbered in order of first appearance) and each group's prefix length.
+    """
+    n = len(prompts)
+    order = sorted(range(n), key=lambda r: (adapters[r], prompts[r]))
+    adjacent = [_common(prompts[a], prompts[b]) if adapters[a] == adapters[b] else 0 for a, b in zip(order, order[1:])]
+    best, start, prefix = [0] * (n + 1), [0] * (n + 1), [0] * (n + 1)
+    for j in range(1, n + 1):  # best[j]: the best grouping of order[:j]; its last group is order[start[j]:j]
+        best[j], start[j], prefix[j] = best[j - 1], j - 1, len(prompts[order[j - 1]]) - 1
+        common, shortest = 1 << 62, len(prompts[order[j - 1]])
+        for i in range(j - 2, -1, -1):
+            common, shortest = min(common, adjacent[i]), min(shortest, len(prompts[order[i]]))
+            length = min(common, shortest - 1)
+            if length < min_prefix:
+                break
+            if best[i] + (j - 1 - i) * length > best[j]:
+                best[j], start[j], prefix[j] = best[i] + (j - 1 - i) * length, i, length
+    runs = []
+    j = n
+    while j > 0:
+        runs.append((order[start[j]:j], prefix[j]))
+        j = start[j]
+    group_of, lengths = [0] * n, []
+    for rows, length in sorted(runs, key=lambda run: min(run[0])):
+        for r in rows:
+            group_of[r] = len(lengths)
+        lengths.append(length)
+    return group_of, lengths
+
+
+def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, device):
+    """Run the prompts through the model into a fresh KV cache: ``(out, attention_mask, position_ids)``
+    with ``out.logits[:, -1]`` each row's next-token logits.
+
+    Prompts that share a long start under one adapter (the later turns of a multi-turn episode, whose
+    histories begin with the same task prompt; the nodes of a rollout tree) prefill that start once:
+    the groups' prefixes go through the model first, their cache is repeated for the group's rows, and
+    the rows' own remainders follow (left-padded, so padding sits between prefix and remainder, masked
+    out, with position ids continuing from the prefix). Used when it skips at least
+    ``MIN_PREFIX_SAVING`` of the prompt tokens; otherwise one pass over the left-padded prompts.
+    """
+    from transformers import DynamicCache
+
+    forward = _forward_fn(model)
+    group_of, lengths = shared_prefixes(prompts, adapters)
+    counts = torch.bincount(torch.tensor(group_of), minlength=len(lengths)).tolist()
+    saved = sum((c - 1) * n for c, n in zip(counts, lengths))
+    if saved < MIN_PREFIX_SAVING * sum(len(p) for p in prompts):
+        ids, mask, positions = pad_left(prompts, pad, device)
+        out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions,
+                      past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+        return out, mask, positions
+    heads = [prompts[group_of.index(g)][:n] for g, n in enumerate(lengths)]
+    head_adapters = [adapters[group_of.index(g)] for g in range(len(lengths))]
+    cache = DynamicCache()
+    if any(heads):
+        ids, head_mask, positions = pad_left(heads, pad, device)
+        cache = forward(head_adapters, input_ids=ids, attention_mask=head_mask, position_ids=positions,
+                        past_key_values=cache, use_cache=True, logits_to_keep=1).past_key_values
+        rows = torch.tensor(group_of, device=device)
+        cache.batch_select_indices(rows)
+        head_mask = head_mask[rows]
+    else:
+        head_mask = torch.zeros(len(prompts), 0, dtype=torch.long, device=device)
+    tails = [p[lengths[g]:] for p, g in zip(prompts, group_of)]
+    ids, tail_mask, tail_positions = pad_left(tails, pad, device)
+    start = torch.tensor([lengths[g] for g in group_of], device=device)[:, None]
+    positions = tail_positions + start
+    mask = torch.cat([head_mask, tail_mask], dim=-1)
+    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                  use_cache=True, logits_to_keep=1)
+    return out, mask, positions
 
 
 def reserve(cache, extra: int) -> None:

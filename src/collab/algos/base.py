@@ -47,6 +47,23 @@ def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
     return out
 
 
+
+def token_budget_chunks(lengths: list[int], budget: int | None) -> list[list[int]]:
+    """Consecutive index groups of ``lengths`` whose padded size (rows x longest row) stays within
+    ``budget`` tokens; a row longer than the budget is a group of its own. ``None``: one group."""
+    if budget is None:
+        return [list(range(len(lengths)))] if lengths else []
+    chunks: list[list[int]] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if chunks and (len(chunks[-1]) + 1) * max(longest, n) <= budget:
+            chunks[-1].append(i)
+            longest = max(longest, n)
+        else:
+            chunks.append([i])
+            longest = n
+    return chunks
+
 class CollabModule(L.LightningModule):
     """Base LightningModule of the algorithms."""
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from collab.algos.base import CollabModule
+from collab.algos.base import CollabModule, token_budget_chunks
 from collab.errors import require
 from collab.objectives import BASELINES, clipped_surrogate, kl_k3
 from collab.rollout.tree import JOINT_MODES, tree_batch
@@ -35,7 +35,7 @@ class MAGRPO(CollabModule):
     def __init__(self, *args, num_generations: int | None = 4, joint_mode: str = "aligned", baseline: str = "mean",
                  normalize_std: bool = False, gamma: float = 1.0, advantage_clip: float = 0.2, num_epochs: int = 2,
                  minibatch_size: int | None = None, kl_coef: float = 0.0, log_kl: bool = True,
-                 termination_threshold: float | None = None, **kwargs) -> None:
+                 termination_threshold: float | None = None, micro_batch_tokens: int | None = 8192, **kwargs) -> None:
         """
         Args:
             num_generations: K, responses per agent per history node (>= 2 for a group baseline); None: the
@@ -51,6 +51,9 @@ class MAGRPO(CollabModule):
             kl_coef: Weight of the KL penalty to the reference policy (adapters disabled).
             log_kl: Log the KL to the reference (one extra forward per rollout).
             termination_threshold: End a branch when every agent's reward reaches this value.
+            micro_batch_tokens: Padded tokens (rows x longest prompt + response) per forward/backward
+                within an update: the minibatch's gradient is accumulated over parts of at most this
+                size (at least one sample each), the same gradient in bounded memory. None: one pass.
         """
         super().__init__(*args, **kwargs)
         require(num_generations is None or num_generations >= 2,
@@ -64,6 +67,9 @@ class MAGRPO(CollabModule):
         self.gamma, self.advantage_clip, self.num_epochs = gamma, advantage_clip, num_epochs
         self.minibatch_size, self.kl_coef, self.log_kl = minibatch_size, kl_coef, log_kl
         self.termination_threshold = termination_threshold
+        require(micro_batch_tokens is None or micro_batch_tokens >= 1,
+                f"model.micro_batch_tokens must be >= 1 or null, got {micro_batch_tokens}")
+        self.micro_batch_tokens = micro_batch_tokens
 
     def build_extra(self, env) -> None:
         if self.k is None:
@@ -73,7 +79,10 @@ class MAGRPO(CollabModule):
         return tree_batch(self.team, env, tasks, self.k, self.gamma, self.joint_mode, self.baseline,
                           self.normalize_std, self.termination_threshold, self.max_new_tokens)
 
-    def policy_loss(self, samples, with_kl: bool) -> tuple[torch.Tensor, dict[str, float]]:
+    def policy_loss(self, samples, with_kl: bool, agent_counts: dict[int, int]) -> tuple[torch.Tensor, dict[str, float]]:
+        """This part of a minibatch's loss: each sample's clipped surrogate (plus the KL penalty) divided by
+        the number of its agent's samples in the whole minibatch (``agent_counts``), summed. Summed over the
+        minibatch's parts it is the sum over agents of each agent's mean."""
         team = self.team
         token_logprobs = team.logprobs([s.agent for s in samples], [s.prompt_ids for s in samples],
                                        [s.completion_ids for s in samples])
@@ -89,11 +98,29 @@ class MAGRPO(CollabModule):
             stats["train/kl_ref"] = float(kl.detach().mean())
             if self.kl_coef:
                 per_sample = per_sample + self.kl_coef * kl
-        agents = torch.tensor([s.agent for s in samples], device=per_sample.device)
-        loss = sum(per_sample[agents == a].mean() for a in agents.unique())
+        weights = torch.tensor([1.0 / agent_counts[s.agent] for s in samples], device=per_sample.device,
+                               dtype=per_sample.dtype)
         ratio = torch.exp(logprobs.detach() - old)
         stats.update({"train/ratio": float(ratio.mean()),
                       "train/clip_frac": float(((ratio - 1).abs() > self.advantage_clip).float().mean())})
+        return (weights * per_sample).sum(), stats
+
+    def accumulate(self, minibatch, with_kl: bool, backward) -> tuple[float, dict[str, float]]:
+        """Accumulate the gradient of the minibatch's loss in parts of at most ``micro_batch_tokens``
+        padded tokens, one ``backward`` each (the same gradient as one pass; long multi-turn histories fit
+        in memory). Returns the loss and the statistics, averaged over the minibatch's samples."""
+        counts: dict[int, int] = {}
+        for s in minibatch:
+            counts[s.agent] = counts.get(s.agent, 0) + 1
+        lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in minibatch]
+        loss, stats = 0.0, {}
+        for part in token_budget_chunks(lengths, self.micro_batch_tokens):
+            micro = [minibatch[i] for i in part]
+            part_loss, part_stats = self.policy_loss(micro, with_kl, counts)
+            backward(part_loss)
+            loss += float(part_loss.detach())
+            for key, value in part_stats.items():
+                stats[key] = stats.get(key, 0.0) + value * len(micro) / len(minibatch)
         return loss, stats
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
@@ -112,9 +139,10 @@ class MAGRPO(CollabModule):
             for start in range(0, len(samples), size):
                 mb = [samples[i] for i in order[start:start + size]]
                 with_kl = (self.log_kl and epoch == 0 and start == 0) or bool(self.kl_coef)
-                loss, stats = self.policy_loss(mb, with_kl)
-                self.optimizer_update(loss)
-                losses.append(float(loss.detach()))
+                self.optimizers().zero_grad()
+                loss, stats = self.accumulate(mb, with_kl, self.manual_backward)
+                self.optimizer_step()
+                losses.append(loss)
                 if epoch == 0 and start == 0:
                     metrics.update(stats)
         metrics["train/loss"] = sum(losses) / len(losses)

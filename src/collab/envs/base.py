@@ -100,6 +100,10 @@ class Env(ABC):
     joint_reward: bool = True
     reward_max: float | None = None
     """The largest reward of one turn (shown to critics in the global information m_t); None: unknown."""
+    history_window: int | None = None
+    """C of paper 002, Section 4.1 ("maintain only the most recent C pairs"), counted in turns: a history
+    keeps its opening messages (system prompt and first observation) and the last C (response, feedback)
+    pairs; ``None`` keeps the whole dialog (:func:`window`)."""
 
     def __init__(self, horizon: int = 1) -> None:
         from collab.errors import require
@@ -215,9 +219,21 @@ class Env(ABC):
         return StepResult(next_state, tuple(float(r) for r in score.rewards), done, score.info)
 
     def next_histories(self, state: EnvState, actions: Sequence[str], score: Score, done: bool) -> list[tuple[Message, ...]]:
-        """Each agent's history after a turn: its action appended, then (unless done) its feedback."""
+        """Each agent's history after a turn: its action appended, then (unless done) its feedback, cut to
+        the last :attr:`history_window` turns."""
         histories = [h + ({"role": "assistant", "content": a},) for h, a in zip(state.histories, actions)]
         if not done:
             replies = self.feedback(state, actions, score)
             histories = [h + ({"role": "user", "content": r},) for h, r in zip(histories, replies)]
-        return histories
+        return [window(h, self.history_window) for h in histories]
+
+
+def window(history: tuple[Message, ...], turns: int | None) -> tuple[Message, ...]:
+    """``history`` with its opening messages (everything before the first response) and only the last
+    ``turns`` turns after them, a turn being a response and the feedback that follows it (a final
+    response without feedback counts as a turn of its own). ``None`` keeps everything."""
+    if turns is None:
+        return history
+    first = next((j for j, m in enumerate(history) if m["role"] == "assistant"), len(history))
+    starts = [j for j in range(first, len(history)) if history[j]["role"] == "assistant"]
+    return history[:first] + history[starts[-turns]:] if turns < len(starts) else history

@@ -9,6 +9,8 @@ against the turn's spiders (:mod:`~collab.envs.minecraft.threats`). The joint re
 ``coverage - 0.5 * redundancy - min(1, damage / hp) * 0.2`` of the world after it
 (:mod:`~collab.envs.minecraft.scoring`). A simulated player's feedback lists what is missing or
 wrong, the player's rejected lines and the coming threat (:mod:`~collab.envs.minecraft.prompts`).
+A player's history keeps the E.3 prompt and its last ``history_window`` turns (default 1: its last
+commands and the feedback on them; ``None``: the whole dialog).
 
 Logged info (``env/<key>``): ``iou``, ``coverage``, ``redundancy``, ``score`` (correct positions /
 bbox positions), ``hp`` (remaining health as a fraction of ``player_hp``; Table 1 prints it in %,
@@ -73,7 +75,7 @@ class MinecraftEnv(Env):
                  horizon: int = 4, n_agents: int = 2, max_commands: int = 32, min_spiders: int = 0, max_spiders: int = 3,
                  spider_atk: int = 3, spider_hp: float = 16.0, player_hp: int = 20, player_atk: float = 16.0,
                  seed: int = 0, redundancy_weight: float = REDUNDANCY_WEIGHT, spider_penalty: float = PENALTY,
-                 max_new_tokens: int = 256) -> None:
+                 max_new_tokens: int = 256, history_window: int | None = 1) -> None:
         """
         Args:
             dataset: A HouseBuild ``.json`` / ``.jsonl`` file (the paper's format); ``None``: the 12 shipped houses.
@@ -90,10 +92,17 @@ class MinecraftEnv(Env):
             redundancy_weight: Weight of the redundancy rate in the reward.
             spider_penalty: Weight of the spider penalty (0.2 in F.3; the authors' code uses 0.1).
             max_new_tokens: Suggested response length per player.
+            history_window: Turns of dialog a player keeps after the E.3 prompt (paper 002, 4.1's C;
+                :func:`collab.envs.base.window`). The default, 1, keeps the player's last commands and
+                the feedback on them: the feedback restates everything still missing or wrong, the
+                player's HP and the coming threat, so older turns add no information about the
+                build, only prompt length (the 4th turn's prompt is ~1,900 tokens instead of ~3,000
+                for SmolLM2's tokenizer). ``None`` keeps the whole dialog.
         """
         super().__init__(horizon)
         require(n_agents >= 1, f"n_agents must be >= 1, got {n_agents}")
         require(max_commands >= 1, f"max_commands must be >= 1, got {max_commands}")
+        require(history_window is None or history_window >= 1, f"history_window must be >= 1 or null, got {history_window}")
         require(0 <= min_spiders <= max_spiders and spider_atk >= 1,
                 f"need 0 <= min_spiders <= max_spiders and spider_atk >= 1, got {min_spiders}, {max_spiders}, {spider_atk}")
         require(spider_hp > 0 and player_hp > 0 and player_atk > 0,
@@ -102,6 +111,7 @@ class MinecraftEnv(Env):
                 f"redundancy_weight and spider_penalty must be >= 0, got {redundancy_weight}, {spider_penalty}")
         self.roles = tuple(AgentRole(f"player{i + 1}", max_new_tokens=max_new_tokens) for i in range(n_agents))
         self.max_commands, self.seed, self.redundancy_weight = max_commands, seed, redundancy_weight
+        self.history_window = history_window
         self.spider_penalty = spider_penalty
         self.spider_range, self.spider_atk, self.spider_hp = (min_spiders, max_spiders), spider_atk, spider_hp
         self.player_hp, self.player_atk = player_hp, player_atk
