@@ -39,3 +39,21 @@ def quiet_fit(module, datamodule, steps: int):
         warnings.simplefilter("ignore")
         trainer.fit(module, datamodule)
     return trainer
+
+
+class ScriptedTeam:
+    """Stands in for the agents where the policy is not under test: each sample's text is
+    ``respond(agent, messages)``, ``messages`` being the history the agent was shown."""
+
+    def __init__(self, respond):
+        self.respond, self.prompts = respond, []
+
+    def encode(self, agent, messages):
+        self.prompts.append(messages)
+        return [len(self.prompts) - 1]
+
+    def generate(self, requests, max_new_tokens=128):
+        from collab.sampling import Completion
+
+        return [[Completion(r.agent, r.prompt_ids, [1], self.respond(r.agent, self.prompts[r.prompt_ids[0]]))
+                 for _ in range(r.n)] for r in requests]

@@ -11,7 +11,7 @@ import pytest
 
 from collab.envs import make_env
 from collab.evaluation import evaluate, format_metrics, play
-from collab.sampling import Completion
+from tests.conftest import ScriptedTeam
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,25 +42,15 @@ SCRIPT = {
 }
 
 
-class ScriptedPolicy:
-    """A stand-in for the agents (the policy is not under test here): fixed responses per problem."""
+def ScriptedPolicy(script) -> ScriptedTeam:
+    """Fixed responses per problem: the agent's successive samples on a problem take its script in order."""
+    queues = {key: list(v) for key, v in script.items()}
 
-    def __init__(self, script):
-        self.script = {key: list(v) for key, v in script.items()}
-        self.prompts = []
+    def respond(agent, messages):
+        entry = "x_or_y" if "x_or_y" in messages[0]["content"] else "add"
+        return queues[(agent, entry)].pop(0)
 
-    def encode(self, agent, messages):
-        self.prompts.append(messages)
-        return [len(self.prompts) - 1]
-
-    def generate(self, requests, max_new_tokens=128):
-        outs = []
-        for r in requests:
-            first = self.prompts[r.prompt_ids[0]][0]["content"]
-            entry = "x_or_y" if "x_or_y" in first else "add"
-            texts = [self.script[(r.agent, entry)].pop(0) for _ in range(r.n)]
-            outs.append([Completion(r.agent, r.prompt_ids, [1], t) for t in texts])
-        return outs
+    return ScriptedTeam(respond)
 
 
 @pytest.fixture

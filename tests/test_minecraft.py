@@ -23,6 +23,7 @@ from collab.envs.minecraft.threats import Spiders, fight, penalty, spawn
 from collab.envs.minecraft.world import empty_world, normalize_block, rectangles
 from collab.errors import UserError
 from collab.metrics import IoU, voxel_iou
+from tests.conftest import ScriptedTeam
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "housebuild.json"
 needs_shared = pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")
@@ -276,32 +277,13 @@ def test_voxels_and_iou_metric_by_hand(tmp_path):
     assert float(metric.compute()) == pytest.approx((0.5 + 6 / 8 + 1.0) / 3)
 
 
-class ScriptedTeam:
-    """Stands in for the agents (they are not under test): fixed responses per (agent, turn)."""
-
-    def __init__(self, script):
-        self.script, self.prompts = script, []
-
-    def encode(self, agent, messages):
-        self.prompts.append(messages)
-        return [len(self.prompts) - 1]
-
-    def generate(self, requests, max_new_tokens=128):
-        from collab.sampling import Completion
-
-        outs = []
-        for r in requests:
-            turn = len(self.prompts[r.prompt_ids[0]]) // 2
-            outs.append([Completion(r.agent, r.prompt_ids, [1], self.script[(r.agent, turn)]) for _ in range(r.n)])
-        return outs
-
-
 def test_evaluate_reports_iou(tmp_path):
     from collab.evaluation import evaluate
 
     env = small_env(tmp_path, horizon=2)
     script = {(0, 0): FLOOR, (1, 0): "", (0, 1): "", (1, 1): "/fill 12 65 -5 12 65 -5 glass"}
-    metrics, episodes = evaluate(ScriptedTeam(script), env, env.tasks("eval"), num_samples=2, ks=[1])
+    team = ScriptedTeam(lambda agent, messages: script[(agent, len(messages) // 2)])  # 1 message at turn 0, 3 at turn 1
+    metrics, episodes = evaluate(team, env, env.tasks("eval"), num_samples=2, ks=[1])
     assert [len(ep.steps) for ep in episodes[0]] == [2, 2]
     assert metrics["eval/iou"] == pytest.approx(7 / 8) and metrics["eval/env/iou"] == pytest.approx(7 / 8)
     assert metrics["eval/env/hp"] == 1.0 and metrics["eval/return"] == pytest.approx(6 / 8 + 7 / 8)
