@@ -47,7 +47,6 @@ def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
     return out
 
 
-
 def token_budget_chunks(lengths: list[int], budget: int | None) -> list[list[int]]:
     """Consecutive index groups of ``lengths`` whose padded size (rows x longest row) stays within
     ``budget`` tokens; a row longer than the budget is a group of its own. ``None``: one group."""
@@ -63,6 +62,7 @@ def token_budget_chunks(lengths: list[int], budget: int | None) -> list[list[int
             chunks.append([i])
             longest = n
     return chunks
+
 
 class CollabModule(L.LightningModule):
     """Base LightningModule of the algorithms."""

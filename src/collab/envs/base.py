@@ -232,8 +232,7 @@ def window(history: tuple[Message, ...], turns: int | None) -> tuple[Message, ..
     """``history`` with its opening messages (everything before the first response) and only the last
     ``turns`` turns after them, a turn being a response and the feedback that follows it (a final
     response without feedback counts as a turn of its own). ``None`` keeps everything."""
-    if turns is None:
+    starts = [j for j, m in enumerate(history) if m["role"] == "assistant"]
+    if turns is None or turns >= len(starts):
         return history
-    first = next((j for j, m in enumerate(history) if m["role"] == "assistant"), len(history))
-    starts = [j for j in range(first, len(history)) if history[j]["role"] == "assistant"]
-    return history[:first] + history[starts[-turns]:] if turns < len(starts) else history
+    return history[:starts[0]] + history[starts[-turns]:]
