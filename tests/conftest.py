@@ -57,3 +57,52 @@ class ScriptedTeam:
 
         return [[Completion(r.agent, r.prompt_ids, [1], self.respond(r.agent, self.prompts[r.prompt_ids[0]]))
                  for _ in range(r.n)] for r in requests]
+
+
+class EarlySolveEnv:
+    """A 2-turn cooperative game where solving at turn 1 is optimal (the known-optimum learning tests).
+
+    Every agent answers A or B (one token). All A solves the task: reward ``solve``, and the episode
+    ends. Anything else earns ``partial`` and the team tries again, up to ``horizon`` turns. With the
+    end valued as an absorbing state (the reward repeats until the horizon), solving at turn 1 is worth
+    ``solve * H`` and solving at turn 2 ``partial + solve``: with partial < solve, earlier is better. An
+    algorithm that kept only the rewards so far would value the early solve at ``solve`` alone and
+    learn to postpone it (partial + solve > solve).
+    """
+
+    def __new__(cls, n_agents: int = 2, horizon: int = 2, solve: float = 1.0, partial: float = 0.6):
+        from collab.envs.base import AgentRole, Env, Score
+
+        class _EarlySolve(Env):
+            name = "early_solve"
+            reward_max = solve
+
+            def __init__(self):
+                super().__init__(horizon)
+                self.roles = tuple(AgentRole(f"agent{i}", max_new_tokens=1, choices=("A", "B")) for i in range(n_agents))
+
+            def tasks(self, split):
+                return [{"id": 0}]
+
+            def observe(self, task):
+                return ["Solve the task together: answer A or B."] * self.n_agents
+
+            def score(self, state, actions):
+                solved = all(a.strip() == "A" for a in actions)
+                r = solve if solved else partial
+                return Score((r,) * self.n_agents, terminated=solved, info={"solved": float(solved)})
+
+            def feedback(self, state, actions, score):
+                return ["Not solved yet. Answer A or B again."] * self.n_agents
+
+        return _EarlySolve()
+
+
+def datamodule_for(env, batch_size: int = 4, seed: int = 0):
+    """A RolloutDataModule playing ``env`` (an Env object, e.g. a test environment)."""
+    from collab.rollout.datamodule import RolloutDataModule, TaskStream
+
+    dm = RolloutDataModule(env="matrix", batch_size=batch_size, seed=seed)
+    dm.env = env
+    dm.stream = TaskStream(env.tasks("train"), batch_size, True, seed)
+    return dm

@@ -35,6 +35,31 @@ def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
     return returns
 
 
+def absorbing_reward(reward: Tensor | float, turns_left: Tensor | int, gamma: float) -> Tensor:
+    """The return of a terminal turn whose episode ended ``turns_left`` turns before its horizon H.
+
+    collab treats an early end (the environment terminates, or MAGRPO's early termination) as an absorbing
+    state that repeats its last reward r until the horizon:
+
+        G = r (1 + gamma + ... + gamma^m) = r (1 - gamma^(m+1)) / (1 - gamma),     m = ``turns_left``
+
+    (``m = 0``: the plain reward). Without it a branch that succeeds at turn 1 keeps only r, while a
+    sibling that succeeds at turn 2 collects two turns of reward, so early success gets a lower return
+    and a negative advantage. The papers do not say what an ended branch is worth; the reference code
+    (CoMLRL's tree) never ends a branch on the environment's word and scores the team again at every
+    turn, which for a team that stays solved is exactly this repetition. Elementwise over tensors.
+    """
+    r = torch.as_tensor(reward, dtype=torch.float64 if not torch.is_tensor(reward) else reward.dtype)
+    m = torch.as_tensor(turns_left, device=r.device)
+    if bool((m < 0).any()):
+        raise ValueError("turns_left must be >= 0")
+    if gamma == 1.0:
+        factor = (m + 1).to(r.dtype)
+    else:
+        factor = (1.0 - torch.pow(torch.as_tensor(gamma, dtype=r.dtype, device=r.device), (m + 1).to(r.dtype))) / (1.0 - gamma)
+    return r * factor
+
+
 def group_advantages(returns: Tensor, baseline: str = "mean", normalize_std: bool = False, eps: float = 1e-6) -> Tensor:
     """Group-relative advantages of K sibling samples (last dimension), paper 001 Eq. 1 / paper 002 Eq. 1.
 

@@ -106,8 +106,9 @@ class ActorCritic(CollabModule):
         return per_sample.mean(0).sum(), stats
 
     def rewards_of(self, minibatch: list[Transition]) -> torch.Tensor:
-        """``[B, n_critics]``: each critic's reward; a centralized critic learns the team's mean reward."""
-        r = torch.tensor([tr.rewards for tr in minibatch], dtype=torch.float32, device=self.team.device)
+        """``[B, n_critics]``: each critic's reward; a centralized critic learns the team's mean reward. An
+        early end's reward repeats for the turns it skipped (:meth:`Transition.returned_rewards`)."""
+        r = torch.tensor([tr.returned_rewards(self.gamma) for tr in minibatch], dtype=torch.float32, device=self.team.device)
         return r.mean(-1, keepdim=True) if self.critic_mode == "centralized" else r
 
     def on_save_checkpoint(self, checkpoint) -> None:

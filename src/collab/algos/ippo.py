@@ -50,7 +50,7 @@ class IPPO(ActorCritic):
             episodes.setdefault(tr.episode, []).append(tr)
         for steps in episodes.values():
             values = self.critics.state_values([tr.state for tr in steps]).T            # [n, T]
-            scores = torch.tensor([tr.rewards for tr in steps], dtype=values.dtype, device=values.device)
+            scores = torch.tensor([tr.returned_rewards(self.gamma) for tr in steps], dtype=values.dtype, device=values.device)
             rewards = mixed_rewards(scores, self.own_reward_weight).T                  # [n, T]
             dones = torch.tensor([float(tr.done) for tr in steps], device=values.device).expand_as(values)
             advantages, returns = gae(rewards, values, dones, self.gamma, self.gae_lambda)

@@ -27,7 +27,7 @@ import torch
 from collab.algos.base import CollabModule, token_budget_chunks
 from collab.errors import require
 from collab.objectives import BASELINES, clipped_surrogate, kl_k3
-from collab.rollout.tree import JOINT_MODES, tree_batch
+from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 from collab.rollout.trajectory import RolloutBatch
 
 
@@ -35,7 +35,8 @@ class MAGRPO(CollabModule):
     def __init__(self, *args, num_generations: int | None = 4, joint_mode: str = "aligned", baseline: str = "mean",
                  normalize_std: bool = False, gamma: float = 1.0, advantage_clip: float = 0.2, num_epochs: int = 2,
                  minibatch_size: int | None = None, kl_coef: float = 0.0, log_kl: bool = True,
-                 termination_threshold: float | None = None, micro_batch_tokens: int | None = 8192, **kwargs) -> None:
+                 termination_threshold: float | None = None, termination: str = "branch",
+                 cross_reduction: str = "mean", micro_batch_tokens: int | None = 8192, **kwargs) -> None:
         """
         Args:
             num_generations: K, responses per agent per history node (>= 2 for a group baseline); None: the
@@ -50,7 +51,11 @@ class MAGRPO(CollabModule):
             minibatch_size: Samples per update; None: the whole buffer.
             kl_coef: Weight of the KL penalty to the reference policy (adapters disabled).
             log_kl: Log the KL to the reference (one extra forward per rollout).
-            termination_threshold: End a branch when every agent's reward reaches this value.
+            termination_threshold: MAGRPO's early termination threshold (None: off).
+            termination: branch (a child ends when every agent's reward reaches the threshold) | node (all of
+                a node's children end when the mean of their team rewards exceeds it: the reference code's rule).
+            cross_reduction: How ``cross`` mode values an agent's sample from the joint returns it takes part
+                in: mean (default) | sum (the reference code's; K^(n-1) times the mean).
             micro_batch_tokens: Padded tokens (rows x longest prompt + response) per forward/backward
                 within an update: the minibatch's gradient is accumulated over parts of at most this
                 size (at least one sample each), the same gradient in bounded memory. None: one pass.
@@ -66,7 +71,10 @@ class MAGRPO(CollabModule):
         self.k, self.joint_mode, self.baseline, self.normalize_std = num_generations, joint_mode, baseline, normalize_std
         self.gamma, self.advantage_clip, self.num_epochs = gamma, advantage_clip, num_epochs
         self.minibatch_size, self.kl_coef, self.log_kl = minibatch_size, kl_coef, log_kl
-        self.termination_threshold = termination_threshold
+        require(termination in TERMINATIONS, f"unknown model.termination {termination!r}; valid: {', '.join(TERMINATIONS)}")
+        require(cross_reduction in CROSS_REDUCTIONS,
+                f"unknown model.cross_reduction {cross_reduction!r}; valid: {', '.join(CROSS_REDUCTIONS)}")
+        self.termination_threshold, self.termination, self.cross_reduction = termination_threshold, termination, cross_reduction
         require(micro_batch_tokens is None or micro_batch_tokens >= 1,
                 f"model.micro_batch_tokens must be >= 1 or null, got {micro_batch_tokens}")
         self.micro_batch_tokens = micro_batch_tokens
@@ -77,7 +85,8 @@ class MAGRPO(CollabModule):
 
     def rollout(self, env, tasks) -> RolloutBatch:
         return tree_batch(self.team, env, tasks, self.k, self.gamma, self.joint_mode, self.baseline,
-                          self.normalize_std, self.termination_threshold, self.max_new_tokens)
+                          self.normalize_std, self.termination_threshold, self.max_new_tokens, self.termination,
+                          self.cross_reduction)
 
     def policy_loss(self, samples, with_kl: bool, agent_counts: dict[int, int]) -> tuple[torch.Tensor, dict[str, float]]:
         """This part of a minibatch's loss: each sample's clipped surrogate (plus the KL penalty) divided by

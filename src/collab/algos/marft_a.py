@@ -48,7 +48,7 @@ class MARFTA(MARFT):
         for k, tr in enumerate(items):
             by_episode.setdefault(tr.episode, []).append(k)
         for rows in by_episode.values():
-            step_rewards = torch.tensor([sum(items[k].rewards) / n for k in rows])
+            step_rewards = torch.tensor([sum(items[k].returned_rewards(self.gamma)) / n for k in rows])
             rewards, dones = chain(step_rewards, [n] * len(rows), terminated=items[rows[-1]].done)
             advantages, returns = gae(rewards, values[rows].reshape(-1), dones, self.gamma, self.gae_lambda)
             for j, k in enumerate(rows):

@@ -49,7 +49,7 @@ class MARFTT(MARFT):
             by_episode.setdefault(tr.episode, []).append(k)
         for rows in by_episode.values():
             lengths = [sum(len(completions[k * n + i]) for i in range(n)) for k in rows]
-            step_rewards = torch.tensor([sum(items[k].rewards) / n for k in rows])
+            step_rewards = torch.tensor([sum(items[k].returned_rewards(self.gamma)) / n for k in rows])
             rewards, dones = chain(step_rewards, lengths, terminated=items[rows[-1]].done)
             flat_values = torch.cat([values[k * n + i] for k in rows for i in range(n)])
             advantages, returns = gae(rewards, flat_values, dones, self.gamma, self.gae_lambda)

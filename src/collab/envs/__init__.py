@@ -37,12 +37,17 @@ def make_env(name: str, **kwargs) -> Env:
     import inspect
 
     cls = env_class(name)
+    shift = kwargs.pop("reward_shift", 0.0)
+    if isinstance(shift, bool) or not isinstance(shift, (int, float)):
+        raise UserError(f"env option reward_shift must be a number (added to every turn's reward), got {shift!r}")
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as e:
         params = ", ".join(inspect.signature(cls).parameters)
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
-    return cls(**kwargs)
+    env = cls(**kwargs)
+    env.reward_shift = float(shift)
+    return env
 
 
 __all__ = ["AgentRole", "Env", "EnvState", "Score", "StepResult", "env_names", "make_env"]

@@ -88,8 +88,13 @@ class Score:
 class StepResult:
     state: EnvState
     rewards: tuple[float, ...]
+    """The turn's rewards, :attr:`Env.reward_shift` included."""
     done: bool
     info: Mapping[str, float]
+    turns_left: int = 0
+    """Turns of the horizon an early termination skipped (0 when the episode goes on or ends at the
+    horizon): the algorithms value the end as an absorbing state repeating ``rewards`` that many more
+    turns (:func:`collab.objectives.absorbing_reward`)."""
 
 
 class Env(ABC):
@@ -100,6 +105,9 @@ class Env(ABC):
     joint_reward: bool = True
     reward_max: float | None = None
     """The largest reward of one turn (shown to critics in the global information m_t); None: unknown."""
+    reward_shift: float = 0.0
+    """Added to every turn's reward (``--data.env_options '{reward_shift: -4.0}'``), as the reference
+    configs' ``reward_shift`` (e.g. the team's reward minus its maximum: every extra turn costs)."""
     history_window: int | None = None
     """C of paper 002, Section 4.1 ("maintain only the most recent C pairs"), counted in turns: a history
     keeps its opening messages (system prompt and first observation) and the last C (response, feedback)
@@ -214,9 +222,10 @@ class Env(ABC):
     def _advance(self, state: EnvState, actions: Sequence[str], score: Score) -> StepResult:
         done = score.terminated or state.turn + 1 >= self.horizon
         histories = self.next_histories(state, actions, score, done)
+        rewards = tuple(float(r) + self.reward_shift for r in score.rewards)
         memory = {**state.memory, **score.memory, "last_reward": score.rewards[0], "last_rewards": tuple(score.rewards)}
         next_state = replace(state, histories=tuple(histories), turn=state.turn + 1, done=done, memory=memory)
-        return StepResult(next_state, tuple(float(r) for r in score.rewards), done, score.info)
+        return StepResult(next_state, rewards, done, score.info, max(self.horizon - state.turn - 1, 0) if done else 0)
 
     def next_histories(self, state: EnvState, actions: Sequence[str], score: Score, done: bool) -> list[tuple[Message, ...]]:
         """Each agent's history after a turn: its action appended, then (unless done) its feedback, cut to

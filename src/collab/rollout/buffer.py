@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from collab.envs.base import EnvState
+from collab.objectives import absorbing_reward
 from collab.rollout.episodes import Episode
 from collab.sampling import Completion
 
@@ -36,6 +37,15 @@ class Transition:
     """a_{t+1} as texts (a Q-critic's TD target); ``None`` after the last turn."""
     extras: dict = field(default_factory=dict)
     """Per-algorithm values fixed at rollout time (IPPO's advantages and returns)."""
+    turns_left: int = 0
+    """Turns of the horizon skipped by an early end with this turn: its reward repeats that many more
+    times (:func:`collab.objectives.absorbing_reward`, applied by :meth:`returned_rewards`)."""
+
+    def returned_rewards(self, gamma: float) -> tuple[float, ...]:
+        """r_t per agent, with an early end's absorbing repetitions folded in (the reward a return sums)."""
+        if not self.turns_left:
+            return self.rewards
+        return tuple(float(absorbing_reward(r, self.turns_left, gamma)) for r in self.rewards)
 
 
 def transitions(episodes: Sequence[Episode], first_episode: int = 0) -> list[Transition]:
@@ -45,7 +55,7 @@ def transitions(episodes: Sequence[Episode], first_episode: int = 0) -> list[Tra
         for t, step in enumerate(ep.steps):
             nxt = [c.text for c in ep.completions[t + 1]] if t + 1 < len(ep.steps) else None
             out.append(Transition(ep.state_at(t), list(ep.completions[t]), tuple(step.rewards), step.done,
-                                  step.state, first_episode + e, t, nxt))
+                                  step.state, first_episode + e, t, nxt, turns_left=step.turns_left))
     return out
 
 

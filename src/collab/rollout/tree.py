@@ -8,13 +8,24 @@ At every history node the team draws K samples per agent; the node's children ar
              value under the other agents' current policies).
 
 Each child that does not terminate is expanded the same way, to depth H (the env's horizon). A child
-terminates when the environment ends the episode or, with ``termination_threshold``, when its reward
-reaches the threshold (MAGRPO's early termination). With no early termination and ``aligned``, the
-number of agent generations of one episode is paper 002's Proposition 3.2, n K (K^H - 1) / (K - 1).
+terminates when the environment ends the episode or, with ``termination_threshold``, by MAGRPO's early
+termination, decided per ``termination``:
+
+``branch``   a child ends when every agent's reward reaches the threshold (collab's default);
+``node``     all K children of a node end when the mean of their (team) rewards exceeds the threshold
+             (the reference code's rule: strictly greater, the node's children as one group).
+
+With no early termination and ``aligned``, the number of agent generations of one episode is paper
+002's Proposition 3.2, n K (K^H - 1) / (K - 1).
 
 Returns are discounted Monte Carlo estimates through the tree: a child's return is its reward plus
 gamma times the mean return of its own children (the K-sample estimate of the successor history's
-value, as in Proposition 3.1). Advantages are group-relative among an agent's K siblings.
+value, as in Proposition 3.1). A child that ends before the horizon is an absorbing state that repeats
+its reward for the turns it skipped (:func:`~collab.objectives.absorbing_reward`), so a branch that
+succeeds at turn 1 never gets a lower return than a sibling that succeeds later. Advantages are
+group-relative among an agent's K siblings; in ``cross`` mode agent i's sample j is valued by the
+``cross_reduction`` of the returns of the children that contain it: ``mean`` (collab's default, on the
+scale of one joint return) or ``sum`` (the reference code's, K^(n-1) times larger).
 """
 
 from __future__ import annotations
@@ -28,11 +39,13 @@ from dataclasses import dataclass, field
 import torch
 
 from collab.envs.base import Env, EnvState
-from collab.objectives import group_advantages
+from collab.objectives import absorbing_reward, group_advantages
 from collab.rollout.trajectory import RolloutBatch, Sample
 from collab.sampling import Completion, GenerationRequest
 
 JOINT_MODES = ("aligned", "cross")
+TERMINATIONS = ("branch", "node")
+CROSS_REDUCTIONS = ("mean", "sum")
 
 
 @dataclass
@@ -46,6 +59,8 @@ class TreeNode:
     rewards: list[tuple[float, ...]] = field(default_factory=list)
     infos: list[Mapping[str, float]] = field(default_factory=list)
     children: list[TreeNode | None] = field(default_factory=list)
+    turns_left: list[int] = field(default_factory=list)
+    """turns_left[c]: turns of the horizon child c skipped by ending early (0 if it goes on or ends at H)."""
     returns: torch.Tensor | None = None
     """returns[c, i]: discounted return of child c for agent i."""
 
@@ -65,7 +80,8 @@ def joint_indices(n_agents: int, k: int, mode: str) -> list[tuple[int, ...]]:
 
 
 def expand_tree(team, env: Env, tasks: Sequence[Mapping], k: int, joint_mode: str = "aligned",
-                termination_threshold: float | None = None, max_new_tokens: int = 128) -> list[TreeNode]:
+                termination_threshold: float | None = None, max_new_tokens: int = 128,
+                termination: str = "branch") -> list[TreeNode]:
     """Grow one rollout tree per task, breadth first: each depth is one batched ``team.generate``."""
     roots = [TreeNode(env.reset(task), 0) for task in tasks]
     frontier = list(roots)
@@ -81,46 +97,65 @@ def expand_tree(team, env: Env, tasks: Sequence[Mapping], k: int, joint_mode: st
         steps = env.step_batch([node.state for node, _ in pending], [actions for _, actions in pending])
         next_frontier = []
         for (node, _), step in zip(pending, steps):
-            stop = step.done or (termination_threshold is not None and min(step.rewards) >= termination_threshold)
-            child = None if stop else TreeNode(step.state, node.depth + 1)
             node.rewards.append(step.rewards)
             node.infos.append(step.info)
-            node.children.append(child)
-            if child is not None:
-                next_frontier.append(child)
+            node.children.append(None if step.done else TreeNode(step.state, node.depth + 1))
+            node.turns_left.append(step.turns_left)
+        for node in frontier:
+            for c in early_ends(node, termination_threshold, termination):
+                node.children[c] = None
+                node.turns_left[c] = env.horizon - node.depth - 1
+            next_frontier += [child for child in node.children if child is not None]
         frontier = next_frontier
     return roots
 
 
+def early_ends(node: TreeNode, threshold: float | None, termination: str = "branch") -> list[int]:
+    """The children of ``node`` that MAGRPO's early termination ends (beyond those the environment ended)."""
+    if threshold is None:
+        return []
+    if termination == "branch":
+        return [c for c, r in enumerate(node.rewards) if node.children[c] is not None and min(r) >= threshold]
+    if termination == "node":
+        team = [sum(r) / len(r) for r in node.rewards]
+        return [c for c, child in enumerate(node.children) if child is not None] if sum(team) / len(team) > threshold else []
+    raise ValueError(f"unknown termination {termination!r}; valid: {', '.join(TERMINATIONS)}")
+
+
 def backup_returns(node: TreeNode, gamma: float) -> torch.Tensor:
-    """Fill ``returns`` bottom-up: G(c) = r(c) + gamma * mean over c's children of G."""
+    """Fill ``returns`` bottom-up: G(c) = r(c) + gamma * mean over c's children of G, and for a child that
+    ended m turns early G(c) = r(c) (1 + gamma + ... + gamma^m) (the absorbing end)."""
     rows = []
-    for reward, child in zip(node.rewards, node.children):
+    for reward, child, left in zip(node.rewards, node.children, node.turns_left or [0] * len(node.rewards)):
         r = torch.tensor(reward, dtype=torch.float64)
         if child is not None:
             r = r + gamma * backup_returns(child, gamma).mean(0)
+        else:
+            r = absorbing_reward(r, left, gamma)
         rows.append(r)
     node.returns = torch.stack(rows)
     return node.returns
 
 
-def sample_values(node: TreeNode, agent: int, k: int) -> torch.Tensor:
-    """Value of each of agent ``agent``'s K samples: the mean return of the children that use it."""
+def sample_values(node: TreeNode, agent: int, k: int, reduction: str = "mean") -> torch.Tensor:
+    """Value of each of agent ``agent``'s K samples: the mean (or ``sum``) of the returns of the children that use it."""
     assert node.returns is not None
+    if reduction not in CROSS_REDUCTIONS:
+        raise ValueError(f"unknown cross reduction {reduction!r}; valid: {', '.join(CROSS_REDUCTIONS)}")
     sums = torch.zeros(k, dtype=torch.float64)
     counts = torch.zeros(k, dtype=torch.float64)
     for joint, ret in zip(node.joints, node.returns[:, agent]):
         sums[joint[agent]] += ret
         counts[joint[agent]] += 1
-    return sums / counts
+    return sums if reduction == "sum" else sums / counts
 
 
 def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 1.0, joint_mode: str = "aligned",
                baseline: str = "mean", normalize_std: bool = False, termination_threshold: float | None = None,
-               max_new_tokens: int = 128) -> RolloutBatch:
+               max_new_tokens: int = 128, termination: str = "branch", cross_reduction: str = "mean") -> RolloutBatch:
     """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a :class:`Sample`."""
     start = time.perf_counter()
-    roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens)
+    roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens, termination)
     seconds = time.perf_counter() - start
     samples: list[Sample] = []
     scalars: dict[str, list[float]] = defaultdict(list)  # rewards and env info, averaged into stats
@@ -130,7 +165,7 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
         backup_returns(root, gamma)
         for node in root.nodes():
             for i in range(env.n_agents):
-                values = sample_values(node, i, k)
+                values = sample_values(node, i, k, cross_reduction)
                 adv = group_advantages(values, baseline, normalize_std)
                 for j, c in enumerate(node.samples[i]):
                     tokens += len(c.completion_ids)
