@@ -86,12 +86,28 @@ def test_feedback_has_the_e2_diagnostics(dataset):
 
 def test_syntax_error_is_reported_and_tests_are_not_run(dataset):
     env = env_of(dataset, horizon=2)
-    step = first_step(env, PRIME_AUX, "def x_or_y(n, x, y):\n    return (x\n")
-    assert step.info["main_defined"] == 0.0  # main does not parse: structure stops first
     step = first_step(env, "def aux(n) return n", FILTER_MAIN)
-    assert step.info["stage/syntax"] == 1.0 and step.rewards[0] == pytest.approx(0.6)
+    # aux is defined (a def with a return, read from the text) but breaks the team's code: 0.4 + 0.6
+    assert step.info["stage/syntax"] == 1.0 and step.rewards[0] == pytest.approx(1.0, rel=1e-9)
     msg = step.state.histories[1][-1]["content"]
     assert "- Syntax: ERROR (line" in msg and "- Tests: not run" in msg
+
+
+def test_main_with_a_syntax_error_gets_the_syntax_diagnostic(dataset):
+    # issue 14: a syntax error in main was scored as "main missing" (0.4); the reference gives 1.0
+    env = env_of(dataset, horizon=2)
+    step = first_step(env, PRIME_AUX, "def x_or_y(n, x, y):\n    return (x\n")
+    assert step.info["main_defined"] == 1.0 and step.info["stage/syntax"] == 1.0
+    assert step.rewards[0] == pytest.approx(1.0, rel=1e-9)
+    msg = step.state.histories[1][-1]["content"]
+    assert "- Main definition: FOUND" in msg and "- Syntax: ERROR (line" in msg and "- Tests: not run" in msg
+
+
+def test_prose_only_aux_does_not_break_a_correct_main(dataset):
+    env = env_of(dataset)
+    main = "def x_or_y(n, x, y):\n    if n > 1 and all(n % d for d in range(2, n)):\n        return x\n    return y\n"
+    step = first_step(env, "I cannot help with that.", main)
+    assert step.rewards[0] == pytest.approx(0.6 + 0.5 + 1.0, rel=1e-9) and step.info["aux_defined"] == 0.0
 
 
 def test_stop_on_failure_ends_the_episode_at_the_stage(dataset):

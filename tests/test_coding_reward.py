@@ -91,10 +91,11 @@ def test_stop_when_main_has_no_return():
 
 
 def test_stop_on_syntax_error_of_the_combined_code():
-    # aux's response is broken beyond repair: the concatenated program does not parse
+    # aux's response is broken beyond repair: the concatenated program does not parse. aux is still
+    # defined with a return (read from the text, issue 14), so structure earns 0.4 + 0.6 before the stop
     total, stage, parts = reward("def aux(n) return n", MAIN)
     assert stage == "syntax"
-    assert parts == pytest.approx({"structure": 0.6, "syntax": 0.0, "tests": 0.0, "cooperation": 0.0})
+    assert parts == pytest.approx({"structure": 1.0, "syntax": 0.0, "tests": 0.0, "cooperation": 0.0})
 
 
 def test_stop_when_no_test_passes():
@@ -126,3 +127,52 @@ def test_main_redefining_aux_keeps_the_partners_aux():
 def test_imports_come_first():
     facts = analyze(AUX, MAIN, "f", imports="from typing import List")
     assert facts.program.startswith("from typing import List\n\ndef aux")
+
+
+# -- issue 14: code that does not parse as written, prose-only replies ------------------------------------
+def test_broken_last_line_of_main_fails_the_syntax_level():
+    # dropping "return y +" would leave a working program; the response as written does not compile
+    main = "def f(n):\n    y = aux(n) + 1\n    return y\n    return y +\n"
+    total, stage, parts = reward(AUX, main)
+    assert stage == "syntax"
+    assert total == pytest.approx(1.0, rel=1e-9)  # aux 0.4 + main 0.6, then the stop
+
+
+def test_a_stray_closing_fence_is_markdown_not_code():
+    assert select_definitions("def aux(n):\n    return n\n```", drop="f") == "def aux(n):\n    return n"
+
+
+def test_broken_code_before_trailing_prose_is_not_cut_either():
+    main = "def f(n):\n    y = aux(n) + 1\n    return y +\nThis adds one to aux's value."
+    facts = analyze(AUX, main, "f")
+    assert facts.main_defined and not facts.syntax_ok
+
+
+def test_aux_reply_without_code_is_aux_missing_not_a_syntax_error():
+    main = "def f(n):\n    return n * 2 + 1\n"
+    facts = analyze("I cannot help with that.", main, "f")
+    assert not facts.aux_defined and facts.syntax_ok and facts.aux_code == ""
+    total, stage, _ = coding_reward(facts, 5, 5)
+    assert stage == "complete" and total == pytest.approx(2.1, rel=1e-9)  # main 0.6 + syntax 0.5 + tests 1.0
+
+
+def test_fenced_prose_is_not_code_either():
+    facts = analyze("```\nSorry, no helper is needed here.\n```", "def f(n):\n    return n * 2 + 1\n", "f")
+    assert facts.aux_code == "" and facts.syntax_ok
+
+
+def test_main_with_a_syntax_error_reaches_the_syntax_level():
+    total, stage, parts = reward(AUX, "def f(n):\n    d = aux(n\n    return d + 1\n")
+    assert stage == "syntax"
+    assert parts == pytest.approx({"structure": 1.0, "syntax": 0.0, "tests": 0.0, "cooperation": 0.0}, rel=1e-9)
+    assert total == pytest.approx(1.0, rel=1e-9)
+
+
+def test_aux_with_a_syntax_error_is_defined_and_fails_the_syntax_level():
+    total, stage, parts = reward("def aux(n):\n    return n *\n", MAIN)
+    assert stage == "syntax" and total == pytest.approx(1.0, rel=1e-9)
+
+
+def test_broken_def_without_a_return_is_still_missing():
+    total, stage, _ = reward(AUX, "def f(n):\n    print(aux(n)\n")
+    assert stage == "structure" and total == pytest.approx(0.4, rel=1e-9)

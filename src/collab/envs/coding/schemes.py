@@ -29,7 +29,7 @@ is placed by the structures around it in main's body (nested functions and lambd
   ``aux(x) + 1``), preprocessed arguments (``aux(s.lower())``) and boolean combinations *returned or
   assigned* rather than tested: ``return text[0] == text[-1] and aux(text)`` (Listing 2) combines
   main's own edge check with aux's answer, it does not pick a branch, whatever the operand order.
-- **none**: main does not parse (after :func:`clean_response`/:func:`parseable_prefix`), is not
+- **none**: main does not parse (after :func:`clean_response`/:func:`parse_code`), is not
   defined, calls aux nowhere, uses none of aux's values, or is a thin wrapper.
 
 When several apply, the first of fallback > coordinator > strategy_filter > decorator wins: a
@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from collab.envs.coding.static import (
-    AUX, body_statements, calls, clean_response, function_def, is_call_to, parseable_prefix,
+    AUX, body_statements, calls, clean_response, function_def, is_call_to, parse_code,
     returns_value, thin_wrapper,
 )
 
@@ -63,7 +63,7 @@ _TRY = (ast.Try, ast.TryStar)
 
 def classify(main_code: str, entry_point: str, aux_name: str = AUX) -> str:
     """The scheme (one of :data:`SCHEMES`) of the main function ``entry_point`` in a raw response."""
-    fn = function_def(parseable_prefix(clean_response(main_code)), entry_point)
+    fn = function_def(parse_code(clean_response(main_code)), entry_point)
     if fn is None or not calls(fn, aux_name) or _thin(fn, aux_name):
         return "none"
     found = set()
@@ -78,7 +78,7 @@ def classify(main_code: str, entry_point: str, aux_name: str = AUX) -> str:
 
 def classify_pair(aux_code: str, main_code: str, entry_point: str, aux_name: str = AUX) -> str:
     """:func:`classify`, or ``"none"`` when ``aux_code`` does not define ``aux_name`` with a return."""
-    aux_fn = function_def(parseable_prefix(clean_response(aux_code)), aux_name)
+    aux_fn = function_def(parse_code(clean_response(aux_code)), aux_name)
     return classify(main_code, entry_point, aux_name) if returns_value(aux_fn) else "none"
 
 

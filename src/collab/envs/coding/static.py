@@ -2,8 +2,11 @@
 
 Responses are cleaned before anything else: small models wrap code in markdown fences and add prose
 before or after it despite the E.2 instructions, so :func:`clean_response` keeps the fenced code when
-there is some (else it starts at the first line of code), and :func:`parseable_prefix` drops trailing
-lines that do not parse (a sentence after the function). What cannot be repaired that way is kept as it is and fails the syntax check.
+there is some (else it starts at the first line of code), and :func:`parse_code` drops unindented lines
+of prose (a sentence after the function) when the code does not parse with them. Only prose goes: code
+is never cut, so a response whose code does not parse as written (``return y +`` on its last line) is
+kept as it is and fails the syntax level. A response with no code at all (``I cannot help with
+that.``) contributes nothing: that agent's function is missing, the team's code is not broken.
 
 Choices where the paper is silent (tested in ``tests/test_coding_reward.py``):
 
@@ -11,7 +14,11 @@ Choices where the paper is silent (tested in ``tests/test_coding_reward.py``):
   the entry point; from the main agent's response, imports and top-level functions except ``aux``
   (E.2 tells main not to redefine it; a redefinition would silently replace the partner's code).
 - "Defined with a return" means a top-level ``def`` of that name whose own body (not a nested
-  function's) has a ``return <value>``.
+  function's) has a ``return <value>``. For code that does not parse, which ``ast`` cannot read, it is
+  read from the text (:func:`defined_in_text`): an unindented ``def name(`` whose block (the lines up
+  to the next unindented one) holds ``return`` followed by a value. So a function with a syntax error
+  is *defined*, and the evaluation stops at the syntax level with its E.2 "Syntax: ERROR" diagnostic,
+  as in the reference implementation, rather than at the structure level as if it were missing.
 - Main *calls* aux when a call ``aux(...)`` appears anywhere in its body (nested functions and
   lambdas included).
 - Main *discards* aux's value when a call to aux is an expression statement, or its value is bound
@@ -24,47 +31,110 @@ Choices where the paper is silent (tested in ``tests/test_coding_reward.py``):
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from dataclasses import dataclass
 
 AUX = "aux"
-_CODE_START = re.compile(r"^(?:async\s+def|def|import|from|class|@)\b", re.M)
+_CODE_START = re.compile(r"^(?:(?:async\s+)?def\s+\w+\s*\(|class\s+\w+|import\s+[\w.]+|from\s+[\w.]+\s+import\b|@[\w.]+)",
+                         re.M)
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
 def clean_response(text: str) -> str:
     """The code of a response: the contents of its markdown code blocks if it has any, else the text
-    from its first line that starts code (``def``, ``import``, ``from``, ``class``, ``@``), if any."""
+    from its first line that starts code (``def f(``, ``import m``, ``from m import``, ``class``, ``@``);
+    ``""`` when no line starts code (a reply in prose only)."""
     blocks = _FENCE.findall(text)
-    if blocks:
-        return "\n\n".join(b.strip("\n") for b in blocks).strip("\n")
-    start = _CODE_START.search(text)
-    return (text[start.start():] if start else text).strip("\n")
+    code = "\n\n".join(b.strip("\n") for b in blocks) if blocks else text
+    start = _CODE_START.search(code)
+    return code[start.start():].strip("\n") if start else ""
 
 
-def parseable_prefix(code: str) -> ast.Module | None:
-    """Parse ``code``; if it fails, the longest prefix of whole lines that parses and defines something.
+# Words that open Python statements or expressions: a line starting with one is code, not prose.
+_NOT_PROSE = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"print", "exec"}
+_WORDS = re.compile(r"[A-Za-z][\w'’]*")
 
-    ``None`` when no prefix holding a function definition parses.
+
+def is_prose(line: str) -> bool:
+    """An unindented line of natural language or markdown, not of code.
+
+    It does not parse on its own, and either is a markdown bullet, quote, heading, emphasis or fence
+    (``- The ...``, ``1. ...``, ``**Note**``, a stray ```` ``` ````), or is a capitalised sentence of words ending in ``.!?:``
+    (``This is it.``, ``Explanation:``), or holds two consecutive words, neither a Python keyword nor
+    ``print``, separated by one space (``I cannot help with that``): two names in a row never make
+    valid Python. Indented lines are never prose: they belong to a block.
     """
-    lines = code.splitlines()
-    for end in range(len(lines), 0, -1):
+    if not line.strip() or line[0].isspace():
+        return False
+    try:
+        ast.parse(line)
+        return False
+    except (SyntaxError, ValueError):
+        pass
+    if re.match(r"(?:[-*+>]|\d+[.)])\s+[A-Za-z*`]|\*\*\w|#+\s|```[\w+-]*\s*$", line):
+        return True  # markdown, a stray fence line included
+    if re.fullmatch(r"[A-Z][\w'’,]*(?: [\w'’,]+)*[.!?:]", line.strip()) and _WORDS.match(line).group() not in _NOT_PROSE:
+        return True  # a sentence: "Explanation:", "This is it."
+    words = [(m.group(), m.start(), m.end()) for m in _WORDS.finditer(line)]
+    return any(a not in _NOT_PROSE and b not in _NOT_PROSE and line[end_a:start_b] == " "
+               for (a, _, end_a), (b, start_b, _) in zip(words, words[1:]))
+
+
+def parse_code(code: str) -> ast.Module | None:
+    """Parse ``code`` as written, else without its unindented prose lines (:func:`is_prose`).
+
+    ``None`` when neither parses or the module defines no function. Code is never cut: a line that
+    is not prose stays, so a syntax error in the code is not "repaired" by dropping it.
+    """
+    return _parse_code(code)[0]
+
+
+def _parse_code(code: str) -> tuple[ast.Module | None, str]:
+    """:func:`parse_code` and the text it parsed (``code`` without its prose lines where needed)."""
+    candidates = [code]
+    lines = code.split("\n")
+    kept = [line for line in lines if not is_prose(line)]
+    if len(kept) < len(lines):
+        candidates.append("\n".join(kept))
+    for text in candidates:
         try:
-            module = ast.parse("\n".join(lines[:end]))
+            module = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
         has_def = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in module.body)
-        return module if has_def else None
-    return None
+        return (module if has_def else None), text
+    return None, code
+
+
+def defined_in_text(code: str, name: str) -> bool:
+    """For code that does not parse: an unindented ``def name(`` whose block has ``return <value>``.
+
+    The block is the ``def`` line and the lines after it up to the next unindented, non-blank one.
+    """
+    header = re.compile(rf"(?:async\s+)?def\s+{re.escape(name)}\s*\(")
+    returns = re.compile(r"(?:^|[\s:;])return\b[ \t]*(?![\s;#]|$)")
+    lines = code.split("\n")
+    for i, line in enumerate(lines):
+        if not header.match(line):
+            continue
+        block = [line[header.match(line).end():]]
+        for nxt in lines[i + 1:]:
+            if nxt.strip() and not nxt[0].isspace():
+                break
+            block.append(nxt)
+        if any(returns.search(b) for b in block):
+            return True
+    return False
 
 
 def select_definitions(response: str, drop: str) -> str:
     """Imports and top-level functions of ``response`` except a function named ``drop``.
 
-    A response that does not parse even after trimming is returned cleaned but otherwise as is.
+    A response that does not parse even without its prose is returned cleaned but otherwise as is
+    (it then fails the syntax level); one without code gives ``""``.
     """
-    code = clean_response(response)
-    module = parseable_prefix(code)
+    module, code = _parse_code(clean_response(response))
     if module is None:
         return code
     keep = [n for n in module.body
@@ -185,11 +255,12 @@ def analyze(aux_response: str, main_response: str, entry_point: str, imports: st
         module, syntax_error = None, f"line {e.lineno}: {e.msg}"
     except ValueError as e:  # e.g. null bytes
         module, syntax_error = None, str(e)
-    aux_fn = function_def(_try_parse(aux_code), AUX)
-    main_fn = function_def(_try_parse(main_code), entry_point)
+    aux_module, main_module = _try_parse(aux_code), _try_parse(main_code)
+    aux_fn, main_fn = function_def(aux_module, AUX), function_def(main_module, entry_point)
     return CodeFacts(
         aux_code=aux_code, main_code=main_code, program=program,
-        aux_defined=returns_value(aux_fn), main_defined=returns_value(main_fn),
+        aux_defined=returns_value(aux_fn) if aux_module is not None else defined_in_text(aux_code, AUX),
+        main_defined=returns_value(main_fn) if main_module is not None else defined_in_text(main_code, entry_point),
         syntax_ok=module is not None, syntax_error=syntax_error,
         calls_aux=calls(main_fn), discards_aux=discards(main_fn), thin_wrapper=thin_wrapper(main_fn),
     )

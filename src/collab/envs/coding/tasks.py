@@ -15,6 +15,9 @@ Every loader returns the same plain-dict record:
 * ``setup``: the test file's module-level code other than ``def check`` (HumanEval's ``METADATA``,
   MBPP's ``test_setup_code``);
 * ``tests``: one self-contained block per assert of ``check(candidate)`` (below);
+* ``test``: the test file as published (HumanEval / CoopHE); for MBPP, ``def check(candidate):`` over
+  the ``test_list`` asserts with the function's name replaced by ``candidate``, the format of the
+  reference's converted MBPP. Only ``reward_mode: reference`` reads it (:mod:`~collab.envs.coding.reference`);
 * ``canonical_solution``: the complete reference program (HumanEval: prompt + reference body; MBPP: the
   reference ``code``; CoopHE: ``None``); :func:`canonical_code` returns it.
 
@@ -133,10 +136,10 @@ def _from_hub(name: str) -> list[dict[str, Any]]:
 def _from_check(task_id: str, prompt: str, entry_point: str, test: str, canonical: str | None, source: str) -> dict[str, Any]:
     """A record from a HumanEval-format problem, whose ``test`` defines ``check(candidate)``."""
     setup, tests = split_check(test, task_id)
-    return _record(task_id, prompt, entry_point, setup, tests, canonical, source)
+    return _record(task_id, prompt, entry_point, setup, tests, canonical, source, test)
 
 
-def _record(task_id, prompt, entry_point, setup, tests, canonical, source) -> dict[str, Any]:
+def _record(task_id, prompt, entry_point, setup, tests, canonical, source, test=None) -> dict[str, Any]:
     require(isinstance(prompt, str) and isinstance(entry_point, str),
             f"{task_id}: prompt and entry_point must be strings")
     tree = _parse(prompt, task_id, "prompt")
@@ -160,6 +163,7 @@ def _record(task_id, prompt, entry_point, setup, tests, canonical, source) -> di
         "helpers": "\n\n\n".join(helpers),
         "setup": setup,
         "tests": list(tests),
+        "test": test,
         "canonical_solution": canonical,
         "source": source,
     }
@@ -184,7 +188,9 @@ def _mbpp_task(doc: dict[str, Any]) -> dict[str, Any]:
     helper_nodes = [n for n in tree.body if n is not defs[entry] and any(defs.get(x) is n for x in needed - {entry})]
     helpers = "".join(_segment(code, n) + "\n\n\n" for n in helper_nodes)
     prompt = helpers + f"def {entry}({ast.unparse(defs[entry].args)}):\n" + _docstring(doc["text"], tests[0])
-    return _record(task_id, prompt, entry, setup, tests, code, "mbpp")
+    check = "def check(candidate):\n" + "".join(
+        "    " + re.sub(rf"\b{re.escape(entry)}\b", "candidate", t).replace("\n", "\n    ") + "\n" for t in tests)
+    return _record(task_id, prompt, entry, setup, tests, code, "mbpp", check)
 
 
 def _docstring(text: str, first_test: str) -> str:

@@ -1,0 +1,487 @@
+"""``reward_mode: reference``: the CoopHumanEval reward exactly as the reference implementation computes it.
+
+The reference is OpenMLRL/LLM_Collab_Code_Generation, ``rewards/code_rewards.py``
+(``execution_reward_aux``, the version with maximum 4.0 that puts ``math`` in the tests' namespace)
+and ``rewards/code_utils.py``. Everything here restates its rules, text and regex quirks included, so
+that rewards can be compared with published curves; collab's own reading of paper 002 F.2 is
+:mod:`~collab.envs.coding.static` + :mod:`~collab.envs.coding.reward` (``reward_mode: paper``), and
+:mod:`collab.envs.coding.env` lists where the two differ. The tests still run in collab's sandbox.
+
+Rules, in the order the reference applies them (R1-R14):
+
+R1. *Imports* come from the task's prompt only: every line, stripped, that matches
+    ``from X import ...`` or ``import X, Y`` (regex; docstring lines included), without duplicates.
+    Imports in the agents' responses are dropped (by R2).
+R2. *Cleaning* a response (:func:`clean`): delete every ```` ```python ```` and then every ```` ``` ````,
+    each with all the whitespace after it (newlines and the next line's indentation included). Then
+    keep only function blocks: a line matching ``def name(`` at any indentation opens a block (closing
+    the previous one, so a nested ``def`` splits its enclosing function); the block goes on over
+    blank lines, lines indented by more than the ``def`` line (any line starting with a tab) and lines
+    starting with triple quotes (a docstring; one not closed on that line goes on, verbatim, to the
+    next line holding the same quotes); any other line closes it. Everything outside blocks (imports,
+    constants, decorators, classes, prose, example calls) is dropped; blocks are joined by a blank
+    line. Then every line that is a capitalised sentence (``^[A-Z][a-z].*[.!?:]$`` once stripped),
+    holds none of ``def ``, ``return ``, ``if ``, ``for ``, ``while ``, ``=``, brackets and does not start
+    with ``#`` or triple quotes is removed, even inside a function (a broken line can vanish, a
+    docstring line too). A result without ``def name(`` is ``""``.
+R3. *Extracting* function ``name`` (:func:`extract_function`): in the cleaned text, from a line
+    ``def name(`` over blank lines and lines indented more than it (or starting with a tab), to the
+    first other line; a second ``def name(`` right after (blank lines between) replaces the first.
+    Only ``aux`` is taken from the auxiliary response and only the entry point from the main one:
+    helper functions of either agent, and main's own ``aux``, are dropped.
+R4. *Defined with a return* (level 1): the extracted function is non-empty and its text matches
+    ``return\\s+`` anywhere (a comment ``# return x`` counts, ``return(x)`` does not; nested functions
+    count). aux +0.4 (no stop); main +0.6, else the evaluation stops with what it has (0.4 or 0).
+R5. *Combining* (level 2): imports, ``clean(aux)``, ``clean(main)`` (the extracted functions cleaned
+    once more), the non-empty ones joined by a blank line; it must ``ast.parse`` (+0.5), else stop.
+R6. *Tests* (:func:`test_cases`): the text after ``def check(candidate):`` (exactly so written) up
+    to the first blank line followed by ``def`` or the end; of its lines, stripped, those that start
+    with ``assert`` followed by whitespace and contain ``candidate`` (``assert(candidate(1) == 2)`` is
+    not a test; neither is a line that does not mention ``candidate``), without duplicates, with
+    every ``candidate`` replaced by the entry point (in strings too). Each line is one test, out of
+    context: setup statements are dropped, an assert inside a loop fails (its loop variable is
+    undefined), a multi-line assert fails (a syntax error). No test found: stop after level 2.
+R7. *Namespace*: the combined code is executed once in a namespace holding ``math`` (so ``math`` works
+    without an import) and every test runs in that same namespace, one after the other (state left by
+    one test, a mutable default argument say, is seen by the next). If the combined code raises while
+    loading, no test counts and no bonus is given.
+R8. *Double call*: a test of the form ``assert name(args) == expected`` (regex: no ``)`` inside the
+    arguments) first evaluates ``name(args)`` and ``expected`` on their own, then executes the assert,
+    so the function runs twice within one timeout, and side effects happen twice.
+R9. *Timeouts*: each test runs under a ``SIGALRM`` timer (10 s in the reference; ``test_timeout``),
+    raising an ``Exception`` subclass (code that catches ``Exception`` can swallow it); after 3
+    timeouts the remaining tests are not run and count as failed.
+R10. *Test reward*: ``(passed / total) * 1.0``, total being every extracted test, run or not.
+R11. *Bonus gate*: at least one test passed and the extracted aux is non-empty (R3), even when aux has
+     no return statement (no 0.4 for it, bonuses still possible).
+R12. *Calls aux* (+0.5): main's extracted text matches ``\\baux\\s*\\(`` anywhere, so a mention in a
+     comment or string counts (and ``self.aux(`` too); only then are R13 and R14 applied.
+R13. *Wrapper* (no +1.0): main's extracted lines, stripped, without blank lines, comment lines, lines
+     starting with ``def `` and docstring lines, are none at all, or one line starting with ``return ``
+     and containing ``aux`` anywhere (``return sorted(aux(x))[::-1]`` is a wrapper), or two lines
+     ``v = aux(...`` and exactly ``return v``. Docstring lines: a line starting with triple quotes is
+     skipped; unless it also ends with them and is longer than 3 characters it opens a docstring
+     whose lines are skipped until a line *not starting* with triple quotes contains some. A closing
+     ``\"\"\"`` alone on its line therefore opens a docstring again, so all of main's code after a
+     docstring closed that way is skipped and main counts as a wrapper.
+R14. *Discarded value* (-0.5): a line of main, stripped, is exactly ``aux``, one whitespace character,
+     ``(``, one character other than ``)``, ``)``: ``aux (n)``. (The reference's patterns require the
+     whitespace and the single character, so ``aux(n)`` on its own line is never penalised; its two
+     other patterns need whitespace at the ends of a stripped line and can never match.)
+
+Floats are summed in the reference's order (0.4, 0.6, 0.5, tests, 0.5, 1.0, -0.5), so totals agree
+to the last bit. One case cannot be reproduced: code raising ``SystemExit`` or ``KeyboardInterrupt``
+(``exit()``) ends the reference's whole training process; here that test (or the loading) fails.
+Code stuck in C (``sum(range(10**12))``) never sees the timer, as in the reference, where it would
+hang forever; here the sandbox kills the program after ``tests x timeout + 5`` s and the unfinished
+tests fail. The 4.5-point versions of the reference (format gate, dependency cap) are not reproduced.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from collab import sandbox
+from collab.envs.coding.harness import TestReport
+from collab.envs.coding.reward import RewardWeights
+from collab.envs.coding.static import AUX, CodeFacts
+
+__all__ = ["RefFacts", "RefReport", "analyze", "clean", "extract_function", "has_definition", "is_wrapper",
+           "prompt_imports", "reference_reward", "run_many", "test_cases", "test_code", "uses_aux",
+           "wastes_aux", "MAX_TIMEOUTS", "TEST_TIMEOUT"]
+
+TEST_TIMEOUT = 10.0  # the reference's per-test alarm, seconds
+MAX_TIMEOUTS = 3
+
+_IMPORT_LINES = (re.compile(r"from\s+[\w.]+\s+import\s+.*"), re.compile(r"import\s+[\w.,\s]+"))
+_ANY_DEF = re.compile(r"^(\s*)def\s+\w+\s*\(")
+_SENTENCE = re.compile(r"[A-Z][a-z].*[.!?:]")
+_CODE_MARKS = ("def ", "return ", "if ", "for ", "while ", "=", "(", ")", "[", "]")
+_QUOTES = ('"""', "'''")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Static rules (R1-R6, R12-R14)
+
+def prompt_imports(prompt: str) -> str:
+    """R1: the prompt's import lines, stripped, first occurrences only, one per line."""
+    found: list[str] = []
+    for line in (prompt or "").split("\n"):
+        line = line.strip()
+        if any(p.fullmatch(line) for p in _IMPORT_LINES) and line not in found:
+            found.append(line)
+    return "\n".join(found)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _in_block(line: str, indent: int) -> bool:
+    return not line.strip() or line.startswith(" " * (indent + 1)) or line.startswith("\t")
+
+
+def _sentence(line: str) -> bool:
+    text = line.strip()
+    return bool(text) and not text.startswith(("#",) + _QUOTES) \
+        and not any(mark in line for mark in _CODE_MARKS) and _SENTENCE.fullmatch(text) is not None
+
+
+def clean(text: str) -> str:
+    """R2: the function blocks of a response, sentence-like lines removed; ``""`` if no ``def`` is left."""
+    if not text or not isinstance(text, str):
+        return ""
+    text = re.sub(r"```\s*\n?", "", re.sub(r"```python\s*\n?", "", text))
+    lines = text.split("\n")
+    blocks: list[list[str]] = []
+    block: list[str] | None = None
+    indent, i = 0, 0
+    while i < len(lines):
+        line, stripped = lines[i], lines[i].strip()
+        if _ANY_DEF.match(line):
+            if block:
+                blocks.append(block)
+            block, indent = [line], _indent(line)
+        elif block is not None:
+            if _in_block(line, indent):
+                block.append(line)
+            elif stripped.startswith(_QUOTES):
+                block.append(line)
+                quote = stripped[:3]
+                if not (stripped.endswith(quote) and len(stripped) > 3):
+                    i += 1
+                    while i < len(lines):
+                        block.append(lines[i])
+                        if quote in lines[i]:
+                            break
+                        i += 1
+            else:
+                blocks.append(block)
+                block = None
+        i += 1
+    if block:
+        blocks.append(block)
+    joined = "\n\n".join("\n".join(b) for b in blocks)
+    result = "\n".join(line for line in joined.split("\n") if not _sentence(line)).strip()
+    return result if re.search(r"def\s+\w+\s*\(", result) else ""
+
+
+def extract_function(text: str, name: str) -> str:
+    """R3: function ``name`` of the cleaned ``text`` (its first block; a repeat right after replaces it)."""
+    if not text or not name:
+        return ""
+    header = re.compile(rf"^(\s*)def\s+{re.escape(name)}\s*\(")
+    lines: list[str] = []
+    inside, indent = False, 0
+    for line in clean(text).split("\n"):
+        if header.match(line):
+            lines, inside, indent = [line], True, _indent(line)
+        elif inside:
+            if not _in_block(line, indent):
+                break
+            lines.append(line)
+    return "\n".join(lines).strip()
+
+
+def has_definition(text: str, name: str) -> bool:
+    """R4: ``name`` is extracted and its text holds ``return`` followed by whitespace."""
+    code = extract_function(text, name)
+    return bool(code) and re.search(r"return\s+", code) is not None
+
+
+def combine(aux_func: str, main_func: str, imports: str) -> str:
+    """R5: imports, aux and main (each cleaned again), the non-empty parts joined by a blank line."""
+    return "\n\n".join(p for p in (imports, clean(aux_func), clean(main_func)) if p)
+
+
+def test_cases(test: str, entry_point: str) -> list[str]:
+    """R6: the one-line asserts of ``check(candidate)`` that mention ``candidate``, renamed to the entry point."""
+    if not test or not entry_point:
+        return []
+    body = re.search(r"def check\(candidate\):(.*?)(?=\n\ndef|\Z)", test, re.S)
+    if body is None:
+        return []
+    cases: list[str] = []
+    for line in body.group(1).strip().split("\n"):
+        line = line.strip()
+        if re.match(r"assert\s", line) and "candidate" in line and line not in cases:
+            cases.append(line)
+    return [c.replace("candidate", entry_point) for c in cases]
+
+
+def uses_aux(main_func: str) -> bool:
+    """R12: ``aux(`` appears anywhere in main's text (a word boundary before ``aux``)."""
+    return bool(main_func) and re.search(rf"\b{AUX}\s*\(", main_func) is not None
+
+
+def _body_lines(main_func: str) -> list[str]:
+    """R13's lines of main: stripped, without blanks, comments, ``def`` lines and docstring lines."""
+    body: list[str] = []
+    in_doc = False
+    for line in main_func.split("\n"):
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith(_QUOTES):  # checked before the end of an open docstring (R13)
+            if not (text.endswith(text[:3]) and len(text) > 3):
+                in_doc = True  # a one-line docstring leaves the state as it is
+            continue
+        if in_doc:
+            if any(q in text for q in _QUOTES):
+                in_doc = False
+            continue
+        if text.startswith("#") or text.startswith("def "):
+            continue
+        body.append(text)
+    return body
+
+
+def is_wrapper(main_func: str) -> bool:
+    """R13: main's code, as the reference reads it, only returns aux's value."""
+    if not main_func:
+        return False
+    body = _body_lines(main_func)
+    if not body:
+        return True
+    if len(body) == 1:
+        return body[0].startswith("return ") and AUX in body[0]
+    if len(body) == 2:
+        bound = re.search(rf"(\w+)\s*=\s*{AUX}\s*\(", body[0])
+        return bound is not None and body[1] == f"return {bound.group(1)}"
+    return False
+
+
+def wastes_aux(main_func: str) -> bool:
+    """R14: a stripped line of main is ``aux``, one whitespace, and one character in parentheses."""
+    if not main_func or AUX not in main_func:
+        return False
+    return any(re.fullmatch(rf"{AUX}\s\([^)]\)", line.strip()) for line in main_func.split("\n")
+               if line.strip() and not line.strip().startswith("#"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# One (aux, main) pair
+
+@dataclass(frozen=True)
+class RefFacts(CodeFacts):
+    """:class:`CodeFacts` as the reference sees a pair (``aux_code``/``main_code``: the extracted
+    functions; ``program``: the combined code; ``calls_aux``/``thin_wrapper``/``discards_aux``: R12-R14)."""
+
+    aux_extracted: bool = False
+    """R11: the extracted aux is non-empty (the bonus gate), with or without a return."""
+    cases: tuple[str, ...] = ()
+    """R6: the tests, as run."""
+
+
+def test_code(task: Mapping[str, Any]) -> str:
+    """The task's HumanEval-style test file (``test``); else one built from its test blocks."""
+    if task.get("test"):
+        return task["test"]
+    lines = [f"    {line}" for block in task.get("tests", ()) for line in block.split("\n")]
+    return "def check(candidate):\n" + "\n".join(lines) + "\n"
+
+
+def analyze(aux_response: str, main_response: str, task: Mapping[str, Any]) -> RefFacts:
+    """R1-R6 and R12-R14 for one pair."""
+    entry_point = task["entry_point"]
+    aux_func = extract_function(aux_response, AUX)
+    main_func = extract_function(main_response, entry_point)
+    program = combine(aux_func, main_func, prompt_imports(task.get("prompt", "")))
+    try:
+        ast.parse(program)
+        syntax_error = None
+    except SyntaxError as e:
+        syntax_error = f"line {e.lineno}: {e.msg}"
+    except ValueError as e:  # null bytes: the reference would raise here
+        syntax_error = str(e)
+    return RefFacts(
+        aux_code=aux_func, main_code=main_func, program=program,
+        aux_defined=has_definition(aux_response, AUX), main_defined=has_definition(main_response, entry_point),
+        syntax_ok=syntax_error is None, syntax_error=syntax_error,
+        calls_aux=uses_aux(main_func), discards_aux=wastes_aux(main_func), thin_wrapper=is_wrapper(main_func),
+        aux_extracted=bool(aux_func), cases=tuple(test_cases(test_code(task), entry_point)),
+    )
+
+
+@dataclass
+class RefReport(TestReport):
+    """The tests of one pair as the reference runs them (R7-R9)."""
+
+    __test__ = False
+
+    loaded: bool = True
+    """R7: the combined code executed without an exception (else no test counts)."""
+    timeouts: int = 0
+
+
+def reference_reward(facts: RefFacts, report: RefReport | None,
+                     weights: RewardWeights | None = None) -> tuple[float, str, dict[str, float]]:
+    """Total, stage (as :func:`~collab.envs.coding.reward.coding_reward`) and components, in the reference's order."""
+    w = weights or RewardWeights()
+    parts = {"structure": 0.0, "syntax": 0.0, "tests": 0.0, "cooperation": 0.0}
+    reward = 0.0
+    if facts.aux_defined:
+        reward += w.aux_defined
+        parts["structure"] += w.aux_defined
+    if not facts.main_defined:
+        return reward, "structure", parts
+    reward += w.main_defined
+    parts["structure"] += w.main_defined
+    if not facts.syntax_ok:
+        return reward, "syntax", parts
+    reward += w.syntax
+    parts["syntax"] = w.syntax
+    if not facts.cases or report is None:
+        return reward, "tests", parts
+    passed = report.n_passed if report.loaded else 0
+    if report.loaded:
+        parts["tests"] = passed / len(facts.cases) * w.tests
+        reward += parts["tests"]
+    if passed > 0 and facts.aux_extracted and facts.calls_aux:
+        bonus = w.calls_aux
+        reward += w.calls_aux
+        if not facts.thin_wrapper:
+            reward += w.not_wrapper
+            bonus += w.not_wrapper
+        if facts.discards_aux:
+            reward -= w.discard_penalty
+            bonus -= w.discard_penalty
+        parts["cooperation"] = bonus
+    return reward, ("complete" if passed > 0 else "tests"), parts
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running the tests (R7-R9) in the sandbox: one program per pair, every test in one namespace
+
+_MARK = "__COLLAB_REF__"
+
+# Runs the agents' code and the tests the way the reference does, reporting each test on a copy of
+# stderr as ``_MARK json`` (the last report of a test wins, so text the agents print cannot replace it).
+_RUNNER = '''\
+import json as _json, math as _math, os as _os, re as _re, signal as _signal
+
+_fd = _os.dup(2)
+
+
+def _say(*fields):
+    _os.write(_fd, ("\\n{mark} " + _json.dumps(fields) + "\\n").encode())
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _ring(signum, frame):
+    raise _Timeout("Code execution timed out")
+
+
+def _why(e):
+    try:
+        text = str(e)
+    except BaseException:
+        text = ""
+    return [type(e).__name__, text[:500]]
+
+
+_ns = {{"math": _math}}
+try:
+    exec(_CODE, _ns)
+except BaseException as e:
+    _say("load", *_why(e))
+    _os._exit(0)
+_say("loaded")
+_call = _re.compile(r"assert\\s+(\\w+)\\(([^)]*)\\)\\s*==\\s*(.+)")
+_timeouts = 0
+for _i, _case in enumerate(_CASES):
+    if _timeouts >= {max_timeouts}:
+        break
+    try:
+        _signal.signal(_signal.SIGALRM, _ring)
+        _signal.setitimer(_signal.ITIMER_REAL, _LIMIT)
+        _m = _call.search(_case)
+        if _m:
+            eval(_m.group(1) + "(" + _m.group(2) + ")", _ns)
+            eval(_m.group(3), _ns)
+        exec(_case, _ns)
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _say(_i, "pass")
+    except _Timeout:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _timeouts += 1
+        _say(_i, "timeout")
+    except BaseException as e:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _say(_i, "fail", *_why(e))
+_say("done")
+_os._exit(0)
+'''.format(mark=_MARK, max_timeouts=MAX_TIMEOUTS)
+
+
+def program(code: str, cases: Sequence[str], timeout: float) -> str:
+    """The sandboxed program running ``cases`` against ``code`` as the reference does."""
+    return f"_CODE = {code!r}\n_CASES = {list(cases)!r}\n_LIMIT = {float(timeout)!r}\n\n" + _RUNNER
+
+
+def _report(result: sandbox.Result, cases: Sequence[str], timeout: float) -> RefReport:
+    events: dict[Any, list] = {}
+    for line in result.stderr.split("\n"):
+        if line.startswith(_MARK + " "):
+            try:
+                fields = json.loads(line[len(_MARK) + 1:])
+            except ValueError:
+                continue
+            if isinstance(fields, list) and fields and isinstance(fields[0], (int, str)):
+                events[fields[0]] = fields[1:]
+    if "load" in events:
+        kind, text = (events["load"] + ["", ""])[:2]
+        failure = f"(loading the code)\n{kind}" + (f": {text}" if text else "")
+        return RefReport([False] * len(cases), [failure] * len(cases), loaded=False)
+    passed, failures, timeouts = [], [], 0
+    for i, case in enumerate(cases):
+        event = events.get(i)
+        if event and event[0] == "pass":
+            passed.append(True)
+            failures.append(None)
+            continue
+        passed.append(False)
+        if event and event[0] == "timeout":
+            timeouts += 1
+            failures.append(f"{case}\nTimeout: the test did not finish within {timeout} s")
+        elif event:
+            kind, text = (event[1:] + ["", ""])[:2]
+            failures.append(f"{case}\n{kind}" + (f": {text}" if text else ""))
+        elif timeouts >= MAX_TIMEOUTS:
+            failures.append(f"{case}\nSkipped: {MAX_TIMEOUTS} tests timed out before it")
+        else:
+            failures.append(f"{case}\nTimeout: the program did not finish its tests")
+    return RefReport(passed, failures, loaded="loaded" in events, timeouts=timeouts)
+
+
+def run_many(items: Sequence[tuple[str, Sequence[str]]], timeout: float = TEST_TIMEOUT, workers: int = 1,
+             limits: sandbox.Limits | None = None) -> list[RefReport]:
+    """Reports of ``(code, cases)`` pairs, each pair's tests in one sandboxed program (identical ones once).
+
+    The program's wall-clock limit is ``len(cases) * timeout + 5`` s; ``limits`` gives the other limits.
+    """
+    base = limits or sandbox.Limits()
+    programs = [program(code, cases, timeout) for code, cases in items]
+    sizes = {p: len(cases) for p, (_, cases) in zip(programs, items)}
+    unique = list(sizes)
+
+    def run(prog: str) -> sandbox.Result:
+        wall = sizes[prog] * timeout + 5.0
+        lim = sandbox.Limits(timeout_s=wall, cpu_s=math.ceil(wall) + 1, memory_mb=base.memory_mb,
+                             max_output_bytes=base.max_output_bytes, max_processes=base.max_processes,
+                             max_file_mb=base.max_file_mb, python=base.python)
+        return sandbox.run(prog, "", lim)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+        results = dict(zip(unique, ex.map(run, unique)))
+    return [_report(results[p], cases, timeout) for p, (_, cases) in zip(programs, items)]
