@@ -1,4 +1,4 @@
-"""TLDR writing collaboration (paper 002, Sections 5 and E.1; reward F.1).
+r"""TLDR writing collaboration (paper 002, Sections 5 and E.1; reward F.1).
 
 Two agents summarize the same Reddit-style post: agent 1 (``concise``) writes a short summary and
 agent 2 (``detailed``) an elaborate one. The joint reward (max 3.0) is built in stages; a pair out
@@ -11,161 +11,91 @@ of band at a stage ends the episode with the reward earned so far:
 4. style: 0.4*T + 0.6*J with T = min(0.6 ln(#categories + 1), 1) over 12 transition-word categories
    in the combined text and J = min(Jaccard of non-stopword vocabularies, 0.03) / 0.03.
 
-Transition words are matched as whole words and phrases (the reference implementation matches
-substrings, so "so" counted inside "also"; see DESIGN.md).
+``reward_mode`` (``--data.env_options '{reward_mode: reference}'``) picks how the reward is computed
+(:mod:`collab.envs.writing_reward`):
+
+- ``paper`` (default): the rules above, as paper 002 F.1 and DESIGN.md state them.
+- ``reference``: exactly what the reference implementation computes (OpenMLRL/LLM_Collab_Writing,
+  ``rewards/tldr_rewards.py``; its TLDR config applies scale 1.0 and shift 0.0), to compare with
+  published curves.
+
+Both modes share the thresholds (8-256; 1.6-3.2 full, 1.1-5.0 linear; >= 2.0 full, 1.3-2.0 linear;
+Jaccard cap 0.03; weights 0.4 / 0.6), the stop rules (out of band at a stage stops with the reward so
+far; a ratio exactly at 1.1 or 1.3 earns 0 there and goes on; a concise text with no characters or no
+words counts as out of band), the info keys, and no rounding and no shift or scale of the sum. They differ:
+
+1. word count (structure): paper counts ``[a-z']+`` words; reference counts whitespace-separated
+   tokens, so "--" or "3" is a token and "well-known" one token. Paper: punctuation is no word.
+2. length ratio: paper strips surrounding whitespace; reference counts every character, so
+   trailing newlines move the ratio. Paper: whitespace a model emits around its text carries no content.
+3. unique-word ratio: paper counts non-stopword words, as F.1 and the reference's own docstring say;
+   the reference code keeps stopwords. Paper follows the stated rule.
+4. word pattern (uniqueness and Jaccard): paper ``[a-z']+``; reference ``\w+`` on lowercased text,
+   so digits and underscores make words and an apostrophe splits one ("don't" -> "don", "t").
+   Paper: numbers are not vocabulary; contractions stay whole.
+5. stopwords: different lists; the reference's 106 words add "also", "first", "good", "great", "new",
+   "right", "must", "us"... and lack "about", "after", "she", "while", "don't"... Paper: a list of
+   function words only; adjectives such as "good" are content shared between summaries.
+6. transition words: different 12 categories (paper: addition, contrast, cause, effect, example,
+   emphasis, sequence, comparison, conclusion, condition, concession, clarification; reference:
+   elaboration, examples, explanation, cause_effect, contrast, sequence, emphasis, summary, comparison,
+   concession, condition, time, several words listed under two or three of them, e.g. "indeed",
+   "however", "although", "while").
+7. transition matching: paper matches whole words and phrases, any case and any whitespace between
+   phrase words; reference finds each phrase as a substring of the lowercased text, inside other words
+   too ("so" in "also", "as" in "was", "if" in "life") and only with single spaces ("for\nexample"
+   does not match). Paper: DESIGN.md asks for whole words; substrings reward words that are no transitions.
+8. transition text: paper searches the combined text (F.1: "in the combined text"); reference the
+   detailed completion only.
+9. coherence T: paper min(0.6 ln(k + 1), 1) (F.1), full at 5 categories; reference 0 for k = 0, else
+   min(0.4 + min(0.05 (k - 1), 0.6), 1), at most 0.95 at 12 categories, so its reachable maximum is
+   2.98, not 3.0 (``reward_max`` stays the stated 3.0 in both modes). Paper follows F.1.
+10. Jaccard of two empty vocabularies: paper 0.0 (nothing shared); reference 1.0.
+11. float arithmetic of the linear bands: reference divides by the spans written as differences
+    (1.6 - 1.1, 5.0 - 3.2, 2.0 - 1.3) and computes 1 - (r - 3.2) / 1.8; reference mode does the same so
+    values agree to the last bit; paper mode's equivalent forms differ by ~1e-16.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collab.envs.base import AgentRole, Env, EnvState, Score
 from collab.envs.records import load_records, packaged, select
+from collab.envs.writing_reward import (  # noqa: F401  (re-exported: the reward's public names)
+    MAX_REWARD,
+    MAX_WORDS,
+    MIN_WORDS,
+    REFERENCE_STOPWORDS,
+    REFERENCE_TRANSITIONS,
+    REWARD_MODES,
+    STOPWORDS,
+    TRANSITIONS,
+    check_mode,
+    jaccard,
+    jaccard_score,
+    length_reward,
+    length_ratio,
+    measure,
+    reference_jaccard,
+    reference_length_reward,
+    reference_style_reward,
+    reference_transition_categories,
+    reference_transition_score,
+    reference_uniqueness_reward,
+    reference_words,
+    structure_reward,
+    style_reward,
+    transition_categories,
+    transition_score,
+    unique_word_ratio,
+    uniqueness_reward,
+    vocabulary,
+    words,
+    writing_reward,
+)
 from collab.errors import UserError
-
-WORD_RE = re.compile(r"[a-z']+")
-MIN_WORDS, MAX_WORDS = 8, 256
-MAX_REWARD = 3.0
-
-STOPWORDS = frozenset("""
-a about above after again against all am an and any are as at be been before being below between
-both but by can could did do does doing down during each few for from further had has have having he
-her here hers him his how i i'm i've if in into is it it's its itself just me more most my myself no
-nor not now of off on once only or other our ours out over own same she should so some such than that
-the their them then there these they this those through to too under until up very was we were what
-when where which while who whom why will with would you your yours don't didn't can't won't
-""".split())
-
-TRANSITIONS: dict[str, tuple[str, ...]] = {
-    "addition": ("also", "furthermore", "moreover", "additionally", "in addition", "besides", "as well as"),
-    "contrast": ("however", "on the other hand", "in contrast", "nevertheless", "nonetheless", "whereas", "instead"),
-    "cause": ("because", "since", "due to", "owing to", "given that", "as a result of"),
-    "effect": ("therefore", "consequently", "as a result", "thus", "hence", "so", "accordingly"),
-    "example": ("for example", "for instance", "such as", "namely", "to illustrate", "in particular"),
-    "emphasis": ("indeed", "in fact", "certainly", "especially", "above all", "notably", "clearly"),
-    "sequence": ("first", "firstly", "secondly", "then", "next", "finally", "afterwards", "meanwhile", "eventually"),
-    "comparison": ("similarly", "likewise", "in the same way", "equally", "just as", "compared to"),
-    "conclusion": ("in conclusion", "in summary", "to sum up", "overall", "in short", "ultimately", "all in all"),
-    "condition": ("if", "unless", "provided that", "as long as", "in case", "otherwise"),
-    "concession": ("although", "though", "even though", "admittedly", "despite", "in spite of", "even so"),
-    "clarification": ("in other words", "that is", "to clarify", "to put it simply", "specifically", "put differently"),
-}
-_TRANSITION_RES = {
-    cat: re.compile(r"\b(?:" + "|".join(r"\s+".join(map(re.escape, p.split())) for p in phrases) + r")\b", re.I)
-    for cat, phrases in TRANSITIONS.items()
-}
-
-
-# -- measurements -------------------------------------------------------------------------------------
-def words(text: str) -> list[str]:
-    """Lowercase words of ``text`` (regex ``[a-z']+``)."""
-    return WORD_RE.findall(text.lower())
-
-
-def vocabulary(text: str) -> set[str]:
-    """The distinct non-stopword words of ``text`` (F.1: uniqueness and style exclude stopwords)."""
-    return {w for w in words(text) if w not in STOPWORDS and w.strip("'")}
-
-
-def length_ratio(concise: str, detailed: str) -> float:
-    """Character-length ratio detailed / concise (whitespace-stripped; 0.0 for an empty concise)."""
-    n = len(concise.strip())
-    return len(detailed.strip()) / n if n else 0.0
-
-
-def unique_word_ratio(concise: str, detailed: str) -> float:
-    """Unique non-stopword words of detailed / of concise (0.0 when concise has none)."""
-    n = len(vocabulary(concise))
-    return len(vocabulary(detailed)) / n if n else 0.0
-
-
-def transition_categories(text: str) -> set[str]:
-    """The transition-word categories (of 12) with a whole-word/phrase match in ``text``."""
-    return {cat for cat, pattern in _TRANSITION_RES.items() if pattern.search(text)}
-
-
-def jaccard(a: set[str], b: set[str]) -> float:
-    """|a & b| / |a | b| (0.0 for two empty sets)."""
-    union = a | b
-    return len(a & b) / len(union) if union else 0.0
-
-
-# -- reward bands (None = out of band: the episode terminates) ----------------------------------------
-def structure_reward(n_concise: int, n_detailed: int) -> float | None:
-    """Paper 002 F.1 structure / DESIGN.md: both completions 8-256 words -> 0.5, else stop (None)."""
-    ok = all(MIN_WORDS <= n <= MAX_WORDS for n in (n_concise, n_detailed))
-    return 0.5 if ok else None
-
-
-def length_reward(ratio: float) -> float | None:
-    """Paper 002 F.1 length ratio: 1.6-3.2 -> 1.0; linear 0->1 over 1.1-1.6 and 1->0 over 3.2-5.0; else None."""
-    if 1.6 <= ratio <= 3.2:
-        return 1.0
-    if 1.1 <= ratio < 1.6:
-        return (ratio - 1.1) / 0.5
-    if 3.2 < ratio <= 5.0:
-        return (5.0 - ratio) / 1.8
-    return None
-
-
-def uniqueness_reward(ratio: float) -> float | None:
-    """Paper 002 F.1 unique-word ratio: >= 2.0 -> 0.5; linear 0->0.5 over 1.3-2.0; else None."""
-    if ratio >= 2.0:
-        return 0.5
-    if ratio >= 1.3:
-        return 0.5 * (ratio - 1.3) / 0.7
-    return None
-
-
-def transition_score(n_categories: int) -> float:
-    """Paper 002 F.1 logical coherence: T = min(0.6 ln(#categories + 1), 1)."""
-    return min(0.6 * math.log(n_categories + 1), 1.0)
-
-
-def jaccard_score(similarity: float) -> float:
-    """Paper 002 F.1 style consistency: J = min(Jaccard, 0.03) / 0.03."""
-    return min(similarity, 0.03) / 0.03
-
-
-def style_reward(n_categories: int, similarity: float) -> float:
-    """DESIGN.md style term: 1.0 * (0.4 T + 0.6 J), in [0, 1]."""
-    return 0.4 * transition_score(n_categories) + 0.6 * jaccard_score(similarity)
-
-
-def measure(concise: str, detailed: str) -> dict[str, float]:
-    """Every quantity the reward and the feedback look at."""
-    return {
-        "concise_words": len(words(concise)),
-        "detailed_words": len(words(detailed)),
-        "length_ratio": length_ratio(concise, detailed),
-        "unique_ratio": unique_word_ratio(concise, detailed),
-        "categories": len(transition_categories(concise + "\n" + detailed)),
-        "jaccard": jaccard(vocabulary(concise), vocabulary(detailed)),
-    }
-
-
-def writing_reward(concise: str, detailed: str) -> tuple[float, bool, dict[str, float]]:
-    """Total reward (max 3.0), whether it terminated early, and the per-stage components."""
-    m = measure(concise, detailed)
-    info = {"structure": 0.0, "length": 0.0, "uniqueness": 0.0, "style": 0.0}
-    stages = [
-        ("structure", lambda: structure_reward(int(m["concise_words"]), int(m["detailed_words"]))),
-        ("length", lambda: length_reward(m["length_ratio"])),
-        ("uniqueness", lambda: uniqueness_reward(m["unique_ratio"])),
-        ("style", lambda: style_reward(int(m["categories"]), m["jaccard"])),
-    ]
-    terminated = False
-    for key, stage in stages:
-        value = stage()
-        if value is None:
-            terminated = True
-            break
-        info[key] = value
-    info["total"] = sum(info.values())
-    return info["total"], terminated, info
 
 
 # -- the environment ----------------------------------------------------------------------------------
@@ -224,8 +154,12 @@ class WritingEnv(Env):
         text_field: str = "prompt",
         train_split: str | None = None,
         eval_split: str | None = None,
+        reward_mode: str = "paper",
     ) -> None:
+        """``reward_mode``: ``paper`` (F.1 as stated) or ``reference`` (the reference code, quirks
+        included); the module docstring lists their differences."""
         super().__init__(horizon)
+        self.reward_mode = check_mode(reward_mode)
         self.text_field = text_field
         if dataset is None:
             records = load_records(packaged("writing_corpus.jsonl"), required=[text_field])
@@ -251,12 +185,12 @@ class WritingEnv(Env):
         return [CONCISE_PROMPT.format(prompt=post), DETAILED_PROMPT.format(prompt=post)]
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
-        total, terminated, info = writing_reward(actions[0], actions[1])
+        total, terminated, info = writing_reward(actions[0], actions[1], self.reward_mode)
         return Score(rewards=(total, total), terminated=terminated, info=info)
 
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         """Per agent: the measured bands, which one failed or was met, and what that agent should change."""
-        m = measure(actions[0], actions[1])
+        m = measure(actions[0], actions[1], self.reward_mode)
         head = (f"Reward {score.rewards[0]:.2f} of {MAX_REWARD:.1f}. Your concise summary is {m['concise_words']} words; "
                 f"the detailed one is {m['detailed_words']} words (each must be {MIN_WORDS}-{MAX_WORDS}).")
         concise, detailed = [head], [head]
@@ -286,8 +220,10 @@ class WritingEnv(Env):
                     detailed.append(line + ": met.")
                 if uniqueness_reward(u) is not None:
                     k, j = int(m["categories"]), m["jaccard"]
-                    line = f"Transition categories used {k} of 12 (5 or more is full); shared vocabulary {j:.3f} (target 0.03)."
+                    full, used = (5, "used {k} of 12 (5 or more is full)") if self.reward_mode == "paper" else \
+                        (12, "in the detailed summary {k} of 12 (more is better)")  # reference: +0.05 per category
+                    line = f"Transition categories {used.format(k=k)}; shared vocabulary {j:.3f} (target 0.03)."
                     concise.append(line + (" Reuse the key terms of the post." if j < 0.03 else ""))
-                    detailed.append(line + (" Use more kinds of transition words." if k < 5 else "")
+                    detailed.append(line + (" Use more kinds of transition words." if k < full else "")
                                     + (" Reuse the key terms of the concise summary." if j < 0.03 else ""))
         return [" ".join(concise) + " Revise your summary.", " ".join(detailed) + " Revise your summary."]
