@@ -17,25 +17,97 @@ bbox positions), ``hp`` (remaining health as a fraction of ``player_hp``; Table 
 and :mod:`collab.comparison` scales ``eval/env/hp`` by 100 like ``iou``), ``damage``,
 ``penalty``, ``spiders``, ``killed``, ``commands`` (accepted, all players) and ``rejected`` (lines).
 :meth:`MinecraftEnv.voxels` gives an episode's built and target voxels to the evaluation's IoU.
+
+Reward modes (``reward_mode``; ``--data.env_options '{reward_mode: reference}'``)
+-------------------------------------------------------------------------------
+``paper`` (the default, described above) is collab's reading of paper 002 (E.3 prompt, F.3 reward).
+``reference`` reproduces the reward of the authors' code (OpenMLRL/LLM_Collab_Minecraft, ``house_build``
+with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference`). Point by point
+(paper | reference), with why collab's default differs:
+
+1. Reward: ``coverage - 0.5 * redundancy - penalty`` | ``score - penalty``, score = positions holding
+   their target block, AIR INCLUDED, over all bbox positions (``score`` info). F.3 names coverage and
+   redundancy; the score pays 0.41 for building nothing on the reference's first house (122 of its 294
+   positions are air). The reference's logged IoU ignores block types; collab's ``iou`` info and
+   evaluation IoU match types in both modes.
+2. World: persists across turns (the feedback asks for what is still missing) | every turn is scored
+   on that turn's commands alone, built on an EMPTY bbox, so a player must resend the whole house each
+   turn, and the agents are not told so. Paper 002 Section 5.1's "instructions for incomplete building"
+   imply a persistent build.
+3. Spiders: drawn per task and turn (``min_spiders..max_spiders``, default 0..3), fought command by
+   command, health carried over turns | ``max_spiders`` (default 3) spiders with attacks uniform in
+   ``1..spider_atk`` drawn ONCE from ``random.Random(seed)``, the same for every task and turn; no fight
+   and no health loss: the penalty ``min(1, total_attack / player_hp) * spider_penalty`` applies at
+   every turn unless any accepted command of any player is a ``/kill`` (with any arguments), which
+   cancels it whole; no penalty when ``player_hp <= 0`` (paper: the whole weight) and none in a single
+   agent's reward (the reference's one-agent reward has no spider term, though its feedback shows
+   one). The ``hp`` info is that turn's ``1 - damage / player_hp``. E.3 describes per-spider attacks
+   and health, which collab simulates.
+4. Defaults: ``player_hp`` 20 | 5, ``spider_penalty`` 0.2 (F.3) | 0.1, ``max_commands`` per player
+   32 | 300 (the reference's 600 split over two players; 600 for one), ``max_new_tokens`` 256 | 512
+   (C.3 says 512). collab's world persists, so 32 commands a turn over 4 turns cover any house (the
+   prompts list at most 47 rectangles for the shipped houses, 39 for the paper's), and shorter
+   responses keep its 4-turn rollout trees cheap.
+5. Commands: ``/fill``, ``/kill`` (spider selectors only, one spider each) and E.3's ``/damage`` |
+   ``fill`` and ``kill`` only, the ``/`` optional and the name case-insensitive (``FILL``, ``/ fill``),
+   ``kill`` with ANY arguments (``/kill @p``); ``/damage`` is an unknown command. E.3 allows
+   ``/fill`` and ``/kill`` and prints the ``/damage`` attack in its threat check.
+6. Lines: every non-blank line must be a command (fence lines are rejected, lines between fences read) |
+   only the FIRST fenced block is read when the text has two fences (a one-word first line inside, e.g.
+   ``bash`` or a bare ``kill``, is dropped as a language tag; text outside the block is ignored), else
+   the whole text, fence lines included (rejected); one list marker (``-``, ``*``, ``1.``, ``2)``) is
+   stripped from each line. E.3 asks for commands only, no markdown; collab reports each stray line instead of guessing.
+7. Coordinates: decimal integers | Python integers (``+3``, ``1_0`` = 10); ``~`` / ``^`` rejected in
+   both; both corners inside the bbox in both, any corner order.
+8. Blocks: legend names matched case-insensitively, with block states (``[facing=north]``) and the
+   ``minecraft:`` prefix dropped; a legend letter gets a hint | the exact legend name (or ``air``),
+   only the ``minecraft:`` prefix dropped (``Stone`` and ``stone_stairs[facing=north]`` are rejected).
+   The reference config's per-agent block lists equal the legend of every reference task, so collab
+   uses the task's legend in both modes.
+9. Check order: any invalid line is rejected with its reason | the cap is checked first (a line past
+   it is rejected unread), then command, length, coordinates, block, bbox, fill modes, budget.
+10. Budgets: none | with ``limited_resource`` (default on in reference mode, as in its config; an error in
+    paper mode), a player's fills of block ``b`` in one turn may total at most
+    ``ceil(c / n) + floor(c / (2 n))`` blocks (``c``: ``b``'s target positions, ``n``: players), a fill
+    being charged its whole box volume; air is free; a fill over budget is rejected and charges nothing.
+    The paper has no budgets.
+11. Order of writes: the same in both: player 1's accepted fills in order, then player 2's.
+12. Feedback: the turn's IoU, coverage, redundancy, missing and wrong blocks, rejected lines and threat |
+    the coming turn's number and the last reward to 4 decimals, nothing else (the reference's
+    ``score_feedback`` mode); the reference's next prompt repeats the first prompt and the player's last
+    commands, which the default ``history_window`` of 1 keeps in the history.
+13. Prompt: E.3 with the ``/damage`` attack | the same sections with a ``/kill`` threat check, no
+    ``/damage``, and each block's budget. The reference also sends a system message repeating the
+    commands-only rule, which E.3's first line already states.
+14. Stop rules and scaling: neither mode ends an episode early. The reference's trainer shifts every
+    reward by -1 (scale 1) and stops expanding a rollout-tree node once its samples' mean shifted
+    reward exceeds -0.1 (raw > 0.9). Both are trainer settings, not the env's: in collab pass
+    ``reward_shift: -1.0`` in ``env_options`` and MAGRPO's ``termination_threshold: -0.1`` with
+    ``termination: node`` (the node-mean rule; the threshold sees the shifted rewards).
+15. Records: a layer's ``y`` is an offset from ``bbox.from`` and missing layers are air in both modes
+    (the reference reads ``y`` as a world y and refuses missing layers; its records start at y=0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from collab.envs.base import AgentRole, Env, EnvState, Score
+from collab.envs.minecraft import reference as ref
 from collab.envs.minecraft.commands import Parsed, parse_commands
-from collab.envs.minecraft.prompts import feedback_text, first_prompt
+from collab.envs.minecraft.prompts import feedback_text, first_prompt, reference_feedback, reference_prompt
 from collab.envs.minecraft.scoring import REDUNDANCY_WEIGHT, Measures, as_tensor, build_reward, measure
 from collab.envs.minecraft.tasks import (SHIPPED_SPLITS, default_splits, house_from_record, load_houses,
                                          shipped_path, split_houses)
 from collab.envs.minecraft.threats import PENALTY, Fight, Spiders, fight, penalty, spawn
 from collab.envs.minecraft.world import House, empty_world, fill
-from collab.errors import UserError, require
+from collab.errors import UserError, require, unknown
+
+REWARD_MODES = ("paper", "reference")
 
 
 @dataclass(frozen=True)
@@ -72,10 +144,12 @@ class MinecraftEnv(Env):
     4-turn rollout tree has K^4 leaves)."""
 
     def __init__(self, dataset: str | None = None, train_split: str | None = None, eval_split: str | None = None,
-                 horizon: int = 4, n_agents: int = 2, max_commands: int = 32, min_spiders: int = 0, max_spiders: int = 3,
-                 spider_atk: int = 3, spider_hp: float = 16.0, player_hp: int = 20, player_atk: float = 16.0,
-                 seed: int = 0, redundancy_weight: float = REDUNDANCY_WEIGHT, spider_penalty: float = PENALTY,
-                 max_new_tokens: int = 256, history_window: int | None = 1) -> None:
+                 horizon: int = 4, n_agents: int = 2, max_commands: int | None = None, min_spiders: int | None = None,
+                 max_spiders: int | None = None, spider_atk: int = 3, spider_hp: float = 16.0,
+                 player_hp: int | None = None, player_atk: float = 16.0, seed: int = 0,
+                 redundancy_weight: float = REDUNDANCY_WEIGHT, spider_penalty: float | None = None,
+                 max_new_tokens: int | None = None, history_window: int | None = 1, reward_mode: str = "paper",
+                 limited_resource: bool | None = None) -> None:
         """
         Args:
             dataset: A HouseBuild ``.json`` / ``.jsonl`` file (the paper's format); ``None``: the 12 shipped houses.
@@ -83,15 +157,22 @@ class MinecraftEnv(Env):
                 ``[0:8]`` / ``[8:12]`` of the shipped houses, the last fifth of a file for eval.
             horizon: Turns per episode (H = 4 in the paper).
             n_agents: Players (2 in the paper).
-            max_commands: Accepted commands per player and turn; later lines are rejected.
+            max_commands: Accepted commands per player and turn; later lines are rejected (``None``: 32;
+                reference: 600 // n_agents, i.e. 300 each for two players).
             min_spiders, max_spiders, spider_atk, spider_hp: Spiders per turn are uniform in
-                ``min_spiders..max_spiders``, each with an attack uniform in ``1..spider_atk`` and
-                ``spider_hp`` health (``max_spiders=0``: no threat).
-            player_hp, player_atk: The player's starting health and the most damage of one attack.
-            seed: Seed of the spiders (with the task id and the turn).
-            redundancy_weight: Weight of the redundancy rate in the reward.
-            spider_penalty: Weight of the spider penalty (0.2 in F.3; the authors' code uses 0.1).
-            max_new_tokens: Suggested response length per player.
+                ``min_spiders..max_spiders`` (``None``: 0..3), each with an attack uniform in ``1..spider_atk``
+                and ``spider_hp`` health (``max_spiders=0``: no threat). Reference: ``max_spiders`` spiders
+                (``None``: 3; ``min_spiders`` defaults to it and must equal it) drawn once per run.
+            player_hp, player_atk: The player's starting health (``None``: 20; reference: 5) and the most
+                damage of one attack.
+            seed: Seed of the spiders (with the task id and the turn; reference: the seed alone).
+            redundancy_weight: Weight of the redundancy rate in the reward (paper mode).
+            spider_penalty: Weight of the spider penalty (``None``: 0.2 as in F.3; reference: 0.1).
+            max_new_tokens: Suggested response length per player (``None``: 256; reference: 512).
+            reward_mode: ``paper`` (collab's reading of paper 002) or ``reference`` (the authors' code's
+                reward, quirks included); the module docstring lists every difference.
+            limited_resource: Reference mode only: each player's per-turn block budgets (``None``: on, as
+                in the reference config).
             history_window: Turns of dialog a player keeps after the E.3 prompt (paper 002, 4.1's C;
                 :func:`collab.envs.base.window`). The default, 1, keeps the player's last commands and
                 the feedback on them: the feedback restates everything still missing or wrong, the
@@ -100,6 +181,30 @@ class MinecraftEnv(Env):
                 for SmolLM2's tokenizer). ``None`` keeps the whole dialog.
         """
         super().__init__(horizon)
+        if reward_mode not in REWARD_MODES:
+            raise unknown("reward_mode", reward_mode, REWARD_MODES)
+        self.reward_mode = reward_mode
+        reference = reward_mode == "reference"
+        require(limited_resource is None or isinstance(limited_resource, bool),
+                f"limited_resource must be true, false or null, got {limited_resource!r}")
+        require(reference or not limited_resource, "limited_resource applies to reward_mode reference only")
+        require(not reference or n_agents in (1, 2), f"reward_mode reference takes 1 or 2 agents, got {n_agents}")
+        if reference:
+            max_commands = ref.TOTAL_COMMANDS // max(1, n_agents) if max_commands is None else max_commands
+            max_spiders = ref.SPIDERS if max_spiders is None else max_spiders
+            min_spiders = max_spiders if min_spiders is None else min_spiders
+            require(min_spiders == max_spiders, "reward_mode reference meets a fixed number of spiders: "
+                    f"set min_spiders == max_spiders, got {min_spiders}, {max_spiders}")
+            player_hp = ref.PLAYER_HP if player_hp is None else player_hp
+            spider_penalty = ref.PENALTY if spider_penalty is None else spider_penalty
+            max_new_tokens = ref.MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
+        max_commands = 32 if max_commands is None else max_commands
+        min_spiders = 0 if min_spiders is None else min_spiders
+        max_spiders = 3 if max_spiders is None else max_spiders
+        player_hp = 20 if player_hp is None else player_hp
+        spider_penalty = PENALTY if spider_penalty is None else spider_penalty
+        max_new_tokens = 256 if max_new_tokens is None else max_new_tokens
+        self.limited_resource = reference and limited_resource is not False
         require(n_agents >= 1, f"n_agents must be >= 1, got {n_agents}")
         require(max_commands >= 1, f"max_commands must be >= 1, got {max_commands}")
         require(history_window is None or history_window >= 1, f"history_window must be >= 1 or null, got {history_window}")
@@ -115,6 +220,7 @@ class MinecraftEnv(Env):
         self.spider_penalty = spider_penalty
         self.spider_range, self.spider_atk, self.spider_hp = (min_spiders, max_spiders), spider_atk, spider_hp
         self.player_hp, self.player_atk = player_hp, player_atk
+        self.reference_spiders = Spiders(ref.spider_attacks(seed, max_spiders, spider_atk), spider_hp) if reference else None
         if dataset is None:
             records, defaults = load_houses(shipped_path()), SHIPPED_SPLITS
         else:
@@ -129,18 +235,27 @@ class MinecraftEnv(Env):
         return self.splits[split]
 
     def spiders(self, task_id: str, turn: int) -> Spiders:
-        """The spiders attacking at ``turn`` of task ``task_id`` (seeded, reproducible)."""
+        """The spiders attacking at ``turn`` of task ``task_id`` (seeded, reproducible; reference: the same
+        spiders for every task and turn)."""
+        if self.reference_spiders is not None:
+            return self.reference_spiders
         return spawn(self.seed, task_id, turn, *self.spider_range, self.spider_atk, self.spider_hp)
 
     def observe(self, task: Mapping[str, Any]) -> list[str]:
         house = house_from_record(task)
         spiders = self.spiders(house.task_id, 0)
+        if self.reward_mode == "reference":
+            rt = self.reference_task(task, house)
+            return [reference_prompt(house, rt.palette, rt.budgets, i, self.n_agents, spiders, self.player_hp,
+                                     self.max_commands) for i in range(self.n_agents)]
         return [first_prompt(house, i, self.n_agents, spiders, self.player_hp, self.player_atk, self.max_commands)
                 for i in range(self.n_agents)]
 
     # -- a turn --------------------------------------------------------------------------------------
     def outcome(self, state: EnvState, actions: Sequence[str]) -> Outcome:
         """The effect of the joint action ``actions`` in ``state`` (a pure function of both)."""
+        if self.reward_mode == "reference":
+            return self.reference_outcome(state, actions)
         house = house_from_record(state.task)
         parsed = tuple(parse_commands(a, house, self.max_commands, self.player_atk) for a in actions)
         world = apply(house, state.memory.get("world") or empty_world(house), parsed)
@@ -153,6 +268,30 @@ class MinecraftEnv(Env):
                        hp=max(0, hp_before - result.damage), measures=m, penalty=pen,
                        reward=build_reward(m, self.redundancy_weight) - pen)
 
+    def reference_task(self, task: Mapping[str, Any], house: House | None = None) -> ref.RefTask:
+        """``task`` as the reference reads it (its block names and, with ``limited_resource``, the budgets)."""
+        return ref.ref_task(task, house or house_from_record(task), self.n_agents, self.limited_resource)
+
+    def reference_outcome(self, state: EnvState, actions: Sequence[str]) -> Outcome:
+        """Reference mode's turn: this turn's commands alone on an empty bbox, scored by the reference's
+        score, minus the spider penalty unless some player's accepted commands hold a ``/kill``."""
+        house = house_from_record(state.task)
+        task = self.reference_task(state.task, house)
+        parsed = tuple(ref.parse_reference(a, task, self.max_commands) for a in actions)
+        built = ref.build(task, parsed)
+        spiders = self.spiders(house.task_id, state.turn)
+        kills = sum(len(p.attacks) for p in parsed)
+        damage = 0 if kills else spiders.total_damage
+        pen = ref.spider_penalty(spiders.total_damage, self.player_hp, self.spider_penalty, kills > 0)
+        if self.n_agents == 1:
+            pen = 0.0  # the reference's one-agent reward has no spider term
+        world = ref.to_house_ids(task, built)
+        m = replace(measure(house, world), score=ref.score(task, built))
+        result = Fight(killed=spiders.num if kills else 0, damage=damage, 
+                       wasted=max(0, kills - 1) if spiders.num else kills)
+        return Outcome(world=world, parsed=parsed, spiders=spiders, fight=result, hp_before=self.player_hp,
+                       hp=max(0, self.player_hp - damage), measures=m, penalty=pen, reward=m.score - pen)
+
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         o = self.outcome(state, actions)
         m = o.measures
@@ -161,11 +300,18 @@ class MinecraftEnv(Env):
                 "spiders": float(o.spiders.num), "killed": float(o.fight.killed),
                 "commands": float(sum(len(p.commands) for p in o.parsed)),
                 "rejected": float(sum(len(p.rejected) for p in o.parsed))}
-        return Score(rewards=(o.reward,) * self.n_agents, info=info, memory={"world": o.world, "hp": o.hp})
+        memory = {"world": o.world} if self.reward_mode == "reference" else {"world": o.world, "hp": o.hp}
+        return Score(rewards=(o.reward,) * self.n_agents, info=info, memory=memory)
 
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
-        """Each player's next message: the simulated player's notes on the build and its own rejected lines."""
+        """Each player's next message: the simulated player's notes on the build and its own rejected lines
+        (reference: the coming turn and the last reward only)."""
         o = self.outcome(state, actions)
+        if self.reward_mode == "reference":
+            # The reference's feedback recomputes the reward with the spider term even for one agent.
+            shown = o.measures.score - ref.spider_penalty(o.spiders.total_damage, self.player_hp, self.spider_penalty,
+                                                          any(p.attacks for p in o.parsed))
+            return [reference_feedback(state.turn, self.horizon, shown)] * self.n_agents
         house = house_from_record(state.task)
         coming = self.spiders(house.task_id, state.turn + 1)
         return [feedback_text(house, o.world, o.measures, p.rejected, state.turn, o.spiders, o.fight, o.hp,

@@ -10,7 +10,7 @@ and the wrong blocks as rectangles (at most ``MAX_RECTS`` of each), the agent's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from collab.envs.minecraft.commands import DAMAGE_HINT, Rejection
 from collab.envs.minecraft.scoring import Measures
@@ -131,3 +131,50 @@ def feedback_text(house: House, built: bytes, m: Measures, rejected: Sequence[Re
     out.append(threat_text(coming, hp, player_atk))
     out.append("Output only the commands still needed, one per line.")
     return "\n".join(out)
+
+
+# -- reward_mode="reference" (collab.envs.minecraft.reference) ---------------------------------------
+REF_CONSTRAINTS = """Constraints:
+- Output ONLY Minecraft commands, one per line.
+- Allowed commands: /fill and /kill
+- Fill format: /fill x1 y1 z1 x2 y2 z2 block
+- Use absolute integer coordinates only (no ~).
+- Use ONLY blocks from the legend (air clears blocks).
+- Every coordinate must be within the bbox.
+- At most {cap} commands."""
+
+
+def reference_threat_text(spiders: Spiders, hp: float) -> str:
+    """The reference's threat check: the same spiders at every turn; one ``/kill`` repels them all."""
+    if not spiders.num:
+        return f"Threat check: There are no spiders nearby; you have {_num(hp)} HP. No attack is needed."
+    return (f"Threat check: There are {spiders.num} spiders nearby; you have {_num(hp)} HP. Spider attack list: "
+            f"{list(spiders.attacks)}, total damage dmg={spiders.total_damage}. If you want to kill them, output "
+            "one line: /kill (it repels them all). All other commands should be normal building commands.")
+
+
+def reference_prompt(house: House, palette: Sequence[str], budgets: Mapping[str, int] | None, i: int, n: int,
+                     spiders: Spiders, hp: float, cap: int) -> str:
+    """Agent ``i``'s (0-based) first user message in reference mode: E.3's sections, the reference's threat
+    check and, with budgets, each block's budget per player and turn (``palette``: the reference's names)."""
+    parts = [
+        INTRO.format(i=i + 1, n=n),
+        "Task: Build the 3D structure from the provided y-axis slices.",
+        f"Available blocks (use ONLY these): {', '.join([*palette[1:], palette[0]])}",
+        layers_text(house),
+        f"WORLD bbox (inclusive):\n- from: {list(house.origin)}\n- to: {list(house.corner)}",
+        reference_threat_text(spiders, hp),
+        REF_CONSTRAINTS.format(cap=cap),
+    ]
+    if budgets:
+        lines = [f"- {b}: {budgets[b]}" for b in palette if b in budgets]
+        parts.append("Block budget per player and turn (a fill uses its whole volume; air is free):\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def reference_feedback(turn: int, horizon: int, reward: float) -> str:
+    """The reference's score feedback after ``turn`` (0-based): the coming turn and the last reward, nothing
+    else (not even that the world restarts empty). The player's history holds its first message and its
+    last commands, which the reference repeats in its next prompt."""
+    return (f"Score feedback: turn {turn + 2} of {horizon}. Previous reward: {reward:.4f}. "
+            "Output only commands, one per line.")
