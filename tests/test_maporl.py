@@ -9,7 +9,8 @@ import statistics
 import pytest
 import torch
 
-from collab.algos.maporl import MAPoRL, debate_rewards, token_rewards
+from collab.algos.maporl import (MAPoRL, absorb, debate_rewards, episode_rewards, malformed, repetitive,
+                                 token_rewards)
 from collab.envs.debate.env import DebateEnv
 from collab.errors import UserError
 from collab.models import BaseConfig
@@ -81,12 +82,15 @@ def test_fresh_module_gives_every_token_its_answers_reward(seven):
     batch = module.rollout(env, env.tasks("train")[:2])
     responses = batch.buffer.items
     assert len(responses) == 2 * 2 * 2  # 2 problems x 2 turns x 2 agents
-    assert batch.stats["train/kl_ref"] == pytest.approx(0.0, abs=1e-5)
+    # pi_old and pi_ref come from two code paths (cached decoding, teacher forcing): float32 noise relative to the
+    # log-probs' size (about 1e-8 of it, at any thread count), so the tolerance is relative to that size
+    tol = 1e-6 * float(torch.cat([r.old_logprobs for r in responses]).abs().mean())
+    assert abs(batch.stats["train/kl_ref"]) <= tol
     for r in responses:
         n = len(r.completion_ids)
         assert r.extras["values"].shape == (n,) and torch.all(r.extras["values"] == 0)
-        assert torch.allclose(r.extras["advantages"], torch.full((n,), r.reward), atol=1e-5)
-        assert torch.allclose(r.extras["returns"], torch.full((n,), r.reward), atol=1e-5)
+        assert torch.allclose(r.extras["advantages"], torch.full((n,), r.reward), atol=tol, rtol=1e-5)
+        assert torch.allclose(r.extras["returns"], torch.full((n,), r.reward), atol=tol, rtol=1e-5)
         assert r.extras["features"].shape == (n, module.team.model_of(0).config.hidden_size)
     # the rewards are Definition 1 of the episode's verifier scores (gamma 0.5): turn-2 answers get their own score
     for r in responses:
@@ -144,7 +148,7 @@ def test_kl_to_the_reference_grows_once_the_adapters_move(seven):
     original = module.rollout
     module.rollout = lambda e, tasks: logged.append(original(e, tasks)) or logged[-1]
     train(module, env=env, seed=0, steps=6, batch_size=4)
-    assert logged[0].stats["train/kl_ref"] == pytest.approx(0.0, abs=1e-5)
+    assert abs(logged[0].stats["train/kl_ref"]) < 1e-3 * logged[-1].stats["train/kl_ref"]  # float noise against the learned KL
     assert logged[-1].stats["train/kl_ref"] > 1e-3
 
 
@@ -226,6 +230,133 @@ def test_micro_batches_accumulate_the_same_gradient(seven):
         stats = module.accumulate(responses, lambda loss: loss.backward())
         grads.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
     assert any(g.abs().sum() > 0 for g in grads[0])
-    for a, b in zip(*grads):
-        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    for a, b in zip(*grads):  # another summation order: float32 noise relative to each tensor's scale (~1e-6 of it)
+        assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()), rtol=1e-4)
     assert set(stats) >= {"train/actor_loss", "train/value_loss", "train/clip_frac"}
+
+
+# -- early stop on consensus: the absorbing state ----------------------------------------------------------------
+def test_absorb_repeats_the_last_played_turn():
+    assert torch.equal(absorb(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), 2),
+                       torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]))
+    assert absorb([("5", "4"), ("5", "5")], 1) == [("5", "4"), ("5", "5"), ("5", "5")]
+    assert absorb([(True,)], 0) == [(True,)]
+    with pytest.raises(ValueError):
+        absorb([(True,)], -1)
+
+
+def test_episode_rewards_of_an_early_consensus_by_hand():
+    """A = 2, T = 3, gamma 0.5; turn 1: R, W; turn 2: both right (consensus), the debate stops (turns_left 1).
+    Extended: turn 3 = turn 2, means m = (0.5, 1, 1):
+      R[1] = (s + 0.5 * 1 + 0.25 * 1) / 1.75 -> agent1 1.75/1.75 = 1, agent2 0.75/1.75 = 3/7
+      R[2] = (1 + 0.5 * 1) / 1.5 = 1,  R[3] = 1 (the absorbing turn, not trained).
+    Cutting Definition 1 at the stop instead (the reference code) would give R[1] = (s + 0.5) / 1.5: 1 and 1/3.
+    Table 1 adds +alpha1 at turn 2 for agent 2 (W -> R, the other right); the absorbing turn adds nothing."""
+    scores = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    answers, correct = [("5", "4"), ("5", "5")], [(True, False), (True, True)]
+    rewards = episode_rewards(scores, answers, correct, 1, 0.5)
+    torch.testing.assert_close(rewards, torch.tensor([[1.0, 3 / 7], [1.0, 1.0], [1.0, 1.0]]))
+    shaped = episode_rewards(scores, answers, correct, 1, 0.5, alpha1=0.2)
+    torch.testing.assert_close(shaped - rewards, torch.tensor([[0.0, 0.0], [0.0, 0.2], [0.0, 0.0]]))
+    torch.testing.assert_close(episode_rewards(scores, answers, correct, 0, 0.5),
+                               debate_rewards(scores, torch.tensor(correct), majority_of_others_table(answers, correct), 0.5))
+
+
+def test_an_earlier_right_consensus_never_lowers_a_reward_by_hand():
+    """A = 3, T = 3, gamma 1, the same wrong turn-1 answer of agent 1 (W, R, R at turn 1).
+    Early: all right at turn 2 (stop).  Extended means (2/3, 1, 1): R[1, agent1] = (0 + 1 + 1) / 3 = 2/3.
+    Late: two of three right at turn 2, all right at turn 3. Means (2/3, 2/3, 1): R[1, agent1] = (0 + 2/3 + 1) / 3 = 5/9.
+    Cut at the stop (the reference code), the early debate would give (0 + 1) / 2 = 1/2 < 5/9: the rule would fail."""
+    w, r = ("4", False), ("5", True)
+    def tables(rows):
+        return (torch.tensor([[float(c) for _, c in row] for row in rows]), [tuple(a for a, _ in row) for row in rows],
+                [tuple(c for _, c in row) for row in rows])
+    early = episode_rewards(*tables([[w, r, r], [r, r, r]]), 1, 1.0)
+    late = episode_rewards(*tables([[w, r, r], [w, r, r], [r, r, r]]), 0, 1.0)
+    assert float(early[0, 0]) == pytest.approx(2 / 3, rel=1e-6) and float(late[0, 0]) == pytest.approx(5 / 9, rel=1e-6)
+    cut = episode_rewards(*tables([[w, r, r], [r, r, r]]), 0, 1.0)  # Definition 1 on the played turns only
+    assert float(cut[0, 0]) == pytest.approx(1 / 2, rel=1e-6) and float(cut[0, 0]) < float(late[0, 0])
+
+
+@pytest.mark.parametrize("agents,wrong", [(2, ("4", "3")), (3, ("4",))])
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0])
+def test_an_earlier_right_consensus_never_lowers_a_reward_exhaustively(gamma, agents, wrong):
+    """Every debate over T = 3 turns (answers right "5" or wrong, rule scores; A = 2 with two wrong answers, A = 3
+    with one): the same played prefix followed by the right consensus at turn k gives every answer of the prefix,
+    and the turn-k answers, at least the reward they get when turn k is instead any non-consensus row and the right
+    consensus comes later (or never). (With A = 3, Definition 1 cut at the stop, as the reference code does, fails
+    this at gamma 1.)"""
+    import itertools
+
+    options = [("5", True)] + [(w, False) for w in wrong]
+    rows = list(itertools.product(options, repeat=agents))
+    right = (("5", True),) * agents
+    open_rows = [row for row in rows if len({a for a, _ in row}) > 1]
+
+    def rewards(turns):
+        scores = torch.tensor([[float(c) for _, c in row] for row in turns])
+        return episode_rewards(scores, [tuple(a for a, _ in row) for row in turns],
+                               [tuple(c for _, c in row) for row in turns], 3 - len(turns), gamma)
+
+    checked = 0
+    for k in range(3):  # early: the prefix (k open rows), then the right consensus at turn k + 1
+        for prefix in itertools.product(open_rows, repeat=k):
+            early = rewards(list(prefix) + [right])
+            lates = []  # late: an open row at turn k + 1, then the right consensus at a later turn j, or never
+            for j in range(k + 1, 3):
+                lates += [list(prefix) + list(rest) + [right] for rest in itertools.product(open_rows, repeat=j - k)]
+            lates += [list(prefix) + list(rest) for rest in itertools.product(open_rows, repeat=3 - k)]
+            for late in lates:
+                assert torch.all(early[:k + 1] >= rewards(late)[:k + 1] - 1e-6), (prefix, late, early)
+                checked += 1
+    assert checked > 100
+
+
+# -- the format penalty --------------------------------------------------------------------------------------
+def test_repetitive_and_malformed_by_hand():
+    assert not repetitive([1, 2, 1, 2, 1, 2], 3)  # a run repeated 3 times: allowed
+    assert repetitive([1, 2, 1, 2, 1, 2, 1, 2], 3)  # 4 times: more than 3
+    assert repetitive([9, 5, 5, 5, 5, 8], 3) and not repetitive([9, 5, 5, 5, 8], 3)
+    assert not repetitive([9, 5, 5, 5, 5, 8], 3, exempt=lambda run: run == [5])  # digits are exempt
+    assert not repetitive(list(range(30)) * 3, 3)  # a 30-token run is longer than 20
+    assert repetitive([7] * 21 * 4, 3, exempt=lambda run: len(run) < 21) is False
+    assert malformed(None, [1, 2, 3])  # unparsable
+    assert malformed(None, [])  # empty
+    assert malformed("5", [1, 2], min_tokens=3) and not malformed("5", [1, 2, 3], min_tokens=3)
+    assert not malformed("5", [4] * 10) and malformed("5", [4] * 10, max_repeats=3)
+
+
+def test_format_penalty_replaces_the_score_before_definition_1(seven):
+    """One-token answers are shorter than 2 tokens: with min_response_tokens = 2 every answer is malformed and scores
+    -10, so every Definition 1 reward is -10; without the penalty the rewards stay in [0, 1]."""
+    env = seven_env(seven)
+    torch.manual_seed(0)
+    module = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2)
+    module.build(env)
+    batch = module.rollout(env, env.tasks("train")[:2])
+    assert [r.reward for r in batch.buffer.items] == [pytest.approx(-10.0)] * 8
+    assert batch.stats["train/malformed"] == 1.0
+    plain = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0)  # "7" and "3" both parse: no penalty
+    plain.build(env)
+    batch = plain.rollout(env, env.tasks("train")[:2])
+    assert batch.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in batch.buffer.items)
+    with pytest.raises(UserError, match="model.max_repeats"):
+        MAPoRL(base=TINY, max_repeats=0)
+
+
+def test_rollout_trains_only_the_played_turns(seven):
+    """With the env's stop_on_consensus, a debate whose turn-1 answers agree has one played turn: only its 2 answers
+    are trained, with the rewards of the extended table (agreement on 7: 1 each; on 3: 0 each)."""
+    env = DebateEnv(dataset=seven, agents=2, horizon=2, train_split="[0:4]", eval_split="[0:4]", stop_on_consensus=True)
+    module = MAPoRL(base=TINY, agents=one_token(2))
+    module.build(env)
+    torch.manual_seed(0)
+    episodes = [eps[0] for eps in play(module.team, env, env.tasks("train"), 1, 4)]
+    responses, rewards = module.responses(episodes)
+    assert {len(ep.completions) for ep in episodes} == {1, 2}  # seed 0: some debates stop, some do not
+    assert len(responses) == sum(2 * len(ep.completions) for ep in episodes)
+    for ep, table in zip(episodes, rewards):
+        assert table.shape == (2, 2)
+        if len(ep.completions) == 1:
+            agreed = ep.state.memory["consensus"][0]
+            assert torch.equal(table, torch.full((2, 2), 1.0 if agreed == "7" else 0.0))

@@ -42,6 +42,29 @@ Parameters. ``per_turn: false`` (default): one LoRA adapter per agent a, shared 
 only the answers of turns t >= 2, as in the paper's Experiment 1 (earlier turns still act, with
 their untrained or frozen policy).
 
+Early stop on consensus (the debate env's ``stop_on_consensus``). A debate that ends at turn t < T is
+an absorbing state: the agents keep their agreed answer. Before Definition 1 the episode's [t, A]
+score, correctness and answer tables are extended to T turns by repeating the last played turn
+(:func:`absorb`, :func:`episode_rewards`, with ``StepResult.turns_left`` = T - t); only the played
+turns' answers are trained. So a debate that reaches the right consensus earlier never gives an
+answer a lower reward than one that reaches it later (its later turns score the maximum). The reference
+code instead cuts Definition 1's sums at the stopping turn (``score_rule`` in its
+``trl/trl/trainer/utils_multi_unified.py``), which can reward a wrong turn-1 answer more when the
+right consensus comes later (A = 3, T = 3, gamma 1, two of three agents right at turn 2: 5/9 after a
+turn-3 consensus, 1/2 after a turn-2 one; extended, 5/9 and 2/3).
+
+Format penalty (``format_penalty``; off by default: paper 003 does not mention one). The reference
+code replaces the verifier score of a malformed answer by ``penalty_reward_value`` (-10 in its
+configs) before its Definition 1 (``ppov2_trainer_multi_different_model.py``, under
+``non_eos_penalty``): an answer is malformed when it is shorter than ``min_length`` tokens (its
+configs' ``min_output_length``: 50), holds a run of 1-20 tokens repeated back to back more than 3
+times (``check_repeated_sequences``; runs that decode to digits are exempt), or, at every trained
+turn, has no ``\boxed{}`` answer (after its own reformatting, which boxes any answer it can parse,
+that is: the answer is unparsable). collab applies the same rule (:func:`malformed`) with
+``min_response_tokens`` (default 0) and ``max_repeats`` (default None: no repetition check) to every
+answer, then Definition 1 on the penalised scores, so the penalty also lowers earlier answers'
+influence terms, as in the reference.
+
 Where the paper is silent: gamma (Definition 1) defaults to 0.5; the incentives default to 0 (pure
 Definition 1); the value heads read the frozen base rather than a LoRA-shared trunk (cheaper, and the
 value loss never moves the policy); advantages are normalized over each minibatch by default.
@@ -77,6 +100,57 @@ def debate_rewards(scores: Tensor, correct: Tensor, majority: Tensor, gamma: flo
             + influence_incentives(correct, majority, beta0, beta1))
 
 
+def absorb(rows, turns_left: int):
+    """An episode's per-turn table extended to the horizon: the last played turn repeated ``turns_left`` more times.
+
+    ``rows`` is a ``[t, ...]`` tensor or a sequence of per-turn rows (answers, correctness); a debate that ended
+    early by consensus is an absorbing state in which the agents keep their last answers."""
+    if turns_left < 0:
+        raise ValueError(f"turns_left must be >= 0, got {turns_left}")
+    if torch.is_tensor(rows):
+        return torch.cat([rows, rows[-1:].expand(turns_left, *rows.shape[1:])]) if turns_left else rows
+    rows = list(rows)
+    return rows + rows[-1:] * turns_left
+
+
+def episode_rewards(scores: Tensor, answers, correct, turns_left: int, gamma: float, alpha0: float = 0.0,
+                    alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
+    """``[T, A]`` :func:`debate_rewards` of a debate played for t turns (``scores``: ``[t, A]``; ``answers`` and
+    ``correct``: t rows of A) that ended ``turns_left`` = T - t turns early: the tables are first extended to T
+    turns by :func:`absorb`. Rows t.. are the absorbing turns' rewards (not trained)."""
+    answers, correct = absorb(answers, turns_left), absorb(correct, turns_left)
+    majority = majority_of_others_table(answers, correct)
+    return debate_rewards(absorb(scores, turns_left), torch.tensor(correct, dtype=torch.bool), majority, gamma,
+                          alpha0, alpha1, beta0, beta1)
+
+
+def repetitive(ids, max_repeats: int, max_len: int = 20, exempt=None) -> bool:
+    """Whether a run of 1..``max_len`` tokens occurs more than ``max_repeats`` times back to back in ``ids`` (the
+    reference code's ``check_repeated_sequences``: 20 and 3); ``exempt(run)`` true skips a run (it exempts runs
+    that decode to digits: "1000000" is no repetition)."""
+    ids = list(ids)
+    n = len(ids)
+    for length in range(1, min(max_len, n) + 1):
+        for start in range(n - (max_repeats + 1) * length + 1):
+            run, count, pos = ids[start:start + length], 1, start + length
+            while pos + length <= n and ids[pos:pos + length] == run:
+                count, pos = count + 1, pos + length
+                if count > max_repeats:
+                    if exempt is None or not exempt(run):
+                        return True
+                    break
+    return False
+
+
+def malformed(answer: str | None, completion_ids, min_tokens: int = 0, max_repeats: int | None = None,
+              exempt=None) -> bool:
+    """Whether an answer earns the format penalty: unparsable (``answer`` None; an empty response is), shorter than
+    ``min_tokens`` tokens, or (with ``max_repeats``) :func:`repetitive`."""
+    if answer is None or len(completion_ids) < min_tokens:
+        return True
+    return max_repeats is not None and repetitive(completion_ids, max_repeats, exempt=exempt)
+
+
 def token_rewards(reward: float | Tensor, old_logprobs: Tensor, ref_logprobs: Tensor, kl_coef: float) -> Tensor:
     """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R at the last."""
     rewards = -kl_coef * (old_logprobs - ref_logprobs)
@@ -108,6 +182,7 @@ class MAPoRL(CollabModule):
                  micro_batch_size: int | None = 4, value_coef: float = 0.5,
                  value_lr: float = 1e-3, value_hidden: list[int] | None = None, entropy_coef: float = 0.0,
                  per_turn: bool = False, train_from_turn: int = 1, normalize_advantages: bool = True,
+                 format_penalty: float | None = None, min_response_tokens: int = 0, max_repeats: int | None = None,
                  **kwargs) -> None:
         """
         Args:
@@ -131,6 +206,12 @@ class MAPoRL(CollabModule):
             per_turn: One adapter and value head per (turn, agent) (theta_ta) instead of per agent.
             train_from_turn: Train the answers of turns >= this (1-based; 2 = the paper's Experiment 1).
             normalize_advantages: Normalize advantages over each minibatch's tokens.
+            format_penalty: The verifier score given instead to a malformed answer (:func:`malformed`) before
+                Definition 1; the reference code's value is -10. None (default; the paper has none): no penalty.
+            min_response_tokens: With ``format_penalty``: answers shorter than this many tokens are malformed
+                (reference: 50). 0: no length condition.
+            max_repeats: With ``format_penalty``: answers repeating a run of 1-20 tokens (not digits) back to back
+                more than this many times are malformed (reference: 3). None: no repetition condition.
         """
         super().__init__(*args, **kwargs)
         require(0 <= gamma <= 1, f"model.gamma must be in [0, 1], got {gamma}")
@@ -147,6 +228,9 @@ class MAPoRL(CollabModule):
         require(value_coef >= 0, f"model.value_coef must be >= 0, got {value_coef}")
         require(value_lr > 0, f"model.value_lr must be > 0, got {value_lr}")
         require(train_from_turn >= 1, f"model.train_from_turn must be >= 1 (1-based turn), got {train_from_turn}")
+        require(min_response_tokens >= 0, f"model.min_response_tokens must be >= 0, got {min_response_tokens}")
+        require(max_repeats is None or max_repeats >= 1, f"model.max_repeats must be >= 1 or null, got {max_repeats}")
+        self.format_penalty, self.min_response_tokens, self.max_repeats = format_penalty, min_response_tokens, max_repeats
         self.gamma, self.incentives = gamma, dict(alpha0=alpha0, alpha1=alpha1, beta0=beta0, beta1=beta1)
         self.kl_coef, self.gae_gamma, self.gae_lambda, self.clip = kl_coef, gae_gamma, gae_lambda, clip
         self.num_epochs, self.minibatch_size, self.micro_batch_size = num_epochs, minibatch_size, micro_batch_size
@@ -185,9 +269,12 @@ class MAPoRL(CollabModule):
         episodes = [eps[0] for eps in play(self.team, env, tasks, 1, self.max_new_tokens)]
         stats = episode_stats(episodes, time.perf_counter() - start)
         responses, rewards = self.responses(episodes)
-        stats["reward/maporl"] = float(torch.cat([r.flatten() for r in rewards]).mean())
-        for t in range(rewards[0].shape[0]):
-            stats[f"reward/maporl/turn{t + 1}"] = float(torch.stack([r[t].mean() for r in rewards]).mean())
+        played = [r[:len(ep.completions)] for r, ep in zip(rewards, episodes)]  # the absorbing turns are not answers
+        stats["reward/maporl"] = float(torch.cat([r.flatten() for r in played]).mean())
+        for t in range(max(r.shape[0] for r in played)):
+            stats[f"reward/maporl/turn{t + 1}"] = float(torch.stack([r[t].mean() for r in played if len(r) > t]).mean())
+        if self.format_penalty is not None:
+            stats["train/malformed"] = self._malformed_share
         with torch.no_grad():
             stats.update(self.prepare(responses))
         examples = [{"prompts": [obs[-1]["content"] for obs in ep.observations[-1]], "responses": ep.responses[-1],
@@ -195,14 +282,22 @@ class MAPoRL(CollabModule):
         return RolloutBatch([], stats, examples, buffer=ReplayBuffer(responses))
 
     def responses(self, episodes: list[Episode]) -> tuple[list[Response], list[Tensor]]:
-        """Every trained answer with its reward (:func:`debate_rewards`), and each episode's ``[T, A]`` rewards."""
+        """Every trained answer with its reward (:func:`episode_rewards`: Definition 1 and the incentives on the
+        tables extended to T turns, scores penalised by ``format_penalty``), and each episode's ``[T, A]`` rewards
+        (rows past an early stop: the absorbing turns)."""
         out, all_rewards = [], []
+        bad, total = 0, 0
         for ep in episodes:
             memory = ep.state.memory
             scores = torch.tensor(memory["scores"], dtype=torch.float32)
-            correct = torch.tensor(memory["correct"], dtype=torch.bool)
-            majority = majority_of_others_table(memory["answers"], memory["correct"])
-            rewards = debate_rewards(scores, correct, majority, self.gamma, **self.incentives)
+            if self.format_penalty is not None:
+                flags = torch.tensor([[self._malformed(t, a, answer, c) for a, (answer, c) in
+                                       enumerate(zip(memory["answers"][t], joint))]
+                                      for t, joint in enumerate(ep.completions)], dtype=torch.bool)
+                scores = torch.where(flags, torch.tensor(float(self.format_penalty)), scores)
+                bad, total = bad + int(flags.sum()), total + flags.numel()
+            rewards = episode_rewards(scores, memory["answers"], memory["correct"], ep.steps[-1].turns_left,
+                                      self.gamma, **self.incentives)
             all_rewards.append(rewards)
             for t, joint in enumerate(ep.completions):
                 if t + 1 < self.train_from_turn:
@@ -212,7 +307,14 @@ class MAPoRL(CollabModule):
                         continue
                     out.append(Response(self.team.acting(t, a), t, a, list(c.prompt_ids), list(c.completion_ids),
                                         torch.tensor(c.logprobs, dtype=torch.float32), float(rewards[t, a])))
+        self._malformed_share = bad / total if total else 0.0
         return out, all_rewards
+
+    def _malformed(self, turn: int, role: int, answer: str | None, completion) -> bool:
+        """:func:`malformed` for agent ``role``'s answer at ``turn`` (digit runs exempt from the repetition check)."""
+        tokenizer = self.team.tokenizer_of(self.team.acting(turn, role))
+        return malformed(answer, completion.completion_ids, self.min_response_tokens, self.max_repeats,
+                         exempt=lambda run: tokenizer.decode(run).strip().isdigit())
 
     def prepare(self, responses: list[Response]) -> dict[str, float]:
         """Fix reference log-probs, token rewards, values V_old, advantages and returns of every response."""

@@ -1,7 +1,7 @@
 r"""The collaborative debate of MAPoRL (paper 003, Section 3.1; Du et al. 2024), a POSG with per-agent rewards.
 
 A agents (roles ``agent1`` .. ``agentA``) answer a question over T = ``horizon`` turns; every episode
-runs all T turns. Turn 1: each agent answers the question. Turn t+1: each agent's history is
+runs all T turns unless ``stop_on_consensus`` ends it early (below). Turn 1: each agent answers the question. Turn t+1: each agent's history is
 *replaced* by ``[its system prompt, one user message]`` holding the question and every agent's whole
 responses of turns 1..t, labelled by round and agent, its own marked "(you)"
 (:func:`collab.envs.debate.prompts.debate_prompt`): s_(t+1)i = LLM_i(q ⊕_{j, t' <= t} s_t'j). With
@@ -15,15 +15,42 @@ history gets the final response appended (for logs and evaluation).
 (:func:`collab.objectives.revision_incentives`, :func:`collab.objectives.influence_incentives`,
 with :func:`collab.objectives.majority_of_others_table`).
 
+**Early stop on consensus** (``stop_on_consensus=True``; off by default, as paper 003 runs every
+debate for T turns). After every turn the env looks for a consensus (:func:`consensus`): one parsed
+answer given by at least ``consensus_share`` of the A agents (default 1.0: all of them; unparsable
+answers count as agents but agree with nobody), and, if ``consensus_score`` is set, whose agents'
+mean verifier score is above it. A consensus at turn t < T ends the debate (``Score.terminated``;
+``StepResult.turns_left`` = T - t). The agents are taken to keep the agreed answer for the skipped
+turns (an absorbing state): :meth:`DebateEnv.votes` and the ``majority@t`` info repeat the last played
+turn up to T, and MAPoRL extends its score tables the same way before Definition 1
+(:func:`collab.algos.maporl.absorb`).
+
+This is the reference code's early stop (``check_agent_consensus`` of MAPoRL's
+``utils/utils_cooperateLLM.py``, called from ``trl/trl/trainer/ppov2_trainer_multi_different_model.py``):
+after every turn, for each debate not yet finished, the most common answer (unparsable = "invalid")
+must not be "invalid", its share of the agents must be *above* ``criteria_for_consensus_percentage``
+(trainer default 0.8: all agents for A <= 5; its shipped configs set 1.1, i.e. never stop) and its
+agents' mean verifier score *above* ``criteria_for_consensus_reward_threshold`` (default 0.7); a
+finished debate's later turns are neither generated nor trained, and the check only starts after a
+warm-up of 20 updates (not reproduced here: the env knows no updates). collab's differences: the share
+is "at least" (so 1.0 means all agents) and must be above 1/2 (one answer can win); the score
+condition is off by default (``consensus_score=None``): with the rule verifier a score condition
+means "the agreed answer is correct", which uses the gold answer to decide when to stop (fine for
+training, a leak at evaluation, where the env is the same). ``consensus_score=0.7`` gives the
+reference's rule.
+
 **Memory** (whole tuples, rewritten every turn; index ``[turn][agent]``, turns so far):
 ``answers`` the extracted, normalised answers (``None``: unparsable), ``correct`` the rule verdicts
 (bool, also under a learned verifier), ``scores`` the verifier scores (float in [0, 1]),
-``responses`` the raw responses, ``majority`` each turn's majority-vote accuracy.
+``responses`` the raw responses, ``majority`` each turn's majority-vote accuracy; with
+``stop_on_consensus`` also ``consensus`` (per turn: the agreed answer, or ``None``).
 
 **Info** (logged as ``env/<name>``): ``majority@t`` for every turn t = 1..current (Section 4.1's
 majority vote with ties in expectation, :func:`collab.objectives.majority_vote`), ``accuracy`` (this
 turn's majority vote), ``agent_accuracy`` (mean correctness of the agents this turn) and
-``answered`` (share of agents with a parsable answer).
+``answered`` (share of agents with a parsable answer); with ``stop_on_consensus`` also ``consensus``
+(1.0 when the turn reached a consensus) and, after an early stop, ``majority@t`` of the skipped turns
+(the last played turn's).
 
 **Datasets and splits.** Math: every dataset the ``math`` environment accepts, with its splits
 (the debate env builds a :class:`~collab.envs.math.env.MathEnv` and takes its tasks, so both envs
@@ -40,7 +67,9 @@ other 40 for eval). RTE: 64 eval, 213 train.
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,6 +87,33 @@ MAX_NEW_TOKENS = {"math": 300, "nli": 250}
 """Paper 003, Section 4.2: 300 tokens on GSM8K, 250 on ANLI."""
 
 
+def consensus(answers: Sequence[str | None], scores: Sequence[float] | None = None, share: float = 1.0,
+              min_score: float | None = None) -> str | None:
+    """The answer a debate turn agreed on, or ``None`` (the rule of ``DebateEnv(stop_on_consensus=True)``).
+
+    ``answers[a]`` is agent a's parsed answer (``None``: unparsable). The agreed answer is a parsed
+    answer given by at least ``share`` of all the agents (``share`` > 1/2, so at most one answer
+    qualifies; unparsable answers count in the total but agree with nobody). With ``min_score``, the
+    mean of its agents' ``scores`` must also be above ``min_score``. Two agents: ``("5", "5")`` agree on
+    5, ``("5", None)`` and ``("5", "4")`` do not; three agents at ``share`` 2/3: ``("5", "5", "4")`` agree.
+    """
+    if not 0.5 < share <= 1.0:
+        raise ValueError(f"consensus share must be in (0.5, 1], got {share}")
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return None
+    answer, count = votes.most_common(1)[0]
+    if count < math.ceil(share * len(answers) - 1e-9):
+        return None
+    if min_score is not None:
+        if scores is None:
+            raise ValueError("a consensus min_score needs the scores")
+        mine = [float(s) for a, s in zip(answers, scores, strict=True) if a == answer]
+        if sum(mine) / len(mine) <= min_score:
+            return None
+    return answer
+
+
 def valid_datasets() -> str:
     return f"{', '.join(DATASETS + NLI)}, anli:PATH, anli:HUB_ID@SPLIT or a path to a .json/.jsonl math file"
 
@@ -72,14 +128,15 @@ class DebateEnv(Env):
     def __init__(self, dataset: str = "addition", agents: int = 2, horizon: int = 2, verifier: str | Verifier = "rule",
                  train_split: str | None = None, eval_split: str | None = None, num_train: int = 512,
                  num_eval: int = 64, fallback: bool = True, seed: int = 0, max_new_tokens: int | None = None,
-                 verifier_device: str = "auto") -> None:
+                 verifier_device: str = "auto", stop_on_consensus: bool = False, consensus_share: float = 1.0,
+                 consensus_score: float | None = None) -> None:
         """
         Args:
             dataset: A math dataset of the ``math`` env (``addition`` default, ``arithmetic``, ``gsm_symbolic``,
                 ``gsm8k``, ``math``, ``math500``, ``aime``, a .json/.jsonl path) or NLI: ``cb``, ``rte``,
                 ``anli:PATH``, ``anli:HUB_ID@SPLIT``.
             agents: A, the number of debating agents (1: self-correction).
-            horizon: T, the number of turns; every episode runs all of them.
+            horizon: T, the number of turns; every episode runs all of them unless ``stop_on_consensus``.
             verifier: ``rule`` (1 for a correct answer, else 0), the folder of a learned verifier
                 (:class:`~collab.envs.debate.verifier.LearnedVerifier`), or a Verifier object.
             train_split, eval_split: Slices (``"[:100]"``) of each split (module docstring).
@@ -89,11 +146,20 @@ class DebateEnv(Env):
             seed: Seed of the generated training problems.
             max_new_tokens: Suggested response length; ``None``: 300 for math, 250 for NLI (paper 003, Section 4.2).
             verifier_device: Device of a learned verifier's base model (``auto``, ``cpu``, ``cuda``...).
+            stop_on_consensus: End a debate at the first turn whose answers reach a consensus (:func:`consensus`);
+                the skipped turns are valued as an absorbing state (module docstring). Off (paper 003).
+            consensus_share: Share of the agents that must give the same parsed answer, in (1/2, 1]; 1.0: all.
+            consensus_score: If set, the agreeing agents' mean verifier score must also be above it (the reference
+                code's 0.7; with the rule verifier: the agreed answer is right). None: any agreement counts.
         """
         super().__init__(horizon)
         require(agents >= 1, f"the debate needs at least 1 agent, got {agents}")
         require(num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}")
+        require(0.5 < consensus_share <= 1.0, f"consensus_share must be in (0.5, 1], got {consensus_share}")
+        require(consensus_score is None or 0.0 <= consensus_score < 1.0,
+                f"consensus_score must be in [0, 1) or null, got {consensus_score}")
         self.dataset, self.agents, self.fallback, self.seed = dataset, agents, fallback, seed
+        self.stop_on_consensus, self.consensus_share, self.consensus_score = stop_on_consensus, consensus_share, consensus_score
         self.kind = "nli" if is_nli(dataset) else "math"
         if self.kind == "math" and dataset not in DATASETS and not is_path(dataset):
             raise UserError(f"unknown debate dataset {dataset!r}; valid: {valid_datasets()}")
@@ -157,8 +223,13 @@ class DebateEnv(Env):
         return [grade_answer(task, text, self.fallback) for text in texts]
 
     def votes(self, state: EnvState) -> tuple[tuple[tuple[str | None, ...], ...], tuple[tuple[bool, ...], ...]]:
-        """Every turn's votes so far: ``(answers[t][a], correct[t][a])`` (the majority-vote evaluation's input)."""
-        return tuple(state.memory.get("answers", ())), tuple(state.memory.get("correct", ()))
+        """Every turn's votes so far: ``(answers[t][a], correct[t][a])`` (the majority-vote evaluation's input).
+
+        A debate that ended early (consensus) has the last played turn's votes repeated up to T: the agents
+        keep their agreed answer, so ``majority@T`` counts it."""
+        answers, correct = tuple(state.memory.get("answers", ())), tuple(state.memory.get("correct", ()))
+        left = self.horizon - len(answers) if state.done and answers else 0
+        return answers + answers[-1:] * left, correct + correct[-1:] * left
 
     # -- the Env protocol ----------------------------------------------------------------------------
     def observe(self, task: Mapping[str, Any]) -> list[str]:
@@ -191,10 +262,19 @@ class DebateEnv(Env):
                 "responses": tuple(memory.get("responses", ())) + (tuple(str(a) for a in joint),),
                 "majority": tuple(memory.get("majority", ())) + (majority,),
             }
-            info = {f"majority@{t + 1}": float(m) for t, m in enumerate(mem["majority"])}
+            stop = False
+            if self.stop_on_consensus:
+                agreed = consensus(answers, turn_scores, self.consensus_share, self.consensus_score)
+                mem["consensus"] = tuple(memory.get("consensus", ())) + (agreed,)
+                stop = agreed is not None
+            played = len(mem["majority"])
+            skipped = self.horizon - played if stop else 0  # absorbing: the agreed turn repeats to T
+            info = {f"majority@{t + 1}": float(mem["majority"][min(t, played - 1)]) for t in range(played + skipped)}
             info.update(accuracy=float(majority), agent_accuracy=sum(correct) / n,
                         answered=sum(a is not None for a in answers) / n)
-            out.append(Score(turn_scores, terminated=False, info=info, memory=mem))
+            if self.stop_on_consensus:
+                info["consensus"] = float(stop)
+            out.append(Score(turn_scores, terminated=stop, info=info, memory=mem))
         return out
 
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
