@@ -7,6 +7,19 @@ warnings.filterwarnings("ignore", message=".*kernels.*")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config):
+    """``COLLAB_TEST_THREADS=N pytest ...`` runs the whole session on N torch intra-op threads
+    (``torch.set_num_threads(N)`` once at start; unset: torch's default, one per core). Float32
+    results through the model change in their last bits with the thread count (another summation
+    order), so the suite is meant to pass at any N: run it at 1 and at 2+ to check a tolerance.
+    Tests that use the ``one_thread`` fixture still drop to one thread for their own duration."""
+    threads = os.environ.get("COLLAB_TEST_THREADS")
+    if threads:
+        import torch  # lazily: collecting or running torch-free tests does not import it
+
+        torch.set_num_threads(int(threads))
+
+
 @pytest.fixture
 def one_thread():
     """Run a test on one torch thread (the tiny model's CPU kernels are faster and deterministic so)."""

@@ -173,7 +173,8 @@ def test_value_head_reads_the_last_token_and_inputs_are_distinguished():
             torch.nn.init.normal_(head.linear.weight, generator=torch.Generator().manual_seed(3))
         batch = critics.state_values([s0, s1])
         single = torch.cat([critics.state_values([s]) for s in (s0, s1)])
-    assert torch.allclose(batch, single, atol=1e-5)
+    # a padded batch vs single rows: float32 noise relative to the values' size
+    assert torch.allclose(batch, single, rtol=1e-4, atol=1e-4 * float(single.abs().max()))
     assert not torch.allclose(batch[0], batch[1])
 
 

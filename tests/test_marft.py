@@ -100,7 +100,7 @@ def test_token_level_backup_over_two_short_responses():
 def test_marft_t_with_one_token_actions_is_marft_a():
     """When every response is one token, the token chain is the agent chain: identical advantages."""
     env = TwoTurnEnv()
-    results, head = [], None
+    results, values, head = [], [], None
     for cls in (MARFTA, MARFTT):
         module = cls(base=TINY, gamma=0.9, gae_lambda=0.7)
         module.build(env)
@@ -115,7 +115,12 @@ def test_marft_t_with_one_token_actions_is_marft_a():
         with torch.no_grad():
             module.prepare(episodes, items)
         results.append(torch.cat([tr.extras["advantages"] for tr in items]))
-    assert results[0].tolist() == pytest.approx(results[1].tolist(), abs=1e-6)
+        values.append(torch.cat([tr.extras["values"].reshape(-1) for tr in items]))
+    # The critic reads the features of two code paths (agent-level prompts vs token-level responses), so the
+    # values, hence the advantages, differ by float32 noise relative to the values' size (~3e-6 of it): the
+    # tolerance follows that scale, far below what a wrong chain or backup would change.
+    scale = max(float(values[0].abs().max()), float(results[0].abs().max()))
+    assert results[0].tolist() == pytest.approx(results[1].tolist(), rel=1e-4, abs=1e-4 * scale)
 
 
 # -- the PPO clip objective per agent ------------------------------------------------------------------
@@ -200,9 +205,11 @@ def test_token_features_sit_where_each_token_is_chosen():
     token_level = base_features(model, pad, [prompt], [response])[0]
     assert token_level.shape[0] == 3
     shifted = base_features(model, pad, [prompt + response[:1], prompt, prompt + response[:2]])
-    assert torch.allclose(token_level[0], shifted[1], atol=1e-5)
-    assert torch.allclose(token_level[1], shifted[0], atol=1e-5)
-    assert torch.allclose(token_level[2], shifted[2], atol=1e-5)
+    # other sequence lengths and padding: float32 noise relative to the hidden states' size
+    tol = dict(rtol=1e-4, atol=1e-4 * float(token_level.abs().max()))
+    assert torch.allclose(token_level[0], shifted[1], **tol)
+    assert torch.allclose(token_level[1], shifted[0], **tol)
+    assert torch.allclose(token_level[2], shifted[2], **tol)
 
 
 # -- Flex-MG dependencies ------------------------------------------------------------------------------
