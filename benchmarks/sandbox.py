@@ -2,7 +2,8 @@
 
 collab
     ``Pool(workers=os.cpu_count()).map(programs)``: every program in its own sandboxed interpreter
-    (limits, clean environment, private dir, and as root: dedicated uid, network and mount namespaces).
+    (limits, clean environment, private dir, and as root: dedicated uid, network, IPC and mount namespaces
+    with a minimal root file system, and a per-run memory cgroup where one can be made).
 sequential baseline
     ``subprocess.run([sys.executable, "-c", program])`` one after the other, without any limits.
 sequential, sandbox interpreter (for reference)
