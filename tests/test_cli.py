@@ -118,7 +118,7 @@ def test_fit_writes_logs_and_adapters_and_resumes(tmp_path):
     resumed = fit(*args, "--trainer.max_steps", "5", "--ckpt_path", str(ckpt), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((tmp_path / "runs" / "magrpo" / "version_1" / "reward_summary.json").read_text())
-    assert summary["rollouts"] == 2  # steps 4 and 5 only
+    assert summary["rollouts"] == 5  # one summary across the resume: steps 1-3 (from the checkpoint), 4 and 5
 
 
 @pytest.mark.parametrize("algo, env", [("magrpo", "minecraft"), ("maporl", "debate")])

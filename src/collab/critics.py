@@ -69,6 +69,22 @@ class CriticSpec:
     pairs" of the history in the KV cache); ``None``: the whole input."""
 
 
+def check_critic_spec(spec: CriticSpec, option: str = "model.critic_spec") -> None:
+    """The critics' settings in range (a UserError naming the option)."""
+    from collab.models import check_name
+    from collab.team import check_lora
+
+    require(spec.kind in KINDS, f"unknown critic kind {spec.kind!r} ({option}.kind); valid: {', '.join(KINDS)}")
+    require(spec.context is None or spec.context >= 8, f"{option}.context must be >= 8 tokens or null, got {spec.context}")
+    require(spec.lr is None or (spec.lr > 0 and spec.lr != float("inf")),
+            f"{option}.lr must be > 0, or null for model.critic_lr, got {spec.lr}")
+    check_lora(spec.lora, f"{option}.lora")
+    if spec.base is not None:
+        check_name(spec.base)
+    require(not spec.share_agent_adapter or spec.base is None,
+            f"{option}.share_agent_adapter reads through an agent's adapter, so it shares its base: set {option}.base null")
+
+
 # -- inputs ------------------------------------------------------------------------------------------
 def global_info(state: EnvState, num_turns: int, reward_max: float | None, agent: int | None = None) -> str:
     """Paper 002 E.3's m_t for ``state``: the turn index, the turn limit, the last-turn reward.
@@ -143,11 +159,10 @@ class Critics(nn.Module):
 
         spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
-        require(spec.kind in KINDS, f"unknown critic kind {spec.kind!r}; valid: {', '.join(KINDS)}")
-        require(spec.context is None or spec.context >= 8, f"critic context must be >= 8 tokens or null, got {spec.context}")
+        check_critic_spec(spec)
         require(not spec.share_agent_adapter or mode == "decentralized",
-                "critic share_agent_adapter is the decentralized variant (Appendix B); use it with decentralized critics")
-        require(not spec.share_agent_adapter or spec.base is None, "a critic that shares an agent's adapter shares its base too")
+                "model.critic_spec.share_agent_adapter is the decentralized variant (Appendix B); use it with "
+                "decentralized critics")
         self.team, self.env, self.mode, self.spec = [team], env, mode, spec  # list: not a registered submodule
         self.roles = [s.role for s in team.specs]
         n = 1 if mode == "centralized" else len(team)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -38,8 +39,15 @@ from pathlib import Path
 from collab.errors import UserError, require, unknown
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line (a UserError), not argparse's usage block and exit
+        message = message.removeprefix("argument ")
+        kind = re.search(r"invalid (int|float) value", message)
+        raise UserError(message + (f"; expected {'an integer' if kind.group(1) == 'int' else 'a number'}" if kind else ""))
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m collab.evaluate", add_help=False)
+    p = _Parser(prog="python -m collab.evaluate", add_help=False)
     p.add_argument("--ckpt_path", default=None)
     p.add_argument("--adapters", default=None)
     p.add_argument("--num_samples", type=int, default=10)
@@ -64,21 +72,11 @@ def method_name(algo: str, baseline: str | None, weights: str | None) -> str:
 
 def load_weights(model, ckpt_path: str) -> int:
     """Load the trainable tensors of a ``collab.fit`` checkpoint into the built ``model``; their count."""
-    import torch
+    from collab.checks import match_checkpoint, read_checkpoint  # missing, truncated, not collab's, another team
 
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {ckpt_path}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        state = checkpoint["state_dict"]
-    except Exception as e:
-        raise UserError(f"{ckpt_path} is not a collab/Lightning checkpoint ({type(e).__name__}: {e})") from None
-    own = dict(model.named_parameters())
-    unknown = [k for k in state if k not in own]
-    if unknown or not state:
-        raise UserError(f"{ckpt_path} does not match this team (e.g. unknown tensor {unknown[0] if unknown else 'none'}); "
-                        "evaluate with the algo, base and agents the checkpoint was trained with")
+    checkpoint = read_checkpoint(ckpt_path)
+    match_checkpoint(model, checkpoint, ckpt_path, complete=False)
+    state = checkpoint["state_dict"]
     model.load_state_dict(state, strict=False)
     return len(state)
 
@@ -101,8 +99,12 @@ def run(argv: list[str]) -> dict[str, float]:
     require(not (options.ckpt_path and options.adapters), "give --ckpt_path or --adapters, not both")
     require(any(k <= options.num_samples for k in options.k),
             f"no k <= num_samples ({options.num_samples}) in --k {options.k}; give num_samples >= the smallest k")
-    if options.ckpt_path and not Path(options.ckpt_path).is_file():
-        raise UserError(f"checkpoint not found: {options.ckpt_path}")
+    require(options.tasks_per_batch >= 1, f"--tasks_per_batch must be >= 1, got {options.tasks_per_batch}")
+    require(options.split in ("train", "eval"), f"unknown --split {options.split!r}; valid: eval, train")
+    if options.ckpt_path:
+        from collab.checks import read_checkpoint
+
+        read_checkpoint(options.ckpt_path)  # the file now; its tensors against the team once built
     if options.adapters and not Path(options.adapters).is_dir():
         raise UserError(f"adapter folder not found: {options.adapters} (expected e.g. runs/magrpo/version_0/adapters/last)")
     if options.baseline is not None and options.baseline not in BASELINES:
@@ -128,6 +130,9 @@ def run(argv: list[str]) -> dict[str, float]:
     model.eval()
     import torch
 
+    from collab.checks import release_logs
+
+    release_logs()  # Lightning's start-up messages, held until now (collab.checks)
     start = time.perf_counter()
     with torch.no_grad(), protocol.applied(model.team, model.max_new_tokens):
         metrics, episodes = evaluate(model.team, protocol.env, tasks, options.num_samples, options.k, model.max_new_tokens,

@@ -21,14 +21,23 @@ continue each episode on its own history. What counts is the episode's last step
 
 Under DDP each process plays a shard of the tasks (``rank::world_size``); the metrics' states are
 summed across processes when computed.
+
+Per-problem scores (:func:`task_scores`: each task's mean ``solved`` or return over its samples) and
+:class:`MeanSE` (their mean and standard error, reduced across processes the same way) give the
+held-out figures of :class:`~collab.callbacks.EvaluationCallback`'s before/after comparison: the SE of
+a mean is the per-problem one, ``s / sqrt(n)`` with ``s`` the sample standard deviation (n - 1) of the
+per-problem scores (for 0/1 scores ``sqrt(p (1 - p) / (n - 1))``), and the gain's SE is that of the
+paired per-problem differences after - before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import math
+
 import torch
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, Metric
 
 from collab.envs.base import Env
 from collab.errors import require
@@ -91,6 +100,62 @@ def evaluate(team, env: Env, tasks: Sequence[Mapping], num_samples: int = 10, ks
         metrics["eval/iou"] = float(iou.compute())
     metrics.update({f"eval/majority@{t}": float(m.compute()) for t, m in sorted(majority.items())})
     return metrics, episodes
+
+
+class MeanSE(Metric):
+    """Mean and standard error of per-problem scores: ``compute() -> (mean, se)``.
+
+    ``se = s / sqrt(n)``, ``s`` the sample standard deviation (ddof 1); the states (n, sum, sum of
+    squares) are summed across processes, so every DDP rank gets the figures of all shards. ``se`` is
+    nan below two scores.
+    """
+
+    full_state_update = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        for name in ("n", "total", "squares"):
+            self.add_state(name, default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, scores) -> None:
+        x = torch.as_tensor(scores, dtype=torch.float64, device=self.n.device).flatten()
+        self.n += x.numel()
+        self.total += x.sum()
+        self.squares += (x * x).sum()
+
+    def compute(self) -> tuple[float, float]:
+        n = float(self.n)
+        if n == 0:
+            return float("nan"), float("nan")
+        mean = float(self.total) / n
+        if n < 2:
+            return mean, float("nan")
+        var = max(float(self.squares) - n * mean * mean, 0.0) / (n - 1)
+        return mean, math.sqrt(var / n)
+
+
+def mean_se(scores: Sequence[float], device: torch.device | str = "cpu") -> tuple[float, float]:
+    """``(mean, se)`` of per-problem scores (this process's shard, reduced over DDP processes)."""
+    metric = MeanSE().to(device)
+    metric.update(list(scores))
+    return metric.compute()
+
+
+def score_key(episodes: Sequence[Sequence[Episode]]) -> str:
+    """``solved`` when every episode reports it (accuracy: math, coding), else ``return``."""
+    eps = [ep for group in episodes for ep in group]
+    return "solved" if eps and all("solved" in ep.info for ep in eps) else "return"
+
+
+def task_scores(episodes: Sequence[Sequence[Episode]], key: str = "return") -> list[float]:
+    """Each task's score: the mean over its episodes of the return (``key="return"``), or of an env
+    info value at the last step (``"solved"``: 1 when solved, else 0)."""
+    def one(ep: Episode) -> float:
+        if key == "return":
+            return float(ep.return_)
+        return float(ep.info[key] > 0.5) if key == "solved" else float(ep.info[key])
+
+    return [sum(one(ep) for ep in eps) / len(eps) for eps in episodes if eps]
 
 
 def format_metrics(metrics: Mapping[str, float]) -> str:

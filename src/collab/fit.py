@@ -2,14 +2,21 @@
 
 Reads ``conf/algo/NAME.yaml`` (a complete, commented config) through ``LightningCLI``; every later
 argument overrides it (``--model.agent_lr 1e-5 --data.env matrix --trainer.max_steps 30``).
-``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run. Logs (TensorBoard) and
-checkpoints go under ``runs/<algo>/version_N/``. Bad input ends in one line on stderr and exit code 2.
+``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the uninterrupted
+run; :mod:`collab.resume`). SIGTERM stops after the current rollout, saves, and exits with 143. Logs
+(TensorBoard) and checkpoints go under ``runs/<algo>/version_N/``. Bad input ends in one line on stderr and exit code 2.
+
+Progress: on a terminal a rich bar counts optimizer steps out of ``max_steps`` with the reward and
+tokens/s; when stdout is not a terminal (a cluster job, a CI log) one plain line per rollout instead
+(:func:`collab.callbacks.progress_callback`). ``--trainer.enable_progress_bar false`` turns both off;
+a progress bar named in the config's callbacks replaces them.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from argparse import ArgumentError
 from pathlib import Path
 
 from collab.errors import UserError, unknown
@@ -46,24 +53,49 @@ def split_algo(argv: list[str]) -> tuple[str, list[str]]:
 
 
 def _cli(algo: str, argv: list[str]):
-    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch import Trainer
 
     from collab.algos import algo_registry
+    from collab.checks import CheckedCLI, hold_logs, option_names, parser_error
     from collab.rollout.datamodule import RolloutDataModule
 
+    hold_logs()  # under report_errors; after Lightning's import, which gives its loggers their handlers
     registry = algo_registry()
     if algo not in registry:
         raise unknown("algo", algo, registry)
     config = conf_dir() / "algo" / f"{algo}.yaml"
     args = (["--config", str(config)] if config.is_file() else []) + argv
 
-    class CollabCLI(LightningCLI):
+    class CollabCLI(CheckedCLI):  # collab.checks: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint.")
 
-    return CollabCLI(registry[algo], RolloutDataModule, subclass_mode_model=False, run=False, args=args,
-                     save_config_kwargs={"overwrite": True}, parser_kwargs={"exit_on_error": False},
-                     trainer_defaults={"default_root_dir": "runs"})
+        def instantiate_trainer(self, **kwargs):
+            add_progress_callback(self._get(self.config_init, "trainer", default={}))
+            return super().instantiate_trainer(**kwargs)
+
+    try:
+        return CollabCLI(registry[algo], RolloutDataModule, subclass_mode_model=False, run=False, args=args,
+                         save_config_kwargs={"overwrite": True}, parser_kwargs={"exit_on_error": False},
+                         trainer_defaults={"default_root_dir": "runs"})
+    except ArgumentError as e:  # jsonargparse's multi-line report, as one line that keeps the reason
+        options = option_names(("model", registry[algo]), ("data", RolloutDataModule), ("trainer", Trainer))
+        raise UserError(parser_error(str(e), args, options)) from None
+
+
+def add_progress_callback(trainer_config: dict) -> None:
+    """Add collab's progress display (:func:`collab.callbacks.progress_callback`: a rich bar on a
+    terminal, one plain line per rollout otherwise) unless the config turns the bar off or names one."""
+    from lightning.pytorch.callbacks import ProgressBar
+
+    from collab.callbacks import progress_callback
+
+    if trainer_config.get("enable_progress_bar") is False:
+        return
+    callbacks = trainer_config.get("callbacks") or []
+    callbacks = list(callbacks) if isinstance(callbacks, list) else [callbacks]
+    if not any(isinstance(c, ProgressBar) for c in callbacks):
+        trainer_config["callbacks"] = callbacks + [progress_callback()]
 
 
 # Lightning warnings that are expected with collab's design (manual optimization, pulling the
@@ -92,35 +124,74 @@ def _quiet() -> None:
 
 
 def report_errors(job) -> int:
-    """Run ``job()``; a user error (ours or jsonargparse's) becomes one ``error:`` line and exit code 2."""
+    """Run ``job()``; a user error (ours or jsonargparse's) becomes one ``error:`` line and exit code 2.
+
+    Lightning's start-up messages are held (from :func:`_cli` on) until the run starts
+    (:mod:`collab.checks`): a bad input found before then prints its line alone."""
+    from collab.checks import parser_error, release_logs, request_hold
+
     _quiet()
+    request_hold()
     try:
         job()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        release_logs(show=False)
+        print(f"error: {_single_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # jsonargparse reports bad arguments as ArgumentError
         if type(e).__name__ == "ArgumentError" or type(e).__module__.startswith("jsonargparse"):
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"error: {first}", file=sys.stderr)
+            release_logs(show=False)
+            print(f"error: {parser_error(str(e)) if str(e).strip() else type(e).__name__}", file=sys.stderr)
             return 2
         cause = e.__cause__ or e.__context__
         while cause is not None:
             if isinstance(cause, UserError):
-                print(f"error: {cause}", file=sys.stderr)
+                release_logs(show=False)
+                print(f"error: {_single_line(cause)}", file=sys.stderr)
                 return 2
             cause = cause.__cause__ or cause.__context__
+        release_logs()  # a bug: what Lightning said before it helps
         raise
+    finally:
+        release_logs()
     return 0
+
+
+def _single_line(e: BaseException) -> str:
+    return " ".join(str(e).split("\n")).strip()
+
+
+def check_strategy(strategy) -> None:
+    """Refuse the Lightning strategies collab's training cannot run under (one line, exit 2)."""
+    name = type(strategy).__name__
+    if "DeepSpeed" in name or "FSDP" in name or "ModelParallel" in name:
+        raise UserError(f"--trainer.strategy {name} is not supported: it shards the base model's weights, and collab's "
+                        "rollouts decode with whole weights on every process; use --trainer.strategy ddp "
+                        "(each process holds its own copy of the base: QLoRA keeps it small)")
 
 
 def fit(argv: list[str]) -> None:
     algo, rest = split_algo(argv)
     cli = _cli(algo, rest)
+    check_strategy(cli.trainer.strategy)
     ckpt = cli.config.get("ckpt_path")
-    if ckpt and not Path(ckpt).is_file():
-        raise UserError(f"checkpoint not found: {ckpt}")
-    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
+    if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.checks)
+        from collab.checks import guard_resume
+
+        guard_resume(cli.model, ckpt)
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from collab.resume import SIGTERM_EXIT_CODE
+
+    try:
+        cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
+    except SIGTERMException:  # Lightning stopped after the current rollout; the callbacks saved (collab.resume)
+        trainer = cli.trainer
+        last = getattr(trainer.checkpoint_callback, "last_model_path", "")
+        saved = f"saved {last} (resume with --ckpt_path {last})" if last else "no checkpoint (no save_last)"
+        if trainer.is_global_zero:
+            print(f"stopped by SIGTERM at step {trainer.global_step}; {saved}", file=sys.stderr, flush=True)
+        raise SystemExit(SIGTERM_EXIT_CODE) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ reference code); with truncation the behaviour log-probs still use the untruncat
 from __future__ import annotations
 
 import json
+import math
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from collab.errors import UserError
+from collab.errors import UserError, require
 from collab.models import BaseConfig, encode_chat, load_model, load_tokenizer
 from collab.sampling import Completion, GenerationRequest, _forward_fn, decode
 
@@ -73,6 +74,43 @@ class AgentSpec:
     """Closed action vocabulary (one token each); filled from the environment role."""
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_lora(lora, where: str) -> None:
+    """LoRA settings peft would refuse (or train nothing with), as one-line UserErrors naming the option."""
+    require(isinstance(lora.r, int) and not isinstance(lora.r, bool) and lora.r >= 1,
+            f"{where}.r (the LoRA rank) must be an integer >= 1, got {lora.r!r}")
+    require(_number(lora.alpha) and lora.alpha > 0, f"{where}.alpha must be > 0 (the update is scaled by alpha / r), "
+            f"got {lora.alpha!r}")
+    dropout = getattr(lora, "dropout", 0.0)
+    require(_number(dropout) and 0 <= dropout < 1, f"{where}.dropout must be in [0, 1), got {dropout!r}")
+    modules = lora.target_modules
+    require(isinstance(modules, (list, tuple)) and len(modules) > 0 and all(isinstance(m, str) and m for m in modules),
+            f"{where}.target_modules must be a non-empty list of layer names (e.g. [q_proj, v_proj]), got {modules!r}")
+
+
+def check_agents(agents: list[AgentSpec] | None, option: str = "model.agents") -> None:
+    """Every agent's LoRA, sampling and learning-rate settings in range; a UserError naming the first bad one
+    (``model.agents[1].sampling.top_p must be in (0, 1] ...``)."""
+    for i, spec in enumerate(agents or []):
+        where = f"{option}[{i}]"
+        check_lora(spec.lora, f"{where}.lora")
+        s = spec.sampling
+        require(_number(s.temperature) and s.temperature >= 0,
+                f"{where}.sampling.temperature must be >= 0 (0: greedy), got {s.temperature!r}")
+        require(_number(s.top_p) and 0 < s.top_p <= 1, f"{where}.sampling.top_p must be in (0, 1] (1: off), got {s.top_p!r}")
+        require(isinstance(s.top_k, int) and s.top_k >= 0, f"{where}.sampling.top_k must be an integer >= 0 (0: off), "
+                f"got {s.top_k!r}")
+        require(s.max_new_tokens is None or (isinstance(s.max_new_tokens, int) and s.max_new_tokens >= 1),
+                f"{where}.sampling.max_new_tokens must be >= 1 or null (the role's default), got {s.max_new_tokens!r}")
+        require(spec.lr is None or (_number(spec.lr) and spec.lr > 0),
+                f"{where}.lr must be > 0, or null for model.agent_lr, got {spec.lr!r}")
+        require(spec.choices is None or (len(spec.choices) > 0 and all(isinstance(c, str) and c for c in spec.choices)),
+                f"{where}.choices must be a non-empty list of actions or null, got {spec.choices!r}")
+
+
 class AgentTeam(nn.Module):
     """n agents as LoRA adapters over shared bases."""
 
@@ -82,6 +120,7 @@ class AgentTeam(nn.Module):
 
         if not agents:
             raise UserError("a team needs at least one agent")
+        check_agents(agents)
         self.specs = list(agents)
         self.base_config = base
         self.names = [f"agent{i}" for i in range(len(agents))]

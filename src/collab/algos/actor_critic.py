@@ -18,7 +18,8 @@ import time
 import torch
 
 from collab.algos.base import CollabModule
-from collab.critics import MODES, CriticSpec, Critics
+from collab.critics import MODES, CriticSpec, Critics, check_critic_spec
+from collab.distributed import minibatch_schedule, optimizer_step
 from collab.errors import require
 from collab.objectives import clipped_surrogate
 from collab.rollout.buffer import ReplayBuffer, Transition, transitions
@@ -48,6 +49,7 @@ class ActorCritic(CollabModule):
         require(num_epochs >= 1, f"model.num_epochs must be >= 1, got {num_epochs}")
         require(minibatch_size is None or minibatch_size >= 1, f"model.minibatch_size must be >= 1, got {minibatch_size}")
         self.critic_mode, self.critic_spec, self.critic_lr = critic, critic_spec or CriticSpec(), critic_lr
+        check_critic_spec(self.critic_spec)
         self.gamma, self.advantage_clip, self.num_epochs, self.minibatch_size = gamma, advantage_clip, num_epochs, minibatch_size
         self.critics: Critics | None = None
 
@@ -79,9 +81,14 @@ class ActorCritic(CollabModule):
         buffer: ReplayBuffer = batch.buffer
         generator = torch.Generator().manual_seed(self.rollouts)
         totals: dict[str, list[float]] = {}
-        for minibatch in buffer.epochs(self.num_epochs, self.minibatch_size, generator):
+        minibatches = list(buffer.epochs(self.num_epochs, self.minibatch_size, generator))
+        for minibatch, share in minibatch_schedule(self, minibatches):
+            if not minibatch:  # another rank has more minibatches: a step with no data here
+                self.empty_minibatch()
+                optimizer_step(self, [])
+                continue
             loss, stats = self.losses(minibatch)
-            self.optimizer_update(loss)
+            optimizer_step(self, [lambda: loss * share if share != 1.0 else loss])
             for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
         buffer.clear()
@@ -89,6 +96,9 @@ class ActorCritic(CollabModule):
 
     def losses(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
+
+    def empty_minibatch(self) -> None:
+        """Hook: the collectives :meth:`losses` runs, for a rank whose minibatch is empty (IPPO's normalisation)."""
 
     def actor_loss(self, minibatch: list[Transition], advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped policy-gradient loss; ``advantages[b, i]`` weighs agent i's response in transition b."""

@@ -9,7 +9,8 @@ optimizer updates, as ``trainer.max_steps`` does.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open. Checkpoints hold only trainable
-weights (adapters and heads), not the frozen bases.
+weights (adapters and heads), not the frozen bases, and what makes a resumed run repeat the
+uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.resume`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from typing import Any
 import lightning as L
 import torch
 
+from collab.distributed import global_means
 from collab.envs import Env
 from collab.errors import UserError, require
 from collab.models import BaseConfig
+from collab.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
 from collab.rollout.trajectory import RolloutBatch
-from collab.team import AgentSpec, AgentTeam
+from collab.team import AgentSpec, AgentTeam, check_agents
 
 
 def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
@@ -74,8 +77,9 @@ class CollabModule(L.LightningModule):
     def __init__(self, base: BaseConfig | None = None, agents: list[AgentSpec] | None = None, agent_lr: float = 5e-6,
                  max_new_tokens: int = 128, max_grad_norm: float = 1.0, log_samples_every: int = 10) -> None:
         super().__init__()
-        require(agent_lr > 0, f"model.agent_lr must be > 0, got {agent_lr}")
+        require(agent_lr > 0 and agent_lr != float("inf"), f"model.agent_lr must be > 0, got {agent_lr}")
         require(max_new_tokens >= 1, f"model.max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_agents(agents)
         self.base = base or BaseConfig()
         self.base.validate()
         self.agent_specs = agents
@@ -86,6 +90,7 @@ class CollabModule(L.LightningModule):
         self.team: AgentTeam | None = None
         self.env: Env | None = None
         self.rollouts = 0
+        self._resume_rng: dict[str, Any] | None = None  # put back before the first rollout after a load
 
     # -- construction ------------------------------------------------------------------------------
     def build(self, env: Env) -> None:
@@ -123,6 +128,9 @@ class CollabModule(L.LightningModule):
         raise NotImplementedError
 
     def training_step(self, dataloader_iter: Iterator) -> None:
+        if self._resume_rng is not None:  # here, not at load: Lightning draws from torch's generator in between
+            set_rng_state(self._resume_rng, self.device)
+            self._resume_rng = None
         batch, _, _ = next(dataloader_iter)
         self.rollouts += 1
         metrics = self.update(batch)
@@ -155,10 +163,13 @@ class CollabModule(L.LightningModule):
 
     # -- logging -----------------------------------------------------------------------------------
     def log_rollout(self, batch: RolloutBatch, metrics: dict[str, float]) -> None:
-        bar = {"reward": batch.stats.get("reward/return", float("nan")),
-               "tok_s": batch.stats.get("rollout/tokens_per_s", float("nan"))}
+        # every rank has its own rollout: log each scalar's mean over the ranks (the global mean, the ranks
+        # playing equal shares of the step's tasks); the same values on every rank
+        scalars = global_means(self, {**batch.stats, **metrics, "rollout/count": float(self.rollouts)})
+        bar = {"reward": scalars.get("reward/return", float("nan")),
+               "tok_s": scalars.get("rollout/tokens_per_s", float("nan"))}
         self.log_dict(bar, prog_bar=True, logger=False, on_step=True, batch_size=1)
-        self.log_dict({**batch.stats, **metrics, "rollout/count": float(self.rollouts)}, on_step=True, batch_size=1)
+        self.log_dict(scalars, on_step=True, batch_size=1)
         logger = self.logger
         if logger is not None and batch.examples and (self.rollouts - 1) % max(self.log_samples_every, 1) == 0:
             experiment = getattr(logger, "experiment", None)
@@ -170,9 +181,15 @@ class CollabModule(L.LightningModule):
 
     # -- checkpoints -------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Trainable weights only, the rollout counter and the random state of every process (a
+        collective under DDP: Lightning calls it on every rank)."""
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
-        checkpoint["collab"] = {"rollouts": self.rollouts, "agents": [s.role for s in self.team.specs]}
+        checkpoint["collab"] = {"rollouts": self.rollouts, "agents": [s.role for s in self.team.specs],
+                                "rng": gather_per_rank(rng_state(self.device))}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.rollouts = checkpoint.get("collab", {}).get("rollouts", 0)
+        state = checkpoint.get("collab", {})
+        self.rollouts = state.get("rollouts", 0)
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        self._resume_rng = pick_rank(state["rng"], rank, "random state") if state.get("rng") else None

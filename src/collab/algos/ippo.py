@@ -19,7 +19,8 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.errors import require
-from collab.objectives import gae, mixed_rewards, normalize, value_loss
+from collab.distributed import global_normalize
+from collab.objectives import gae, mixed_rewards, value_loss
 from collab.rollout.buffer import Transition
 
 
@@ -57,11 +58,15 @@ class IPPO(ActorCritic):
             for t, tr in enumerate(steps):
                 tr.extras = {"advantages": advantages[:, t], "returns": returns[:, t], "values": values[:, t]}
 
+    def empty_minibatch(self) -> None:
+        if self.normalize_advantages:
+            global_normalize(self, torch.zeros(0))
+
     def losses(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
         advantages = torch.stack([tr.extras["advantages"] for tr in minibatch])           # [B, n]
         returns = torch.stack([tr.extras["returns"] for tr in minibatch])
         old_values = torch.stack([tr.extras["values"] for tr in minibatch])
-        weights = normalize(advantages) if self.normalize_advantages else advantages
+        weights = global_normalize(self, advantages) if self.normalize_advantages else advantages
         actor, stats = self.actor_loss(minibatch, weights)
         values = self.critics.state_values([tr.state for tr in minibatch])
         clip = self.value_clip

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from collab.algos.base import CollabModule, token_budget_chunks
+from collab.distributed import global_max, global_sum, optimizer_step
 from collab.errors import require
 from collab.objectives import BASELINES, clipped_surrogate, kl_k3
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
@@ -67,6 +68,8 @@ class MAGRPO(CollabModule):
         require(baseline in BASELINES, f"unknown model.baseline {baseline!r}; valid: {', '.join(BASELINES)}")
         require(0 < advantage_clip, f"model.advantage_clip must be > 0, got {advantage_clip}")
         require(num_epochs >= 1, f"model.num_epochs must be >= 1, got {num_epochs}")
+        require(minibatch_size is None or minibatch_size >= 1, f"model.minibatch_size must be >= 1 or null, got {minibatch_size}")
+        require(kl_coef >= 0, f"model.kl_coef must be >= 0, got {kl_coef}")
         require(0 <= gamma <= 1, f"model.gamma must be in [0, 1], got {gamma}")
         self.k, self.joint_mode, self.baseline, self.normalize_std = num_generations, joint_mode, baseline, normalize_std
         self.gamma, self.advantage_clip, self.num_epochs = gamma, advantage_clip, num_epochs
@@ -114,45 +117,60 @@ class MAGRPO(CollabModule):
                       "train/clip_frac": float(((ratio - 1).abs() > self.advantage_clip).float().mean())})
         return (weights * per_sample).sum(), stats
 
+    def micro_batches(self, minibatch, with_kl: bool, agent_counts: dict[int, int], stats: dict[str, float],
+                      losses: list[float]) -> list:
+        """The minibatch's loss in parts of at most ``micro_batch_tokens`` padded tokens (one backward each:
+        the same gradient as one pass, and long multi-turn histories fit in memory), as callables for
+        :func:`collab.distributed.optimizer_step`; each records its loss and statistics (averaged over
+        the minibatch's samples) as it runs."""
+        lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in minibatch]
+
+        def part(micro):
+            def loss():
+                value, part_stats = self.policy_loss(micro, with_kl, agent_counts)
+                losses[-1] += float(value.detach())
+                for key, v in part_stats.items():
+                    stats[key] = stats.get(key, 0.0) + v * len(micro) / len(minibatch)
+                return value
+            return loss
+        return [part([minibatch[i] for i in chunk]) for chunk in token_budget_chunks(lengths, self.micro_batch_tokens)]
+
     def accumulate(self, minibatch, with_kl: bool, backward) -> tuple[float, dict[str, float]]:
-        """Accumulate the gradient of the minibatch's loss in parts of at most ``micro_batch_tokens``
-        padded tokens, one ``backward`` each (the same gradient as one pass; long multi-turn histories fit
-        in memory). Returns the loss and the statistics, averaged over the minibatch's samples."""
+        """One process's gradient of the minibatch's loss, ``backward`` per micro-batch; returns the loss and stats."""
         counts: dict[int, int] = {}
         for s in minibatch:
             counts[s.agent] = counts.get(s.agent, 0) + 1
-        lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in minibatch]
-        loss, stats = 0.0, {}
-        for part in token_budget_chunks(lengths, self.micro_batch_tokens):
-            micro = [minibatch[i] for i in part]
-            part_loss, part_stats = self.policy_loss(micro, with_kl, counts)
-            backward(part_loss)
-            loss += float(part_loss.detach())
-            for key, value in part_stats.items():
-                stats[key] = stats.get(key, 0.0) + value * len(micro) / len(minibatch)
-        return loss, stats
+        stats: dict[str, float] = {}
+        losses = [0.0]
+        for part in self.micro_batches(minibatch, with_kl, counts, stats, losses):
+            backward(part())
+        return losses[0], stats
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         samples = [s for s in batch.samples if s.advantages != 0 or self.kl_coef]
         adv = torch.tensor([s.advantages for s in batch.samples])
         metrics = {"train/adv_mean": float(adv.mean()), "train/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
                    "train/adv_abs_max": float(adv.abs().max()), "train/active_samples": float(len(samples))}
-        if not samples:  # all advantages are zero: nothing to learn from this rollout
+        size = self.minibatch_size or max(len(samples), 1)
+        # every rank takes the same number of steps: the most minibatches any rank has (0: no rank learns)
+        steps = global_max(self, -(-len(samples) // size))
+        if steps == 0:  # all advantages are zero on every rank: nothing to learn from this rollout
             self.skip_update()
             return metrics
-        size = self.minibatch_size or len(samples)
         generator = torch.Generator().manual_seed(self.rollouts)
-        losses = []
+        losses: list[float] = []
+        n = len(self.team)
         for epoch in range(self.num_epochs):
             order = torch.randperm(len(samples), generator=generator).tolist()
-            for start in range(0, len(samples), size):
-                mb = [samples[i] for i in order[start:start + size]]
-                with_kl = (self.log_kl and epoch == 0 and start == 0) or bool(self.kl_coef)
-                self.optimizers().zero_grad()
-                loss, stats = self.accumulate(mb, with_kl, self.manual_backward)
-                self.optimizer_step()
-                losses.append(loss)
-                if epoch == 0 and start == 0:
+            for m in range(steps):
+                mb = [samples[i] for i in order[m * size:(m + 1) * size]]
+                with_kl = (self.log_kl and epoch == 0 and m == 0) or bool(self.kl_coef)
+                # each agent's mean over the minibatch of all ranks: divide by the global counts
+                counts = global_sum(self, [sum(s.agent == a for s in mb) for a in range(n)]).tolist()
+                stats: dict[str, float] = {}
+                losses.append(0.0)
+                optimizer_step(self, self.micro_batches(mb, with_kl, {a: c for a, c in enumerate(counts)}, stats, losses))
+                if epoch == 0 and m == 0:
                     metrics.update(stats)
         metrics["train/loss"] = sum(losses) / len(losses)
         return metrics

@@ -80,9 +80,10 @@ from torch import Tensor, nn
 
 from collab.algos.base import CollabModule, resolve_agents
 from collab.central_critic import HIDDEN, CriticHead, base_features
+from collab.distributed import global_normalize, global_sum, minibatch_schedule, optimizer_step, world_size
 from collab.errors import UserError, require
 from collab.objectives import (clipped_surrogate, gae, influence_incentives, influence_rewards,
-                               majority_of_others_table, normalize, revision_incentives, value_loss)
+                               majority_of_others_table, revision_incentives, value_loss)
 from collab.rollout.buffer import ReplayBuffer
 from collab.rollout.episodes import Episode, episode_stats, play
 from collab.rollout.trajectory import RolloutBatch
@@ -235,6 +236,8 @@ class MAPoRL(CollabModule):
         self.kl_coef, self.gae_gamma, self.gae_lambda, self.clip = kl_coef, gae_gamma, gae_lambda, clip
         self.num_epochs, self.minibatch_size, self.micro_batch_size = num_epochs, minibatch_size, micro_batch_size
         self.value_coef, self.value_lr, self.entropy_coef = value_coef, value_lr, entropy_coef
+        require(value_hidden is None or all(isinstance(w, int) and w >= 1 for w in value_hidden),
+                f"model.value_hidden must list layer widths >= 1 (e.g. [1024, 512]) or be null, got {value_hidden}")
         self.value_hidden = list(value_hidden) if value_hidden is not None else list(HIDDEN)
         self.per_turn, self.train_from_turn = per_turn, train_from_turn
         self.normalize_advantages = normalize_advantages
@@ -353,41 +356,50 @@ class MAPoRL(CollabModule):
     # -- update ------------------------------------------------------------------------------------
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         buffer: ReplayBuffer = batch.buffer
-        if not len(buffer):
+        generator = torch.Generator().manual_seed(self.rollouts)
+        minibatches = list(buffer.epochs(self.num_epochs, self.minibatch_size, generator)) if len(buffer) else []
+        schedule = minibatch_schedule(self, minibatches)
+        if not schedule:  # no answer to train on any rank
             self.skip_update()
             return {}
-        generator = torch.Generator().manual_seed(self.rollouts)
         totals: dict[str, list[float]] = {}
-        for minibatch in buffer.epochs(self.num_epochs, self.minibatch_size, generator):
-            for key, value in self.minibatch_update(minibatch).items():
+        for minibatch, _ in schedule:
+            stats: dict[str, float] = {}
+            optimizer_step(self, self.micro_batches(minibatch, stats))
+            for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
         buffer.clear()
         return {key: sum(v) / len(v) for key, v in totals.items()}
 
-    def minibatch_update(self, minibatch: list[Response]) -> dict[str, float]:
-        """One optimizer step on the minibatch's token-mean loss (:meth:`accumulate`)."""
-        self.optimizers().zero_grad()
-        stats = self.accumulate(minibatch, self.manual_backward)
-        self.optimizer_step()
-        return stats
+    def micro_batches(self, minibatch: list[Response], stats: dict[str, float]) -> list:
+        """The minibatch's token-mean loss in parts of ``micro_batch_size`` responses, as callables for
+        :func:`collab.distributed.optimizer_step`: each part weighted by its share of the tokens of all
+        ranks' minibatches (the same gradient as one pass over them, in less memory); normalisation uses
+        every rank's advantages. Each part adds its statistics to ``stats`` as it runs."""
+        advantages = torch.cat([r.extras["advantages"] for r in minibatch]) if minibatch else torch.zeros(0)
+        if self.normalize_advantages:
+            advantages = global_normalize(self, advantages)
+        tokens = float(global_sum(self, advantages.numel())) if world_size(self) > 1 else advantages.numel()
+        parts = torch.split(advantages, [len(r.completion_ids) for r in minibatch])
+        size = self.micro_batch_size or max(len(minibatch), 1)
+
+        def part(micro, adv):
+            def loss():
+                actor, entropy, actor_stats = self.actor_loss(micro, adv)
+                critic, critic_stats = self.critic_loss(micro)
+                weight = adv.numel() / tokens
+                for key, value in {**actor_stats, **critic_stats}.items():
+                    stats[key] = stats.get(key, 0.0) + weight * value
+                return weight * (actor + self.value_coef * critic - self.entropy_coef * entropy)
+            return loss
+        return [part(minibatch[start:start + size], torch.cat(parts[start:start + size]))
+                for start in range(0, len(minibatch), size)]
 
     def accumulate(self, minibatch: list[Response], backward) -> dict[str, float]:
-        """Accumulate the gradient of the minibatch's token-mean loss, ``micro_batch_size`` responses per
-        ``backward`` (each part weighted by its share of the tokens: the same gradient as one pass, in less memory)."""
-        advantages = torch.cat([r.extras["advantages"] for r in minibatch])
-        if self.normalize_advantages:
-            advantages = normalize(advantages)
-        parts = torch.split(advantages, [len(r.completion_ids) for r in minibatch])
-        size = self.micro_batch_size or len(minibatch)
+        """One process's gradient of the minibatch's token-mean loss, ``backward`` per micro-batch; returns the stats."""
         stats: dict[str, float] = {}
-        for start in range(0, len(minibatch), size):
-            micro, adv = minibatch[start:start + size], torch.cat(parts[start:start + size])
-            actor, entropy, actor_stats = self.actor_loss(micro, adv)
-            critic, critic_stats = self.critic_loss(micro)
-            weight = adv.numel() / advantages.numel()
-            backward(weight * (actor + self.value_coef * critic - self.entropy_coef * entropy))
-            for key, value in {**actor_stats, **critic_stats}.items():
-                stats[key] = stats.get(key, 0.0) + weight * value
+        for part in self.micro_batches(minibatch, stats):
+            backward(part())
         return stats
 
     def actor_loss(self, minibatch: list[Response], advantages: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:

@@ -35,6 +35,7 @@ from typing import Union
 
 import torch
 
+from collab.distributed import global_normalize, global_sum, minibatch_schedule, optimizer_step, world_size
 from collab.algos.base import CollabModule
 from collab.central_critic import HIDDEN, CriticHead, base_features
 from collab.errors import require
@@ -89,6 +90,8 @@ class MARFT(CollabModule):
         require(target_kl is None or target_kl > 0, f"model.target_kl must be > 0 or null, got {target_kl}")
         require(optim_eps > 0, f"model.optim_eps must be > 0, got {optim_eps}")
         self.dependency, self.critic_lr = dependency, critic_lr
+        require(critic_hidden is None or all(isinstance(w, int) and w >= 1 for w in critic_hidden),
+                f"model.critic_hidden must list layer widths >= 1 (e.g. [1024, 512]) or be null, got {critic_hidden}")
         self.critic_hidden = list(critic_hidden) if critic_hidden is not None else list(HIDDEN)
         self.gamma, self.gae_lambda, self.clip, self.num_epochs = gamma, gae_lambda, clip, num_epochs
         self.minibatch_size, self.value_loss_coef, self.value_clip = minibatch_size, value_loss_coef, value_clip
@@ -162,23 +165,42 @@ class MARFT(CollabModule):
         agents = self.trained_agents()
         totals: dict[str, list[float]] = {}
         stopped = False
-        for minibatch in buffer.epochs(self.num_epochs, self.minibatch_size, generator):
+        minibatches = list(buffer.epochs(self.num_epochs, self.minibatch_size, generator))
+        for minibatch, share in minibatch_schedule(self, minibatches):
+            if not minibatch:  # another rank has more minibatches: a step with no data here (same collectives)
+                if agents and self.normalize_advantages:
+                    global_normalize(self, torch.zeros(0))
+                if agents and self.kl_exceeded(0.0, 0):
+                    stopped = True
+                    break
+                optimizer_step(self, [])
+                continue
             critic, stats = self.critic_loss(minibatch)
             loss = self.value_loss_coef * critic
             if agents:
                 actor, entropy, actor_stats = self.actor_loss(minibatch, agents)
                 stats.update(actor_stats)
-                if self.target_kl is not None and actor_stats["train/approx_kl"] > self.target_kl:
+                if self.kl_exceeded(actor_stats["train/approx_kl"], len(minibatch)):
                     stopped = True
                     break
                 loss = loss + actor - self.entropy_coef * entropy
-            self.optimizer_update(loss)
+            optimizer_step(self, [lambda loss=loss: loss * share if share != 1.0 else loss])
             for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
         buffer.clear()
         out = {key: sum(v) / len(v) for key, v in totals.items()}
         out.update({"train/early_stop": float(stopped), "train/actors_updated": float(len(agents))})
         return out
+
+    def kl_exceeded(self, approx_kl: float, count: int) -> bool:
+        """``target_kl``'s early stop, decided on the approximate KL of all ranks' minibatches together (every
+        rank stops at the same update)."""
+        if self.target_kl is None:
+            return False
+        if world_size(self) > 1:
+            total, n = global_sum(self, [approx_kl * count, count]).tolist()
+            approx_kl = total / n if n else 0.0
+        return approx_kl > self.target_kl
 
     def critic_loss(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
         device = self.critic.net[0].weight.device

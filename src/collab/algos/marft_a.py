@@ -22,7 +22,8 @@ import torch
 
 from collab.algos.marft import MARFT, approx_kl
 from collab.errors import require
-from collab.objectives import chain, clipped_surrogate, gae, normalize
+from collab.distributed import global_normalize
+from collab.objectives import chain, clipped_surrogate, gae
 from collab.rollout.buffer import Transition
 from collab.rollout.episodes import Episode
 
@@ -67,7 +68,7 @@ class MARFTA(MARFT):
         old = torch.stack([self.sequence_logprob(torch.tensor(tr.actions[i].logprobs)) for tr, i in rows]).to(logprobs)
         advantages = torch.stack([tr.extras["advantages"][i] for tr, i in rows]).to(logprobs)
         if self.normalize_advantages:
-            advantages = normalize(advantages)
+            advantages = global_normalize(self, advantages)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.stack([e.mean() for e in entropies]).mean()
         ratio = torch.exp(logprobs.detach() - old)

@@ -25,7 +25,8 @@ import torch
 
 from collab.algos.marft import MARFT, approx_kl
 from collab.errors import UserError
-from collab.objectives import chain, clipped_surrogate, gae, normalize
+from collab.distributed import global_normalize
+from collab.objectives import chain, clipped_surrogate, gae
 from collab.rollout.buffer import Transition
 from collab.rollout.episodes import Episode
 
@@ -72,7 +73,7 @@ class MARFTT(MARFT):
         old = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
         advantages = torch.cat([tr.extras["advantages"][slice(*tr.extras["agent_spans"][i])] for tr, i in rows]).to(logprobs)
         if self.normalize_advantages:
-            advantages = normalize(advantages)
+            advantages = global_normalize(self, advantages)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.cat(entropies).mean()
         ratio = torch.exp(logprobs.detach() - old)

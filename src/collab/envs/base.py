@@ -116,7 +116,7 @@ class Env(ABC):
     def __init__(self, horizon: int = 1) -> None:
         from collab.errors import require
 
-        require(horizon >= 1, f"env horizon (number of turns) must be >= 1, got {horizon}")
+        require(horizon >= 1, f"data.num_turns (the env horizon) must be >= 1, got {horizon}")
         self.horizon = horizon
 
     @property

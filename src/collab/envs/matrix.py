@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 
 from collab.envs.base import AgentRole, Env, EnvState, Score
-from collab.errors import unknown
+from collab.errors import UserError, unknown
 
 # PAYOFFS[preset][a1][a2] = (utility of agent 1, utility of agent 2); 0 = A, 1 = B.
 PAYOFFS: dict[str, tuple[tuple[tuple[float, float], ...], ...]] = {
@@ -76,6 +76,8 @@ class MatrixEnv(Env):
         self.roles = tuple(AgentRole(f"player{i + 1}", system, max_new_tokens=1 if constrained else 8, choices=choices) for i in range(2))
 
     def tasks(self, split: str):
+        if split not in ("train", "eval"):
+            raise UserError(f"unknown split {split!r}; valid: eval, train")
         return [{"id": f"matrix-{self.preset}"}]
 
     def observe(self, task) -> list[str]:

@@ -49,13 +49,22 @@ def load_records(path: str | Path, required: Iterable[str] = ()) -> list[dict[st
         raise UserError(f"data file not found: {path}")
     text = _read_text(path)
     name = path.name.removesuffix(".gz")
-    try:
-        if name.endswith(".jsonl"):
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
+    if name.endswith(".jsonl"):
+        records = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno}); "
+                                "expected one JSON object per line") from None
+    else:
+        try:
             records = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); expected a .json list or .jsonl records") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+                            "expected a .json list or .jsonl records") from None
     if isinstance(records, Mapping):  # {"data": [...]} style wrappers
         lists = [v for v in records.values() if isinstance(v, list)]
         records = lists[0] if len(lists) == 1 else [records]

@@ -4,12 +4,15 @@ The pattern of Lightning's PPO example: the dataloader wraps an ``IterableDatase
 the module being trained to play the next episodes (``module.rollout(env, tasks)``) on the module's
 device, with its current weights. Nothing is generated ahead of time, so every batch is on-policy.
 Each training step takes ``batch_size`` tasks; tasks are drawn without replacement in a seeded
-shuffled order (a new order every pass over the split).
+shuffled order (a new order every pass over the split). The stream's position (the shuffle's random
+state and the rest of the pass) is part of every checkpoint (``state_dict``, one per process), so a
+resumed run plays the tasks the uninterrupted run would have.
 """
 
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,6 +21,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from collab.envs import Env, make_env
 from collab.errors import require
+from collab.resume import gather_per_rank, pick_rank, tuples
 
 
 class TaskStream:
@@ -39,15 +43,39 @@ class TaskStream:
             batch.append(self.tasks[self.order.pop(0)])
         return batch
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.getstate(), "order": list(self.order), "tasks": len(self.tasks)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.rng.setstate(tuples(state["rng"]))
+        n = state.get("tasks", len(self.tasks))
+        if n != len(self.tasks):  # another split or dataset: the saved order does not index it
+            warnings.warn(f"the checkpoint's task stream had {n} tasks, this split has {len(self.tasks)}; "
+                          "starting a new pass over it", stacklevel=2)
+            self.order = []
+        else:
+            self.order = list(state["order"])
+
 
 class _OnPolicy(IterableDataset):
     def __init__(self, datamodule: RolloutDataModule) -> None:
         self.dm = datamodule
 
     def __iter__(self) -> Iterator:
-        module = self.dm.trainer.lightning_module
+        trainer = self.dm.trainer
+        module = trainer.lightning_module
+        require(self.dm.batch_size >= trainer.world_size,
+                f"data.batch_size ({self.dm.batch_size}) is the global number of tasks per step and must be >= the "
+                f"number of processes ({trainer.world_size}): each process plays its own share of the tasks")
         while True:
-            yield module.rollout(self.dm.env, self.dm.stream.next())
+            yield module.rollout(self.dm.env, shard(self.dm.stream.next(), trainer.global_rank, trainer.world_size))
+
+
+def shard(tasks: list, rank: int, world: int) -> list:
+    """Process ``rank``'s share of a step's tasks: every ``world``-th task from its rank on (disjoint shares
+    whose union is the step's batch; the stream itself is the same on every process, so a checkpoint's
+    stream state resumes with any number of processes)."""
+    return tasks[rank::world]
 
 
 class RolloutDataModule(L.LightningDataModule):
@@ -80,8 +108,14 @@ class RolloutDataModule(L.LightningDataModule):
         return list(self.env.tasks("eval"))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.stream.rng.getstate(), "order": list(self.stream.order)}
+        """Every process's task stream (a collective under DDP: Lightning calls it on every rank)."""
+        return {"streams": gather_per_rank(self.stream.state_dict())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stream.rng.setstate(state["rng"])
-        self.stream.order = list(state["order"])
+        if "streams" not in state:  # a checkpoint of an earlier collab: one stream
+            self.stream.load_state_dict(state)
+            return
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        stream = pick_rank(state["streams"], rank, "task stream")
+        if stream is not None:
+            self.stream.load_state_dict(stream)
