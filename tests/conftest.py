@@ -34,7 +34,7 @@ def one_thread():
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """SmolLM2's tokenizer (the first call converts the GGUF once into the cache folder)."""
-    from collab.models import load_tokenizer
+    from collab.policy.models import load_tokenizer
 
     return load_tokenizer("tiny")
 
@@ -66,7 +66,7 @@ class ScriptedTeam:
         return [len(self.prompts) - 1]
 
     def generate(self, requests, max_new_tokens=128):
-        from collab.sampling import Completion
+        from collab.policy.sampling import Completion
 
         return [[Completion(r.agent, r.prompt_ids, [1], self.respond(r.agent, self.prompts[r.prompt_ids[0]]))
                  for _ in range(r.n)] for r in requests]

@@ -8,23 +8,19 @@ from __future__ import annotations
 import math
 import statistics
 
-import lightning as L
 import pytest
 import torch
 
 from collab.algos.collm import CoLLM
 from collab.algos.ippo import IPPO
-from collab.critics import CriticSpec
+from collab.llm_critics import CriticSpec
 from collab.envs.base import Score
 from collab.errors import UserError
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from collab.rollout.buffer import ReplayBuffer, transitions
-from collab.rollout.datamodule import RolloutDataModule
 from collab.rollout.episodes import Episode, play
-from collab.sampling import Completion
-from tests.conftest import quiet_fit
-from tests.test_critics import TwoTurnEnv
-from tests.test_matrix import prob_of_first_option
+from collab.policy.sampling import Completion
+from tests.helpers import TwoTurnEnv, prob_of_first_option, train
 
 TINY = BaseConfig(name="tiny", device="cpu")
 
@@ -266,24 +262,6 @@ def test_ippo_refuses_a_q_critic():
 
 
 # -- learning ------------------------------------------------------------------------------------------
-def train(module, env_name="matrix", env=None, seed=0, steps=40, batch_size=4) -> tuple[list[float], object]:
-    """Fit ``module`` for ``steps`` optimizer steps; returns each rollout's mean return and the env."""
-    L.seed_everything(seed, verbose=False)
-    dm = RolloutDataModule(env=env_name, batch_size=batch_size, seed=seed)
-    if env is not None:
-        dm.env = env
-        dm.stream.tasks = list(env.tasks("train"))
-    returns = []
-    rollout = module.rollout
-
-    def recording(env, tasks):
-        batch = rollout(env, tasks)
-        returns.append(batch.stats["reward/return"])
-        return batch
-
-    module.rollout = recording
-    quiet_fit(module, dm, steps)
-    return returns, dm.env
 
 
 # Hyper-parameters of the learning tests (tiny model): one rollout of ``batch_size`` episodes, then

@@ -294,7 +294,7 @@ import atexit, importlib, json, os, signal, sys, tempfile, traceback
 chatter = tempfile.TemporaryFile()
 saved = os.dup(2)
 os.dup2(chatter.fileno(), 2)
-import collab.fit, collab.evaluate, collab.checks, collab.evaluation, collab.baselines, collab.callbacks
+import collab.fit, collab.evaluate, collab.checks, collab.heldout, collab.baselines, collab.callbacks
 import collab.rollout.datamodule
 from collab.algos import algo_registry
 import lightning.pytorch.cli, peft, transformers

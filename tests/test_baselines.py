@@ -11,9 +11,9 @@ from collab.baselines import BASELINES, DiscussionEnv, SingleModelEnv, prepare
 from collab.comparison import cost_per_agent_turn, make_row, read_rows, render_markdown, update_table, upsert
 from collab.envs import make_env
 from collab.errors import UserError
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from collab.rollout.episodes import play
-from collab.team import AgentSpec, AgentTeam, SamplingSpec
+from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
 BUDGET = 8
 

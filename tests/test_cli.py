@@ -148,7 +148,11 @@ def test_default_main_job_runs_on_smollm2(tmp_path):
     result = fit("--algo", "marft_a", "--trainer.max_steps", "1", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reward: mean of first 1 rollouts" in result.stdout
+    assert "held-out accuracy (64 eval problems, greedy): before " in result.stdout  # the default's before/after
+    assert "step 1/1  reward " in result.stdout  # stdout is a pipe: one plain line per rollout
     run = tmp_path / "runs" / "marft_a" / "version_0"
+    held_out = json.loads((run / "reward_summary.json").read_text())["held_out"]
+    assert held_out["problems"] == 64 and held_out["greedy"] and held_out["before_se"] > 0
     from collab.analysis import read_scalars
 
     scalars = read_scalars(run)

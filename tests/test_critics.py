@@ -7,47 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from collab.critics import Critics, CriticSpec, global_info
-from collab.envs.base import AgentRole, Env, EnvState, Score
+from collab.llm_critics import Critics, CriticSpec, global_info
+from collab.envs.base import Env, EnvState
 from collab.errors import UserError
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from collab.objectives import value_loss
-from collab.team import AgentSpec, AgentTeam
+from collab.policy.team import AgentSpec, AgentTeam
+from tests.helpers import TwoTurnEnv
 
 TINY = BaseConfig(name="tiny", device="cpu")
-
-
-class TwoTurnEnv(Env):
-    """Two agents pick A or B on each of ``horizon`` turns; each sees only its own prompts.
-
-    Agent i's first prompt is "Player i: pick A or B." and its feedback "Player i, turn t is over;
-    pick again.", so a history names its owner. ``reward(turn, choices)`` gets every joint choice so
-    far (a tuple of (a_1, a_2) per turn) and returns the joint reward of the turn just played; the
-    default pays the fraction of A's of that turn.
-    """
-
-    name = "two-turn"
-
-    def __init__(self, reward=None, horizon: int = 2, reward_max: float = 1.0) -> None:
-        super().__init__(horizon)
-        self.reward = reward or (lambda turn, choices: sum(c == "A" for c in choices[-1]) / 2)
-        self.reward_max = reward_max
-        self.roles = tuple(AgentRole(f"p{i + 1}", f"You are player {i + 1}.", max_new_tokens=1, choices=("A", "B"))
-                           for i in range(2))
-
-    def tasks(self, split):
-        return [{"id": 0}]
-
-    def observe(self, task):
-        return [f"Player {i + 1}: pick A or B." for i in range(self.n_agents)]
-
-    def score(self, state, actions):
-        choices = tuple(state.memory.get("choices", ())) + (tuple(actions),)
-        r = float(self.reward(state.turn, choices))
-        return Score((r,) * self.n_agents, memory={"choices": choices})
-
-    def feedback(self, state, actions, score):
-        return [f"Player {i + 1}, turn {state.turn + 1} is over; pick again." for i in range(self.n_agents)]
 
 
 def make_team(env: Env, seed: int = 0) -> AgentTeam:

@@ -4,6 +4,13 @@ Each run checks that the ranks played disjoint shares of every step's tasks, tha
 optimizer step both ranks hold bitwise the same trainable weights (one gradient synchronisation per
 step, the same number of steps and backward passes on each rank: ``collab.distributed``), that the
 run ends cleanly with one checkpoint, and that the checkpoint resumes on one process.
+
+Rank 0 gets a reward that varies with the action and rank 1 gets 0 for everything (no learning signal
+for MAGRPO's group advantages): the run must neither hang nor let the ranks drift apart, and rank 0's
+signal must move both ranks' weights. The first update is then compared with a 1-process update on the
+union of both ranks' first rollouts (the same rollouts fed again, from the same weights): the
+synchronised gradient must equal the 1-process one, which holds only if every loss normaliser and
+advantage statistic is global (``tests/ddp_probe.py``).
 """
 
 import json
@@ -13,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,29 +41,54 @@ CALLBACKS = json.dumps([{"class_path": "collab.callbacks.ModelCheckpoint", "init
                         {"class_path": "tests.ddp_probe.Probe"}])
 
 
-def fit(algo: str, tmp: Path, extra: list[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "collab.fit", "--algo", algo, *RUNS[algo], "--model.base.name", "tiny",
-           "--model.agents", "null", "--model.max_new_tokens", "6", "--data.batch_size", "4",
-           "--trainer.logger.init_args.save_dir", str(tmp / "runs"), *extra]
+def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
+    return ["--algo", algo, *RUNS[algo], "--model.base.name", "tiny", "--model.agents", "null", "--model.max_new_tokens",
+            "6", "--data.batch_size", "4", "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
+            "--trainer.accelerator", "cpu", "--trainer.callbacks", CALLBACKS, *extra]
+
+
+def fit(algo: str, tmp: Path, extra: list[str], **probe: str) -> subprocess.CompletedProcess:
+    """A 2-process run: ``python -m collab.fit`` in a subprocess that launches the second rank."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "COLLAB_DDP_PROBE": str(tmp),
-           "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+           "OMP_NUM_THREADS": "1", **probe}
+    return subprocess.run([sys.executable, "-m", "collab.fit", *args(algo, tmp, extra)], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, **probe: str) -> int:
+    """A 1-process run in this process (no interpreter start-up)."""
+    from collab.fit import main
+
+    for key, value in {"COLLAB_DDP_PROBE": str(tmp), **probe}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp)
+    return main(args(algo, tmp, extra))
 
 
 @pytest.mark.parametrize("algo", sorted(RUNS))
-def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path):
-    run = fit(algo, tmp_path, ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-                               "--trainer.max_steps", "2", "--trainer.callbacks", CALLBACKS])
+def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monkeypatch, one_thread):
+    run = fit(algo, tmp_path, ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
+              COLLAB_DDP_SIGNAL_RANKS="0", COLLAB_DDP_CAPTURE="1")
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2
-    # bitwise the same weights on both ranks after every optimizer step
+    # bitwise the same weights on both ranks after every optimizer step; rank 0's signal moved them
     assert ranks[0]["digests"] == ranks[1]["digests"] and len(ranks[0]["digests"]) >= 1
+    assert ranks[0]["start"] == ranks[1]["start"] != ranks[0]["digests"][0]
     # disjoint shares of every step's tasks (2 of the global 4 each)
     for a, b in zip(ranks[0]["tasks"], ranks[1]["tasks"]):
         assert len(a) == len(b) == 2 and not set(a) & set(b)
     ckpts = list((tmp_path / "runs").rglob("*.ckpt"))
     assert [c.name for c in ckpts] == ["last.ckpt"], ckpts
-    resumed = fit(algo, tmp_path, ["--trainer.accelerator", "cpu", "--trainer.max_steps", "3", "--trainer.callbacks",
-                                   CALLBACKS, "--ckpt_path", str(ckpts[0])])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert fit_here(algo, tmp_path, ["--trainer.max_steps", "3", "--ckpt_path", str(ckpts[0])], monkeypatch) == 0
+    # the first update against one process fed the union of both ranks' first rollouts
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    assert fit_here(algo, replay, ["--trainer.max_steps", "1"], monkeypatch,
+                    COLLAB_DDP_REPLAY=str(tmp_path), COLLAB_DDP_CAPTURE="1") == 0
+    synced, union = torch.load(tmp_path / "grads0.pt"), torch.load(replay / "grads0.pt")
+    assert sorted(synced) == sorted(union) and synced
+    for name in union:  # float sums in another order: relative to the gradient's size
+        scale = float(union[name].abs().max())
+        assert float((synced[name] - union[name]).abs().max()) <= 1e-4 * scale + 1e-9, name
+    assert sum(float(g.abs().sum()) for g in union.values()) > 0

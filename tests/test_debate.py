@@ -10,8 +10,10 @@ from collab.envs import make_env
 from collab.envs.debate import datasets as nli
 from collab.envs.debate.env import DebateEnv, consensus
 from collab.envs.debate.prompts import first_prompt, system_prompt
-from collab.envs.debate.verifier import LearnedVerifier, RuleVerifier, VerifierExample, label_examples, main
+from collab.envs.debate.verifier import RuleVerifier
 from collab.errors import UserError
+from collab.learned_verifier import LearnedVerifier, VerifierExample, label_examples, main
+from collab.rollout.datamodule import RolloutDataModule
 
 PROBLEMS = [
     {"problem": "What is 2 + 3?", "answer": "5"},
@@ -356,7 +358,7 @@ SEPARABLE = [  # (question, answer text, correct): right answers end in the righ
 
 @pytest.fixture
 def tiny_verifier(tiny_tokenizer):
-    from collab.models import tiny_llama
+    from collab.policy.models import tiny_llama
 
     torch.manual_seed(0)
     model = tiny_llama(len(tiny_tokenizer), seed=0).eval().requires_grad_(False)
@@ -382,7 +384,8 @@ def test_learned_verifier_fits_and_roundtrips(tiny_verifier, tiny_tokenizer, tmp
     assert rebuilt.score(list(questions), list(answers)) == pytest.approx(after, rel=1e-4)
 
     # the env's rewards are the learned verifier's scores; memory["correct"] stays the rule verdict
-    env = toy(local, verifier=str(folder), verifier_device="cpu")
+    env = RolloutDataModule(env="debate", env_options={"dataset": local, "train_split": "[:2]", "eval_split": "[2:]",
+                                                       "verifier": str(folder), "verifier_device": "cpu"}).env
     task = env.tasks("train")[0]  # What is 2 + 3?
     result = env.step(env.reset(task), [SEPARABLE[0][1], SEPARABLE[1][1]])
     expected = rebuilt.score([task, task], [SEPARABLE[0][1], SEPARABLE[1][1]])

@@ -6,13 +6,11 @@ through it: the MAGRPO tree, CoLLM's TD targets and IPPO's GAE (``Transition.ret
 MARFT's chain (the same, on the last agent's team reward) and MAPoRL's Definition 1 (tests/test_maporl*).
 """
 
-import itertools
-
 import pytest
 import torch
 
-from collab.objectives import absorbing_reward, chain, discounted_returns, gae, group_advantages
-from collab.rollout.buffer import Transition, transitions
+from collab.objectives import absorbing_reward, chain, discounted_returns, gae
+from collab.rollout.buffer import transitions
 from collab.rollout.episodes import play
 from collab.rollout.tree import TreeNode, backup_returns, early_ends, expand_tree, joint_indices, sample_values, tree_batch
 from tests.conftest import EarlySolveEnv, ScriptedTeam

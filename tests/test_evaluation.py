@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from collab.envs import make_env
-from collab.evaluation import evaluate, format_metrics, play
+from collab.heldout import evaluate, format_metrics, play
 from tests.conftest import ScriptedTeam
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import torch
 
 from collab.callbacks import EvaluationCallback, RolloutBar, RolloutLines, progress_callback
 from collab.envs import make_env
-from collab.evaluation import MeanSE, mean_se, task_scores
+from collab.heldout import MeanSE, mean_se, task_scores
 from collab.rollout.protocol import Dependency
 from tests.conftest import ScriptedTeam
 
@@ -131,8 +131,8 @@ def test_task_scores_average_each_tasks_samples():
 
 def test_greedy_evaluation_on_the_tiny_team_is_repeatable_and_restores_sampling(one_thread):
     from collab.algos.marft_a import MARFTA
-    from collab.models import BaseConfig
-    from collab.team import AgentSpec, SamplingSpec
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec, SamplingSpec
 
     env = make_env("math", dataset="addition", profile="duo", horizon=1, num_eval=4)
     agents = [AgentSpec(sampling=SamplingSpec(temperature=1.0, max_new_tokens=6)) for _ in range(2)]
@@ -144,7 +144,7 @@ def test_greedy_evaluation_on_the_tiny_team_is_repeatable_and_restores_sampling(
     state = torch.get_rng_state()
     texts = []
     for _ in range(2):
-        from collab.evaluation import evaluate
+        from collab.heldout import evaluate
 
         with callback._decoding(module):
             assert all(spec.sampling.temperature == 0.0 for spec in module.team.specs)

@@ -17,7 +17,7 @@ import lightning as L
 import pytest
 import torch
 
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from tests.conftest import EarlySolveEnv, datamodule_for, quiet_fit
 
 

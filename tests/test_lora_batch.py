@@ -2,9 +2,9 @@
 
 import torch
 
-from collab.lora_batch import per_row_adapters, supported
-from collab.models import BaseConfig
-from collab.team import AgentSpec, AgentTeam, LoraSpec
+from collab.policy.lora_batch import per_row_adapters, supported
+from collab.policy.models import BaseConfig
+from collab.policy.team import AgentSpec, AgentTeam, LoraSpec
 
 
 def perturbed_team():

@@ -6,9 +6,9 @@ import torch
 
 from collab.algos.base import token_budget_chunks
 from collab.algos.magrpo import MAGRPO
-from collab.models import BaseConfig
-from collab.team import AgentSpec, SamplingSpec
-from tests.test_tree import CountingEnv
+from collab.policy.models import BaseConfig
+from collab.policy.team import AgentSpec, SamplingSpec
+from tests.helpers import CountingEnv
 
 
 def test_token_budget_chunks_by_hand():

@@ -9,15 +9,15 @@ import statistics
 import pytest
 import torch
 
-from collab.algos.maporl import (MAPoRL, absorb, debate_rewards, episode_rewards, malformed, repetitive,
-                                 token_rewards)
+from collab.algos.maporl import MAPoRL
 from collab.envs.debate.env import DebateEnv
+from collab.envs.debate.penalties import malformed, repetitive
 from collab.errors import UserError
-from collab.models import BaseConfig
-from collab.objectives import majority_of_others_table
+from collab.objectives import absorb, debate_rewards, episode_rewards, majority_of_others_table, token_rewards
+from collab.policy.models import BaseConfig
+from collab.policy.team import AgentSpec, SamplingSpec
 from collab.rollout.episodes import play
-from collab.team import AgentSpec, SamplingSpec
-from tests.test_actor_critic import train
+from tests.helpers import train
 
 TINY = BaseConfig(name="tiny", device="cpu")
 
@@ -184,7 +184,7 @@ def test_maporl_debaters_learn_the_right_answer(seven):
 def test_evaluation_reports_the_majority_vote_of_every_turn(seven):
     """``eval/majority@t`` is MajorityVoteAccuracy over the episodes' votes at turn t, and matches the env's own
     tie-expected ``majority@t`` info (the same rule, computed twice: by the env per episode, by the metric)."""
-    from collab.evaluation import evaluate
+    from collab.heldout import evaluate
     from collab.objectives import majority_vote
 
     env = seven_env(seven, agents=3, horizon=2)

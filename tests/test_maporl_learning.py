@@ -33,12 +33,12 @@ import lightning as L
 import pytest
 import torch
 
-from collab.algos.maporl import MAPoRL, debate_rewards, episode_rewards
+from collab.algos.maporl import MAPoRL
 from collab.envs.debate.env import DebateEnv
 from collab.envs.debate.verifier import Verifier
-from collab.models import BaseConfig
-from collab.objectives import majority_of_others_table
-from collab.team import AgentSpec, SamplingSpec
+from collab.objectives import debate_rewards, episode_rewards, majority_of_others_table
+from collab.policy.models import BaseConfig
+from collab.policy.team import AgentSpec, SamplingSpec
 from tests.conftest import datamodule_for, quiet_fit
 
 GAMMA, PARTIAL = 0.5, 0.8

@@ -12,17 +12,16 @@ import torch
 
 from collab.algos.marft_a import MARFTA
 from collab.algos.marft_t import MARFTT
-from collab.central_critic import CriticHead, base_features
+from collab.mlp_head import CriticHead, base_features
 from collab.envs.base import AgentRole, Env, Score
 from collab.errors import UserError
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from collab.objectives import bellman_targets, chain, clipped_surrogate, gae, value_loss
 from collab.rollout.buffer import transitions
 from collab.rollout.episodes import play
 from collab.rollout.protocol import Dependency, fuse
-from collab.team import AgentSpec, AgentTeam
-from tests.test_actor_critic import train
-from tests.test_critics import TwoTurnEnv
+from collab.policy.team import AgentSpec, AgentTeam
+from tests.helpers import TwoTurnEnv, train
 
 TINY = BaseConfig(name="tiny", device="cpu")
 

@@ -9,9 +9,10 @@ from collab.algos.magrpo import MAGRPO
 from collab.envs import make_env
 from collab.envs.matrix import parse_choice, utilities
 from collab.errors import UserError
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from collab.rollout.datamodule import RolloutDataModule
 from tests.conftest import quiet_fit
+from tests.helpers import prob_of_first_option
 
 
 @pytest.mark.parametrize("text,choice", [("A", 0), ("B", 1), ("I pick B.", 1), ("Answer: A", 0), ("ABBA", None), ("", None)])
@@ -52,16 +53,6 @@ def test_unknown_preset():
         make_env("matrix", preset="table3")
 
 
-def prob_of_first_option(module, env) -> list[float]:
-    state = env.reset(env.tasks("train")[0])
-    out = []
-    for i in range(env.n_agents):
-        prompt = module.team.encode(i, state.histories[i])
-        first = [int(module.team.choice_ids[i][0])]
-        out.append(float(module.team.logprobs(i, [prompt], [first])[0].detach().sum().exp()))
-    return out
-
-
 def train_matrix(preset: str, seed: int, steps: int = 30) -> list[float]:
     """MAGRPO with the tiny model: 4 episodes x K=4 per rollout, one update each, lr 1e-2."""
     L.seed_everything(seed, verbose=False)
@@ -87,7 +78,7 @@ def test_independent_learners_miss_the_joint_optimum_in_table_2b():
 
 def test_a_rollout_without_signal_still_counts_toward_max_steps():
     """Greedy agents always agree, so every advantage is zero; the run must still end at max_steps."""
-    from collab.team import AgentSpec, SamplingSpec
+    from collab.policy.team import AgentSpec, SamplingSpec
 
     L.seed_everything(0, verbose=False)
     dm = RolloutDataModule(env="matrix", batch_size=1)
@@ -105,7 +96,7 @@ def test_a_rollout_without_signal_still_counts_toward_max_steps():
 
 def test_single_agent_grpo_learns_the_rewarded_option():
     """n = 1 is single-agent GRPO: one agent, reward 1 for A and 0 for B, learns to prefer A."""
-    from tests.test_tree import CountingEnv
+    from tests.helpers import CountingEnv
 
     L.seed_everything(0, verbose=False)
     dm = RolloutDataModule(env="matrix", batch_size=4)

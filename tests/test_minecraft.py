@@ -278,7 +278,7 @@ def test_voxels_and_iou_metric_by_hand(tmp_path):
 
 
 def test_evaluate_reports_iou(tmp_path):
-    from collab.evaluation import evaluate
+    from collab.heldout import evaluate
 
     env = small_env(tmp_path, horizon=2)
     script = {(0, 0): FLOOR, (1, 0): "", (0, 1): "", (1, 1): "/fill 12 65 -5 12 65 -5 glass"}

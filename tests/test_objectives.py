@@ -10,12 +10,14 @@ from torch.testing import assert_close
 from collab.objectives import (
     clipped_surrogate,
     discounted_returns,
+    explained_variance,
     gae,
     group_advantages,
     kl_k3,
     mixed_rewards,
     normalize,
     num_inference_calls,
+    ratio_stats,
     td_errors,
     td_targets,
     value_loss,
@@ -247,3 +249,26 @@ def test_normalize():
     a = torch.tensor([[1.0, 2.0], [3.0, 6.0]], **F64)  # mean 3, unbiased std sqrt(14/3)
     assert_close(normalize(a, eps=0.0), (a - 3.0) / math.sqrt(14 / 3))
     assert_close(normalize(torch.tensor([4.0], **F64)), torch.zeros(1, **F64))
+
+
+def test_ratio_stats_by_hand():
+    # log-ratios 0, log 1.5, log 0.5 and log 1.1: ratios 1, 1.5, 0.5, 1.1; with clip 0.2 two of four are outside
+    old = torch.tensor([-1.0, -2.0, -0.5, -3.0])
+    logprobs = old + torch.log(torch.tensor([1.0, 1.5, 0.5, 1.1]))
+    stats = ratio_stats(logprobs, old, clip=0.2)
+    assert stats["train/ratio"] == pytest.approx((1.0 + 1.5 + 0.5 + 1.1) / 4, rel=1e-6)
+    assert stats["train/clip_frac"] == 0.5
+    k3 = [r - 1 - math.log(r) for r in (1.0, 1.5, 0.5, 1.1)]  # 0, 0.0945, 0.1931, 0.0047
+    assert stats["train/approx_kl"] == pytest.approx(sum(k3) / 4, rel=1e-5)
+    same = ratio_stats(old, old, clip=0.2)
+    assert same == {"train/ratio": 1.0, "train/clip_frac": 0.0, "train/approx_kl": 0.0}
+
+
+def test_explained_variance_by_hand():
+    returns = torch.tensor([1.0, 2.0, 3.0, 4.0])  # variance 1.25
+    assert explained_variance(returns, returns) == 1.0
+    assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(0.0, abs=1e-7)  # the mean: nothing explained
+    # residuals 0.5, -0.5, 0.5, -0.5: variance 0.25, so 1 - 0.25 / 1.25 = 0.8
+    assert explained_variance(returns - torch.tensor([0.5, -0.5, 0.5, -0.5]), returns) == pytest.approx(0.8, rel=1e-6)
+    assert explained_variance(-returns, returns) == pytest.approx(1 - 5.0 / 1.25, rel=1e-6)  # worse than a constant
+    assert explained_variance(torch.tensor([0.0, 1.0]), torch.tensor([3.0, 3.0])) == 0.0  # constant returns

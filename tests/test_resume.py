@@ -11,11 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+
+from tests.helpers import adapters, assert_same_tensors, fit, load
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false"]
 MATRIX = ["--data.env", "matrix", "--data.env_options", "{}"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,44 +59,6 @@ ALGOS = {
                            "--model.agents", '[{choices: ["7", "3"]}, {choices: ["7", "3"]}]',
                            "--model.per_turn", "true", "--data.batch_size", "2"],
 }
-
-
-def fit(root: Path, algo: str, args: list[str], steps: int, ckpt: Path | None = None) -> Path:
-    """``python -m collab.fit`` in this process; returns the run's version folder."""
-    from collab.fit import main
-
-    argv = ["--algo", algo, *TINY, *args, "--trainer.max_steps", str(steps),
-            "--trainer.logger.init_args.save_dir", str(root)]
-    assert main(argv + (["--ckpt_path", str(ckpt)] if ckpt else [])) == 0
-    return max((root / algo).glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
-
-
-def load(run: Path) -> dict:
-    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-
-
-def assert_same_tensors(a, b, where: str) -> None:
-    """``a`` and ``b`` (nested dicts / lists of tensors and plain values) are equal, tensors bitwise."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            assert_same_tensors(a[k], b[k], f"{where}/{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_tensors(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
-
-
-def adapters(run: Path) -> dict[str, dict[str, torch.Tensor]]:
-    from safetensors.torch import load_file
-
-    folders = sorted((run / "adapters" / "last").iterdir())
-    assert folders
-    return {f.name: load_file(f / "adapter_model.safetensors") for f in folders}
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

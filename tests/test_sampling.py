@@ -2,7 +2,7 @@
 
 import torch
 
-from collab.sampling import _truncate, action_mask, policy_logits, sample_tokens
+from collab.policy.sampling import _truncate, action_mask, policy_logits, sample_tokens
 
 
 def nucleus(logits, p, k):
@@ -75,7 +75,7 @@ def test_reserved_cache_layer_matches_concatenation():
     inside its reservation and past it."""
     from transformers.cache_utils import DynamicLayer
 
-    from collab.sampling import ReservedLayer
+    from collab.policy.sampling import ReservedLayer
 
     torch.manual_seed(0)
     dynamic = DynamicLayer()
@@ -92,7 +92,7 @@ def test_reserved_cache_layer_matches_concatenation():
 
 
 def test_shared_prefixes_by_hand():
-    from collab.sampling import shared_prefixes
+    from collab.policy.sampling import shared_prefixes
 
     prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9, 9], [1, 2, 3, 4], [1, 2, 7], [8]]
     adapters = ["a", "a", "b", "a", "a"]
@@ -114,10 +114,10 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
     """Tree-like prompts (two agents, each with three histories opening with the same long prompt): the
     prefill that shares each agent's prefix gives the next-token logits of one left-padded pass, and greedy
     decoding the same tokens."""
-    import collab.sampling as sampling
-    from collab.models import BaseConfig
-    from collab.sampling import GenerationRequest, pad_left, prefill
-    from collab.team import AgentSpec, AgentTeam, SamplingSpec
+    import collab.policy.sampling as sampling
+    from collab.policy.models import BaseConfig
+    from collab.policy.sampling import GenerationRequest, pad_left, prefill
+    from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
     torch.manual_seed(0)
     team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=6)) for _ in range(2)],

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_resume import adapters, assert_same_tensors, fit, load
+from tests.helpers import adapters, assert_same_tensors, fit, load
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",

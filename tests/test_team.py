@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from collab.errors import UserError
-from collab.models import BaseConfig
-from collab.sampling import GenerationRequest
-from collab.team import AgentSpec, AgentTeam, SamplingSpec
+from collab.policy.models import BaseConfig
+from collab.policy.sampling import GenerationRequest
+from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
 TINY = BaseConfig(name="tiny", device="cpu")
 TOL = 1e-4

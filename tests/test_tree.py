@@ -3,31 +3,11 @@
 import pytest
 import torch
 
-from collab.envs.base import AgentRole, Env, Score
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from collab.objectives import num_inference_calls
 from collab.rollout.tree import TreeNode, backup_returns, expand_tree, joint_indices, sample_values, tree_batch
-from collab.team import AgentSpec, AgentTeam
-
-
-class CountingEnv(Env):
-    """n agents answering A or B for H turns; reward = number of A's (never terminates early)."""
-
-    name = "counting"
-
-    def __init__(self, n_agents: int, horizon: int) -> None:
-        super().__init__(horizon)
-        self.roles = tuple(AgentRole(f"a{i}", max_new_tokens=1, choices=("A", "B")) for i in range(n_agents))
-
-    def tasks(self, split):
-        return [{"id": 0}]
-
-    def observe(self, task):
-        return ["Pick A or B."] * self.n_agents
-
-    def score(self, state, actions):
-        r = float(sum(a == "A" for a in actions))
-        return Score((r,) * self.n_agents)
+from collab.policy.team import AgentSpec, AgentTeam
+from tests.helpers import CountingEnv
 
 
 def team_for(env):

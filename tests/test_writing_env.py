@@ -155,7 +155,7 @@ def test_full_reward_on_a_hand_built_pair():
 def test_packaged_corpus_and_splits():
     env = WritingEnv()
     train, evals = env.tasks("train"), env.tasks("eval")
-    assert len(train) + len(evals) >= 60 and len(evals) == 10
+    assert len(train) == 40 and len(evals) == 24
     assert {t["id"] for t in train}.isdisjoint(t["id"] for t in evals)
     for t in list(train) + list(evals):
         assert 80 <= len(w.words(t["prompt"])) <= 200

@@ -118,14 +118,14 @@ class EvaluationCallback(L.Callback):
     """Evaluate the team on the environment's eval split: before training (``at_start``), every
     ``every_n_steps`` optimizer updates and when training ends (``at_end``, unless it just ran).
 
-    Plays ``num_samples`` episodes per eval task (:func:`collab.evaluation.evaluate`) and logs
+    Plays ``num_samples`` episodes per eval task (:func:`collab.heldout.evaluate`) and logs
     ``eval/pass@k`` and ``eval/acc@k`` for each k (coding), ``eval/return`` and the mean of every env
     info value at the episodes' last step (``eval/env/scheme/<name>``: the cooperation-scheme
     distribution) to the trainer's logger (TensorBoard) at the current ``global_step``, and
     ``eval/score`` / ``eval/score_se``: the mean per-problem score and its standard error. The score
     (``score``) is ``solved`` (accuracy) where the env reports it, else the return; a problem's score
     is the mean over its samples and the SE is the per-problem one, ``s / sqrt(n)`` over the n problems
-    (``s``: the sample standard deviation; :class:`collab.evaluation.MeanSE`).
+    (``s``: the sample standard deviation; :class:`collab.heldout.MeanSE`).
 
     With ``at_start``, the end of training prints the held-out comparison, e.g.
     ``held-out accuracy (128 eval problems, greedy): before 0.1250 ± 0.0292, after 0.3047 ± 0.0407,
@@ -187,7 +187,7 @@ class EvaluationCallback(L.Callback):
     def run(self, trainer: L.Trainer, pl_module) -> dict[str, float]:
         import torch
 
-        from collab.evaluation import evaluate, format_metrics, mean_se, score_key, task_scores
+        from collab.heldout import evaluate, format_metrics, mean_se, score_key, task_scores
 
         tasks = list(pl_module.env.tasks(self.split))[: self.max_tasks]
         was_training = pl_module.training
@@ -218,7 +218,7 @@ class EvaluationCallback(L.Callback):
 
     def compare(self, trainer: L.Trainer, pl_module) -> dict | None:
         """The first evaluation (before training) against the last: means, SEs and the paired gain."""
-        from collab.evaluation import mean_se
+        from collab.heldout import mean_se
 
         if len(self.scores) < 2:
             return None

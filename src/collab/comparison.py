@@ -80,7 +80,7 @@ def score_columns(env_name: str) -> tuple[ScoreColumn, ...]:
 def cost_per_agent_turn(episodes: Iterable) -> float:
     """Generated tokens per agent per turn: all completion tokens / all (agent, turn) responses.
 
-    ``episodes``: Episodes, or lists of them (as :func:`collab.evaluation.evaluate` returns).
+    ``episodes``: Episodes, or lists of them (as :func:`collab.heldout.evaluate` returns).
     """
     tokens = responses = 0
     for ep in _flat(episodes):

@@ -2,7 +2,7 @@
 
 Builds the team and environment exactly as ``collab.fit`` would (same ``conf/algo/NAME.yaml``, same
 ``--config`` and dotted overrides, e.g. ``--data.env coding``), loads trained weights if given, and
-runs :func:`collab.evaluation.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
+runs :func:`collab.heldout.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
 mean env info (reward components, cooperation schemes) for every environment. Without weights it
 evaluates the untrained team (the base models with fresh, zero-effect LoRA adapters).
 
@@ -112,7 +112,7 @@ def run(argv: list[str]) -> dict[str, float]:
     require(options.table is None or options.table.endswith(".csv"),
             f"--table must name a .csv file (the markdown table is written next to it), got {options.table}")
     require(options.method is None or bool(options.method.strip()), "--method must not be empty")
-    from collab.evaluation import evaluate, format_metrics  # after the checks: bad input fails fast
+    from collab.heldout import evaluate, format_metrics  # after the checks: bad input fails fast
     from collab.fit import _cli
 
     cli = _cli(algo, overrides)

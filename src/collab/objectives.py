@@ -100,6 +100,33 @@ def clipped_surrogate(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor
     return -torch.minimum(ratio * advantages, clipped * advantages)
 
 
+def ratio_stats(logprobs: Tensor, old_logprobs: Tensor, clip: float) -> dict[str, float]:
+    """The PPO diagnostics of one minibatch, logged by every clipped-surrogate algorithm.
+
+    With rho = exp(log pi - log pi_old) over the samples (sequences or tokens) of ``logprobs``:
+    ``train/ratio`` = mean rho; ``train/clip_frac`` = the share of samples with |rho - 1| > ``clip``
+    (the samples whose gradient the clip can cut); ``train/approx_kl`` = mean((rho - 1) - log rho),
+    Schulman's k3 estimate of KL(pi_old || pi) from samples of pi_old (>= 0, 0 iff pi = pi_old on them).
+    Gradients are not tracked.
+    """
+    log_ratio = (logprobs.detach() - old_logprobs.detach()).float()
+    ratio = log_ratio.exp()
+    return {"train/ratio": float(ratio.mean()),
+            "train/clip_frac": float(((ratio - 1).abs() > clip).float().mean()),
+            "train/approx_kl": float((ratio - 1 - log_ratio).mean())}
+
+
+def explained_variance(values: Tensor, returns: Tensor) -> float:
+    """1 - Var[returns - values] / Var[returns]: how much of the returns' variance the critic's values
+    explain (1: perfect, 0: no better than a constant, < 0: worse). Constant returns have no variance to
+    explain: 0.0 then (a number, not NaN, so that every process logs the same keys and finite means)."""
+    values, returns = values.detach().float().reshape(-1), returns.detach().float().reshape(-1)
+    var = returns.var(unbiased=False)
+    if values.numel() == 0 or float(var) == 0.0:
+        return 0.0
+    return float(1.0 - (returns - values).var(unbiased=False) / var)
+
+
 def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """Per-token KL(pi || pi_ref) estimate of Schulman's k3: exp(d) - d - 1 with d = log pi_ref - log pi (>= 0)."""
     d = ref_logprobs - logprobs
@@ -395,3 +422,45 @@ def influence_incentives(correct: Tensor, majority: Tensor, beta0: float, beta1:
     value = torch.where(~before & after & own, beta1, value)
     out[..., :-1, :] = torch.where(k, value, torch.zeros_like(value))
     return out
+
+
+# --- MAPoRL's rewards of a played debate (paper 003, Section 3.3) and its per-token reward (Section 3.2) ---------
+
+def debate_rewards(scores: Tensor, correct: Tensor, majority: Tensor, gamma: float, alpha0: float = 0.0,
+                   alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
+    """``[T, A]`` rewards of every answer: Definition 1 plus the Table 1 and Table 2 incentives (paper 003, 3.3)."""
+    correct = correct.bool()
+    return (influence_rewards(scores.float(), gamma)
+            + revision_incentives(correct, majority, alpha0, alpha1)
+            + influence_incentives(correct, majority, beta0, beta1))
+
+
+def absorb(rows, turns_left: int):
+    """An episode's per-turn table extended to the horizon: the last played turn repeated ``turns_left`` more times.
+
+    ``rows`` is a ``[t, ...]`` tensor or a sequence of per-turn rows (answers, correctness); a debate that ended
+    early by consensus is an absorbing state in which the agents keep their last answers."""
+    if turns_left < 0:
+        raise ValueError(f"turns_left must be >= 0, got {turns_left}")
+    if torch.is_tensor(rows):
+        return torch.cat([rows, rows[-1:].expand(turns_left, *rows.shape[1:])]) if turns_left else rows
+    rows = list(rows)
+    return rows + rows[-1:] * turns_left
+
+
+def episode_rewards(scores: Tensor, answers, correct, turns_left: int, gamma: float, alpha0: float = 0.0,
+                    alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
+    """``[T, A]`` :func:`debate_rewards` of a debate played for t turns (``scores``: ``[t, A]``; ``answers`` and
+    ``correct``: t rows of A) that ended ``turns_left`` = T - t turns early: the tables are first extended to T
+    turns by :func:`absorb`. Rows t.. are the absorbing turns' rewards (not trained)."""
+    answers, correct = absorb(answers, turns_left), absorb(correct, turns_left)
+    majority = majority_of_others_table(answers, correct)
+    return debate_rewards(absorb(scores, turns_left), torch.tensor(correct, dtype=torch.bool), majority, gamma,
+                          alpha0, alpha1, beta0, beta1)
+
+
+def token_rewards(reward: float | Tensor, old_logprobs: Tensor, ref_logprobs: Tensor, kl_coef: float) -> Tensor:
+    """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R at the last."""
+    rewards = -kl_coef * (old_logprobs - ref_logprobs)
+    rewards[-1] = rewards[-1] + reward
+    return rewards

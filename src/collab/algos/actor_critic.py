@@ -18,10 +18,10 @@ import time
 import torch
 
 from collab.algos.base import CollabModule
-from collab.critics import MODES, CriticSpec, Critics, check_critic_spec
+from collab.llm_critics import MODES, CriticSpec, Critics, check_critic_spec
 from collab.distributed import minibatch_schedule, optimizer_step
 from collab.errors import require
-from collab.objectives import clipped_surrogate
+from collab.objectives import clipped_surrogate, ratio_stats
 from collab.rollout.buffer import ReplayBuffer, Transition, transitions
 from collab.rollout.episodes import episode_stats, play
 from collab.rollout.trajectory import RolloutBatch
@@ -110,10 +110,7 @@ class ActorCritic(CollabModule):
         old = torch.tensor([c.logprob for c in completions], dtype=logprobs.dtype, device=logprobs.device)
         adv = advantages.detach().reshape(-1).to(logprobs)
         per_sample = clipped_surrogate(logprobs, old, adv, self.advantage_clip).view(len(minibatch), n)
-        ratio = torch.exp(logprobs.detach() - old)
-        stats = {"train/ratio": float(ratio.mean()),
-                 "train/clip_frac": float(((ratio - 1).abs() > self.advantage_clip).float().mean())}
-        return per_sample.mean(0).sum(), stats
+        return per_sample.mean(0).sum(), ratio_stats(logprobs, old, self.advantage_clip)
 
     def rewards_of(self, minibatch: list[Transition]) -> torch.Tensor:
         """``[B, n_critics]``: each critic's reward; a centralized critic learns the team's mean reward. An

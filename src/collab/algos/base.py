@@ -1,6 +1,6 @@
 """What every collab algorithm shares: the team, optimizers, checkpoints and logging.
 
-A :class:`CollabModule` builds its :class:`~collab.team.AgentTeam` in ``configure_model`` from the
+A :class:`CollabModule` builds its :class:`~collab.policy.team.AgentTeam` in ``configure_model`` from the
 datamodule's environment (one agent per environment role; ``agents`` overrides a role's defaults), so
 the same config trains on any environment. Optimization is manual: one ``training_step`` takes a
 freshly generated rollout from the dataloader iterator (no prefetching, so the batch is on-policy) and
@@ -26,10 +26,10 @@ import torch
 from collab.distributed import global_means
 from collab.envs import Env
 from collab.errors import UserError, require
-from collab.models import BaseConfig
+from collab.policy.models import BaseConfig
 from collab.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
 from collab.rollout.trajectory import RolloutBatch
-from collab.team import AgentSpec, AgentTeam, check_agents
+from collab.policy.team import AgentSpec, AgentTeam, check_agents
 
 
 def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:

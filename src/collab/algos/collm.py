@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from collab.algos.actor_critic import ActorCritic
-from collab.objectives import td_targets, value_loss
+from collab.objectives import explained_variance, td_targets, value_loss
 from collab.rollout.buffer import Transition
 
 
@@ -50,5 +50,6 @@ class CoLLM(ActorCritic):
         critic = value_loss(values, targets)
         stats.update({"train/actor_loss": float(actor.detach()), "train/critic_loss": float(critic.detach()),
                       "train/value_mean": float(values.detach().mean()), "train/td_error_mean": float(deltas.mean()),
-                      "train/td_error_abs": float(deltas.abs().mean())})
+                      "train/td_error_abs": float(deltas.abs().mean()),
+                      "train/explained_variance": explained_variance(values, targets)})
         return actor + critic, stats

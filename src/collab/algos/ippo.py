@@ -20,7 +20,7 @@ import torch
 from collab.algos.actor_critic import ActorCritic
 from collab.errors import require
 from collab.distributed import global_normalize
-from collab.objectives import gae, mixed_rewards, value_loss
+from collab.objectives import explained_variance, gae, mixed_rewards, value_loss
 from collab.rollout.buffer import Transition
 
 
@@ -73,5 +73,6 @@ class IPPO(ActorCritic):
         critic = value_loss(values, returns, old_values if clip else None, clip if clip else None)
         stats.update({"train/actor_loss": float(actor.detach()), "train/critic_loss": float(critic.detach()),
                       "train/value_mean": float(values.detach().mean()), "train/adv_mean": float(advantages.mean()),
-                      "train/adv_abs": float(advantages.abs().mean())})
+                      "train/adv_abs": float(advantages.abs().mean()),
+                      "train/explained_variance": explained_variance(values, returns)})
         return actor + critic, stats

@@ -27,7 +27,7 @@ import torch
 from collab.algos.base import CollabModule, token_budget_chunks
 from collab.distributed import global_max, global_sum, optimizer_step
 from collab.errors import require
-from collab.objectives import BASELINES, clipped_surrogate, kl_k3
+from collab.objectives import BASELINES, clipped_surrogate, kl_k3, ratio_stats
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 from collab.rollout.trajectory import RolloutBatch
 
@@ -112,9 +112,7 @@ class MAGRPO(CollabModule):
                 per_sample = per_sample + self.kl_coef * kl
         weights = torch.tensor([1.0 / agent_counts[s.agent] for s in samples], device=per_sample.device,
                                dtype=per_sample.dtype)
-        ratio = torch.exp(logprobs.detach() - old)
-        stats.update({"train/ratio": float(ratio.mean()),
-                      "train/clip_frac": float(((ratio - 1).abs() > self.advantage_clip).float().mean())})
+        stats.update(ratio_stats(logprobs, old, self.advantage_clip))
         return (weights * per_sample).sum(), stats
 
     def micro_batches(self, minibatch, with_kl: bool, agent_counts: dict[int, int], stats: dict[str, float],

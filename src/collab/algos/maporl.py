@@ -9,20 +9,20 @@ answer; the reward of agent a's answer at turn t is
                + Table 1 incentive on s_ta   (own revision from t-1 to t relative to the others' majority)
                + Table 2 incentive on s_ta   (the others' majority moving from t to t+1)
 
-(:func:`debate_rewards`). The expectation of Definition 1 is estimated by the one sampled debate.
+(:func:`collab.objectives.debate_rewards`). The expectation of Definition 1 is estimated by the one sampled debate.
 
 Per-token rewards (Section 3.2, the r_theta under the value V_ta):
 
     r(q, s_ta^{1:x}) = 1(x = |s_ta|) R(q, s_ta) - lambda_KL KL_x
 
 with KL_x the sample estimate log pi_old(token x) - log pi_ref(token x) of the agent's policy against
-its reference (the base with adapters disabled) (:func:`token_rewards`). The paper writes the KL term
+its reference (the base with adapters disabled) (:func:`collab.objectives.token_rewards`). The paper writes the KL term
 as KL(pi_ref || pi); the per-token sample estimate of KL(pi || pi_ref) used here is the usual choice
 of PPO fine-tuning (InstructGPT, TRL) and needs no full-vocabulary sums; it is the one quantity the
 rollout's own samples estimate without bias.
 
 Values and advantages. Each team member has a value head V(i^x_ta; theta_vta): an MLP
-(:class:`~collab.central_critic.CriticHead`) on the last hidden state of its frozen base (adapters off)
+(:class:`~collab.mlp_head.CriticHead`) on the last hidden state of its frozen base (adapters off)
 at every position that chooses a response token, so every token has the value of the state it was
 chosen in. Since the base is frozen these features are computed once per rollout and the heads
 train on cached tensors. GAE (``objectives.gae``, discount ``gae_gamma``, ``gae_lambda``) runs over
@@ -45,7 +45,7 @@ their untrained or frozen policy).
 Early stop on consensus (the debate env's ``stop_on_consensus``). A debate that ends at turn t < T is
 an absorbing state: the agents keep their agreed answer. Before Definition 1 the episode's [t, A]
 score, correctness and answer tables are extended to T turns by repeating the last played turn
-(:func:`absorb`, :func:`episode_rewards`, with ``StepResult.turns_left`` = T - t); only the played
+(:func:`collab.objectives.absorb`, :func:`collab.objectives.episode_rewards`, with ``StepResult.turns_left`` = T - t); only the played
 turns' answers are trained. So a debate that reaches the right consensus earlier never gives an
 answer a lower reward than one that reaches it later (its later turns score the maximum). The reference
 code instead cuts Definition 1's sums at the stopping turn (``score_rule`` in its
@@ -60,7 +60,7 @@ configs) before its Definition 1 (``ppov2_trainer_multi_different_model.py``, un
 configs' ``min_output_length``: 50), holds a run of 1-20 tokens repeated back to back more than 3
 times (``check_repeated_sequences``; runs that decode to digits are exempt), or, at every trained
 turn, has no ``\boxed{}`` answer (after its own reformatting, which boxes any answer it can parse,
-that is: the answer is unparsable). collab applies the same rule (:func:`malformed`) with
+that is: the answer is unparsable). collab applies the same rule (:func:`collab.envs.debate.penalties.malformed`) with
 ``min_response_tokens`` (default 0) and ``max_repeats`` (default None: no repetition check) to every
 answer, then Definition 1 on the penalised scores, so the penalty also lowers earlier answers'
 influence terms, as in the reference.
@@ -79,85 +79,19 @@ import torch
 from torch import Tensor, nn
 
 from collab.algos.base import CollabModule, resolve_agents
-from collab.central_critic import HIDDEN, CriticHead, base_features
 from collab.distributed import global_normalize, global_sum, minibatch_schedule, optimizer_step, world_size
+from collab.envs.debate.penalties import malformed
 from collab.errors import UserError, require
-from collab.objectives import (clipped_surrogate, gae, influence_incentives, influence_rewards,
-                               majority_of_others_table, revision_incentives, value_loss)
+from collab.mlp_head import HIDDEN, CriticHead, base_features
+from collab.objectives import (clipped_surrogate, episode_rewards, explained_variance, gae, ratio_stats, token_rewards,
+                               value_loss)
+from collab.policy.team import AgentSpec
 from collab.rollout.buffer import ReplayBuffer
 from collab.rollout.episodes import Episode, episode_stats, play
 from collab.rollout.trajectory import RolloutBatch
-from collab.team import AgentSpec
 
 
 # --- the rewards, as pure functions -----------------------------------------------------------------------------------
-
-def debate_rewards(scores: Tensor, correct: Tensor, majority: Tensor, gamma: float, alpha0: float = 0.0,
-                   alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
-    """``[T, A]`` rewards of every answer: Definition 1 plus the Table 1 and Table 2 incentives (paper 003, 3.3)."""
-    correct = correct.bool()
-    return (influence_rewards(scores.float(), gamma)
-            + revision_incentives(correct, majority, alpha0, alpha1)
-            + influence_incentives(correct, majority, beta0, beta1))
-
-
-def absorb(rows, turns_left: int):
-    """An episode's per-turn table extended to the horizon: the last played turn repeated ``turns_left`` more times.
-
-    ``rows`` is a ``[t, ...]`` tensor or a sequence of per-turn rows (answers, correctness); a debate that ended
-    early by consensus is an absorbing state in which the agents keep their last answers."""
-    if turns_left < 0:
-        raise ValueError(f"turns_left must be >= 0, got {turns_left}")
-    if torch.is_tensor(rows):
-        return torch.cat([rows, rows[-1:].expand(turns_left, *rows.shape[1:])]) if turns_left else rows
-    rows = list(rows)
-    return rows + rows[-1:] * turns_left
-
-
-def episode_rewards(scores: Tensor, answers, correct, turns_left: int, gamma: float, alpha0: float = 0.0,
-                    alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
-    """``[T, A]`` :func:`debate_rewards` of a debate played for t turns (``scores``: ``[t, A]``; ``answers`` and
-    ``correct``: t rows of A) that ended ``turns_left`` = T - t turns early: the tables are first extended to T
-    turns by :func:`absorb`. Rows t.. are the absorbing turns' rewards (not trained)."""
-    answers, correct = absorb(answers, turns_left), absorb(correct, turns_left)
-    majority = majority_of_others_table(answers, correct)
-    return debate_rewards(absorb(scores, turns_left), torch.tensor(correct, dtype=torch.bool), majority, gamma,
-                          alpha0, alpha1, beta0, beta1)
-
-
-def repetitive(ids, max_repeats: int, max_len: int = 20, exempt=None) -> bool:
-    """Whether a run of 1..``max_len`` tokens occurs more than ``max_repeats`` times back to back in ``ids`` (the
-    reference code's ``check_repeated_sequences``: 20 and 3); ``exempt(run)`` true skips a run (it exempts runs
-    that decode to digits: "1000000" is no repetition)."""
-    ids = list(ids)
-    n = len(ids)
-    for length in range(1, min(max_len, n) + 1):
-        for start in range(n - (max_repeats + 1) * length + 1):
-            run, count, pos = ids[start:start + length], 1, start + length
-            while pos + length <= n and ids[pos:pos + length] == run:
-                count, pos = count + 1, pos + length
-                if count > max_repeats:
-                    if exempt is None or not exempt(run):
-                        return True
-                    break
-    return False
-
-
-def malformed(answer: str | None, completion_ids, min_tokens: int = 0, max_repeats: int | None = None,
-              exempt=None) -> bool:
-    """Whether an answer earns the format penalty: unparsable (``answer`` None; an empty response is), shorter than
-    ``min_tokens`` tokens, or (with ``max_repeats``) :func:`repetitive`."""
-    if answer is None or len(completion_ids) < min_tokens:
-        return True
-    return max_repeats is not None and repetitive(completion_ids, max_repeats, exempt=exempt)
-
-
-def token_rewards(reward: float | Tensor, old_logprobs: Tensor, ref_logprobs: Tensor, kl_coef: float) -> Tensor:
-    """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R at the last."""
-    rewards = -kl_coef * (old_logprobs - ref_logprobs)
-    rewards[-1] = rewards[-1] + reward
-    return rewards
-
 
 # --- the module -------------------------------------------------------------------------------------------------------
 
@@ -207,7 +141,7 @@ class MAPoRL(CollabModule):
             per_turn: One adapter and value head per (turn, agent) (theta_ta) instead of per agent.
             train_from_turn: Train the answers of turns >= this (1-based; 2 = the paper's Experiment 1).
             normalize_advantages: Normalize advantages over each minibatch's tokens.
-            format_penalty: The verifier score given instead to a malformed answer (:func:`malformed`) before
+            format_penalty: The verifier score given instead to a malformed answer (:func:`collab.envs.debate.penalties.malformed`) before
                 Definition 1; the reference code's value is -10. None (default; the paper has none): no penalty.
             min_response_tokens: With ``format_penalty``: answers shorter than this many tokens are malformed
                 (reference: 50). 0: no length condition.
@@ -285,7 +219,7 @@ class MAPoRL(CollabModule):
         return RolloutBatch([], stats, examples, buffer=ReplayBuffer(responses))
 
     def responses(self, episodes: list[Episode]) -> tuple[list[Response], list[Tensor]]:
-        """Every trained answer with its reward (:func:`episode_rewards`: Definition 1 and the incentives on the
+        """Every trained answer with its reward (:func:`collab.objectives.episode_rewards`: Definition 1 and the incentives on the
         tables extended to T turns, scores penalised by ``format_penalty``), and each episode's ``[T, A]`` rewards
         (rows past an early stop: the absorbing turns)."""
         out, all_rewards = [], []
@@ -314,7 +248,7 @@ class MAPoRL(CollabModule):
         return out, all_rewards
 
     def _malformed(self, turn: int, role: int, answer: str | None, completion) -> bool:
-        """:func:`malformed` for agent ``role``'s answer at ``turn`` (digit runs exempt from the repetition check)."""
+        """:func:`collab.envs.debate.penalties.malformed` for agent ``role``'s answer at ``turn`` (digit runs exempt from the repetition check)."""
         tokenizer = self.team.tokenizer_of(self.team.acting(turn, role))
         return malformed(answer, completion.completion_ids, self.min_response_tokens, self.max_repeats,
                          exempt=lambda run: tokenizer.decode(run).strip().isdigit())
@@ -412,10 +346,8 @@ class MAPoRL(CollabModule):
         advantages = advantages.to(logprobs)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.cat(entropies).mean()
-        ratio = torch.exp(logprobs.detach() - old)
         return loss, entropy, {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
-                               "train/ratio": float(ratio.mean()),
-                               "train/clip_frac": float(((ratio - 1).abs() > self.clip).float().mean())}
+                               **ratio_stats(logprobs, old, self.clip)}
 
     def critic_loss(self, minibatch: list[Response]) -> tuple[Tensor, dict[str, float]]:
         """L_value: the squared error of every token's value against V_target = V_old + A."""
@@ -424,4 +356,4 @@ class MAPoRL(CollabModule):
         returns = torch.cat([r.extras["returns"] for r in minibatch]).to(values)
         loss = value_loss(values, returns)
         return loss, {"train/value_loss": float(loss.detach()), "train/value_mean": float(values.detach().mean()),
-                      "train/return_mean": float(returns.mean())}
+                      "train/return_mean": float(returns.mean()), "train/explained_variance": explained_variance(values, returns)}

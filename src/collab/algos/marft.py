@@ -37,9 +37,9 @@ import torch
 
 from collab.distributed import global_normalize, global_sum, minibatch_schedule, optimizer_step, world_size
 from collab.algos.base import CollabModule
-from collab.central_critic import HIDDEN, CriticHead, base_features
+from collab.mlp_head import HIDDEN, CriticHead, base_features
 from collab.errors import require
-from collab.objectives import value_loss
+from collab.objectives import explained_variance, value_loss
 from collab.rollout.buffer import ReplayBuffer, Transition, transitions
 from collab.rollout.episodes import Episode, episode_stats, play
 from collab.rollout.protocol import Dependency
@@ -136,7 +136,7 @@ class MARFT(CollabModule):
 
     def observation_ids(self, episodes: list[Episode], items: list[Transition]) -> list[list[int]]:
         """Each (transition, agent)'s observation as token ids of the critic's base, in row order."""
-        from collab.models import encode_chat
+        from collab.policy.models import encode_chat
 
         key, tokenizer = self.team.base_of[0], self.team.tokenizer_of(0)
         out = []
@@ -211,7 +211,7 @@ class MARFT(CollabModule):
         clip = self.value_clip
         loss = value_loss(values, returns, old_values if clip else None, clip, self.huber_delta)
         return loss, {"train/critic_loss": float(loss.detach()), "train/value_mean": float(values.detach().mean()),
-                      "train/return_mean": float(returns.mean())}
+                      "train/return_mean": float(returns.mean()), "train/explained_variance": explained_variance(values, returns)}
 
     def actor_loss(self, minibatch: list[Transition], agents: list[int]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """The variant's clipped policy loss, mean entropy and stats (``train/approx_kl`` among them)."""
@@ -227,8 +227,3 @@ class MARFT(CollabModule):
         super().on_save_checkpoint(checkpoint)
         checkpoint["collab"]["dependency"] = self.dependency
 
-
-def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> float:
-    """k3 estimate of KL(pi_old || pi) from samples of pi_old: mean of (r - 1) - log r, r = pi / pi_old."""
-    log_ratio = (logprobs - old_logprobs).detach()
-    return float((log_ratio.exp() - 1 - log_ratio).mean())

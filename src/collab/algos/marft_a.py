@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from collab.algos.marft import MARFT, approx_kl
+from collab.algos.marft import MARFT
 from collab.errors import require
 from collab.distributed import global_normalize
-from collab.objectives import chain, clipped_surrogate, gae
+from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
 from collab.rollout.buffer import Transition
 from collab.rollout.episodes import Episode
 
@@ -71,8 +71,6 @@ class MARFTA(MARFT):
             advantages = global_normalize(self, advantages)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.stack([e.mean() for e in entropies]).mean()
-        ratio = torch.exp(logprobs.detach() - old)
         stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
-                 "train/ratio": float(ratio.mean()), "train/clip_frac": float(((ratio - 1).abs() > self.clip).float().mean()),
-                 "train/approx_kl": approx_kl(logprobs, old), "train/adv_mean": float(advantages.mean())}
+                 **ratio_stats(logprobs, old, self.clip), "train/adv_mean": float(advantages.mean())}
         return loss, entropy, stats

@@ -1,7 +1,7 @@
 """MARFT-T: token-level multi-agent reinforcement fine-tuning (paper 004, Section 4, "MARFT-T").
 
 Every token is an action. The critic values each token-level state V(s_t, a_t^{1:i-1}, w^{i,1:j}),
-read where the policy chooses token j+1 of agent i's response (``central_critic``), and Section 4's
+read where the policy chooses token j+1 of agent i's response (``mlp_head``), and Section 4's
 backup runs along the episode's token chain:
 
     V(s_t, a^{1:i-1}, w^{i,1:j}) <- 0 + gamma V(s_t, a^{1:i-1}, w^{i,1:j+1})     inside agent i's response
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from collab.algos.marft import MARFT, approx_kl
+from collab.algos.marft import MARFT
 from collab.errors import UserError
 from collab.distributed import global_normalize
-from collab.objectives import chain, clipped_surrogate, gae
+from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
 from collab.rollout.buffer import Transition
 from collab.rollout.episodes import Episode
 
@@ -76,9 +76,7 @@ class MARFTT(MARFT):
             advantages = global_normalize(self, advantages)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.cat(entropies).mean()
-        ratio = torch.exp(logprobs.detach() - old)
         stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
-                 "train/ratio": float(ratio.mean()), "train/clip_frac": float(((ratio - 1).abs() > self.clip).float().mean()),
-                 "train/approx_kl": approx_kl(logprobs, old), "train/adv_mean": float(advantages.mean()),
+                 **ratio_stats(logprobs, old, self.clip), "train/adv_mean": float(advantages.mean()),
                  "train/tokens": float(len(logprobs))}
         return loss, entropy, stats

@@ -37,7 +37,7 @@ Message = Mapping[str, str]
 
 @dataclass(frozen=True)
 class AgentRole:
-    """What an environment says about one of its agents (an :class:`~collab.team.AgentSpec` may override it)."""
+    """What an environment says about one of its agents (an :class:`~collab.policy.team.AgentSpec` may override it)."""
 
     name: str
     """Short role name, used in logs (``concise``, ``detailed``, ``aux``, ``main``)."""

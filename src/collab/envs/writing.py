@@ -140,6 +140,10 @@ def _load_hub(name: str, text_field: str) -> list[dict[str, Any]]:
     return records
 
 
+EVAL_POSTS = 24
+"""Posts of the packaged corpus held out for evaluation (the last ones; the first 40 train)."""
+
+
 class WritingEnv(Env):
     """Concise + detailed summaries of one post, scored by :func:`writing_reward` (joint reward)."""
 
@@ -163,7 +167,8 @@ class WritingEnv(Env):
         self.text_field = text_field
         if dataset is None:
             records = load_records(packaged("writing_corpus.jsonl"), required=[text_field])
-            default_train, default_eval = f"[:{len(records) - 10}]", f"[{len(records) - 10}:]"
+            # the packaged 64 posts: the last 24 held out, so that a held-out mean has a usable standard error
+            default_train, default_eval = f"[:{len(records) - EVAL_POSTS}]", f"[{len(records) - EVAL_POSTS}:]"
         else:
             if dataset == HUB_TLDR or dataset.startswith("hub:"):
                 records = _load_hub(dataset.removeprefix("hub:"), text_field)

@@ -16,7 +16,7 @@ import torch
 from collab.envs.base import EnvState
 from collab.objectives import absorbing_reward
 from collab.rollout.episodes import Episode
-from collab.sampling import Completion
+from collab.policy.sampling import Completion
 
 
 @dataclass

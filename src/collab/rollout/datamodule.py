@@ -97,6 +97,10 @@ class RolloutDataModule(L.LightningDataModule):
         options = dict(env_options or {})
         if num_turns is not None:
             options["horizon"] = num_turns
+        if "verifier" in options or "verifier_device" in options:  # the debate env takes a verifier object
+            from collab.learned_verifier import with_verifier
+
+            options = with_verifier(options)
         self.env: Env = make_env(env, **options)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.stream = TaskStream(self.env.tasks("train"), batch_size, shuffle, seed)

@@ -3,7 +3,7 @@
 Used by evaluation (``num_samples`` episodes per task) and by the actor-critic algorithms (one
 episode per task, no tree: paper 002, Algorithm 1, lines 3-15). An :class:`Episode` keeps h_0, every
 turn's :class:`~collab.envs.base.StepResult` (reward, done, info, h_{t+1}) and the agents'
-:class:`~collab.sampling.Completion` objects (token ids and behaviour log-probs).
+:class:`~collab.policy.sampling.Completion` objects (token ids and behaviour log-probs).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from collab.envs.base import Env, EnvState, Message, StepResult
 from collab.errors import require
 from collab.rollout.protocol import Dependency, fuse
-from collab.sampling import Completion, GenerationRequest
+from collab.policy.sampling import Completion, GenerationRequest
 
 
 @dataclass

@@ -41,7 +41,7 @@ import torch
 from collab.envs.base import Env, EnvState
 from collab.objectives import absorbing_reward, group_advantages
 from collab.rollout.trajectory import RolloutBatch, Sample
-from collab.sampling import Completion, GenerationRequest
+from collab.policy.sampling import Completion, GenerationRequest
 
 JOINT_MODES = ("aligned", "cross")
 TERMINATIONS = ("branch", "node")

@@ -3,6 +3,7 @@
 :mod:`~collab.envs.debate.env` holds :class:`DebateEnv` (built by ``make_env("debate", ...)``);
 :mod:`~collab.envs.debate.prompts` the turn-1 and debate prompts; :mod:`~collab.envs.debate.datasets`
 the NLI data (CB, RTE, ANLI) and label extraction (math data comes from :mod:`collab.envs.math`);
-:mod:`~collab.envs.debate.verifier` the rule and learned verifiers; :mod:`~collab.envs.debate.arrow`
-reads the ``datasets`` cache files that hold CB and RTE. Submodules are imported on use.
+:mod:`~collab.envs.debate.verifier` the rule verifier (the learned one, built outside ``envs/``:
+:mod:`collab.learned_verifier`); :mod:`~collab.envs.debate.arrow` reads the ``datasets`` cache files
+that hold CB and RTE. Submodules are imported on use.
 """

@@ -23,7 +23,7 @@ mean verifier score is above it. A consensus at turn t < T ends the debate (``Sc
 ``StepResult.turns_left`` = T - t). The agents are taken to keep the agreed answer for the skipped
 turns (an absorbing state): :meth:`DebateEnv.votes` and the ``majority@t`` info repeat the last played
 turn up to T, and MAPoRL extends its score tables the same way before Definition 1
-(:func:`collab.algos.maporl.absorb`).
+(:func:`collab.objectives.absorb`).
 
 This is the reference code's early stop (``check_agent_consensus`` of MAPoRL's
 ``utils/utils_cooperateLLM.py``, called from ``trl/trl/trainer/ppov2_trainer_multi_different_model.py``):
@@ -76,7 +76,7 @@ from typing import Any
 from collab.envs.base import AgentRole, Env, EnvState, Message, Score
 from collab.envs.debate.datasets import NLI, is_nli, load_nli
 from collab.envs.debate.prompts import agent_name, debate_prompt, first_prompt, system_prompt
-from collab.envs.debate.verifier import RuleVerifier, Verifier, grade_answer, load_verifier
+from collab.envs.debate.verifier import RuleVerifier, Verifier, grade_answer
 from collab.envs.math.datasets import DATASETS, is_path
 from collab.envs.records import select
 from collab.errors import UserError, require
@@ -128,7 +128,7 @@ class DebateEnv(Env):
     def __init__(self, dataset: str = "addition", agents: int = 2, horizon: int = 2, verifier: str | Verifier = "rule",
                  train_split: str | None = None, eval_split: str | None = None, num_train: int = 512,
                  num_eval: int = 64, fallback: bool = True, seed: int = 0, max_new_tokens: int | None = None,
-                 verifier_device: str = "auto", stop_on_consensus: bool = False, consensus_share: float = 1.0,
+                 stop_on_consensus: bool = False, consensus_share: float = 1.0,
                  consensus_score: float | None = None) -> None:
         """
         Args:
@@ -137,15 +137,15 @@ class DebateEnv(Env):
                 ``anli:PATH``, ``anli:HUB_ID@SPLIT``.
             agents: A, the number of debating agents (1: self-correction).
             horizon: T, the number of turns; every episode runs all of them unless ``stop_on_consensus``.
-            verifier: ``rule`` (1 for a correct answer, else 0), the folder of a learned verifier
-                (:class:`~collab.envs.debate.verifier.LearnedVerifier`), or a Verifier object.
+            verifier: ``rule`` (1 for a correct answer, else 0) or a Verifier object, e.g. a learned verifier
+                (:func:`collab.learned_verifier.load_verifier`; on the command line the rollout data module
+                loads the folder named by ``verifier``, on ``verifier_device``).
             train_split, eval_split: Slices (``"[:100]"``) of each split (module docstring).
             num_train, num_eval: Generated training / eval problems; ``num_eval`` also sizes the default eval sample
                 of a fixed dataset.
             fallback: Grade unboxed answers (math: last "answer is X" phrase or number; NLI: last label word).
             seed: Seed of the generated training problems.
             max_new_tokens: Suggested response length; ``None``: 300 for math, 250 for NLI (paper 003, Section 4.2).
-            verifier_device: Device of a learned verifier's base model (``auto``, ``cpu``, ``cuda``...).
             stop_on_consensus: End a debate at the first turn whose answers reach a consensus (:func:`consensus`);
                 the skipped turns are valued as an absorbing state (module docstring). Off (paper 003).
             consensus_share: Share of the agents that must give the same parsed answer, in (1/2, 1]; 1.0: all.
@@ -173,7 +173,10 @@ class DebateEnv(Env):
         self.split_specs = {"train": train_split, "eval": eval_split}
         tokens = max_new_tokens or MAX_NEW_TOKENS[self.kind]
         self.roles = tuple(AgentRole(agent_name(i), system_prompt(i, agents), tokens) for i in range(agents))
-        self.verifier = load_verifier(verifier, fallback, verifier_device)
+        if not isinstance(verifier, Verifier) and verifier != "rule":
+            raise UserError(f"unknown verifier {verifier!r}; valid: rule, a Verifier object, or on the command line "
+                            "the folder of a learned verifier (python -m collab.learned_verifier)")
+        self.verifier = verifier if isinstance(verifier, Verifier) else RuleVerifier(fallback)
         self._math = None
         if self.kind == "math":
             from collab.envs.math.env import MathEnv

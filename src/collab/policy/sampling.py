@@ -342,7 +342,7 @@ class _stepper:
     """Decoding steps with a fixed row layout: the stacked adapter weights are gathered once."""
 
     def __init__(self, model, row_adapters: list[str]) -> None:
-        from collab.lora_batch import per_row_adapters, supported
+        from collab.policy.lora_batch import per_row_adapters, supported
 
         self.model, self.row_adapters = model, row_adapters
         self.ctx = per_row_adapters(model, row_adapters) if supported(model) else None

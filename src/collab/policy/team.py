@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from collab.errors import UserError, require
-from collab.models import BaseConfig, encode_chat, load_model, load_tokenizer
-from collab.sampling import Completion, GenerationRequest, _forward_fn, decode
+from collab.policy.models import BaseConfig, encode_chat, load_model, load_tokenizer
+from collab.policy.sampling import Completion, GenerationRequest, _forward_fn, decode
 
 
 @dataclass
@@ -247,7 +247,7 @@ class AgentTeam(nn.Module):
         return (out, ent) if entropy else out
 
     def _logprobs_on_base(self, key, agents, prompts, completions, reference, entropy=False) -> list[tuple[Tensor, Tensor | None]]:
-        from collab.sampling import action_mask, pad_left, policy_logits
+        from collab.policy.sampling import action_mask, pad_left, policy_logits
 
         model = self.models[key]
         pad = self.tokenizers[key].pad_token_id

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from collab.envs.base import Env, EnvState, Message
 from collab.errors import require
-from collab.team import train_adapters_only
+from collab.policy.team import train_adapters_only
 
 MODES = ("centralized", "decentralized")
 KINDS = ("v", "q")
@@ -71,8 +71,8 @@ class CriticSpec:
 
 def check_critic_spec(spec: CriticSpec, option: str = "model.critic_spec") -> None:
     """The critics' settings in range (a UserError naming the option)."""
-    from collab.models import check_name
-    from collab.team import check_lora
+    from collab.policy.models import check_name
+    from collab.policy.team import check_lora
 
     require(spec.kind in KINDS, f"unknown critic kind {spec.kind!r} ({option}.kind); valid: {', '.join(KINDS)}")
     require(spec.context is None or spec.context >= 8, f"{option}.context must be >= 8 tokens or null, got {spec.context}")
@@ -155,7 +155,7 @@ class Critics(nn.Module):
         super().__init__()
         from peft import LoraConfig, get_peft_model
 
-        from collab.models import BaseConfig, load_model, load_tokenizer
+        from collab.policy.models import BaseConfig, load_model, load_tokenizer
 
         spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
@@ -222,9 +222,9 @@ class Critics(nn.Module):
     # -- values ------------------------------------------------------------------------------------
     def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
         """Value of each chat under its critic, with gradients (float32, shape ``[len(chats)]``)."""
-        from collab.models import encode_chat
-        from collab.sampling import _forward_fn, pad_left
-        from collab.team import _eval_mode
+        from collab.policy.models import encode_chat
+        from collab.policy.sampling import _forward_fn, pad_left
+        from collab.policy.team import _eval_mode
 
         device = self.heads[0].linear.weight.device
         if not chats:

@@ -1,4 +1,5 @@
-"""MARFT's central critic head (paper 004, Figure 3; DESIGN.md "Critics").
+"""The MLP value head on the frozen base: MARFT's central critic (paper 004, Figure 3; DESIGN.md "Critics"),
+also MAPoRL's per-agent value heads and the learned verifier's scorer.
 
 The critic is a small MLP on the last-layer hidden state of the *frozen* base model with every
 adapter disabled: hidden -> 1024 -> 512 -> 1 (the reference code's sizes). Only the MLP trains. One
@@ -23,8 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from collab.sampling import pad_left
-from collab.team import _eval_mode, adapters_disabled
+from collab.policy.sampling import pad_left
+from collab.policy.team import _eval_mode, adapters_disabled
 
 HIDDEN = (1024, 512)
 
