@@ -7,13 +7,13 @@ collab
     ``team.adapter_parameters(i)`` of every agent and ``critics.parameters_of(0)``. The base weights
     are frozen and held once.
 reference design
-    ``--agents`` + 1 separate full copies of the base (``collab.models.load_model``): the actors are
+    ``--agents`` + 1 separate full copies of the base (``collab.policy.models.load_model``): the actors are
     plain ``AutoModelForCausalLM``s, the critic is the same model read at its last hidden state (after
     the final norm) by a linear value head. Every parameter is trainable and one AdamW holds them all.
 
 One training step each (``--steps`` to run more), on the same batch: ``--batch`` prompt/response pairs
 per agent (random token ids, ``--prompt-tokens`` + ``--response-tokens`` long, seeded) and ``--batch``
-centralized critic states (the joint history of those pairs, as ``collab.critics.centralized_input``
+centralized critic states (the joint history of those pairs, as ``collab.llm_critics.centralized_input``
 renders it, with the paper's global information), with the same loss on both sides::
 
     loss = -mean_{i,k}[(R_k - V_k).detach() * mean_t log pi_i(y_{i,k,t} | ...)] + mean_k (V_k - R_k)^2
@@ -186,9 +186,9 @@ class SavedBytes:
 def build_collab(args, env):
     import torch
 
-    from collab.critics import Critics
-    from collab.models import BaseConfig
-    from collab.team import AgentSpec, AgentTeam
+    from collab.llm_critics import Critics
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec, AgentTeam
 
     specs = [AgentSpec(role=env.roles[i % len(env.roles)].name) for i in range(args.agents)]
     team = AgentTeam(specs, BaseConfig(name=args.model, device=args.device, gradient_checkpointing=args.gradient_checkpointing))
@@ -220,9 +220,9 @@ def build_reference(args, env):
     import torch
     from torch import nn
 
-    from collab.critics import centralized_input
-    from collab.models import BaseConfig, encode_chat, load_model, load_tokenizer
-    from collab.sampling import pad_left
+    from collab.llm_critics import centralized_input
+    from collab.policy.models import BaseConfig, encode_chat, load_model, load_tokenizer
+    from collab.policy.sampling import pad_left
 
     config = BaseConfig(name=args.model, device=args.device, gradient_checkpointing=args.gradient_checkpointing)
     tokenizer = load_tokenizer(args.model)
@@ -271,8 +271,8 @@ def measure(args) -> dict:
     """Build ``args.method``'s models, run one training step, return its figures (in this process)."""
     import torch
 
-    import collab.critics  # noqa: F401  -- the same imports on both sides before the baseline
-    import collab.team  # noqa: F401
+    import collab.llm_critics  # noqa: F401  -- the same imports on both sides before the baseline
+    import collab.policy.team  # noqa: F401
     import peft  # noqa: F401
     import transformers  # noqa: F401
     from collab.envs import make_env

@@ -1,7 +1,7 @@
 """Shared-prefix prefill: one depth of a Minecraft MAGRPO rollout tree, prefilled with and without sharing.
 
 At depth d of the tree (K = 2) each house has 2^d history nodes, and every history of a player opens
-with the same E.3 prompt (about 900-1,400 tokens). ``collab.sampling.prefill`` runs each player's prompt
+with the same E.3 prompt (about 900-1,400 tokens). ``collab.policy.sampling.prefill`` runs each player's prompt
 once and only the nodes' own remainders (the player's last commands and the feedback) per row;
 "one pass" prefills every row's whole history (``MIN_PREFIX_SAVING`` set above 1 turns sharing off).
 Both then decode the same way. The histories are built by scripted actions, so both methods see the
@@ -19,11 +19,11 @@ import time
 
 import torch
 
-import collab.sampling as sampling
+import collab.policy.sampling as sampling
 from collab.envs.minecraft.env import MinecraftEnv
-from collab.models import BaseConfig
-from collab.sampling import GenerationRequest
-from collab.team import AgentSpec, AgentTeam, SamplingSpec
+from collab.policy.models import BaseConfig
+from collab.policy.sampling import GenerationRequest
+from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
 SCRIPTED = ["/fill 0 0 0 1 0 1 stone", "I will build the walls first.", "/kill", "/fill 9 9 9 9 9 9 air"]
 """Actions that make sibling histories differ (valid, rejected, attack and out-of-box lines)."""

@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from collab.models import BaseConfig
-from collab.sampling import GenerationRequest
-from collab.team import AgentSpec, AgentTeam, SamplingSpec
+from collab.policy.models import BaseConfig
+from collab.policy.sampling import GenerationRequest
+from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
 ROLES = [
     ("writer", "You are a creative writer. Write vivid, concrete prose with varied vocabulary."),
