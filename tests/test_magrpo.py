@@ -47,4 +47,4 @@ def test_micro_batches_accumulate_the_same_gradient():
         for a, b in zip(grads[0], other):
             assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()), rtol=1e-4)
     assert abs(losses[1] - losses[0]) < 1e-5 and abs(losses[2] - losses[0]) < 1e-5
-    assert set(stats) == {"train/kl_ref", "train/ratio", "train/clip_frac"}
+    assert set(stats) == {"train/kl_ref", "train/ratio", "train/clip_frac", "train/approx_kl"}

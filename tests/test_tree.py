@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from collab.policy.models import BaseConfig
+from collab.algos.magrpo import prepare
 from collab.objectives import num_inference_calls
-from collab.rollout.tree import TreeNode, backup_returns, expand_tree, joint_indices, sample_values, tree_batch
+from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, AgentTeam
+from collab.rollout.tree import TreeNode, backup_returns, expand_tree, joint_indices, sample_values, tree_batch
 from tests.helpers import CountingEnv
 
 
@@ -67,6 +68,7 @@ def test_tree_batch_samples_and_groups():
     torch.manual_seed(0)
     env = CountingEnv(2, 2)
     batch = tree_batch(team_for(env), env, env.tasks("train"), k=2, gamma=1.0)
+    prepare(batch.samples, "mean")
     assert len(batch.samples) == num_inference_calls(2, 2, 2)
     # within every (node, agent) group the mean-baseline advantages sum to zero
     groups = {}

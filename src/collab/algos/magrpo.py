@@ -27,9 +27,21 @@ import torch
 from collab.algos.base import CollabModule, token_budget_chunks
 from collab.distributed import global_max, global_sum, optimizer_step
 from collab.errors import require
-from collab.objectives import BASELINES, clipped_surrogate, kl_k3, ratio_stats
+from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
-from collab.rollout.trajectory import RolloutBatch
+from collab.rollout.trajectory import RolloutBatch, Sample
+
+
+def prepare(samples: list[Sample], baseline: str = "mean", normalize_std: bool = False) -> None:
+    """Step 2: each group's advantages from its K returns, A = G - b (:func:`collab.objectives.group_advantages`),
+    written into the samples. A group is one agent's K samples at one history node (``Sample.group``)."""
+    groups: dict[int, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s)
+    for members in groups.values():
+        returns = torch.tensor([s.returns for s in members], dtype=torch.float64)
+        for s, a in zip(members, group_advantages(returns, baseline, normalize_std).tolist()):
+            s.advantages = a
 
 
 class MAGRPO(CollabModule):
@@ -87,9 +99,10 @@ class MAGRPO(CollabModule):
             self.k = getattr(env, "num_generations", 4)
 
     def rollout(self, env, tasks) -> RolloutBatch:
-        return tree_batch(self.team, env, tasks, self.k, self.gamma, self.joint_mode, self.baseline,
-                          self.normalize_std, self.termination_threshold, self.max_new_tokens, self.termination,
-                          self.cross_reduction)
+        batch = tree_batch(self.team, env, tasks, self.k, self.gamma, self.joint_mode, self.termination_threshold,
+                           self.max_new_tokens, self.termination, self.cross_reduction)
+        prepare(batch.samples, self.baseline, self.normalize_std)
+        return batch
 
     def policy_loss(self, samples, with_kl: bool, agent_counts: dict[int, int]) -> tuple[torch.Tensor, dict[str, float]]:
         """This part of a minibatch's loss: each sample's clipped surrogate (plus the KL penalty) divided by

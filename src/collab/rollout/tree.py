@@ -22,8 +22,9 @@ Returns are discounted Monte Carlo estimates through the tree: a child's return 
 gamma times the mean return of its own children (the K-sample estimate of the successor history's
 value, as in Proposition 3.1). A child that ends before the horizon is an absorbing state that repeats
 its reward for the turns it skipped (:func:`~collab.objectives.absorbing_reward`), so a branch that
-succeeds at turn 1 never gets a lower return than a sibling that succeeds later. Advantages are
-group-relative among an agent's K siblings; in ``cross`` mode agent i's sample j is valued by the
+succeeds at turn 1 never gets a lower return than a sibling that succeeds later. Each sample carries
+its return and its group (an agent's K siblings), from which MAGRPO makes group-relative advantages
+(:func:`collab.algos.magrpo.prepare`); in ``cross`` mode agent i's sample j is valued by the
 ``cross_reduction`` of the returns of the children that contain it: ``mean`` (collab's default, on the
 scale of one joint return) or ``sum`` (the reference code's, K^(n-1) times larger).
 """
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from collab.envs.base import Env, EnvState
-from collab.objectives import absorbing_reward, group_advantages
+from collab.objectives import absorbing_reward
 from collab.rollout.trajectory import RolloutBatch, Sample
 from collab.policy.sampling import Completion, GenerationRequest
 
@@ -151,9 +152,11 @@ def sample_values(node: TreeNode, agent: int, k: int, reduction: str = "mean") -
 
 
 def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 1.0, joint_mode: str = "aligned",
-               baseline: str = "mean", normalize_std: bool = False, termination_threshold: float | None = None,
-               max_new_tokens: int = 128, termination: str = "branch", cross_reduction: str = "mean") -> RolloutBatch:
-    """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a :class:`Sample`."""
+               termination_threshold: float | None = None, max_new_tokens: int = 128, termination: str = "branch",
+               cross_reduction: str = "mean") -> RolloutBatch:
+    """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a :class:`Sample`
+    carrying its return (:func:`sample_values`) and its group (the node and agent it was drawn for); the
+    algorithm turns returns into advantages (:func:`collab.algos.magrpo.prepare`)."""
     start = time.perf_counter()
     roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens, termination)
     seconds = time.perf_counter() - start
@@ -166,11 +169,10 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
         for node in root.nodes():
             for i in range(env.n_agents):
                 values = sample_values(node, i, k, cross_reduction)
-                adv = group_advantages(values, baseline, normalize_std)
                 for j, c in enumerate(node.samples[i]):
                     tokens += len(c.completion_ids)
                     samples.append(Sample(i, node.depth, c.prompt_ids, c.completion_ids, c.logprob, c.text,
-                                          float(values[j]), float(adv[j]), group))
+                                          float(values[j]), group=group))
                 group += 1
                 for reward in node.rewards:
                     scalars[f"reward/turn{node.depth}/agent{i}"].append(reward[i])
