@@ -88,7 +88,9 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monke
                     COLLAB_DDP_REPLAY=str(tmp_path), COLLAB_DDP_CAPTURE="1") == 0
     synced, union = torch.load(tmp_path / "grads0.pt"), torch.load(replay / "grads0.pt")
     assert sorted(synced) == sorted(union) and synced
-    for name in union:  # float sums in another order: relative to the gradient's size
+    # float32 sums in another order and over other paddings (2 rows per forward against 4) differ by up to
+    # ~2e-4 of a tensor's largest entry (IPPO, measured); a normaliser off by one rank's share is ~0.5 of it
+    for name in union:
         scale = float(union[name].abs().max())
-        assert float((synced[name] - union[name]).abs().max()) <= 1e-4 * scale + 1e-9, name
+        assert float((synced[name] - union[name]).abs().max()) <= 2e-3 * scale + 1e-8, name
     assert sum(float(g.abs().sum()) for g in union.values()) > 0
