@@ -23,7 +23,6 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from collab.rollout.buffer import ReplayBuffer
 
 
 def trainable(pl_module) -> dict[str, torch.Tensor]:
@@ -39,9 +38,8 @@ def digest(pl_module) -> str:
 
 
 def merge(a, b):
-    """One rollout batch holding both ranks' experience (samples, or the transitions of the buffer)."""
-    buffer = None if a.buffer is None else ReplayBuffer(list(a.buffer.items) + list(b.buffer.items))
-    return replace(a, samples=list(a.samples) + list(b.samples), buffer=buffer, examples=[])
+    """One experience holding both ranks' items (decisions or transitions)."""
+    return replace(a, items=list(a.items) + list(b.items), examples=[])
 
 
 def shaped(step_batch, signal: bool):
@@ -57,6 +55,7 @@ class Probe(L.Callback):
         self.tasks: list[list[str]] = []
         self.digests: list[str] = []
         self.start = ""
+        self.sampling = ""
         self.out = Path(os.environ["COLLAB_DDP_PROBE"])
         self.capture = bool(os.environ.get("COLLAB_DDP_CAPTURE"))
         self.replay = os.environ.get("COLLAB_DDP_REPLAY")
@@ -67,6 +66,8 @@ class Probe(L.Callback):
         signal_ranks = os.environ.get("COLLAB_DDP_SIGNAL_RANKS")
 
         def recording(env, tasks):
+            if not self.tasks:  # the random stream this rank samples its first rollout from
+                self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
             self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
             if signal_ranks is not None and "step_batch" not in vars(env):
                 env.step_batch = shaped(env.step_batch, str(rank) in signal_ranks.split(","))
@@ -105,5 +106,5 @@ class Probe(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         out = self.out / f"rank{trainer.global_rank}.json"
-        out.write_text(json.dumps({"tasks": self.tasks, "digests": self.digests, "start": self.start,
+        out.write_text(json.dumps({"tasks": self.tasks, "digests": self.digests, "start": self.start, "sampling": self.sampling,
                                    "step": trainer.global_step}))

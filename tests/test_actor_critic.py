@@ -1,5 +1,5 @@
 """The actor-critic family (paper 002, Algorithm 1 CoLLM-CC, Appendix B Algorithm 2 CoLLM-DC; IPPO):
-the replay buffer's transitions, TD(0) targets and GAE advantages checked by hand with a constant
+the rollout's transitions, TD(0) targets and GAE advantages checked by hand with a constant
 critic, the optimizer's parameter groups, and learning on the matrix game and a 2-turn sparse-reward game.
 """
 
@@ -17,7 +17,7 @@ from collab.llm_critics import CriticSpec
 from collab.envs.base import Score
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
-from collab.rollout.buffer import ReplayBuffer, transitions
+from collab.rollout.experience import epochs, minibatches, transitions
 from collab.rollout.episodes import Episode, play
 from collab.policy.sampling import Completion
 from tests.helpers import TwoTurnEnv, prob_of_first_option, train
@@ -57,7 +57,7 @@ class FixedRewardEnv(TwoTurnEnv):
         return Score(self.REWARDS[state.turn], memory=s.memory)
 
 
-# -- the buffer ----------------------------------------------------------------------------------------
+# -- the transitions -------------------------------------------------------------------------------------
 def hand_episode(env, joint_actions, logprob=-0.5) -> Episode:
     """An episode played with the given joint actions; completion (t, i) has log-prob ``logprob - t - i/10``."""
     ep = Episode(task=0, start=env.reset(env.tasks("train")[0]))
@@ -92,7 +92,7 @@ def test_transitions_chain_histories_and_end_at_the_last_turn():
     assert items[1].actions[1].logprob == pytest.approx(-1.6)
     assert [tr.rewards for tr in items] == [(0.5, 0.5), (1.0, 1.0), (0.5, 0.5), (0.0, 0.0)]
     assert [tr.next_actions for tr in items] == [["A", "A"], ["B", "A"], None, None]
-    assert all(tr.extras == {} for tr in items)
+    assert all(tr.advantages is None and tr.returns is None and tr.values is None for tr in items)
 
 
 def test_played_transitions_carry_the_behaviour_logprobs():
@@ -116,17 +116,15 @@ def test_played_transitions_carry_the_behaviour_logprobs():
             assert c.logprob < 0 and c.logprob == pytest.approx(float(teacher), abs=1e-4)
 
 
-def test_replay_buffer_minibatches_cover_every_transition_once_per_pass():
+def test_minibatches_cover_every_transition_once_per_pass():
     env = StopEnv()
     items = transitions([hand_episode(env, [("A", "B"), ("A", "A"), ("B", "A")]), hand_episode(env, [("B", "B")]),
                          hand_episode(env, [("A", "A"), ("B", "B")])])
-    buffer = ReplayBuffer(items[:4])
-    buffer.add(items[4:])
-    assert len(buffer) == 6
+    assert len(items) == 6
 
     def passes(size, seed, n=2):
         gen = torch.Generator().manual_seed(seed)
-        return [[[id(tr) for tr in mb] for mb in buffer.minibatches(size, gen)] for _ in range(n)]
+        return [[[id(tr) for tr in mb] for mb in minibatches(items, size, gen)] for _ in range(n)]
 
     everything = sorted(id(tr) for tr in items)
     for size, sizes in ((4, [4, 2]), (1, [1] * 6), (None, [6]), (10, [6])):
@@ -137,8 +135,10 @@ def test_replay_buffer_minibatches_cover_every_transition_once_per_pass():
     assert passes(4, seed=0) == passes(4, seed=0)
     first, second = passes(1, seed=0)
     assert first != second and passes(1, seed=0) != passes(1, seed=1)
-    buffer.clear()
-    assert len(buffer) == 0 and list(buffer.minibatches(None, torch.Generator())) == []
+    assert list(minibatches([], None, torch.Generator())) == []
+    # epochs: the passes one after the other, from one generator
+    assert [[id(tr) for tr in mb] for mb in epochs(items, 2, 1, torch.Generator().manual_seed(0))] == \
+        [mb for one_pass in passes(1, seed=0) for mb in one_pass]
 
 
 # -- the optimizer -------------------------------------------------------------------------------------
@@ -246,10 +246,10 @@ def test_ippo_gae_advantages_and_returns_by_hand():
     expected = {0: (2.43, 6.51), 1: (1.5, 5.5)}
     for tr in items:
         adv = torch.tensor(expected[tr.turn])
-        assert torch.allclose(tr.extras["advantages"], adv, atol=1e-5), (tr.turn, tr.extras)
-        assert torch.allclose(tr.extras["returns"], adv + torch.tensor(C), atol=1e-5)
-        assert torch.allclose(tr.extras["values"], torch.tensor(C))
-        assert not tr.extras["advantages"].requires_grad
+        assert torch.allclose(tr.advantages, adv, atol=1e-5), (tr.turn, tr.advantages)
+        assert torch.allclose(tr.returns, adv + torch.tensor(C), atol=1e-5)
+        assert torch.allclose(tr.values, torch.tensor(C))
+        assert not tr.advantages.requires_grad
     _, stats = module.losses(items)
     assert stats["train/adv_mean"] == pytest.approx((2.43 + 6.51 + 1.5 + 5.5) / 4)
     assert stats["train/value_mean"] == pytest.approx(sum(C) / 2)

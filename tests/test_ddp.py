@@ -78,6 +78,8 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monke
     # disjoint shares of every step's tasks (2 of the global 4 each)
     for a, b in zip(ranks[0]["tasks"], ranks[1]["tasks"]):
         assert len(a) == len(b) == 2 and not set(a) & set(b)
+    # and each rank samples from a random stream of its own
+    assert ranks[0]["sampling"] != ranks[1]["sampling"] and ranks[0]["sampling"]
     ckpts = list((tmp_path / "runs").rglob("*.ckpt"))
     assert [c.name for c in ckpts] == ["last.ckpt"], ckpts
     assert fit_here(algo, tmp_path, ["--trainer.max_steps", "3", "--ckpt_path", str(ckpts[0])], monkeypatch) == 0

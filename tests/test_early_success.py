@@ -11,7 +11,7 @@ import torch
 
 from collab.algos.magrpo import prepare
 from collab.objectives import absorbing_reward, chain, discounted_returns, gae
-from collab.rollout.buffer import transitions
+from collab.rollout.experience import transitions
 from collab.rollout.episodes import play
 from collab.rollout.tree import TreeNode, backup_returns, early_ends, expand_tree, joint_indices, sample_values, tree_batch
 from tests.conftest import EarlySolveEnv, ScriptedTeam
@@ -51,8 +51,8 @@ def test_magrpo_tree_turn_1_solve_beats_turn_2_solve():
     (the reference: +0.75). Keeping only the rewards so far gave G0 = 4 and advantage -1.25."""
     env = EarlySolveEnv(n_agents=2, horizon=2, solve=4.0, partial=2.5)
     batch = tree_batch(first_turn_scripted(["A", "B"]), env, env.tasks("train"), k=2, gamma=1.0)
-    prepare(batch.samples, "mean")
-    root = [s for s in batch.samples if s.turn == 0]
+    prepare(batch.items, "mean")
+    root = [s for s in batch.items if s.turn == 0]
     assert [s.returns for s in root] == [8.0, 6.5, 8.0, 6.5]
     assert [s.advantages for s in root] == [0.75, -0.75, 0.75, -0.75]
 
@@ -61,7 +61,7 @@ def test_magrpo_tree_discounted_absorbing_return():
     """gamma 0.9, H = 3: a turn-1 solve is 4 (1 + 0.9 + 0.81) = 10.84; the sibling: 2.5 + 0.9 * 4 (1 + 0.9) = 9.34."""
     env = EarlySolveEnv(n_agents=2, horizon=3, solve=4.0, partial=2.5)
     batch = tree_batch(first_turn_scripted(["A", "B"]), env, env.tasks("train"), k=2, gamma=0.9)
-    root = [s.returns for s in batch.samples if s.turn == 0 and s.agent == 0]
+    root = [s.returns for s in batch.items if s.turn == 0 and s.agent == 0]
     assert root == pytest.approx([10.84, 9.34], rel=1e-12)
 
 
@@ -148,4 +148,4 @@ def test_reward_shift_is_added_to_every_turn_and_repeats_in_the_absorbing_end():
     shifted = EarlySolveEnv(n_agents=2, horizon=2, solve=4.0, partial=2.5)
     shifted.reward_shift = -4.0
     batch = tree_batch(first_turn_scripted(["A", "B"]), shifted, shifted.tasks("train"), k=2, gamma=1.0)
-    assert [s.returns for s in batch.samples if s.turn == 0 and s.agent == 0] == [0.0, -1.5]
+    assert [s.returns for s in batch.items if s.turn == 0 and s.agent == 0] == [0.0, -1.5]

@@ -28,7 +28,7 @@ def test_micro_batches_accumulate_the_same_gradient():
     module = MAGRPO(base=BaseConfig(name="tiny"), agents=agents, num_generations=2, kl_coef=0.1)
     module.build(env)
     torch.manual_seed(0)
-    samples = module.rollout(env, env.tasks("train")).samples
+    samples = module.rollout(env, env.tasks("train")).items
     samples = [replace(s, advantages=float(j % 3) - 1.0) for j, s in enumerate(samples)]  # mixed signs and zeros
     samples = samples[:-1]  # agents with unequal counts
     assert {s.agent for s in samples} == {0, 1}
@@ -39,7 +39,8 @@ def test_micro_batches_accumulate_the_same_gradient():
         module.micro_batch_tokens = budget
         for p in params:
             p.grad = None
-        loss, stats = module.accumulate(samples, True, lambda part: part.backward())
+        stats = module.accumulate(samples, lambda part: part.backward())
+        loss = stats["train/loss"]
         grads.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
         losses.append(loss)
     assert any(g.abs().sum() > 0 for g in grads[0])
@@ -47,4 +48,4 @@ def test_micro_batches_accumulate_the_same_gradient():
         for a, b in zip(grads[0], other):
             assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()), rtol=1e-4)
     assert abs(losses[1] - losses[0]) < 1e-5 and abs(losses[2] - losses[0]) < 1e-5
-    assert set(stats) == {"train/kl_ref", "train/ratio", "train/clip_frac", "train/approx_kl"}
+    assert set(stats) == {"train/kl_ref", "train/ratio", "train/clip_frac", "train/approx_kl", "train/loss"}

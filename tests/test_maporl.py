@@ -80,7 +80,7 @@ def test_fresh_module_gives_every_token_its_answers_reward(seven):
                     gae_gamma=1.0, gae_lambda=1.0, kl_coef=0.5)
     module.build(env)
     batch = module.rollout(env, env.tasks("train")[:2])
-    responses = batch.buffer.items
+    responses = batch.items
     assert len(responses) == 2 * 2 * 2  # 2 problems x 2 turns x 2 agents
     # pi_old and pi_ref come from two code paths (cached decoding, teacher forcing): float32 noise relative to the
     # log-probs' size (about 1e-8 of it, at any thread count), so the tolerance is relative to that size
@@ -88,10 +88,10 @@ def test_fresh_module_gives_every_token_its_answers_reward(seven):
     assert abs(batch.stats["train/kl_ref"]) <= tol
     for r in responses:
         n = len(r.completion_ids)
-        assert r.extras["values"].shape == (n,) and torch.all(r.extras["values"] == 0)
-        assert torch.allclose(r.extras["advantages"], torch.full((n,), r.reward), atol=tol, rtol=1e-5)
-        assert torch.allclose(r.extras["returns"], torch.full((n,), r.reward), atol=tol, rtol=1e-5)
-        assert r.extras["features"].shape == (n, module.team.model_of(0).config.hidden_size)
+        assert r.values.shape == (n,) and torch.all(r.values == 0)
+        assert torch.allclose(r.advantages, torch.full((n,), r.reward), atol=tol, rtol=1e-5)
+        assert torch.allclose(r.returns, torch.full((n,), r.reward), atol=tol, rtol=1e-5)
+        assert r.features.shape == (n, module.team.model_of(0).config.hidden_size)
     # the rewards are Definition 1 of the episode's verifier scores (gamma 0.5): turn-2 answers get their own score
     for r in responses:
         if r.turn == 1:
@@ -131,7 +131,7 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
     assert len(module.team) == 4 and len(module.value_heads) == 4
     assert [[module.team.acting(t, a) for a in range(2)] for t in range(3)] == [[0, 1], [2, 3], [2, 3]]
     batch = module.rollout(env, env.tasks("train")[:2])
-    assert {(r.turn, r.member) for r in batch.buffer.items} == {(1, 2), (1, 3)}
+    assert {(r.turn, r.member) for r in batch.items} == {(1, 2), (1, 3)}
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train")[:1], 1, 4)]
     assert len(episodes[0].completions) == 2
 
@@ -220,11 +220,11 @@ def test_micro_batches_accumulate_the_same_gradient(seven):
                     entropy_coef=0.01)
     module.build(env)
     torch.manual_seed(0)
-    responses = module.rollout(env, env.tasks("train")[:2]).buffer.items
+    responses = module.rollout(env, env.tasks("train")[:2]).items
     params = [p for group in module.param_groups() for p in group["params"]]
     grads = []
     for size in (None, 1):
-        module.micro_batch_size = size
+        module.micro_batch_tokens = size
         for p in params:
             p.grad = None
         stats = module.accumulate(responses, lambda loss: loss.backward())
@@ -334,12 +334,12 @@ def test_format_penalty_replaces_the_score_before_definition_1(seven):
     module = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2)
     module.build(env)
     batch = module.rollout(env, env.tasks("train")[:2])
-    assert [r.reward for r in batch.buffer.items] == [pytest.approx(-10.0)] * 8
+    assert [r.reward for r in batch.items] == [pytest.approx(-10.0)] * 8
     assert batch.stats["train/malformed"] == 1.0
     plain = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0)  # "7" and "3" both parse: no penalty
     plain.build(env)
     batch = plain.rollout(env, env.tasks("train")[:2])
-    assert batch.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in batch.buffer.items)
+    assert batch.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in batch.items)
     with pytest.raises(UserError, match="model.max_repeats"):
         MAPoRL(base=TINY, max_repeats=0)
 

@@ -17,7 +17,7 @@ from collab.envs.base import AgentRole, Env, Score
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
 from collab.objectives import bellman_targets, chain, clipped_surrogate, gae, value_loss
-from collab.rollout.buffer import transitions
+from collab.rollout.experience import transitions
 from collab.rollout.episodes import play
 from collab.rollout.protocol import Dependency, fuse
 from collab.policy.team import AgentSpec, AgentTeam
@@ -67,13 +67,13 @@ def test_marft_a_prepare_runs_gae_across_agents_and_steps():
     with torch.no_grad():
         torch.nn.init.normal_(module.critic.net[-1].weight)  # a non-zero critic
         module.prepare(episodes, items)
-    values = torch.stack([tr.extras["values"] for tr in items]).reshape(-1)        # (t0,a1) (t0,a2) (t1,a1) (t1,a2)
+    values = torch.stack([tr.values for tr in items]).reshape(-1)        # (t0,a1) (t0,a2) (t1,a1) (t1,a2)
     step_rewards = torch.tensor([tr.rewards[0] for tr in items])
     rewards = torch.tensor([0, step_rewards[0], 0, step_rewards[1]])
     dones = torch.tensor([0.0, 0, 0, 1])
     advantages, returns = gae(rewards, values, dones, 0.9, 0.5)
-    assert torch.cat([tr.extras["advantages"] for tr in items]).tolist() == pytest.approx(advantages.tolist(), abs=1e-6)
-    assert torch.cat([tr.extras["returns"] for tr in items]).tolist() == pytest.approx(returns.tolist(), abs=1e-6)
+    assert torch.cat([tr.advantages for tr in items]).tolist() == pytest.approx(advantages.tolist(), abs=1e-6)
+    assert torch.cat([tr.returns for tr in items]).tolist() == pytest.approx(returns.tolist(), abs=1e-6)
     assert len(set(values.tolist())) == 4  # every decision point has its own value
 
 
@@ -113,8 +113,8 @@ def test_marft_t_with_one_token_actions_is_marft_a():
         items = transitions(episodes)
         with torch.no_grad():
             module.prepare(episodes, items)
-        results.append(torch.cat([tr.extras["advantages"] for tr in items]))
-        values.append(torch.cat([tr.extras["values"].reshape(-1) for tr in items]))
+        results.append(torch.cat([tr.advantages for tr in items]))
+        values.append(torch.cat([tr.values.reshape(-1) for tr in items]))
     # The critic reads the features of two code paths (agent-level prompts vs token-level responses), so the
     # values, hence the advantages, differ by float32 noise relative to the values' size (~3e-6 of it): the
     # tolerance follows that scale, far below what a wrong chain or backup would change.
@@ -147,7 +147,7 @@ def test_marft_a_actor_loss_is_eq2_mean_over_agents_and_steps():
             now = [float(module.team.logprobs(i, [c.prompt_ids], [c.completion_ids])[0].sum()) for i, c in enumerate(tr.actions)]
         for c, lp, r in zip(tr.actions, now, rs):
             c.logprobs = [lp - math.log(r)]
-        tr.extras = {"advantages": torch.tensor([adv, adv])}
+        tr.advantages = torch.tensor([adv, adv])
     loss, entropy, stats = module.actor_loss(items, [0, 1])
     assert float(loss.detach()) == pytest.approx(-0.375, abs=1e-5)
     assert stats["train/clip_frac"] == pytest.approx(1.0)  # every ratio is outside [0.8, 1.2]

@@ -68,12 +68,12 @@ def test_tree_batch_samples_and_groups():
     torch.manual_seed(0)
     env = CountingEnv(2, 2)
     batch = tree_batch(team_for(env), env, env.tasks("train"), k=2, gamma=1.0)
-    prepare(batch.samples, "mean")
-    assert len(batch.samples) == num_inference_calls(2, 2, 2)
+    prepare(batch.items, "mean")
+    assert len(batch.items) == num_inference_calls(2, 2, 2)
     # within every (node, agent) group the mean-baseline advantages sum to zero
     groups = {}
-    for s in batch.samples:
+    for s in batch.items:
         groups.setdefault(s.group, []).append(s.advantages)
     assert all(abs(sum(v)) < 1e-9 for v in groups.values())
-    assert {s.turn for s in batch.samples} == {0, 1}
-    assert batch.stats["rollout/samples"] == len(batch.samples)
+    assert {s.turn for s in batch.items} == {0, 1}
+    assert batch.stats["rollout/samples"] == len(batch.items)

@@ -69,6 +69,25 @@ def global_normalize(module, advantages: Tensor, eps: float = 1e-8) -> Tensor:
     return centered / (var ** 0.5 + eps)
 
 
+def global_count(module, n: int | float) -> float:
+    """``n`` summed over the ranks, as a float (a count of items or tokens of every rank's minibatch)."""
+    return float(global_sum(module, n)) if world_size(module) > 1 else float(n)
+
+
+def global_mean(module, value: float, count: int) -> float:
+    """The mean over every rank's items of a per-rank mean ``value`` over ``count`` items."""
+    if world_size(module) == 1:
+        return value
+    total, n = global_sum(module, [value * count, count]).tolist()
+    return total / n if n else 0.0
+
+
+def normalize_pieces(module, pieces: Sequence[Tensor]) -> list[Tensor]:
+    """:func:`global_normalize` of the pieces' concatenation (every rank's minibatch), split back into pieces."""
+    flat = global_normalize(module, torch.cat(list(pieces)) if pieces else torch.zeros(0))
+    return list(torch.split(flat, [len(p) for p in pieces]))
+
+
 def minibatch_schedule(module, minibatches: list) -> list[tuple[list, float]]:
     """Pair each update's minibatch with its share of the global minibatch (local count over the count of
     all ranks), padded with empty minibatches to the most updates any rank has: every rank then takes
@@ -102,16 +121,19 @@ def _touch(module) -> Tensor:
     return sum((p.sum() * 0.0 for p in params), torch.zeros((), device=params[0].device if params else "cpu"))
 
 
-def optimizer_step(module, parts: Sequence[Callable[[], Tensor]]) -> None:
+def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callable[[], bool] | None = None) -> bool:
     """One optimizer step of ``module`` on the sum of ``parts`` (each a callable returning one micro-batch's
     loss, already divided by the global normaliser), one backward pass each: the same number of passes
-    and of steps on every rank, with one gradient synchronisation (see the module docstring)."""
+    and of steps on every rank, with one gradient synchronisation (see the module docstring).
+
+    ``accept`` (called on every rank after the backward passes, before the step; it may run collectives)
+    can refuse the update: the gradients are dropped and ``False`` returned (MARFT's ``target_kl``)."""
     world = world_size(module)
     opt = module.optimizers()
     n = global_max(module, len(parts))
     if n == 0:  # nothing to learn anywhere: every rank takes the same empty step
         module.skip_update()
-        return
+        return True
     opt.zero_grad()
     strategy = module.trainer.strategy if world > 1 else None
     for j in range(n):
@@ -123,4 +145,8 @@ def optimizer_step(module, parts: Sequence[Callable[[], Tensor]]) -> None:
                 module.manual_backward(loss * world)
         elif loss is not None:
             module.manual_backward(loss)
+    if accept is not None and not accept():
+        opt.zero_grad()
+        return False
     module.optimizer_step()
+    return True

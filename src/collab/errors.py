@@ -24,3 +24,22 @@ def require(condition: bool, message: str) -> None:
     """Raise :class:`UserError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise UserError(message)
+
+
+def require_ranges(values: dict, unit: Iterable[str] = (), positive: Iterable[str] = (), non_negative: Iterable[str] = (),
+                   counts: Iterable[str] = (), optional_positive: Iterable[str] = (), choices: dict | None = None,
+                   widths: Iterable[str] = (), prefix: str = "model") -> None:
+    """Check an algorithm's options by name in ``values`` (its ``locals()``): ``unit`` in [0, 1], ``positive`` > 0,
+    ``non_negative`` >= 0, ``counts`` >= 1 or null, ``optional_positive`` > 0 or null, ``choices`` (name -> the
+    valid values) one of them, ``widths`` a list of layer widths >= 1 or null. The first bad one is a :class:`UserError` naming ``prefix.name``, what is valid
+    and the value given."""
+    rules = [(unit, lambda v: 0 <= v <= 1, "be in [0, 1]"), (positive, lambda v: v > 0, "be > 0"),
+             (non_negative, lambda v: v >= 0, "be >= 0"), (counts, lambda v: v is None or v >= 1, "be >= 1 or null"),
+             (optional_positive, lambda v: v is None or v > 0, "be > 0 or null"),
+             (widths, lambda v: v is None or all(isinstance(w, int) and w >= 1 for w in v),
+              "list layer widths >= 1 (e.g. [1024, 512]) or be null")]
+    for names, ok, valid in rules:
+        for name in names:
+            require(ok(values[name]), f"{prefix}.{name} must {valid}, got {values[name]}")
+    for name, valid in (choices or {}).items():
+        require(values[name] in valid, f"unknown {prefix}.{name} {values[name]!r}; valid: {', '.join(map(str, valid))}")

@@ -80,3 +80,20 @@ def base_features(model, pad_id: int, prompts: Sequence[Sequence[int]], completi
                     out.append(hidden[b, hidden.shape[1] - len(t) - 1:].float().cpu())
     return out
 
+
+
+def team_features(team, members: Sequence[int], prompts: Sequence[Sequence[int]],
+                  completions: Sequence[Sequence[int]]) -> list[Tensor]:
+    """:func:`base_features` of each row (member, prompt, completion) on its member's frozen base: the hidden state
+    at every position that chooses a response token, one batch per distinct base."""
+    out: list[Tensor | None] = [None] * len(members)
+    for key in team.models:
+        rows = [k for k, m in enumerate(members) if team.base_of[m] == key]
+        if not rows:
+            continue
+        member = members[rows[0]]
+        feats = base_features(team.model_of(member), team.tokenizer_of(member).pad_token_id,
+                              [prompts[k] for k in rows], [completions[k] for k in rows])
+        for k, f in zip(rows, feats):
+            out[k] = f
+    return out  # type: ignore[return-value]

@@ -452,7 +452,17 @@ def episode_rewards(scores: Tensor, answers, correct, turns_left: int, gamma: fl
                     alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
     """``[T, A]`` :func:`debate_rewards` of a debate played for t turns (``scores``: ``[t, A]``; ``answers`` and
     ``correct``: t rows of A) that ended ``turns_left`` = T - t turns early: the tables are first extended to T
-    turns by :func:`absorb`. Rows t.. are the absorbing turns' rewards (not trained)."""
+    turns by :func:`absorb`. Rows t.. are the absorbing turns' rewards (not trained).
+
+    Why (MAPoRL's early stop on consensus, the debate env's ``stop_on_consensus``): a debate that stops at
+    turn t < T is an absorbing state in which the agents keep their agreed answer, so the last played turn
+    repeats; only the played turns' answers are trained. A debate that reaches the right consensus earlier
+    then never gives an answer a lower reward than one that reaches it later (its later turns score the
+    maximum). The reference code instead cuts Definition 1's sums at the stopping turn (``score_rule`` in its
+    ``trl/trl/trainer/utils_multi_unified.py``), which can reward a wrong turn-1 answer more when the right
+    consensus comes later (A = 3, T = 3, gamma 1, two of three agents right at turn 2: 5/9 after a turn-3
+    consensus, 1/2 after a turn-2 one; extended, 5/9 and 2/3).
+    """
     answers, correct = absorb(answers, turns_left), absorb(correct, turns_left)
     majority = majority_of_others_table(answers, correct)
     return debate_rewards(absorb(scores, turns_left), torch.tensor(correct, dtype=torch.bool), majority, gamma,
@@ -460,7 +470,11 @@ def episode_rewards(scores: Tensor, answers, correct, turns_left: int, gamma: fl
 
 
 def token_rewards(reward: float | Tensor, old_logprobs: Tensor, ref_logprobs: Tensor, kl_coef: float) -> Tensor:
-    """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R at the last."""
+    """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R at the last.
+
+    The paper writes the KL term as KL(pi_ref || pi); the per-token sample estimate of KL(pi || pi_ref) used
+    here is the usual choice of PPO fine-tuning (InstructGPT, TRL) and needs no full-vocabulary sums: it is
+    the one quantity the rollout's own samples estimate without bias."""
     rewards = -kl_coef * (old_logprobs - ref_logprobs)
     rewards[-1] = rewards[-1] + reward
     return rewards

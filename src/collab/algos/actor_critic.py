@@ -1,11 +1,11 @@
-"""What CoLLM-CC/DC and IPPO share: one on-policy episode per task, a replay buffer, LLM critics.
+"""What CoLLM-CC/DC and IPPO share: one on-policy episode per task, its transitions, LLM critics.
 
 Rollout (paper 002, Algorithm 1, lines 3-15): every task of the step is played once (no tree), each
-agent sampling one response per turn; every turn becomes a :class:`~collab.rollout.buffer.Transition`
-with its behaviour log-probs. Update: ``num_epochs`` passes of minibatches over the buffer; each
-minibatch computes the algorithm's actor and critic losses and takes one optimizer step that moves
-the actors (each agent's learning rate) and the critics (``critic_lr``) together: the critic is
-updated once per minibatch, not once per agent.
+agent sampling one response per turn; every turn becomes a :class:`~collab.rollout.experience.Transition`
+with its behaviour log-probs. Update (the skeleton of :mod:`collab.algos.base`): ``num_epochs`` passes
+of minibatches over the transitions; each minibatch computes the algorithm's actor and critic losses
+(means over its transitions) and takes one optimizer step that moves the actors (each agent's learning
+rate) and the critics (``critic_lr``) together: the critic is updated once per minibatch, not once per agent.
 
 The actor loss is the PPO-clipped form of equations 2 and 4 (rho clipped to [1 - eps, 1 + eps] with
 eps = ``advantage_clip``), each agent's loss the mean over its samples, summed over agents (as MAGRPO).
@@ -13,18 +13,15 @@ eps = ``advantage_clip``), each agent's loss the mean over its samples, summed o
 
 from __future__ import annotations
 
-import time
 
 import torch
 
 from collab.algos.base import CollabModule
 from collab.llm_critics import MODES, CriticSpec, Critics, check_critic_spec
-from collab.distributed import minibatch_schedule, optimizer_step
-from collab.errors import require
+from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, ratio_stats
-from collab.rollout.buffer import ReplayBuffer, Transition, transitions
-from collab.rollout.episodes import episode_stats, play
-from collab.rollout.trajectory import RolloutBatch
+from collab.rollout.episodes import play_once
+from collab.rollout.experience import Experience, Transition, transitions
 
 
 class ActorCritic(CollabModule):
@@ -38,16 +35,12 @@ class ActorCritic(CollabModule):
             critic_lr: Learning rate of the critics' adapters and heads.
             gamma: Discount of the TD targets.
             advantage_clip: PPO clip range eps of the importance ratio (paper 002 Appendix C: 0.2).
-            num_epochs: Passes over the replay buffer per rollout (E).
-            minibatch_size: Transitions per update; None: the whole buffer.
+            num_epochs: Passes over the rollout's transitions (E).
+            minibatch_size: Transitions per update; None: all of them.
         """
         super().__init__(*args, **kwargs)
-        require(critic in MODES, f"unknown model.critic {critic!r}; valid: {', '.join(MODES)}")
-        require(critic_lr > 0, f"model.critic_lr must be > 0, got {critic_lr}")
-        require(0 <= gamma <= 1, f"model.gamma must be in [0, 1], got {gamma}")
-        require(advantage_clip > 0, f"model.advantage_clip must be > 0, got {advantage_clip}")
-        require(num_epochs >= 1, f"model.num_epochs must be >= 1, got {num_epochs}")
-        require(minibatch_size is None or minibatch_size >= 1, f"model.minibatch_size must be >= 1, got {minibatch_size}")
+        require_ranges(locals(), unit=("gamma",), positive=("critic_lr", "advantage_clip"),
+                       counts=("num_epochs", "minibatch_size"), choices={"critic": MODES})
         self.critic_mode, self.critic_spec, self.critic_lr = critic, critic_spec or CriticSpec(), critic_lr
         check_critic_spec(self.critic_spec)
         self.gamma, self.advantage_clip, self.num_epochs, self.minibatch_size = gamma, advantage_clip, num_epochs, minibatch_size
@@ -63,42 +56,27 @@ class ActorCritic(CollabModule):
                          for j in range(len(self.critics))]
 
     # -- rollout -----------------------------------------------------------------------------------
-    def rollout(self, env, tasks) -> RolloutBatch:
-        start = time.perf_counter()
-        episodes = [eps[0] for eps in play(self.team, env, tasks, 1, self.max_new_tokens)]
-        stats = episode_stats(episodes, time.perf_counter() - start)
+    def rollout(self, env, tasks) -> Experience:
+        episodes, stats, examples = play_once(self.team, env, tasks, self.max_new_tokens)
         items = transitions(episodes)
         self.prepare(items)
-        examples = [{"prompts": [h[-1]["content"] for h in ep.start.histories], "responses": ep.responses[0],
-                     "reward": list(ep.steps[0].rewards)} for ep in episodes[:1]]
-        return RolloutBatch([], stats, examples, buffer=ReplayBuffer(items))
+        return Experience(items, stats, examples)
 
     def prepare(self, items: list[Transition]) -> None:
         """Hook: values fixed at rollout time (IPPO's GAE advantages)."""
 
-    # -- update ------------------------------------------------------------------------------------
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
-        buffer: ReplayBuffer = batch.buffer
-        generator = torch.Generator().manual_seed(self.rollouts)
-        totals: dict[str, list[float]] = {}
-        minibatches = list(buffer.epochs(self.num_epochs, self.minibatch_size, generator))
-        for minibatch, share in minibatch_schedule(self, minibatches):
-            if not minibatch:  # another rank has more minibatches: a step with no data here
-                self.empty_minibatch()
-                optimizer_step(self, [])
-                continue
-            loss, stats = self.losses(minibatch)
-            optimizer_step(self, [lambda: loss * share if share != 1.0 else loss])
-            for key, value in stats.items():
-                totals.setdefault(key, []).append(value)
-        buffer.clear()
-        return {key: sum(v) / len(v) for key, v in totals.items()}
+    # -- loss --------------------------------------------------------------------------------------
+    def loss(self, micro: list[Transition], scale) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's actor + critic losses (means over its transitions), weighted by its share of the
+        minibatch of all ranks (``scale``: the global transition count, or the algorithm's normalisers)."""
+        count = scale if isinstance(scale, float) else scale[0]
+        loss, stats = self.losses(micro, scale)
+        return loss * (len(micro) / count), stats
 
-    def losses(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
+    def losses(self, micro: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The actor + critic losses of ``micro``, means over its transitions (``scale``: :meth:`normalizers` of the
+        minibatch it belongs to; None: of ``micro`` alone)."""
         raise NotImplementedError
-
-    def empty_minibatch(self) -> None:
-        """Hook: the collectives :meth:`losses` runs, for a rank whose minibatch is empty (IPPO's normalisation)."""
 
     def actor_loss(self, minibatch: list[Transition], advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped policy-gradient loss; ``advantages[b, i]`` weighs agent i's response in transition b."""

@@ -2,10 +2,23 @@
 
 A :class:`CollabModule` builds its :class:`~collab.policy.team.AgentTeam` in ``configure_model`` from the
 datamodule's environment (one agent per environment role; ``agents`` overrides a role's defaults), so
-the same config trains on any environment. Optimization is manual: one ``training_step`` takes a
-freshly generated rollout from the dataloader iterator (no prefetching, so the batch is on-policy) and
-runs the algorithm's epochs of minibatch updates on it. Lightning's ``global_step`` therefore counts
-optimizer updates, as ``trainer.max_steps`` does.
+the same config trains on any environment.
+
+**The training step, the same for every algorithm.** Optimization is manual; ``training_step`` is
+
+    experience = rollout(tasks)                       # the algorithm's protocol; its ``prepare`` fixes
+                                                      # advantages, returns, values (``objectives``)
+    items, metrics = begin_update(experience.items)   # what this rollout trains on
+    for minibatch in epochs(items, num_epochs, minibatch_size):      # padded to the same count on every rank
+        scale = normalizers(minibatch)                # global normalisers: counts, advantage statistics
+        for micro in micro_batches(minibatch):        # at most ``micro_batch_tokens`` padded tokens each
+            backward(loss(micro, scale))              # gradient accumulated; synchronised on the last one
+        if accept(stats): optimizer step              # (MARFT's ``target_kl`` may refuse it and stop)
+
+The rollout comes from the dataloader iterator (no prefetching, so it is on-policy). An algorithm's
+file holds only its paper's parts: ``rollout``, ``prepare``, ``loss`` (and ``normalizers`` where its
+loss divides by counts over the minibatch). Lightning's ``global_step`` counts optimizer updates, as
+``trainer.max_steps`` does; :mod:`collab.distributed` makes each update the same on every rank.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open. Checkpoints hold only trainable
@@ -18,17 +31,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import lightning as L
 import torch
 
-from collab.distributed import global_means
+from collab.distributed import global_count, global_means, minibatch_schedule, optimizer_step
 from collab.envs import Env
 from collab.errors import UserError, require
 from collab.policy.models import BaseConfig
 from collab.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
-from collab.rollout.trajectory import RolloutBatch
+from collab.rollout.experience import Experience, epochs
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
 
 
@@ -73,13 +87,33 @@ class CollabModule(L.LightningModule):
     protocol = None
     """The Flex-MG dependency (:class:`~collab.rollout.protocol.Dependency`) the team acts under;
     ``None``: every agent acts at once (MARFT sets it from its ``dependency`` option)."""
+    num_epochs = 1
+    """Passes over each rollout's experience (the algorithms take it as an option)."""
+    minibatch_size: int | None = None
+    """Items per optimizer update; None: the whole experience."""
 
     def __init__(self, base: BaseConfig | None = None, agents: list[AgentSpec] | None = None, agent_lr: float = 5e-6,
-                 max_new_tokens: int = 128, max_grad_norm: float = 1.0, log_samples_every: int = 10) -> None:
+                 max_new_tokens: int = 128, max_grad_norm: float = 1.0, log_samples_every: int = 10,
+                 micro_batch_tokens: int | None = None) -> None:
+        """
+        Args:
+            base: The agents' shared base model.
+            agents: One spec per environment role (LoRA, sampling, learning rate), or None for the roles' defaults.
+            agent_lr: Learning rate of every agent without its own ``lr``.
+            max_new_tokens: Cap on response length when neither the agent nor the environment sets one.
+            max_grad_norm: Gradient-norm clipping of each update (0 or None: off).
+            log_samples_every: Log sample texts to TensorBoard every N rollouts.
+            micro_batch_tokens: Padded tokens (items x largest item's prompt + response tokens) per
+                forward/backward within an update: each minibatch's gradient is accumulated over parts of
+                at most this size (at least one item each), the same gradient in bounded memory. None: one pass.
+        """
         super().__init__()
         require(agent_lr > 0 and agent_lr != float("inf"), f"model.agent_lr must be > 0, got {agent_lr}")
         require(max_new_tokens >= 1, f"model.max_new_tokens must be >= 1, got {max_new_tokens}")
+        require(micro_batch_tokens is None or micro_batch_tokens >= 1,
+                f"model.micro_batch_tokens must be >= 1 or null, got {micro_batch_tokens}")
         check_agents(agents)
+        self.micro_batch_tokens = micro_batch_tokens
         self.base = base or BaseConfig()
         self.base.validate()
         self.agent_specs = agents
@@ -123,21 +157,94 @@ class CollabModule(L.LightningModule):
         return torch.optim.AdamW(self.param_groups(), weight_decay=0.0)
 
     # -- the step ----------------------------------------------------------------------------------
-    def rollout(self, env: Env, tasks) -> RolloutBatch:
-        """Play ``tasks`` with the current team (called by the RolloutDataModule)."""
+    def rollout(self, env: Env, tasks) -> Experience:
+        """Play ``tasks`` with the current team and ``prepare`` the experience (called by the RolloutDataModule)."""
         raise NotImplementedError
+
+    def on_train_start(self) -> None:
+        """Under DDP, a sampling stream of its own for every rank: rank r > 0 reseeds torch (CPU and accelerator)
+        with the run's seed + r, so that ranks do not draw the same random numbers for their different tasks;
+        rank 0 keeps the stream of a 1-process run. A resumed run puts back each rank's saved state instead."""
+        rank = self.trainer.global_rank
+        if rank > 0 and self._resume_rng is None:
+            torch.manual_seed(torch.initial_seed() + rank)
 
     def training_step(self, dataloader_iter: Iterator) -> None:
         if self._resume_rng is not None:  # here, not at load: Lightning draws from torch's generator in between
             set_rng_state(self._resume_rng, self.device)
             self._resume_rng = None
-        batch, _, _ = next(dataloader_iter)
+        experience, _, _ = next(dataloader_iter)
         self.rollouts += 1
-        metrics = self.update(batch)
-        self.log_rollout(batch, metrics)
+        metrics = self.update(experience)
+        self.log_rollout(experience, metrics)
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
+    def update(self, experience: Experience) -> dict[str, float]:
+        """Epochs of minibatches of the experience, one optimizer step each (the module docstring's loop).
+
+        Every rank takes the same number of steps (:func:`~collab.distributed.minibatch_schedule` pads with
+        empty minibatches) and of backward passes (:func:`~collab.distributed.optimizer_step`); when no rank
+        has anything to train on, every rank takes one empty step (:meth:`skip_update`). The minibatches'
+        order is drawn from a generator seeded by the rollout count, the same on every rank.
+        """
+        items, metrics = self.begin_update(experience.items)
+        generator = torch.Generator().manual_seed(self.rollouts)
+        schedule = minibatch_schedule(self, list(epochs(items, self.num_epochs, self.minibatch_size, generator)))
+        if not schedule:
+            self.skip_update()
+            return metrics
+        totals: dict[str, list[float]] = {}
+        for index, (minibatch, _) in enumerate(schedule):
+            scale = self.normalizers(minibatch, index)
+            stats: dict[str, float] = {}
+            parts = [partial(self._part, micro, scale, stats, len(micro) / len(minibatch))
+                     for micro in self.micro_batches(minibatch)]
+            if not optimizer_step(self, parts, accept=lambda: self.accept(stats, len(minibatch))):
+                metrics["train/early_stop"] = 1.0
+                break
+            for key, value in stats.items():
+                totals.setdefault(key, []).append(value)
+        return {**metrics, **{key: sum(v) / len(v) for key, v in totals.items()}}
+
+    def _part(self, micro: list, scale: Any, stats: dict[str, float], share: float) -> torch.Tensor:
+        """One micro-batch's loss; its statistics go into ``stats`` weighted by its share of the minibatch."""
+        loss, part_stats = self.loss(micro, scale)
+        for key, value in part_stats.items():
+            stats[key] = stats.get(key, 0.0) + share * value
+        stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach())  # the parts sum to the minibatch's loss
+        return loss
+
+    def begin_update(self, items: list) -> tuple[list, dict[str, float]]:
+        """The items this rollout trains on and metrics of the rollout (hook; default: all, none)."""
+        return items, {}
+
+    def normalizers(self, minibatch: list, index: int) -> Any:
+        """What the minibatch's loss divides by, from every rank's minibatch: called on every rank for every
+        update, an empty minibatch included, so that the collectives here match (hook; default: the global
+        number of items)."""
+        return global_count(self, len(minibatch))
+
+    def micro_batches(self, minibatch: list) -> list[list]:
+        """The minibatch in parts of at most ``micro_batch_tokens`` padded tokens (one item at least)."""
+        chunks = token_budget_chunks([item.tokens for item in minibatch], self.micro_batch_tokens)
+        return [[minibatch[i] for i in chunk] for chunk in chunks]
+
+    def loss(self, micro: list, scale: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's part of the minibatch's loss (already divided by the global ``scale``) and its
+        statistics (means over the micro-batch)."""
         raise NotImplementedError
+
+    def accept(self, stats: dict[str, float], count: int) -> bool:
+        """Whether to apply the update whose gradient was just accumulated (hook; called on every rank)."""
+        return True
+
+    def accumulate(self, minibatch: list, backward) -> dict[str, float]:
+        """One process's gradient of a minibatch's loss, ``backward`` per micro-batch; returns its statistics
+        (for tests and notebooks: the skeleton's inner loop without the optimizer)."""
+        scale = self.normalizers(minibatch, 0)
+        stats: dict[str, float] = {}
+        for micro in self.micro_batches(minibatch):
+            backward(self._part(micro, scale, stats, len(micro) / len(minibatch)))
+        return stats
 
     def skip_update(self) -> None:
         """An update without gradients (no parameter moves; AdamW skips parameters whose grad is None).
@@ -162,7 +269,7 @@ class CollabModule(L.LightningModule):
         opt.step()
 
     # -- logging -----------------------------------------------------------------------------------
-    def log_rollout(self, batch: RolloutBatch, metrics: dict[str, float]) -> None:
+    def log_rollout(self, batch: Experience, metrics: dict[str, float]) -> None:
         # every rank has its own rollout: log each scalar's mean over the ranks (the global mean, the ranks
         # playing equal shares of the step's tasks); the same values on every rank
         scalars = global_means(self, {**batch.stats, **metrics, "rollout/count": float(self.rollouts)})

@@ -25,11 +25,11 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.objectives import explained_variance, td_targets, value_loss
-from collab.rollout.buffer import Transition
+from collab.rollout.experience import Transition
 
 
 class CoLLM(ActorCritic):
-    def losses(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
+    def losses(self, minibatch: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
         critics, q = self.critics, self.critic_spec.kind == "q"
         values = critics.state_values([tr.state for tr in minibatch],
                                       [[c.text for c in tr.actions] for tr in minibatch] if q else None)

@@ -19,9 +19,9 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.errors import require
-from collab.distributed import global_normalize
+from collab.distributed import normalize_pieces
 from collab.objectives import explained_variance, gae, mixed_rewards, value_loss
-from collab.rollout.buffer import Transition
+from collab.rollout.experience import Transition
 
 
 class IPPO(ActorCritic):
@@ -56,17 +56,21 @@ class IPPO(ActorCritic):
             dones = torch.tensor([float(tr.done) for tr in steps], device=values.device).expand_as(values)
             advantages, returns = gae(rewards, values, dones, self.gamma, self.gae_lambda)
             for t, tr in enumerate(steps):
-                tr.extras = {"advantages": advantages[:, t], "returns": returns[:, t], "values": values[:, t]}
+                tr.advantages, tr.returns, tr.values = advantages[:, t], returns[:, t], values[:, t]
 
-    def empty_minibatch(self) -> None:
-        if self.normalize_advantages:
-            global_normalize(self, torch.zeros(0))
+    def normalizers(self, minibatch: list[Transition], index: int) -> tuple[float, dict[int, torch.Tensor]]:
+        """The global transition count and each transition's advantages, normalized over the minibatch of
+        all ranks when ``normalize_advantages``."""
+        advantages = [tr.advantages for tr in minibatch]
+        advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
+        return super().normalizers(minibatch, index), {id(tr): a for tr, a in zip(minibatch, advantages)}
 
-    def losses(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
-        advantages = torch.stack([tr.extras["advantages"] for tr in minibatch])           # [B, n]
-        returns = torch.stack([tr.extras["returns"] for tr in minibatch])
-        old_values = torch.stack([tr.extras["values"] for tr in minibatch])
-        weights = global_normalize(self, advantages) if self.normalize_advantages else advantages
+    def losses(self, minibatch: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
+        scale = scale if scale is not None else self.normalizers(minibatch, 0)
+        advantages = torch.stack([tr.advantages for tr in minibatch])                      # [B, n]
+        returns = torch.stack([tr.returns for tr in minibatch])
+        old_values = torch.stack([tr.values for tr in minibatch])
+        weights = torch.stack([scale[1][id(tr)] for tr in minibatch])
         actor, stats = self.actor_loss(minibatch, weights)
         values = self.critics.state_values([tr.state for tr in minibatch])
         clip = self.value_clip

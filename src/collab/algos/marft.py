@@ -1,19 +1,16 @@
 """What MARFT-A and MARFT-T share (paper 004, Section 4, Figure 3, Appendix B Algorithm 1).
 
-Rollout (Algorithm 1, lines 3-11): each task of the step is played once under the Flex-MG
-dependency D (``dependency``; default the sequential chain: agent i acts on s_t and the actions
-a_t^{1:i-1} of its predecessors). Every turn becomes a transition in the replay buffer. The central
-critic's features (the frozen base's last hidden state, adapters off) are computed once here, with
-the rollout-time values V_old, and the variant's ``prepare`` fixes advantages and value targets by
-GAE along the episode's decision chain (line 12).
-
-Update (lines 13-17): ``num_epochs`` passes of minibatches over the buffer; each minibatch takes one
-optimizer step on
+Rollout (Algorithm 1, lines 3-11): each task is played once under the Flex-MG dependency D
+(``dependency``; default the chain: agent i acts on s_t and its predecessors' actions a_t^{1:i-1});
+every turn is a transition. ``prepare`` (line 12) computes the central critic's features (the frozen
+base's last hidden state) and V_old once, and the variant's advantages and value targets by GAE along
+the episode's decision chain. Update (lines 13-17, the skeleton of :mod:`collab.algos.base`): one
+optimizer step per minibatch on
 
     loss = L_actor - entropy_coef * H + value_loss_coef * L_critic
 
-where L_actor is the variant's PPO-clip loss, H the mean entropy of the agents' policies on their
-own responses and L_critic the (optionally clipped, optionally Huber) value loss of the central head.
+(the variant's PPO-clip loss, the mean entropy of the agents' policies on their own responses, the
+optionally clipped, optionally Huber value loss of the central head; means over the minibatch).
 
 Options where the paper is silent or gives a choice:
 
@@ -30,20 +27,18 @@ Options where the paper is silent or gives a choice:
 
 from __future__ import annotations
 
-import time
 from typing import Union
 
 import torch
 
-from collab.distributed import global_normalize, global_sum, minibatch_schedule, optimizer_step, world_size
 from collab.algos.base import CollabModule
+from collab.distributed import global_mean, normalize_pieces
+from collab.errors import require_ranges
 from collab.mlp_head import HIDDEN, CriticHead, base_features
-from collab.errors import require
 from collab.objectives import explained_variance, value_loss
-from collab.rollout.buffer import ReplayBuffer, Transition, transitions
-from collab.rollout.episodes import Episode, episode_stats, play
+from collab.rollout.episodes import Episode, play_once
+from collab.rollout.experience import Experience, Transition, transitions
 from collab.rollout.protocol import Dependency
-from collab.rollout.trajectory import RolloutBatch
 
 SCHEDULES = ("all", "round_robin")
 
@@ -64,8 +59,8 @@ class MARFT(CollabModule):
             gamma: Discount along the decision chain (every agent and, for MARFT-T, every token is one link).
             gae_lambda: GAE lambda (the tables' "gae gamma").
             clip: PPO clip range eps of the importance ratio.
-            num_epochs: PPO epochs over each rollout's buffer ("ppo epoch").
-            minibatch_size: Transitions (turns) per update; None: the whole buffer ("num mini-batch" 1).
+            num_epochs: PPO epochs over each rollout's transitions ("ppo epoch").
+            minibatch_size: Transitions (turns) per update; None: all of them ("num mini-batch" 1).
             value_loss_coef: Weight of the critic loss ("critic loss coef").
             value_clip: Clip the new values to V_old +- value_clip in the value loss (None: off).
             huber_delta: Huber loss with this delta instead of the squared error (None: squared).
@@ -77,21 +72,11 @@ class MARFT(CollabModule):
             optim_eps: AdamW epsilon ("optim eps").
         """
         super().__init__(*args, **kwargs)
-        require(critic_lr > 0, f"model.critic_lr must be > 0, got {critic_lr}")
-        require(0 <= gamma <= 1, f"model.gamma must be in [0, 1], got {gamma}")
-        require(0 <= gae_lambda <= 1, f"model.gae_lambda must be in [0, 1], got {gae_lambda}")
-        require(clip > 0, f"model.clip must be > 0, got {clip}")
-        require(num_epochs >= 1, f"model.num_epochs must be >= 1, got {num_epochs}")
-        require(minibatch_size is None or minibatch_size >= 1, f"model.minibatch_size must be >= 1, got {minibatch_size}")
-        require(value_clip is None or value_clip > 0, f"model.value_clip must be > 0 or null, got {value_clip}")
-        require(huber_delta is None or huber_delta > 0, f"model.huber_delta must be > 0 or null, got {huber_delta}")
-        require(critic_warmup >= 0, f"model.critic_warmup must be >= 0, got {critic_warmup}")
-        require(agent_schedule in SCHEDULES, f"unknown model.agent_schedule {agent_schedule!r}; valid: {', '.join(SCHEDULES)}")
-        require(target_kl is None or target_kl > 0, f"model.target_kl must be > 0 or null, got {target_kl}")
-        require(optim_eps > 0, f"model.optim_eps must be > 0, got {optim_eps}")
+        require_ranges(locals(), unit=("gamma", "gae_lambda"), positive=("critic_lr", "clip", "optim_eps"),
+                       non_negative=("critic_warmup",), counts=("num_epochs", "minibatch_size"),
+                       optional_positive=("value_clip", "huber_delta", "target_kl"), choices={"agent_schedule": SCHEDULES},
+                       widths=("critic_hidden",))
         self.dependency, self.critic_lr = dependency, critic_lr
-        require(critic_hidden is None or all(isinstance(w, int) and w >= 1 for w in critic_hidden),
-                f"model.critic_hidden must list layer widths >= 1 (e.g. [1024, 512]) or be null, got {critic_hidden}")
         self.critic_hidden = list(critic_hidden) if critic_hidden is not None else list(HIDDEN)
         self.gamma, self.gae_lambda, self.clip, self.num_epochs = gamma, gae_lambda, clip, num_epochs
         self.minibatch_size, self.value_loss_coef, self.value_clip = minibatch_size, value_loss_coef, value_clip
@@ -99,6 +84,8 @@ class MARFT(CollabModule):
         self.agent_schedule, self.target_kl = agent_schedule, target_kl
         self.normalize_advantages, self.optim_eps = normalize_advantages, optim_eps
         self.critic: CriticHead | None = None
+        self.agents: list[int] = []
+        """The agents the current rollout updates (:meth:`trained_agents`)."""
 
     # -- construction ------------------------------------------------------------------------------
     def build_extra(self, env) -> None:
@@ -118,35 +105,17 @@ class MARFT(CollabModule):
         return torch.optim.AdamW(self.param_groups(), weight_decay=0.0, eps=self.optim_eps)
 
     # -- rollout -----------------------------------------------------------------------------------
-    def rollout(self, env, tasks) -> RolloutBatch:
-        start = time.perf_counter()
-        episodes = [eps[0] for eps in play(self.team, env, tasks, 1, self.max_new_tokens, dependency=self.protocol)]
-        stats = episode_stats(episodes, time.perf_counter() - start)
+    def rollout(self, env, tasks) -> Experience:
+        episodes, stats, examples = play_once(self.team, env, tasks, self.max_new_tokens, self.protocol)
         stats["reward/avg_step_reward"] = sum(ep.return_ / len(ep.steps) for ep in episodes) / len(episodes)
         items = transitions(episodes)
         with torch.no_grad():
             self.prepare(episodes, items)
-        examples = [{"prompts": [obs[-1]["content"] for obs in ep.observations[0]], "responses": ep.responses[0],
-                     "reward": list(ep.steps[0].rewards)} for ep in episodes[:1]]
-        return RolloutBatch([], stats, examples, buffer=ReplayBuffer(items))
+        return Experience(items, stats, examples)
 
     def prepare(self, episodes: list[Episode], items: list[Transition]) -> None:
-        """Fix features, old values, advantages and returns in each transition's ``extras``."""
+        """Fix each transition's critic ``features``, old ``values``, ``advantages`` and ``returns``."""
         raise NotImplementedError
-
-    def observation_ids(self, episodes: list[Episode], items: list[Transition]) -> list[list[int]]:
-        """Each (transition, agent)'s observation as token ids of the critic's base, in row order."""
-        from collab.policy.models import encode_chat
-
-        key, tokenizer = self.team.base_of[0], self.team.tokenizer_of(0)
-        out = []
-        for tr in items:
-            for i, c in enumerate(tr.actions):
-                if self.team.base_of[i] == key:
-                    out.append(list(c.prompt_ids))
-                else:  # another base: the same chat in the critic base's tokens
-                    out.append(encode_chat(tokenizer, episodes[tr.episode].observations[tr.turn][i]))
-        return out
 
     def features(self, prompts, completions=None):
         return base_features(self.critic_model, self.team.tokenizer_of(0).pad_token_id, prompts, completions)
@@ -159,62 +128,61 @@ class MARFT(CollabModule):
         n = len(self.team)
         return list(range(n)) if self.agent_schedule == "all" else [(self.rollouts - 1 - self.critic_warmup) % n]
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
-        buffer: ReplayBuffer = batch.buffer
-        generator = torch.Generator().manual_seed(self.rollouts)
-        agents = self.trained_agents()
-        totals: dict[str, list[float]] = {}
-        stopped = False
-        minibatches = list(buffer.epochs(self.num_epochs, self.minibatch_size, generator))
-        for minibatch, share in minibatch_schedule(self, minibatches):
-            if not minibatch:  # another rank has more minibatches: a step with no data here (same collectives)
-                if agents and self.normalize_advantages:
-                    global_normalize(self, torch.zeros(0))
-                if agents and self.kl_exceeded(0.0, 0):
-                    stopped = True
-                    break
-                optimizer_step(self, [])
-                continue
-            critic, stats = self.critic_loss(minibatch)
-            loss = self.value_loss_coef * critic
-            if agents:
-                actor, entropy, actor_stats = self.actor_loss(minibatch, agents)
-                stats.update(actor_stats)
-                if self.kl_exceeded(actor_stats["train/approx_kl"], len(minibatch)):
-                    stopped = True
-                    break
-                loss = loss + actor - self.entropy_coef * entropy
-            optimizer_step(self, [lambda loss=loss: loss * share if share != 1.0 else loss])
-            for key, value in stats.items():
-                totals.setdefault(key, []).append(value)
-        buffer.clear()
-        out = {key: sum(v) / len(v) for key, v in totals.items()}
-        out.update({"train/early_stop": float(stopped), "train/actors_updated": float(len(agents))})
-        return out
+    def begin_update(self, items: list[Transition]) -> tuple[list[Transition], dict[str, float]]:
+        self.agents = self.trained_agents()
+        return items, {"train/early_stop": 0.0, "train/actors_updated": float(len(self.agents))}
 
-    def kl_exceeded(self, approx_kl: float, count: int) -> bool:
+    def normalizers(self, minibatch: list[Transition], index: int) -> tuple[float, dict | None]:
+        """The global transition count and, with ``normalize_advantages``, each transition's advantages
+        normalized over the trained agents' decisions of all ranks' minibatches."""
+        count = super().normalizers(minibatch, index)
+        if not (self.agents and self.normalize_advantages):
+            return count, None
+        rows = [(tr, i) for tr in minibatch for i in self.agents]
+        normalized = normalize_pieces(self, [self.agent_advantages(tr, i) for tr, i in rows])
+        return count, {(id(tr), i): a for (tr, i), a in zip(rows, normalized)}
+
+    def loss(self, micro: list[Transition], scale) -> tuple[torch.Tensor, dict[str, float]]:
+        """``value_loss_coef * L_critic + L_actor - entropy_coef * H`` of the micro-batch, weighted by its share."""
+        count, normalized = scale
+        critic, stats = self.critic_loss(micro)
+        loss = self.value_loss_coef * critic
+        if self.agents:
+            actor, entropy, actor_stats = self.actor_loss(micro, self.agents, normalized)
+            stats.update(actor_stats)
+            loss = loss + actor - self.entropy_coef * entropy
+        return loss * (len(micro) / count), stats
+
+    def accept(self, stats: dict[str, float], count: int) -> bool:
         """``target_kl``'s early stop, decided on the approximate KL of all ranks' minibatches together (every
-        rank stops at the same update)."""
-        if self.target_kl is None:
-            return False
-        if world_size(self) > 1:
-            total, n = global_sum(self, [approx_kl * count, count]).tolist()
-            approx_kl = total / n if n else 0.0
-        return approx_kl > self.target_kl
+        rank refuses the same update, and the rollout's remaining ones)."""
+        return (self.target_kl is None or not self.agents
+                or global_mean(self, stats.get("train/approx_kl", 0.0), count) <= self.target_kl)
+
+    def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
+        """Agent ``agent``'s advantages in ``tr``: one for its action (MARFT-T: one per token of its response)."""
+        return tr.advantages[agent:agent + 1]
+
+    def advantages_of(self, rows: list[tuple[Transition, int]], normalized: dict | None) -> torch.Tensor:
+        """The advantages of ``rows`` ((transition, agent) pairs), normalized ones where given, concatenated."""
+        pieces = [normalized[id(tr), i] if normalized is not None else self.agent_advantages(tr, i) for tr, i in rows]
+        return torch.cat(pieces) if pieces else torch.zeros(0)
 
     def critic_loss(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
         device = self.critic.net[0].weight.device
-        features = torch.cat([tr.extras["features"] for tr in minibatch]).to(device)
-        returns = torch.cat([tr.extras["returns"] for tr in minibatch]).to(device)
-        old_values = torch.cat([tr.extras["values"] for tr in minibatch]).to(device)
+        features = torch.cat([tr.features for tr in minibatch]).to(device)
+        returns = torch.cat([tr.returns for tr in minibatch]).to(device)
+        old_values = torch.cat([tr.values for tr in minibatch]).to(device)
         values = self.critic(features)
         clip = self.value_clip
         loss = value_loss(values, returns, old_values if clip else None, clip, self.huber_delta)
         return loss, {"train/critic_loss": float(loss.detach()), "train/value_mean": float(values.detach().mean()),
                       "train/return_mean": float(returns.mean()), "train/explained_variance": explained_variance(values, returns)}
 
-    def actor_loss(self, minibatch: list[Transition], agents: list[int]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        """The variant's clipped policy loss, mean entropy and stats (``train/approx_kl`` among them)."""
+    def actor_loss(self, minibatch: list[Transition], agents: list[int], normalized: dict | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """The variant's clipped policy loss, mean entropy and stats (``train/approx_kl`` among them);
+        ``normalized``: the advantages to use per (transition, agent) (``normalize_advantages``)."""
         raise NotImplementedError
 
     def policy_forward(self, rows: list[tuple[Transition, int]]):

@@ -22,9 +22,8 @@ import torch
 
 from collab.algos.marft import MARFT
 from collab.errors import require
-from collab.distributed import global_normalize
 from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
-from collab.rollout.buffer import Transition
+from collab.rollout.experience import Transition
 from collab.rollout.episodes import Episode
 
 REDUCTIONS = ("sum", "mean")
@@ -54,21 +53,33 @@ class MARFTA(MARFT):
             advantages, returns = gae(rewards, values[rows].reshape(-1), dones, self.gamma, self.gae_lambda)
             for j, k in enumerate(rows):
                 span = slice(j * n, (j + 1) * n)
-                items[k].extras = {"features": features[k], "values": values[k], "advantages": advantages[span],
-                                   "returns": returns[span]}
+                tr = items[k]
+                tr.features, tr.values, tr.advantages, tr.returns = features[k], values[k], advantages[span], returns[span]
+
+    def observation_ids(self, episodes: list[Episode], items: list[Transition]) -> list[list[int]]:
+        """Each (transition, agent)'s observation as token ids of the critic's base, in row order."""
+        from collab.policy.models import encode_chat
+
+        key, tokenizer = self.team.base_of[0], self.team.tokenizer_of(0)
+        out = []
+        for tr in items:
+            for i, c in enumerate(tr.actions):
+                if self.team.base_of[i] == key:
+                    out.append(list(c.prompt_ids))
+                else:  # another base: the same chat in the critic base's tokens
+                    out.append(encode_chat(tokenizer, episodes[tr.episode].observations[tr.turn][i]))
+        return out
 
     def sequence_logprob(self, token_logprobs: torch.Tensor) -> torch.Tensor:
         total = token_logprobs.sum()
         return total / max(len(token_logprobs), 1) if self.logprob_reduction == "mean" else total
 
-    def actor_loss(self, minibatch: list[Transition], agents: list[int]):
+    def actor_loss(self, minibatch: list[Transition], agents: list[int], normalized: dict | None = None):
         rows = [(tr, i) for tr in minibatch for i in agents]
         token_logprobs, entropies = self.policy_forward(rows)
         logprobs = torch.stack([self.sequence_logprob(lp) for lp in token_logprobs])
         old = torch.stack([self.sequence_logprob(torch.tensor(tr.actions[i].logprobs)) for tr, i in rows]).to(logprobs)
-        advantages = torch.stack([tr.extras["advantages"][i] for tr, i in rows]).to(logprobs)
-        if self.normalize_advantages:
-            advantages = global_normalize(self, advantages)
+        advantages = self.advantages_of(rows, normalized).to(logprobs)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.stack([e.mean() for e in entropies]).mean()
         stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),

@@ -25,9 +25,8 @@ import torch
 
 from collab.algos.marft import MARFT
 from collab.errors import UserError
-from collab.distributed import global_normalize
 from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
-from collab.rollout.buffer import Transition
+from collab.rollout.experience import Transition
 from collab.rollout.episodes import Episode
 
 
@@ -57,13 +56,17 @@ class MARFTT(MARFT):
             start = 0
             for k, length in zip(rows, lengths):
                 span = slice(start, start + length)
-                bounds = torch.tensor([0] + [len(completions[k * n + i]) for i in range(n)]).cumsum(0).tolist()
-                items[k].extras = {"features": torch.cat(features[k * n:(k + 1) * n]),
-                                   "values": flat_values[span], "advantages": advantages[span], "returns": returns[span],
-                                   "agent_spans": [(bounds[i], bounds[i + 1]) for i in range(n)]}
+                tr = items[k]
+                tr.features, tr.values = torch.cat(features[k * n:(k + 1) * n]), flat_values[span]
+                tr.advantages, tr.returns = advantages[span], returns[span]
                 start += length
 
-    def actor_loss(self, minibatch: list[Transition], agents: list[int]):
+    def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
+        """The advantages of agent ``agent``'s tokens: its span of the turn's token chain."""
+        start = sum(len(c.completion_ids) for c in tr.actions[:agent])
+        return tr.advantages[start:start + len(tr.actions[agent].completion_ids)]
+
+    def actor_loss(self, minibatch: list[Transition], agents: list[int], normalized: dict | None = None):
         rows = [(tr, i) for tr in minibatch for i in agents if tr.actions[i].completion_ids]
         if not rows:
             zero = self.critic.net[0].weight.sum() * 0.0
@@ -71,9 +74,7 @@ class MARFTT(MARFT):
         token_logprobs, entropies = self.policy_forward(rows)
         logprobs = torch.cat(token_logprobs)
         old = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
-        advantages = torch.cat([tr.extras["advantages"][slice(*tr.extras["agent_spans"][i])] for tr, i in rows]).to(logprobs)
-        if self.normalize_advantages:
-            advantages = global_normalize(self, advantages)
+        advantages = self.advantages_of(rows, normalized).to(logprobs)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.cat(entropies).mean()
         stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),

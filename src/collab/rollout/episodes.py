@@ -150,3 +150,18 @@ def episode_stats(episodes: Sequence[Episode], seconds: float) -> dict[str, floa
     stats.update({"rollout/tokens": float(tokens), "rollout/seconds": seconds,
                   "rollout/tokens_per_s": tokens / max(seconds, 1e-9)})
     return stats
+
+
+def play_once(team, env: Env, tasks: Sequence[Mapping], max_new_tokens: int = 128,
+              dependency: Dependency | None = None, example_turn: int = 0) -> tuple[list[Episode], dict[str, float], list[dict]]:
+    """A training rollout of whole episodes: one episode per task (:func:`play`), its :func:`episode_stats`, and
+    the first episode's prompts, responses and rewards at ``example_turn`` (-1: the last) for the sample-text log."""
+    import time
+
+    start = time.perf_counter()
+    episodes = [eps[0] for eps in play(team, env, tasks, 1, max_new_tokens, dependency=dependency)]
+    stats = episode_stats(episodes, time.perf_counter() - start)
+    examples = [{"prompts": [obs[-1]["content"] for obs in ep.observations[example_turn]],
+                 "responses": ep.responses[example_turn], "reward": list(ep.steps[example_turn].rewards)}
+                for ep in episodes[:1]]
+    return episodes, stats, examples

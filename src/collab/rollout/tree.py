@@ -41,7 +41,7 @@ import torch
 
 from collab.envs.base import Env, EnvState
 from collab.objectives import absorbing_reward
-from collab.rollout.trajectory import RolloutBatch, Sample
+from collab.rollout.experience import Decision, Experience
 from collab.policy.sampling import Completion, GenerationRequest
 
 JOINT_MODES = ("aligned", "cross")
@@ -153,14 +153,14 @@ def sample_values(node: TreeNode, agent: int, k: int, reduction: str = "mean") -
 
 def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 1.0, joint_mode: str = "aligned",
                termination_threshold: float | None = None, max_new_tokens: int = 128, termination: str = "branch",
-               cross_reduction: str = "mean") -> RolloutBatch:
-    """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a :class:`Sample`
+               cross_reduction: str = "mean") -> Experience:
+    """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a :class:`~collab.rollout.experience.Decision`
     carrying its return (:func:`sample_values`) and its group (the node and agent it was drawn for); the
     algorithm turns returns into advantages (:func:`collab.algos.magrpo.prepare`)."""
     start = time.perf_counter()
     roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens, termination)
     seconds = time.perf_counter() - start
-    samples: list[Sample] = []
+    samples: list[Decision] = []
     scalars: dict[str, list[float]] = defaultdict(list)  # rewards and env info, averaged into stats
     group = 0
     tokens = 0
@@ -171,8 +171,8 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
                 values = sample_values(node, i, k, cross_reduction)
                 for j, c in enumerate(node.samples[i]):
                     tokens += len(c.completion_ids)
-                    samples.append(Sample(i, node.depth, c.prompt_ids, c.completion_ids, c.logprob, c.text,
-                                          float(values[j]), group=group))
+                    samples.append(Decision(i, i, node.depth, c.prompt_ids, c.completion_ids, torch.tensor(c.logprobs),
+                                            returns=float(values[j]), group=group, text=c.text))
                 group += 1
                 for reward in node.rewards:
                     scalars[f"reward/turn{node.depth}/agent{i}"].append(reward[i])
@@ -189,4 +189,4 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
             examples.append({"prompts": [h[-1]["content"] for h in root.state.histories],
                              "responses": [root.samples[i][j].text for i, j in enumerate(root.joints[c])],
                              "reward": list(root.rewards[c])})
-    return RolloutBatch(samples, stats, examples)
+    return Experience(samples, stats, examples)

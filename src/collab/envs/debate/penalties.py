@@ -1,7 +1,16 @@
-"""The format penalty of the MAPoRL reference code (paper 003's released training code): an answer is
-malformed when it cannot be parsed, is too short, or repeats a run of tokens (its
-``check_repeated_sequences``); MAPoRL (:mod:`collab.algos.maporl`) then gives it a fixed penalty instead of
-its verifier reward."""
+"""The format penalty of the MAPoRL reference code (paper 003's released training code).
+
+MAPoRL's ``format_penalty`` (off by default: paper 003 does not mention one). The reference code replaces
+the verifier score of a malformed answer by ``penalty_reward_value`` (-10 in its configs) before its
+Definition 1 (``ppov2_trainer_multi_different_model.py``, under ``non_eos_penalty``): an answer is
+malformed when it is shorter than ``min_length`` tokens (its configs' ``min_output_length``: 50), holds a
+run of 1-20 tokens repeated back to back more than 3 times (``check_repeated_sequences``; runs that decode
+to digits are exempt), or, at every trained turn, has no ``\\boxed{}`` answer (after its own reformatting,
+which boxes any answer it can parse, that is: the answer is unparsable). collab applies the same rule
+(:func:`malformed`) with ``min_response_tokens`` (default 0) and ``max_repeats`` (default None: no
+repetition check) to every answer (:mod:`collab.algos.maporl`), then Definition 1 on the penalised scores,
+so the penalty also lowers earlier answers' influence terms, as in the reference.
+"""
 
 from __future__ import annotations
 
@@ -31,3 +40,19 @@ def malformed(answer: str | None, completion_ids, min_tokens: int = 0, max_repea
     if answer is None or len(completion_ids) < min_tokens:
         return True
     return max_repeats is not None and repetitive(completion_ids, max_repeats, exempt=exempt)
+
+
+def penalise(scores, answers, completions, penalty: float, min_tokens: int = 0, max_repeats: int | None = None,
+             decode=None):
+    """An episode's ``[t, A]`` verifier ``scores`` with every malformed answer's (:func:`malformed`) replaced by
+    ``penalty``, and the ``[t, A]`` boolean flags. ``answers[t][a]``: the parsed answer (None: unparsable);
+    ``completions[t][a]``: the response (its ``completion_ids``); ``decode(t, a, ids)``: the text of a token run
+    of that agent's tokenizer (runs that decode to digits are exempt from the repetition check)."""
+    import torch
+
+    flags = torch.tensor([[malformed(answer, c.completion_ids, min_tokens, max_repeats,
+                                     exempt=None if decode is None else
+                                     (lambda run, t=t, a=a: decode(t, a, run).strip().isdigit()))
+                           for a, (answer, c) in enumerate(zip(answers[t], joint))]
+                          for t, joint in enumerate(completions)], dtype=torch.bool)
+    return torch.where(flags, torch.tensor(float(penalty)), scores), flags
