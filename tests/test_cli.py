@@ -145,7 +145,8 @@ def test_missing_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_default_main_job_runs_on_smollm2(tmp_path):
     """The README's main job (MARFT-A, a DUO of embedded SmolLM2 agents on math), cut to one rollout."""
-    result = fit("--algo", "marft_a", "--trainer.max_steps", "1", cwd=tmp_path, timeout=900)
+    # ~5 minutes alone on 2 cores (one rollout, two 64-problem evaluations); 30 leave room for a loaded machine
+    result = fit("--algo", "marft_a", "--trainer.max_steps", "1", cwd=tmp_path, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reward: mean of first 1 rollouts" in result.stdout
     assert "held-out accuracy (64 eval problems, greedy): before " in result.stdout  # the default's before/after
