@@ -88,17 +88,12 @@ def normalize_pieces(module, pieces: Sequence[Tensor]) -> list[Tensor]:
     return list(torch.split(flat, [len(p) for p in pieces]))
 
 
-def minibatch_schedule(module, minibatches: list) -> list[tuple[list, float]]:
-    """Pair each update's minibatch with its share of the global minibatch (local count over the count of
-    all ranks), padded with empty minibatches to the most updates any rank has: every rank then takes
-    the same number of optimizer steps. With one process: ``(minibatch, 1.0)`` for each."""
+def minibatch_schedule(module, minibatches: list) -> list[list]:
+    """``minibatches`` padded with empty minibatches to the most updates any rank has: every rank then takes
+    the same number of optimizer steps. With one process: ``minibatches`` as they are. (Each minibatch's
+    global normalisers are the algorithm's ``normalizers``.)"""
     steps = global_max(module, len(minibatches))
-    out = []
-    for j in range(steps):
-        mb = minibatches[j] if j < len(minibatches) else []
-        total = float(global_sum(module, len(mb))) if world_size(module) > 1 else float(len(mb))
-        out.append((mb, len(mb) / total if total else 0.0))
-    return out
+    return list(minibatches) + [[] for _ in range(steps - len(minibatches))]
 
 
 def global_means(module, stats: dict[str, float]) -> dict[str, float]:

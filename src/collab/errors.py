@@ -31,8 +31,8 @@ def require_ranges(values: dict, unit: Iterable[str] = (), positive: Iterable[st
                    widths: Iterable[str] = (), prefix: str = "model") -> None:
     """Check an algorithm's options by name in ``values`` (its ``locals()``): ``unit`` in [0, 1], ``positive`` > 0,
     ``non_negative`` >= 0, ``counts`` >= 1 or null, ``optional_positive`` > 0 or null, ``choices`` (name -> the
-    valid values) one of them, ``widths`` a list of layer widths >= 1 or null. The first bad one is a :class:`UserError` naming ``prefix.name``, what is valid
-    and the value given."""
+    valid values) one of them, ``widths`` a list of layer widths >= 1 or null. The first bad one is a
+    :class:`UserError` naming ``prefix.name``, what is valid and the value given."""
     rules = [(unit, lambda v: 0 <= v <= 1, "be in [0, 1]"), (positive, lambda v: v > 0, "be > 0"),
              (non_negative, lambda v: v >= 0, "be >= 0"), (counts, lambda v: v is None or v >= 1, "be >= 1 or null"),
              (optional_positive, lambda v: v is None or v > 0, "be > 0 or null"),

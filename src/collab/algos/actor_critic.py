@@ -66,12 +66,16 @@ class ActorCritic(CollabModule):
         """Hook: values fixed at rollout time (IPPO's GAE advantages)."""
 
     # -- loss --------------------------------------------------------------------------------------
+    def normalizers(self, minibatch: list[Transition], index: int) -> tuple[float, dict | None]:
+        """The global transition count, and what the algorithm's :meth:`losses` read besides (IPPO: the
+        normalized advantages; None here)."""
+        return super().normalizers(minibatch, index), None
+
     def loss(self, micro: list[Transition], scale) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's actor + critic losses (means over its transitions), weighted by its share of the
-        minibatch of all ranks (``scale``: the global transition count, or the algorithm's normalisers)."""
-        count = scale if isinstance(scale, float) else scale[0]
+        minibatch of all ranks (``scale[0]``: the global transition count)."""
         loss, stats = self.losses(micro, scale)
-        return loss * (len(micro) / count), stats
+        return loss * (len(micro) / scale[0]), stats
 
     def losses(self, micro: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
         """The actor + critic losses of ``micro``, means over its transitions (``scale``: :meth:`normalizers` of the

@@ -193,17 +193,22 @@ class CollabModule(L.LightningModule):
             self.skip_update()
             return metrics
         totals: dict[str, list[float]] = {}
-        for index, (minibatch, _) in enumerate(schedule):
-            scale = self.normalizers(minibatch, index)
+        for index, minibatch in enumerate(schedule):
             stats: dict[str, float] = {}
-            parts = [partial(self._part, micro, scale, stats, len(micro) / len(minibatch))
-                     for micro in self.micro_batches(minibatch)]
+            parts = self._parts(minibatch, index, stats)
             if not optimizer_step(self, parts, accept=lambda: self.accept(stats, len(minibatch))):
                 metrics["train/early_stop"] = 1.0
                 break
             for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
         return {**metrics, **{key: sum(v) / len(v) for key, v in totals.items()}}
+
+    def _parts(self, minibatch: list, index: int, stats: dict[str, float]) -> list:
+        """The minibatch's loss as one callable per micro-batch (for :func:`~collab.distributed.optimizer_step`),
+        all divided by the minibatch's global :meth:`normalizers` (computed here, once per minibatch)."""
+        scale = self.normalizers(minibatch, index)
+        return [partial(self._part, micro, scale, stats, len(micro) / len(minibatch))
+                for micro in self.micro_batches(minibatch)]
 
     def _part(self, micro: list, scale: Any, stats: dict[str, float], share: float) -> torch.Tensor:
         """One micro-batch's loss; its statistics go into ``stats`` weighted by its share of the minibatch."""
@@ -240,10 +245,9 @@ class CollabModule(L.LightningModule):
     def accumulate(self, minibatch: list, backward) -> dict[str, float]:
         """One process's gradient of a minibatch's loss, ``backward`` per micro-batch; returns its statistics
         (for tests and notebooks: the skeleton's inner loop without the optimizer)."""
-        scale = self.normalizers(minibatch, 0)
         stats: dict[str, float] = {}
-        for micro in self.micro_batches(minibatch):
-            backward(self._part(micro, scale, stats, len(micro) / len(minibatch)))
+        for part in self._parts(minibatch, 0, stats):
+            backward(part())
         return stats
 
     def skip_update(self) -> None:

@@ -63,7 +63,7 @@ class IPPO(ActorCritic):
         all ranks when ``normalize_advantages``."""
         advantages = [tr.advantages for tr in minibatch]
         advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
-        return super().normalizers(minibatch, index), {id(tr): a for tr, a in zip(minibatch, advantages)}
+        return super().normalizers(minibatch, index)[0], {id(tr): a for tr, a in zip(minibatch, advantages)}
 
     def losses(self, minibatch: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
         scale = scale if scale is not None else self.normalizers(minibatch, 0)
