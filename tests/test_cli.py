@@ -167,7 +167,7 @@ def test_default_main_job_runs_on_smollm2(tmp_path):
     assert "step 1/1  reward " in result.stdout  # stdout is a pipe: one plain line per rollout
     run = tmp_path / "runs" / "marft_a" / "version_0"
     held_out = json.loads((run / "reward_summary.json").read_text())["held_out"]
-    assert held_out["problems"] == 8 and held_out["greedy"]
+    assert held_out["problems"] == 8 and held_out["greedy"] and held_out["before_se"] > 0
     from collab.analysis import read_scalars
 
     scalars = read_scalars(run)
