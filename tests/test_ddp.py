@@ -41,9 +41,15 @@ CALLBACKS = json.dumps([{"class_path": "collab.callbacks.ModelCheckpoint", "init
                         {"class_path": "tests.ddp_probe.Probe"}])
 
 
+# agents per run (solo: 1), each capped at 6 new tokens (model.max_new_tokens alone would not cap them: the
+# math and debate roles suggest 256-300 tokens, which the tiny random model always uses up)
+AGENTS = {algo: json.dumps([{"sampling": {"max_new_tokens": 6}}] * (1 if "solo" in " ".join(run) else 2))
+          for algo, run in RUNS.items()}
+
+
 def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
-    return ["--algo", algo, *RUNS[algo], "--model.base.name", "tiny", "--model.agents", "null", "--model.max_new_tokens",
-            "6", "--data.batch_size", "4", "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
+    return ["--algo", algo, *RUNS[algo], "--model.base.name", "tiny", "--model.agents", AGENTS[algo],
+            "--data.batch_size", "4", "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
             "--trainer.accelerator", "cpu", "--trainer.callbacks", CALLBACKS, *extra]
 
 

@@ -143,6 +143,47 @@ def test_mixed_adapter_batch_equals_each_adapter_alone():
     assert same[0][0].completion_ids != same[1][0].completion_ids
 
 
+def test_teacher_forcing_computes_each_shared_prompt_once_with_the_one_pass_values_and_gradients(monkeypatch):
+    """K = 4 samples per agent under one long prompt each, as a MAGRPO group: the update's forward takes
+    each agent's prompt once (its cache repeated for the K rows) and gives the log-probs and LoRA
+    gradients of one left-padded pass over every row; the reference policy too."""
+    import collab.policy.sampling as sampling
+
+    team = make_team(0.7, 0.7)
+    perturb_lora_b(team, std=0.05)
+    gen = torch.Generator().manual_seed(3)
+    ids = lambda n: torch.randint(5, 500, (n,), generator=gen).tolist()  # noqa: E731
+    prompts = {0: ids(90), 1: ids(120)}
+    agents = [0, 0, 0, 0, 1, 1, 1, 1]
+    completions = [ids(n) for n in (5, 9, 1, 7, 12, 3, 8, 8)]
+    rows = [prompts[a] for a in agents]
+    tokens: list[int] = []  # positions through the model, counted at its embedding layer
+    team.model_of(0).get_input_embeddings().register_forward_hook(lambda m, args, out: tokens.append(args[0].numel()))
+
+    def run(reference=False):
+        for param in team.parameters():
+            param.grad = None
+        tokens.clear()
+        out = team.logprobs(agents, rows, completions, reference=reference)
+        if not reference:
+            (torch.stack([t.sum() for t in out]) * torch.linspace(-1, 1, len(out))).sum().backward()
+        grads = [] if reference else [p.grad.clone() for a in (0, 1) for p in lora_b_params(team, a)]
+        return [t.detach() for t in out], grads, sum(tokens)
+
+    shared, shared_grads, shared_tokens = run()
+    ref_shared = run(reference=True)[0]
+    monkeypatch.setattr(sampling, "MIN_PREFIX_SAVING", 2.0)  # never share: one pass over the padded rows
+    one, one_grads, one_tokens = run()
+    ref_one = run(reference=True)[0]
+    # padded rows of one pass: 8 x (120 + 12); shared: the two prompts but one token each, then 8 remainders
+    assert one_tokens == 8 * 132 and shared_tokens < one_tokens / 3
+    for a, b in zip(shared + ref_shared, one + ref_one):
+        assert a.shape == b.shape and torch.allclose(a, b, rtol=RTOL, atol=TOL)
+    assert any(float(g.abs().max()) > 0 for g in one_grads)
+    for a, b in zip(shared_grads, one_grads):
+        assert float((a - b).abs().max()) <= 1e-4 * float(b.abs().max()) + 1e-8
+
+
 # -- training --------------------------------------------------------------------------------------------
 def test_optimizer_step_changes_adapters_only():
     team = make_team(0.7, 1.0)

@@ -244,24 +244,39 @@ def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, devi
     """Run the prompts through the model into a fresh KV cache: ``(out, attention_mask, position_ids)``
     with ``out.logits[:, -1]`` each row's next-token logits.
 
-    Prompts that share a long start under one adapter (the later turns of a multi-turn episode, whose
-    histories begin with the same task prompt; the nodes of a rollout tree) prefill that start once:
-    the groups' prefixes go through the model first, their cache is repeated for the group's rows, and
-    the rows' own remainders follow (left-padded, so padding sits between prefix and remainder, masked
-    out, with position ids continuing from the prefix). Used when it skips at least
-    ``MIN_PREFIX_SAVING`` of the prompt tokens; otherwise one pass over the left-padded prompts.
+    Prompts that share a long start under one adapter (the K samples' prompt, the later turns of a
+    multi-turn episode, whose histories begin with the same task prompt; the nodes of a rollout tree)
+    prefill that start once (:func:`shared_prefix_forward`).
+    """
+    return shared_prefix_forward(_forward_fn(model), prompts, [[] for _ in prompts], adapters, pad, device,
+                                 use_cache=True, logits_to_keep=1)
+
+
+def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list[int]], adapters: list[str], pad: int,
+                          device, **kwargs):
+    """``forward(row_adapters, **inputs)`` over the rows ``prompts[r] + suffixes[r]``, each group of prompts'
+    shared start computed once: ``(out, attention_mask, position_ids)``, each row's positions ending at
+    the right edge as in one left-padded pass.
+
+    The groups' prefixes (:func:`shared_prefixes`) go through the model first; their KV cache is repeated
+    for the group's rows (an index: gradients flow back into the prefix when ``forward`` records them, as
+    the teacher-forced log-probs of the update do); the rows' own remainders follow, left-padded, so
+    padding sits between prefix and remainder, masked out, with position ids continuing from the prefix.
+    A suffix (a completion) never joins a prefix: each row keeps at least its prompt's last token, whose
+    logits score the suffix's first token. Shares when that skips at least ``MIN_PREFIX_SAVING`` of the
+    prompt tokens; otherwise one pass over the left-padded rows. ``kwargs`` go to the last forward
+    (``use_cache``, ``logits_to_keep``).
     """
     from transformers import DynamicCache
 
-    forward = _forward_fn(model)
+    seqs = [list(p) + list(s) for p, s in zip(prompts, suffixes)]
     group_of, lengths = shared_prefixes(prompts, adapters)
     counts = torch.bincount(torch.tensor(group_of), minlength=len(lengths)).tolist()
     saved = sum((c - 1) * n for c, n in zip(counts, lengths))
     if saved < MIN_PREFIX_SAVING * sum(len(p) for p in prompts):
-        ids, mask, positions = pad_left(prompts, pad, device)
-        out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions,
-                      past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
-        return out, mask, positions
+        ids, mask, positions = pad_left(seqs, pad, device)
+        cache = {"past_key_values": DynamicCache()} if kwargs.get("use_cache") else {}
+        return forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **cache, **kwargs), mask, positions
     heads = [prompts[group_of.index(g)][:n] for g, n in enumerate(lengths)]
     head_adapters = [adapters[group_of.index(g)] for g in range(len(lengths))]
     cache = DynamicCache()
@@ -274,13 +289,12 @@ def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, devi
         head_mask = head_mask[rows]
     else:
         head_mask = torch.zeros(len(prompts), 0, dtype=torch.long, device=device)
-    tails = [p[lengths[g]:] for p, g in zip(prompts, group_of)]
+    tails = [s[lengths[g]:] for s, g in zip(seqs, group_of)]
     ids, tail_mask, tail_positions = pad_left(tails, pad, device)
     start = torch.tensor([lengths[g] for g in group_of], device=device)[:, None]
     positions = tail_positions + start
     mask = torch.cat([head_mask, tail_mask], dim=-1)
-    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                  use_cache=True, logits_to_keep=1)
+    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, **kwargs)
     return out, mask, positions
 
 

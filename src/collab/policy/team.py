@@ -247,12 +247,11 @@ class AgentTeam(nn.Module):
         return (out, ent) if entropy else out
 
     def _logprobs_on_base(self, key, agents, prompts, completions, reference, entropy=False) -> list[tuple[Tensor, Tensor | None]]:
-        from collab.policy.sampling import action_mask, pad_left, policy_logits
+        from collab.policy.sampling import action_mask, pad_left, policy_logits, shared_prefix_forward
 
         model = self.models[key]
         pad = self.tokenizers[key].pad_token_id
         seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
-        input_ids, mask, positions = pad_left(seqs, pad, self.device)
         # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
         # and gradient checkpointing (active in train mode only) is off.
         mixed = not reference and all(self.specs[a].lora.dropout == 0 for a in agents) and not self.base_config.gradient_checkpointing
@@ -263,16 +262,19 @@ class AgentTeam(nn.Module):
         for g in groups:
             # Only the completion positions need logits (the vocabulary projection dominates).
             keep = max(len(completions[i]) for i in g) + 1
-            inputs = dict(input_ids=input_ids[g], attention_mask=mask[g], position_ids=positions[g], logits_to_keep=keep)
-            if reference:
+            if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
                 with adapters_disabled(model):
-                    logits = model(**inputs).logits
+                    logits = shared_prefix_forward(lambda _, **inputs: model(**inputs), prompts, completions,
+                                                   ["reference"] * len(g), pad, self.device, logits_to_keep=keep)[0].logits
             elif mixed:
                 with _eval_mode(model):
-                    logits = _forward_fn(model)([self.names[agents[i]] for i in g], **inputs).logits
+                    logits = shared_prefix_forward(_forward_fn(model), prompts, completions,
+                                                   [self.names[a] for a in agents], pad, self.device,
+                                                   logits_to_keep=keep)[0].logits
             else:
+                input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, self.device)
                 model.set_adapter(self.names[agents[g[0]]])
-                logits = model(**inputs).logits
+                logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
             for j, i in enumerate(g):
                 n = len(completions[i])
                 a = agents[i]
