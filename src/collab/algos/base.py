@@ -44,6 +44,7 @@ from collab.policy.models import BaseConfig
 from collab.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
 from collab.rollout.experience import Experience, epochs
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
+from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 
 
 def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
@@ -94,7 +95,7 @@ class CollabModule(L.LightningModule):
 
     def __init__(self, base: BaseConfig | None = None, agents: list[AgentSpec] | None = None, agent_lr: float = 5e-6,
                  max_new_tokens: int = 128, max_grad_norm: float = 1.0, log_samples_every: int = 10,
-                 micro_batch_tokens: int | None = None) -> None:
+                 micro_batch_tokens: int | None = None, engine: str = "torch", engine_options: dict | None = None) -> None:
         """
         Args:
             base: The agents' shared base model.
@@ -106,6 +107,11 @@ class CollabModule(L.LightningModule):
             micro_batch_tokens: Padded tokens (items x largest item's prompt + response tokens) per
                 forward/backward within an update: each minibatch's gradient is accumulated over parts of
                 at most this size (at least one item each), the same gradient in bounded memory. None: one pass.
+            engine: Who samples the rollouts: ``torch`` (collab's batched multi-LoRA decoding loop) or ``vllm``
+                (one vLLM engine per base, one LoRA adapter per agent, synced after every update; see
+                :mod:`collab.policy.vllm_engine`). Training always runs in PyTorch.
+            engine_options: Settings of the vLLM engine (:class:`~collab.policy.vllm_engine.VllmOptions`:
+                ``max_model_len``, ``gpu_memory_utilization``, ``kv_cache_gb``, ``enforce_eager``, ``adapter_dir``).
         """
         super().__init__()
         require(agent_lr > 0 and agent_lr != float("inf"), f"model.agent_lr must be > 0, got {agent_lr}")
@@ -113,6 +119,11 @@ class CollabModule(L.LightningModule):
         require(micro_batch_tokens is None or micro_batch_tokens >= 1,
                 f"model.micro_batch_tokens must be >= 1 or null, got {micro_batch_tokens}")
         check_agents(agents)
+        require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        require(engine == "vllm" or not engine_options, "model.engine_options are settings of --model.engine vllm; "
+                f"the engine is {engine!r}")
+        self.engine, self.engine_options = engine, vllm_options(engine_options) if engine == "vllm" else None
+        check_engine(engine)
         self.micro_batch_tokens = micro_batch_tokens
         self.base = base or BaseConfig()
         self.base.validate()
@@ -136,6 +147,8 @@ class CollabModule(L.LightningModule):
         if base.device == "auto" and self._trainer is not None:
             base = replace(base, device=str(self.trainer.strategy.root_device))
         self.team = AgentTeam(self.team_specs(env), base)
+        if self.engine == "vllm":
+            self.team.engine = VllmEngine(self.team, self.engine_options)
         self.build_extra(env)
 
     def team_specs(self, env: Env) -> list[AgentSpec]:
@@ -276,6 +289,9 @@ class CollabModule(L.LightningModule):
     def log_rollout(self, batch: Experience, metrics: dict[str, float]) -> None:
         # every rank has its own rollout: log each scalar's mean over the ranks (the global mean, the ranks
         # playing equal shares of the step's tasks); the same values on every rank
+        engine = self.team.engine
+        if engine is not None:  # what handing the updated adapters to vLLM cost so far
+            metrics = {**metrics, "engine/adapter_syncs": float(engine.syncs), "engine/sync_s": engine.sync_seconds}
         scalars = global_means(self, {**batch.stats, **metrics, "rollout/count": float(self.rollouts)})
         bar = {"reward": scalars.get("reward/return", float("nan")),
                "tok_s": scalars.get("rollout/tokens_per_s", float("nan"))}

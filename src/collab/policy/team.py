@@ -148,6 +148,9 @@ class AgentTeam(nn.Module):
         for model in self.models.values():
             train_adapters_only(model)
         self.choice_ids = [self._choice_ids(i) for i in range(len(agents))]
+        self.engine = None
+        """``None``: :meth:`generate` decodes with collab's own loop; a :class:`~collab.policy.vllm_engine.VllmEngine`:
+        it hands generation to vLLM (``--model.engine vllm``)."""
         self.turn_agents: list[list[int]] | None = None
         """``turn_agents[t][i]``: the agent that plays role i at turn t (turns past the list use its last
         row); ``None``: agent i plays role i at every turn."""
@@ -202,7 +205,10 @@ class AgentTeam(nn.Module):
 
         All agents and all samples on a base share one batch (rows carry their adapter names), and
         the prompt of each request is prefilled once and its KV cache repeated for its n samples.
+        With an :attr:`engine`, vLLM samples and the behaviour log-probs are this model's.
         """
+        if self.engine is not None:
+            return self.engine.generate(self, requests, max_new_tokens)
         results: list[list[Completion] | None] = [None] * len(requests)
         for key, model in self.models.items():
             mine = [i for i, r in enumerate(requests) if self.base_of[r.agent] == key]
@@ -293,18 +299,21 @@ class AgentTeam(nn.Module):
     # -- persistence -------------------------------------------------------------------------------
     def save_adapters(self, folder: str | Path) -> None:
         """Write each agent's adapter as a peft folder ``folder/agentI`` (config + safetensors)."""
+        for i, name in enumerate(self.names):
+            self.save_adapter(i, Path(folder) / name)
+
+    def save_adapter(self, agent: int, out: str | Path) -> None:
+        """Write one agent's adapter as a peft folder (what peft, vLLM and :meth:`load_adapters` read)."""
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
-        folder = Path(folder)
-        for i, name in enumerate(self.names):
-            model = self.model_of(i)
-            out = folder / name
-            out.mkdir(parents=True, exist_ok=True)
-            state = get_peft_model_state_dict(model, adapter_name=name)
-            save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, out / "adapter_model.safetensors")
-            model.peft_config[name].save_pretrained(out)
-            (out / "agent.json").write_text(json.dumps(asdict(self.specs[i]), indent=2))
+        out = Path(out)
+        name, model = self.names[agent], self.model_of(agent)
+        out.mkdir(parents=True, exist_ok=True)
+        state = get_peft_model_state_dict(model, adapter_name=name)
+        save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, out / "adapter_model.safetensors")
+        model.peft_config[name].save_pretrained(out)
+        (out / "agent.json").write_text(json.dumps(asdict(self.specs[agent]), indent=2))
 
     def load_adapters(self, folder: str | Path) -> None:
         """Load adapters written by :meth:`save_adapters` (or peft) into the team's agents."""

