@@ -260,6 +260,20 @@ def test_closed_action_vocabularies_become_allowed_tokens(sampling_model):
         engine.close()
 
 
+def test_an_engine_dropped_and_collected_leaves_the_others_working(sampling_team, sampling_model):
+    """In-process vLLM engines share vLLM's parallel state; a collected one used to tear it down under the
+    rest ("pipeline model parallel group is not initialized")."""
+    import gc
+
+    other = team_of(sampling_model)
+    other.engine = VllmEngine(other, VllmOptions(max_model_len=512))
+    other.engine.close()
+    del other
+    gc.collect()
+    torch.manual_seed(0)
+    assert all(out for out in sampling_team.generate(requests(sampling_team), max_new_tokens=4))
+
+
 def test_export_base_writes_the_training_base_without_adapters(engine_model, tmp_path):
     from transformers import AutoModelForCausalLM
 

