@@ -44,6 +44,29 @@ def test_full_sort_fallback_when_the_nucleus_is_wide():
     assert (target > 0).sum() == 1800
 
 
+def test_second_candidate_size_holds_a_wide_nucleus_without_the_full_sort(monkeypatch):
+    """A nucleus of about 1,000 tokens lies beyond 256 candidates but within 2,048: the draw is made
+    among the top 2,048 (the full sort is never called) and follows the truncated distribution; a
+    nucleus wider than every candidate size falls back to the full sort."""
+    import collab.policy.sampling as sampling
+
+    torch.manual_seed(2)
+    logits = torch.cat([torch.randn(1, 1200) * 0.3 + 6, torch.randn(1, 8800)], dim=-1)
+    target = nucleus(logits, 0.9, 0)[0]
+    assert 256 < int((target > 0).sum()) <= 2048
+    full_sorts = []
+    monkeypatch.setattr(sampling, "_truncate", lambda *a: full_sorts.append(1) or _truncate(*a))
+    freq = empirical(logits, 0.9, 0, draws=40000, candidates=(256, 2048))
+    assert not full_sorts
+    assert freq[target == 0].sum() == 0
+    # each kept token has probability ~1/1000: compare the mass of the kept tokens by halves
+    order = target.argsort(descending=True)[: int((target > 0).sum())]
+    for half in order.chunk(2):
+        assert abs(float(freq[half].sum() - target[half].sum())) < 0.015
+    empirical(logits, 0.9, 0, draws=100, candidates=(64, 128))
+    assert full_sorts == [1]
+
+
 def test_untruncated_rows_sample_the_full_softmax():
     logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
     freq = empirical(logits, 1.0, 0)

@@ -143,6 +143,40 @@ def test_mixed_adapter_batch_equals_each_adapter_alone():
     assert same[0][0].completion_ids != same[1][0].completion_ids
 
 
+def test_finished_rows_leave_the_batch_and_the_others_sample_as_if_they_were_there():
+    """Agent 0 stops at 3 tokens, agent 1 runs to 10 in the same batch: from the 4th step on, only
+    agent 1's rows are decoded (the model sees 3 rows, not 6; before, finished rows were decoded on
+    as padding until the last row ended), and they sample exactly the tokens they
+    sample when agent 0 also runs to 10 (same seed: each row keeps its place's random draws)."""
+    def run(limit0: int):
+        team = make_team(1.0, 1.0)
+        team.specs[0].sampling.max_new_tokens, team.specs[1].sampling.max_new_tokens = limit0, 10
+        team.specs[0].sampling.top_p = team.specs[1].sampling.top_p = 0.9
+        perturb_lora_b(team)
+        heights = []
+        hook = team.model_of(0).get_input_embeddings().register_forward_hook(
+            lambda module, args, out: heights.append(tuple(args[0].shape)))
+        torch.manual_seed(7)
+        out = team.generate([GenerationRequest(0, prompt(team, 0, "Count to ten."), n=3),
+                             GenerationRequest(1, prompt(team, 1, "Name ten birds."), n=3)])
+        hook.remove()
+        return out, [h[0] for h in heights if h[1] == 1]  # the decoding steps' batch heights
+
+    short, steps_short = run(3)
+    long, steps_long = run(10)
+    assert all(len(c.completion_ids) == 10 for c in long[1]), "no row may end early for this comparison"
+    assert [len(c.completion_ids) for c in short[0]] == [3, 3, 3]
+    # 9 steps after the prefill: tokens 2 and 3 with all 6 rows, tokens 4-10 with agent 1's 3
+    assert steps_short == [6, 6] + [3] * 7 and steps_long == [6] * 9
+    for a, b in zip(short[1], long[1]):
+        assert a.completion_ids == b.completion_ids
+        assert a.logprobs == pytest.approx(b.logprobs, rel=RTOL, abs=TOL)
+    assert len({tuple(c.completion_ids) for c in long[1]}) == 3  # sampled, not one greedy answer
+    # the finished rows' own responses are the first 3 tokens of their 10-token runs
+    for a, b in zip(short[0], long[0]):
+        assert a.completion_ids == b.completion_ids[:3]
+
+
 def test_teacher_forcing_computes_each_shared_prompt_once_with_the_one_pass_values_and_gradients(monkeypatch):
     """K = 4 samples per agent under one long prompt each, as a MAGRPO group: the update's forward takes
     each agent's prompt once (its cache repeated for the K rows) and gives the log-probs and LoRA

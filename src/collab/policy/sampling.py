@@ -94,33 +94,52 @@ def _truncate(logits: Tensor, top_p: Tensor, top_k: Tensor) -> Tensor:
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
-def _categorical(probs: Tensor) -> Tensor:
-    """One draw per row: argmax of p / E with E ~ Exp(1) (the exponential race; cheaper than multinomial)."""
-    return (probs / torch.empty_like(probs).exponential_()).argmax(-1)
+def _categorical(probs: Tensor, slots: Tensor | None = None, width: int | None = None) -> Tensor:
+    """One draw per row: argmax of p / E with E ~ Exp(1) (the exponential race; cheaper than multinomial).
+
+    ``slots`` (optional): row i of ``probs`` is row ``slots[i]`` of a batch of ``width`` rows. The
+    draws are made for the whole width and each row takes its slot's, so a row samples the same
+    token whether or not the other rows of its batch are still there (see :func:`decode`).
+    """
+    if slots is None:
+        return (probs / torch.empty_like(probs).exponential_()).argmax(-1)
+    noise = probs.new_empty(width, probs.shape[-1]).exponential_()
+    return (probs / noise[slots]).argmax(-1)
 
 
-def sample_tokens(logits: Tensor, top_p: Tensor, top_k: Tensor, candidates: int = 256) -> Tensor:
+def sample_tokens(logits: Tensor, top_p: Tensor, top_k: Tensor, candidates: int | tuple[int, ...] = (256, 2048),
+                  slots: Tensor | None = None, width: int | None = None) -> Tensor:
     """Sample one token per row from ``softmax(logits)`` truncated to its top-k / top-p.
 
-    The nucleus usually lies among the few hundred most likely tokens: when the ``candidates`` most
-    likely tokens of every row hold its nucleus (and its top-k), the draw is made among them, which
-    is exact and avoids sorting the whole vocabulary; otherwise the full sort is used.
+    The nucleus usually lies among the few hundred most likely tokens: when the ``c`` most likely
+    tokens of every row hold its nucleus (and its top-k), the draw is made among them, which is exact
+    and avoids sorting the whole vocabulary. ``candidates`` are the sizes ``c`` tried, smallest first;
+    when none holds every row's nucleus, the full sort is used. The second size exists because the
+    full sort and a draw over the whole vocabulary cost 30 times a ``topk`` of 2048 (64 rows of
+    SmolLM2's 49,152 tokens on 2 cores: 87 + 49 ms against 12 + 2 ms), and at temperature 0.8 and
+    top-p 0.95 some row of 64 needs more than 256 candidates at 55 of 96 steps, never more than
+    911 (benchmarks/rollout.py's large shape). ``slots`` and ``width``: the rows' places in the
+    batch they were sampled from (:func:`_categorical`).
     """
+    draw = lambda probs: _categorical(probs, slots, width)  # noqa: E731
     truncating = (top_p < 1) | (top_k > 0)
     if not bool(truncating.any()):
-        return _categorical(logits.softmax(-1))
+        return draw(logits.softmax(-1))
     probs = logits.softmax(-1)
-    c = min(candidates, logits.shape[-1])
-    values, index = probs.topk(c, dim=-1)
-    head = values.sum(-1)
-    covered = ((top_p < 1) & (head >= top_p)) | ((top_p >= 1) & (top_k > 0) & (top_k <= c))
-    if not bool((covered | ~truncating).all()) or not bool(truncating.all()):
-        return _categorical(_truncate(logits, top_p, top_k).softmax(-1))
-    ranks = torch.arange(c, device=logits.device).expand_as(values)
-    before = values.cumsum(-1) - values
-    drop = ((top_k[:, None] > 0) & (ranks >= top_k[:, None])) | ((before >= top_p[:, None]) & (top_p[:, None] < 1))
-    values = values.masked_fill(drop, 0.0)
-    return index.gather(-1, _categorical(values)[:, None]).squeeze(-1)
+    if bool(truncating.all()):
+        for size in (candidates,) if isinstance(candidates, int) else candidates:
+            c = min(size, logits.shape[-1])
+            values, index = probs.topk(c, dim=-1)
+            head = values.sum(-1)
+            covered = ((top_p < 1) & (head >= top_p)) | ((top_p >= 1) & (top_k > 0) & (top_k <= c))
+            if bool(covered.all()):
+                ranks = torch.arange(c, device=logits.device).expand_as(values)
+                before = values.cumsum(-1) - values
+                drop = (((top_k[:, None] > 0) & (ranks >= top_k[:, None]))
+                        | ((before >= top_p[:, None]) & (top_p[:, None] < 1)))
+                values = values.masked_fill(drop, 0.0)
+                return index.gather(-1, draw(values)[:, None]).squeeze(-1)
+    return draw(_truncate(logits, top_p, top_k).softmax(-1))
 
 
 @torch.no_grad()
@@ -128,6 +147,14 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     """Sample every request's ``n`` responses in one batched loop.
 
     ``settings[r] = (temperature, top_p, top_k, max_new_tokens, choice_ids)`` of request ``r``'s agent.
+    A response that ends (its end token or its length limit) leaves the batch before the next step:
+    its KV cache rows, mask and settings are dropped, so the steps after it cost only the
+    rows still running (agents with different length limits share a batch; responses end at different
+    lengths). Each row keeps the random draws of its place in the original batch, so it samples the
+    same tokens as it would with the finished rows still in the batch (up to the float rounding of a
+    matrix product of another height, and as long as :func:`sample_tokens` takes the same path: its
+    top-``c`` shortcut and its size ``c`` depend on every row of the batch, so a finished
+    row that did not could change which exact draw, not which distribution, a running row samples).
     """
     device = model.get_input_embeddings().weight.device
     pad = tokenizer.pad_token_id
@@ -138,47 +165,54 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     cache = out.past_key_values
     cache.batch_select_indices(index)
     logits = out.logits[index, -1].float()
-    mask, positions = mask[index], positions[index, -1:]
     rix = index.tolist()
-    names = [adapters[i] for i in rix]
-    temps = [settings[i][0] for i in rix]
-    top_p = torch.tensor([settings[i][1] for i in rix], device=device, dtype=torch.float)
-    top_k = torch.tensor([settings[i][2] for i in rix], device=device)
+    batch = len(rix)
     limits = [1 if settings[i][4] is not None else settings[i][3] for i in rix]
     reserve(cache, max(limits))
     choices = [settings[i][4] for i in rix]
-    batch = len(rix)
-    temperature = torch.tensor(temps, device=device, dtype=torch.float)
-    greedy_rows = temperature <= 0
-    allowed = None
+    state = {
+        "mask": mask[index], "positions": positions[index, -1:],
+        "temperature": torch.tensor([settings[i][0] for i in rix], device=device, dtype=torch.float),
+        "top_p": torch.tensor([settings[i][1] for i in rix], device=device, dtype=torch.float),
+        "top_k": torch.tensor([settings[i][2] for i in rix], device=device),
+        "allowed": None, "slots": torch.arange(batch, device=device),
+    }
     if any(c is not None for c in choices):  # closed action vocabularies as a row mask
         vocab = logits.shape[-1]
-        allowed = torch.ones(batch, vocab, dtype=torch.bool, device=device)
+        state["allowed"] = torch.ones(batch, vocab, dtype=torch.bool, device=device)
         for b, c in enumerate(choices):
             if c is not None:
-                allowed[b] = action_mask(c, vocab, device)
+                state["allowed"][b] = action_mask(c, vocab, device)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logps: list[list[float]] = [[] for _ in range(batch)]
-    done = [False] * batch
-    step_forward = _stepper(model, names)
+    running = list(range(batch))  # the original row of each row of the batch
+    step_forward = _stepper(model, [adapters[i] for i in rix])
     for step in range(max(limits)):
-        pol = policy_logits(logits, temperature, allowed)
+        pol = policy_logits(logits, state["temperature"], state["allowed"])
         logp = pol.log_softmax(-1)
-        nxt = torch.where(greedy_rows, pol.argmax(-1), sample_tokens(pol, top_p, top_k))
-        for b in range(batch):
-            if done[b]:
-                nxt[b] = pad
-                continue
-            t = int(nxt[b])
+        sampled = sample_tokens(pol, state["top_p"], state["top_k"], slots=state["slots"], width=batch)
+        nxt = torch.where(state["temperature"] <= 0, pol.argmax(-1), sampled)
+        keep = []
+        for i, b in enumerate(running):
+            t = int(nxt[i])
             tokens[b].append(t)
-            logps[b].append(float(logp[b, t]))
-            done[b] = t in eos or len(tokens[b]) >= limits[b]
-        if all(done):
+            logps[b].append(float(logp[i, t]))
+            if t not in eos and len(tokens[b]) < limits[b]:
+                keep.append(i)
+        if not keep:
             break
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-        positions = positions + 1
-        out = step_forward(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions, past_key_values=cache,
-                           use_cache=True)
+        if len(keep) < len(running):
+            kept = torch.tensor(keep, device=device)
+            cache.batch_select_indices(kept)
+            state = {k: v if v is None else v[kept] for k, v in state.items()}
+            nxt = nxt[kept]
+            running = [running[i] for i in keep]
+            step_forward.close()
+            step_forward = _stepper(model, [adapters[rix[b]] for b in running])
+        state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], dim=-1)
+        state["positions"] = state["positions"] + 1
+        out = step_forward(input_ids=nxt[:, None], attention_mask=state["mask"], position_ids=state["positions"],
+                           past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         logits = out.logits[:, -1].float()
     step_forward.close()
@@ -325,6 +359,11 @@ class ReservedLayer(DynamicLayer):
         self.length = length
         self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
         self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        """Keep only the rows ``indices`` (their reserved room included)."""
+        self._keys, self._values = self._keys[indices], self._values[indices]
+        self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         end = self.length + key_states.shape[-2]
