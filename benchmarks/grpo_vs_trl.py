@@ -4,7 +4,11 @@ The same model, LoRA (r 8, alpha 16, q/k/v/o/gate/up/down, dropout 0), prompts (
 group size (``--k`` samples per prompt), response length (``--tokens``), sampling (temperature 1, no
 truncation), learning rate and reward: ``-|words - 20| / 20`` (a reply of 20 words scores 0). No KL term on
 either side (TRL's default ``beta`` is 0; collab's ``kl_coef`` 0), one pass over the samples
-(``num_iterations`` / ``num_epochs`` 1), one optimizer step over all prompts x K samples.
+(``num_iterations`` / ``num_epochs`` 1), one optimizer step over all prompts x K samples. Activation
+(gradient) checkpointing is set the same on both sides, off unless ``--gradient-checkpointing``: TRL's
+``GRPOConfig`` turns it on by default and collab's ``BaseConfig`` leaves it off, and left at those
+defaults the comparison sets collab's memory without it against TRL's with it (and TRL's time with the
+recomputation against collab's without).
 
 Each side runs in a subprocess of its own (so that peak RSS is its own): it builds its trainer, takes
 ``--steps`` optimizer steps, and reports the seconds of each step (rollout + loss + backward + optimizer
@@ -13,6 +17,7 @@ is the median of the rest. TRL is a benchmark-only dependency (``pip install trl
 environment with collab); it is not one of collab's.
 
     PYTHONPATH=src /tmp/trlvenv/bin/python benchmarks/grpo_vs_trl.py                 # SmolLM2, ~5 min on 2 cores
+    PYTHONPATH=src /tmp/trlvenv/bin/python benchmarks/grpo_vs_trl.py --gradient-checkpointing
     PYTHONPATH=src /tmp/trlvenv/bin/python benchmarks/grpo_vs_trl.py --model tiny --steps 2
 """
 
@@ -66,8 +71,11 @@ def run_trl(args) -> list[float]:
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.start)
 
+    fields = GRPOConfig.__dataclass_fields__  # transformers renames the option (activation_checkpointing)
+    checkpointing = {("activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"):
+                     args.gradient_checkpointing}
     config = GRPOConfig(
-        output_dir=args.out, per_device_train_batch_size=args.prompts * args.k, num_generations=args.k,
+        **checkpointing, output_dir=args.out, per_device_train_batch_size=args.prompts * args.k, num_generations=args.k,
         gradient_accumulation_steps=1, max_completion_length=args.tokens, temperature=1.0, top_p=1.0, beta=0.0,
         num_iterations=1, learning_rate=args.lr, max_steps=args.steps, logging_steps=1, report_to="none",
         save_strategy="no", use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0,
@@ -118,7 +126,7 @@ def run_collab(args) -> list[float]:
     L.seed_everything(0, verbose=False)
     lora = LoraSpec(r=LORA["r"], alpha=LORA["lora_alpha"], dropout=0.0, target_modules=list(LORA["target_modules"]))
     spec = AgentSpec(system_prompt=None, lora=lora, sampling=SamplingSpec(temperature=1.0, max_new_tokens=args.tokens))
-    module = MAGRPO(base=BaseConfig(name=args.model), agents=[spec], agent_lr=args.lr, num_generations=args.k,
+    module = MAGRPO(base=BaseConfig(name=args.model, gradient_checkpointing=args.gradient_checkpointing), agents=[spec], agent_lr=args.lr, num_generations=args.k,
                     num_epochs=1, kl_coef=0.0, log_kl=False, normalize_std=True)
     dm = RolloutDataModule(env="matrix", batch_size=args.prompts, seed=0, shuffle=False)
     env = Prompts()
@@ -138,6 +146,8 @@ def main(argv=None) -> None:
     ap.add_argument("--tokens", type=int, default=48, help="response length limit (default: %(default)s)")
     ap.add_argument("--lr", type=float, default=1e-5, help="(default: %(default)s)")
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps; the first is warm-up (default: %(default)s)")
+    ap.add_argument("--gradient-checkpointing", action="store_true",
+                    help="recompute activations in the backward, on both sides (default: off on both)")
     ap.add_argument("--side", choices=["trl", "collab"], help=argparse.SUPPRESS)
     ap.add_argument("--out", default="/tmp/collab-grpo-vs-trl", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -156,7 +166,8 @@ def main(argv=None) -> None:
         t = results[side]["times"]
         print(f"{side:>6}: seconds per step {' '.join(f'{x:.2f}' for x in t)}  peak RSS {results[side]['rss_gb']:.2f} GB")
     med = {s: statistics.median(r["times"][1:] or r["times"]) for s, r in results.items()}
-    print(f"\nmodel={args.model} prompts={args.prompts} K={args.k} tokens={args.tokens} (median of steps after the first)")
+    print(f"\nmodel={args.model} prompts={args.prompts} K={args.k} tokens={args.tokens} "
+          f"gradient_checkpointing={args.gradient_checkpointing} (median of steps after the first)")
     print(f"seconds per step: collab {med['collab']:.2f}, TRL {med['trl']:.2f}, ratio TRL / collab {med['trl'] / med['collab']:.2f}x")
     print(f"peak RSS: collab {results['collab']['rss_gb']:.2f} GB, TRL {results['trl']['rss_gb']:.2f} GB, "
           f"ratio TRL / collab {results['trl']['rss_gb'] / results['collab']['rss_gb']:.2f}x")
