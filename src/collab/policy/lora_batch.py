@@ -82,13 +82,10 @@ def _concatenated(layer, row_adapters: list[str]):
     B = torch.cat([b for _, b in weights], dim=1)
     if len(present) == 1 and all(n == present[0] for n in row_adapters):
         return A, B, None
-    starts = torch.tensor([0] + [a.shape[0] for a, _ in weights]).cumsum(0).tolist()
-    mask = A.new_zeros(len(row_adapters), A.shape[0])
-    for b, name in enumerate(row_adapters):
-        if name in present:
-            i = present.index(name)
-            mask[b, starts[i]:starts[i + 1]] = 1
-    return A, B, mask
+    ranks = torch.tensor([a.shape[0] for a, _ in weights], device=A.device)
+    owner = torch.arange(len(present), device=A.device).repeat_interleave(ranks)  # column -> its adapter
+    row = torch.tensor([present.index(n) if n in present else -1 for n in row_adapters], device=A.device)
+    return A, B, (row[:, None] == owner[None, :]).to(A.dtype)
 
 
 @contextmanager
