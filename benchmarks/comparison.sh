@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Paper 002's Table 1 for the untrained embedded team: the four prompt-based baselines (single,
+# CoLLM's Table 1 for the untrained embedded team: the four prompt-based baselines (single,
 # parallel, pipeline, discussion) on writing (TLDR-style), coding (CoopHumanEval-style, HumanEval
 # problems by default) and Minecraft HouseBuild, one table under $OUT (default docs/comparison.csv/.md).
 #   bash benchmarks/comparison.sh [OUT_CSV] [MAX_TASKS] [MINECRAFT_TASKS]

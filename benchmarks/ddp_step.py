@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^step (\d+)/(\d+) .* step ([0-9.]+) s", re.M)
-CALLBACKS = json.dumps([{"class_path": "collab.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
+CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
 
 
 def run(algo: str, steps: int, accelerator: str, devices: int, extra: list[str]) -> tuple[list[float], float]:

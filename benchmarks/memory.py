@@ -13,7 +13,7 @@ reference design
 
 One training step each (``--steps`` to run more), on the same batch: ``--batch`` prompt/response pairs
 per agent (random token ids, ``--prompt-tokens`` + ``--response-tokens`` long, seeded) and ``--batch``
-centralized critic states (the joint history of those pairs, as ``collab.llm_critics.centralized_input``
+centralized critic states (the joint history of those pairs, as ``collab.algos.llm_critics.centralized_input``
 renders it, with the paper's global information), with the same loss on both sides::
 
     loss = -mean_{i,k}[(R_k - V_k).detach() * mean_t log pi_i(y_{i,k,t} | ...)] + mean_k (V_k - R_k)^2
@@ -186,7 +186,7 @@ class SavedBytes:
 def build_collab(args, env):
     import torch
 
-    from collab.llm_critics import Critics
+    from collab.algos.llm_critics import Critics
     from collab.policy.models import BaseConfig
     from collab.policy.team import AgentSpec, AgentTeam
 
@@ -220,7 +220,7 @@ def build_reference(args, env):
     import torch
     from torch import nn
 
-    from collab.llm_critics import centralized_input
+    from collab.algos.llm_critics import centralized_input
     from collab.policy.models import BaseConfig, encode_chat, load_model, load_tokenizer
     from collab.policy.sampling import pad_left
 
@@ -271,7 +271,7 @@ def measure(args) -> dict:
     """Build ``args.method``'s models, run one training step, return its figures (in this process)."""
     import torch
 
-    import collab.llm_critics  # noqa: F401  -- the same imports on both sides before the baseline
+    import collab.algos.llm_critics  # noqa: F401  -- the same imports on both sides before the baseline
     import collab.policy.team  # noqa: F401
     import peft  # noqa: F401
     import transformers  # noqa: F401

@@ -2,7 +2,7 @@
 
 Builds the team and environment exactly as ``collab.fit`` would (same ``conf/algo/NAME.yaml``, same
 ``--config`` and dotted overrides, e.g. ``--data.env coding``), loads trained weights if given, and
-runs :func:`collab.heldout.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
+runs :func:`collab.evaluation.heldout.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
 mean env info (reward components, cooperation schemes) for every environment. Without weights it
 evaluates the untrained team (the base models with fresh, zero-effect LoRA adapters).
 
@@ -12,17 +12,17 @@ Options of this command: ``--ckpt_path`` (a Lightning checkpoint written by ``co
 eval), ``--max_tasks``, ``--tasks_per_batch`` (tasks decoded together, default 4) and ``--output``
 (write the metrics as JSON). Bad input: one line, exit 2.
 
-Comparisons (paper 002, §5.2 and Table 1):
+Comparisons (CoLLM, §5.2 and Table 1):
 
 - ``--baseline single|parallel|pipeline|discussion`` plays the team under a prompt-based baseline's
-  protocol (:mod:`collab.baselines`) instead of the algorithm's own. It combines with
+  protocol (:mod:`collab.evaluation.baselines`) instead of the algorithm's own. It combines with
   ``--adapters``/``--ckpt_path`` (the baseline's protocol with trained weights; the row is named
   ``BASELINE+ALGO``); without ``--baseline`` the trained (or untrained) team plays its algorithm's
   protocol and the row is named by the algo (``ALGO (untrained)`` without weights).
 - every run prints the time (seconds per episode) and cost (generated tokens per agent per turn)
   and the task's Table 1 scores (not in ``--output``, which stays the evaluation's metrics: a wall
   time differs between two runs of the same weights);
-- ``--table PATH.csv`` upserts the run's row (:mod:`collab.comparison`) into the csv and rewrites the
+- ``--table PATH.csv`` upserts the run's row (:mod:`collab.evaluation.comparison`) into the csv and rewrites the
   markdown table ``PATH.md`` next to it; ``--method`` names the row, ``--task`` its column group
   (default: the env's name, e.g. ``writing``).
 """
@@ -72,7 +72,7 @@ def method_name(algo: str, baseline: str | None, weights: str | None) -> str:
 
 def load_weights(model, ckpt_path: str) -> int:
     """Load the trainable tensors of a ``collab.fit`` checkpoint into the built ``model``; their count."""
-    from collab.checks import match_checkpoint, read_checkpoint  # missing, truncated, not collab's, another team
+    from collab.training.checks import match_checkpoint, read_checkpoint  # missing, truncated, not collab's, another team
 
     checkpoint = read_checkpoint(ckpt_path)
     match_checkpoint(model, checkpoint, ckpt_path, complete=False)
@@ -87,8 +87,8 @@ def team_model(team) -> str:
 
 
 def run(argv: list[str]) -> dict[str, float]:
-    from collab.baselines import BASELINES, Protocol, prepare
-    from collab.comparison import make_row, score_columns, update_table
+    from collab.evaluation.baselines import BASELINES, Protocol, prepare
+    from collab.evaluation.comparison import make_row, score_columns, update_table
     from collab.fit import split_algo
 
     algo, rest = split_algo(argv)
@@ -102,7 +102,7 @@ def run(argv: list[str]) -> dict[str, float]:
     require(options.tasks_per_batch >= 1, f"--tasks_per_batch must be >= 1, got {options.tasks_per_batch}")
     require(options.split in ("train", "eval"), f"unknown --split {options.split!r}; valid: eval, train")
     if options.ckpt_path:
-        from collab.checks import read_checkpoint
+        from collab.training.checks import read_checkpoint
 
         read_checkpoint(options.ckpt_path)  # the file now; its tensors against the team once built
     if options.adapters and not Path(options.adapters).is_dir():
@@ -112,7 +112,7 @@ def run(argv: list[str]) -> dict[str, float]:
     require(options.table is None or options.table.endswith(".csv"),
             f"--table must name a .csv file (the markdown table is written next to it), got {options.table}")
     require(options.method is None or bool(options.method.strip()), "--method must not be empty")
-    from collab.heldout import evaluate, format_metrics  # after the checks: bad input fails fast
+    from collab.evaluation.heldout import evaluate, format_metrics  # after the checks: bad input fails fast
     from collab.fit import _cli
 
     cli = _cli(algo, overrides)
@@ -130,9 +130,9 @@ def run(argv: list[str]) -> dict[str, float]:
     model.eval()
     import torch
 
-    from collab.checks import release_logs
+    from collab.training.checks import release_logs
 
-    release_logs()  # Lightning's start-up messages, held until now (collab.checks)
+    release_logs()  # Lightning's start-up messages, held until now (collab.training.checks)
     start = time.perf_counter()
     with torch.no_grad(), protocol.applied(model.team, model.max_new_tokens):
         metrics, episodes = evaluate(model.team, protocol.env, tasks, options.num_samples, options.k, model.max_new_tokens,

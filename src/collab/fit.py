@@ -3,12 +3,12 @@
 Reads ``conf/algo/NAME.yaml`` (a complete, commented config) through ``LightningCLI``; every later
 argument overrides it (``--model.agent_lr 1e-5 --data.env matrix --trainer.max_steps 30``).
 ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the uninterrupted
-run; :mod:`collab.resume`). SIGTERM stops after the current rollout, saves, and exits with 143. Logs
+run; :mod:`collab.training.resume`). SIGTERM stops after the current rollout, saves, and exits with 143. Logs
 (TensorBoard) and checkpoints go under ``runs/<algo>/version_N/``. Bad input ends in one line on stderr and exit code 2.
 
 Progress: on a terminal a rich bar counts optimizer steps out of ``max_steps`` with the reward and
 tokens/s; when stdout is not a terminal (a cluster job, a CI log) one plain line per rollout instead
-(:func:`collab.callbacks.progress_callback`). ``--trainer.enable_progress_bar false`` turns both off;
+(:func:`collab.training.callbacks.progress_callback`). ``--trainer.enable_progress_bar false`` turns both off;
 a progress bar named in the config's callbacks replaces them.
 """
 
@@ -56,7 +56,7 @@ def _cli(algo: str, argv: list[str]):
     from lightning.pytorch import Trainer
 
     from collab.algos import algo_registry
-    from collab.checks import CheckedCLI, hold_logs, option_names, parser_error
+    from collab.training.checks import CheckedCLI, hold_logs, option_names, parser_error
     from collab.rollout.datamodule import RolloutDataModule
 
     hold_logs()  # under report_errors; after Lightning's import, which gives its loggers their handlers
@@ -66,7 +66,7 @@ def _cli(algo: str, argv: list[str]):
     config = conf_dir() / "algo" / f"{algo}.yaml"
     args = (["--config", str(config)] if config.is_file() else []) + argv
 
-    class CollabCLI(CheckedCLI):  # collab.checks: trainer options checked, start-up messages held
+    class CollabCLI(CheckedCLI):  # collab.training.checks: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint.")
 
@@ -84,11 +84,11 @@ def _cli(algo: str, argv: list[str]):
 
 
 def add_progress_callback(trainer_config: dict) -> None:
-    """Add collab's progress display (:func:`collab.callbacks.progress_callback`: a rich bar on a
+    """Add collab's progress display (:func:`collab.training.callbacks.progress_callback`: a rich bar on a
     terminal, one plain line per rollout otherwise) unless the config turns the bar off or names one."""
     from lightning.pytorch.callbacks import ProgressBar
 
-    from collab.callbacks import progress_callback
+    from collab.training.callbacks import progress_callback
 
     if trainer_config.get("enable_progress_bar") is False:
         return
@@ -127,8 +127,8 @@ def report_errors(job) -> int:
     """Run ``job()``; a user error (ours or jsonargparse's) becomes one ``error:`` line and exit code 2.
 
     Lightning's start-up messages are held (from :func:`_cli` on) until the run starts
-    (:mod:`collab.checks`): a bad input found before then prints its line alone."""
-    from collab.checks import parser_error, release_logs, request_hold
+    (:mod:`collab.training.checks`): a bad input found before then prints its line alone."""
+    from collab.training.checks import parser_error, release_logs, request_hold
 
     _quiet()
     request_hold()
@@ -175,17 +175,17 @@ def fit(argv: list[str]) -> None:
     cli = _cli(algo, rest)
     check_strategy(cli.trainer.strategy)
     ckpt = cli.config.get("ckpt_path")
-    if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.checks)
-        from collab.checks import guard_resume
+    if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.training.checks)
+        from collab.training.checks import guard_resume
 
         guard_resume(cli.model, ckpt)
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from collab.resume import SIGTERM_EXIT_CODE
+    from collab.training.resume import SIGTERM_EXIT_CODE
 
     try:
         cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
-    except SIGTERMException:  # Lightning stopped after the current rollout; the callbacks saved (collab.resume)
+    except SIGTERMException:  # Lightning stopped after the current rollout; the callbacks saved (collab.training.resume)
         trainer = cli.trainer
         last = getattr(trainer.checkpoint_callback, "last_model_path", "")
         saved = f"saved {last} (resume with --ckpt_path {last})" if last else "no checkpoint (no save_last)"

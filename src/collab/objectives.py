@@ -15,7 +15,7 @@ BASELINES = ("mean", "max", "rloo", "none")
 
 
 def num_inference_calls(n: int, k: int, horizon: int) -> int:
-    """Proposition 3.2 of paper 002: LLM calls for a full K-ary rollout tree of depth H.
+    """Proposition 3.2 of CoLLM: LLM calls for a full K-ary rollout tree of depth H.
 
     Every history node draws K joint actions (n calls each); a tree of depth H has
     K^0 + ... + K^(H-1) = (K^H - 1)/(K - 1) nodes, so N = n K (K^H - 1)/(K - 1) (= n H when K = 1).
@@ -61,7 +61,7 @@ def absorbing_reward(reward: Tensor | float, turns_left: Tensor | int, gamma: fl
 
 
 def group_advantages(returns: Tensor, baseline: str = "mean", normalize_std: bool = False, eps: float = 1e-6) -> Tensor:
-    """Group-relative advantages of K sibling samples (last dimension), paper 001 Eq. 1 / paper 002 Eq. 1.
+    """Group-relative advantages of K sibling samples (last dimension), MAGRPO Eq. 1 / CoLLM Eq. 1.
 
     ``mean``  A_k = G_k - mean_j G_j                      (MAGRPO, GRPO)
     ``max``   A_k = G_k - max_j G_j                       (only the best sample is not pushed down)
@@ -93,7 +93,7 @@ def clipped_surrogate(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor
     """PPO's clipped objective per sample, as a loss to minimise.
 
     rho = exp(log pi - log pi_old); loss = -min(rho A, clip(rho, 1 - eps, 1 + eps) A).
-    With ``clip = inf`` this is the unclipped importance-weighted policy gradient of paper 002 Eq. 1.
+    With ``clip = inf`` this is the unclipped importance-weighted policy gradient of CoLLM Eq. 1.
     """
     ratio = torch.exp(logprobs - old_logprobs)
     clipped = ratio.clamp(1.0 - clip, 1.0 + clip)
@@ -133,7 +133,7 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return torch.exp(d) - d - 1
 
 
-# --- actor-critic (paper 002 Sections 3.2 and 4, Eqs. 2-5; paper 004's IPPO / MAPoRL baseline) ----------------
+# --- actor-critic (CoLLM Sections 3.2 and 4, Eqs. 2-5; MARFT's IPPO / MAPoRL baseline) ----------------
 #
 # Conventions: ``dones[t]`` (bool or 0/1) means the episode terminated with turn t, so h_{t+1} is terminal and its
 # value is never bootstrapped (whatever ``next_values[t]`` holds there, NaN included). A horizon cut that is not a
@@ -143,29 +143,29 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 
 
 def td_targets(rewards: Tensor, next_values: Tensor, dones: Tensor, gamma: float) -> Tensor:
-    """TD(0) targets y_t = r_t + gamma (1 - done_t) V(h_{t+1}) of paper 002 Eqs. 3 and 5 (elementwise)."""
+    """TD(0) targets y_t = r_t + gamma (1 - done_t) V(h_{t+1}) of CoLLM Eqs. 3 and 5 (elementwise)."""
     bootstrap = torch.where(dones.bool(), torch.zeros_like(next_values), next_values)
     return rewards + gamma * bootstrap
 
 
 def td_errors(rewards: Tensor, values: Tensor, next_values: Tensor, dones: Tensor, gamma: float) -> Tensor:
-    """delta_t = r_t + gamma (1 - done_t) V(h_{t+1}) - V(h_t): the actor weights of paper 002 Eqs. 2 (DC) and 4 (CC)."""
+    """delta_t = r_t + gamma (1 - done_t) V(h_{t+1}) - V(h_t): the actor weights of CoLLM Eqs. 2 (DC) and 4 (CC)."""
     return td_targets(rewards, next_values, dones, gamma) - values
 
 
 def gae(
     rewards: Tensor, values: Tensor, dones: Tensor, gamma: float, lam: float, last_value: float | Tensor = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """Generalized advantage estimation (Schulman et al. 2016; "GAE" of paper 004 Alg. 1 line 12) along the last dim.
+    """Generalized advantage estimation (Schulman et al. 2016; "GAE" of MARFT Alg. 1 line 12) along the last dim.
 
     With V_{t+1} = values[..., t+1] and V_T = ``last_value`` (0 for an episode that ended; V(h_T) for a cut one,
     a float or a tensor shaped like ``values[..., 0]``):
 
         delta_t = r_t + gamma (1 - done_t) V_{t+1} - V_t
         A_t     = delta_t + gamma lam (1 - done_t) A_{t+1},     A_T = 0
-        returns = A + V                                          (the critic's targets, V-hat of paper 004)
+        returns = A + V                                          (the critic's targets, V-hat of MARFT)
 
-    ``lam = 1`` gives Monte Carlo returns minus values, ``lam = 0`` the TD(0) errors of paper 002 Eqs. 2/4. A done
+    ``lam = 1`` gives Monte Carlo returns minus values, ``lam = 0`` the TD(0) errors of CoLLM Eqs. 2/4. A done
     inside the row starts a new episode after it, so rows may hold back-to-back episodes; padding after a final done
     gets meaningless values and must be masked out by the caller. Returns ``(advantages, returns)``.
     """
@@ -184,7 +184,7 @@ def gae(
 
 def value_loss(values: Tensor, targets: Tensor, old_values: Tensor | None = None, clip: float | None = None,
                huber_delta: float | None = None) -> Tensor:
-    """Critic loss mean_t (y_t - V(h_t))^2 of paper 002 Eqs. 3/5 (CoLLM-DC/CC) and paper 004 Alg. 1 line 15.
+    """Critic loss mean_t (y_t - V(h_t))^2 of CoLLM Eqs. 3/5 (CoLLM-DC/CC) and MARFT Alg. 1 line 15.
 
     The papers' plain squared error, no 0.5 factor (that is only a learning-rate scale); the mean over samples is
     Alg. 1's (1/|beta|) sum_b. ``targets`` are constants (detached here: semi-gradient TD, as the papers' updates).
@@ -214,7 +214,7 @@ def value_loss(values: Tensor, targets: Tensor, old_values: Tensor | None = None
 
 
 def mixed_rewards(rewards: Tensor, own_weight: float = 0.5) -> Tensor:
-    """MAPoRL / IPPO reward of paper 004 Sec. 5.2 over the last dim (agents): r^i = w s^i + (1 - w) mean_k s^k.
+    """MAPoRL / IPPO reward of MARFT Sec. 5.2 over the last dim (agents): r^i = w s^i + (1 - w) mean_k s^k.
 
     ``own_weight = 0.5`` is the paper's r^i = s^i / 2 + sum_k s^k / (2n); 1 gives independent rewards, 0 the team mean.
     """
@@ -229,7 +229,7 @@ def normalize(advantages: Tensor, eps: float = 1e-8) -> Tensor:
     return centered / (advantages.std() + eps)
 
 
-# --- MARFT (paper 004, Section 4 and Appendix B) ----------------------------------------------------------------------
+# --- MARFT (MARFT, Section 4 and Appendix B) ----------------------------------------------------------------------
 #
 # MARFT turns a Flex-MG episode into one sequential decision chain: at every step t the agents act in order, so the
 # chain of an episode is (t=0, agent 1), ..., (t=0, agent n), (t=1, agent 1), ... (MARFT-A), or the same with every
@@ -268,7 +268,7 @@ def bellman_targets(rewards: Tensor, values: Tensor, dones: Tensor, gamma: float
     return td_targets(rewards, torch.cat([values[1:], last]), dones, gamma)
 
 
-# --- MAPoRL (paper 003, Sections 3.1-3.3 and 4.1) ---------------------------------------------------------------------
+# --- MAPoRL (MAPoRL, Sections 3.1-3.3 and 4.1) ---------------------------------------------------------------------
 #
 # A debate of A agents over T turns yields a verifier score s[t, a] of every answer (0-based turns and agents here).
 # Definition 1 turns the scores into influence-aware rewards; Tables 1 and 2 add revision and influence incentives,
@@ -277,7 +277,7 @@ def bellman_targets(rewards: Tensor, values: Tensor, dones: Tensor, gamma: float
 
 
 def influence_rewards(scores: Tensor, gamma: float) -> Tensor:
-    """Influence-aware verification rewards of paper 003, Definition 1, on one sampled debate.
+    """Influence-aware verification rewards of MAPoRL, Definition 1, on one sampled debate.
 
     ``scores[..., t, a]`` is the verifier's score of agent a's answer at turn t (T turns, A agents). The expectation of
     Definition 1 is replaced by the sampled debate:
@@ -311,7 +311,7 @@ def _votes(answers: Sequence[str | None], correct: Sequence[bool]) -> dict[str, 
 
 
 def majority_vote(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
-    """Majority-vote accuracy of one turn's answers, ties in expectation (paper 003, Section 4.1 "Evaluation Method").
+    """Majority-vote accuracy of one turn's answers, ties in expectation (MAPoRL, Section 4.1 "Evaluation Method").
 
     Each agent votes for its (normalised) answer; ``None`` (unparsable) casts no vote. The answers with the most votes
     are the winners; the score is the share of winners that are correct (the expected accuracy of picking one of the
@@ -328,7 +328,7 @@ def majority_vote(answers: Sequence[str | None], correct: Sequence[bool]) -> flo
 
 
 def majority_of_others(answers_t: Sequence[str | None], correct_t: Sequence[bool], a: int) -> float | None:
-    """Whether the majority opinion of the agents other than ``a`` at one turn is right (paper 003, Tables 1-2).
+    """Whether the majority opinion of the agents other than ``a`` at one turn is right (MAPoRL, Tables 1-2).
 
     The other agents' answers are put to :func:`majority_vote`: 1.0 (R) when its value is 1 (every winning answer is
     correct), 0.0 (W) when it is 0 (every winning answer is wrong), and ``None`` (undetermined) otherwise — a tie
@@ -371,7 +371,7 @@ def _check_incentive_inputs(correct: Tensor, majority: Tensor) -> tuple[Tensor, 
 
 
 def revision_incentives(correct: Tensor, majority: Tensor, alpha0: float, alpha1: float) -> Tensor:
-    """Incentives for an agent's own answer revisions, paper 003 Table 1 (Section 3.3).
+    """Incentives for an agent's own answer revisions, MAPoRL Table 1 (Section 3.3).
 
     ``correct[..., t, a]``: whether agent a's answer at turn t is right (R) or wrong (W); ``majority[..., t, a]``: the
     majority opinion of the others at turn t, 1 (R), 0 (W) or NaN (undetermined; :func:`majority_of_others_table`).
@@ -398,7 +398,7 @@ def revision_incentives(correct: Tensor, majority: Tensor, alpha0: float, alpha1
 
 
 def influence_incentives(correct: Tensor, majority: Tensor, beta0: float, beta1: float) -> Tensor:
-    """Incentives for an agent's influence on the others' answers, paper 003 Table 2 (Section 3.3).
+    """Incentives for an agent's influence on the others' answers, MAPoRL Table 2 (Section 3.3).
 
     Same inputs as :func:`revision_incentives`. For each consecutive pair (t, t+1), with the others' majority at
     t -> t+1 and the agent's own answer at t:
@@ -424,11 +424,11 @@ def influence_incentives(correct: Tensor, majority: Tensor, beta0: float, beta1:
     return out
 
 
-# --- MAPoRL's rewards of a played debate (paper 003, Section 3.3) and its per-token reward (Section 3.2) ---------
+# --- MAPoRL's rewards of a played debate (MAPoRL, Section 3.3) and its per-token reward (Section 3.2) ---------
 
 def debate_rewards(scores: Tensor, correct: Tensor, majority: Tensor, gamma: float, alpha0: float = 0.0,
                    alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
-    """``[T, A]`` rewards of every answer: Definition 1 plus the Table 1 and Table 2 incentives (paper 003, 3.3)."""
+    """``[T, A]`` rewards of every answer: Definition 1 plus the Table 1 and Table 2 incentives (MAPoRL, 3.3)."""
     correct = correct.bool()
     return (influence_rewards(scores.float(), gamma)
             + revision_incentives(correct, majority, alpha0, alpha1)

@@ -1,6 +1,6 @@
 """What CoLLM-CC/DC and IPPO share: one on-policy episode per task, its transitions, LLM critics.
 
-Rollout (paper 002, Algorithm 1, lines 3-15): every task of the step is played once (no tree), each
+Rollout (CoLLM, Algorithm 1, lines 3-15): every task of the step is played once (no tree), each
 agent sampling one response per turn; every turn becomes a :class:`~collab.rollout.experience.Transition`
 with its behaviour log-probs. Update (the skeleton of :mod:`collab.algos.base`): ``num_epochs`` passes
 of minibatches over the transitions; each minibatch computes the algorithm's actor and critic losses
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from collab.algos.base import CollabModule
-from collab.llm_critics import MODES, CriticSpec, Critics, check_critic_spec
+from collab.algos.llm_critics import MODES, CriticSpec, Critics, check_critic_spec
 from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, ratio_stats
 from collab.rollout.episodes import play_once
@@ -34,7 +34,7 @@ class ActorCritic(CollabModule):
             critic_spec: The critics' base, LoRA, kind (v | q), global information, parameter sharing.
             critic_lr: Learning rate of the critics' adapters and heads.
             gamma: Discount of the TD targets.
-            advantage_clip: PPO clip range eps of the importance ratio (paper 002 Appendix C: 0.2).
+            advantage_clip: PPO clip range eps of the importance ratio (CoLLM Appendix C: 0.2).
             num_epochs: Passes over the rollout's transitions (E).
             minibatch_size: Transitions per update; None: all of them.
         """

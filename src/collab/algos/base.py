@@ -18,12 +18,12 @@ the same config trains on any environment.
 The rollout comes from the dataloader iterator (no prefetching, so it is on-policy). An algorithm's
 file holds only its paper's parts: ``rollout``, ``prepare``, ``loss`` (and ``normalizers`` where its
 loss divides by counts over the minibatch). Lightning's ``global_step`` counts optimizer updates, as
-``trainer.max_steps`` does; :mod:`collab.distributed` makes each update the same on every rank.
+``trainer.max_steps`` does; :mod:`collab.training.distributed` makes each update the same on every rank.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open. Checkpoints hold only trainable
 weights (adapters and heads), not the frozen bases, and what makes a resumed run repeat the
-uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.resume`).
+uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.training.resume`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from typing import Any
 import lightning as L
 import torch
 
-from collab.distributed import global_count, global_means, minibatch_schedule, optimizer_step
+from collab.training.distributed import global_count, global_means, minibatch_schedule, optimizer_step
 from collab.envs import Env
 from collab.errors import UserError, require
 from collab.policy.models import BaseConfig
-from collab.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
+from collab.training.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
 from collab.rollout.experience import Experience, epochs
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
@@ -194,8 +194,8 @@ class CollabModule(L.LightningModule):
     def update(self, experience: Experience) -> dict[str, float]:
         """Epochs of minibatches of the experience, one optimizer step each (the module docstring's loop).
 
-        Every rank takes the same number of steps (:func:`~collab.distributed.minibatch_schedule` pads with
-        empty minibatches) and of backward passes (:func:`~collab.distributed.optimizer_step`); when no rank
+        Every rank takes the same number of steps (:func:`~collab.training.distributed.minibatch_schedule` pads with
+        empty minibatches) and of backward passes (:func:`~collab.training.distributed.optimizer_step`); when no rank
         has anything to train on, every rank takes one empty step (:meth:`skip_update`). The minibatches'
         order is drawn from a generator seeded by the rollout count, the same on every rank.
         """
@@ -217,7 +217,7 @@ class CollabModule(L.LightningModule):
         return {**metrics, **{key: sum(v) / len(v) for key, v in totals.items()}}
 
     def _parts(self, minibatch: list, index: int, stats: dict[str, float]) -> list:
-        """The minibatch's loss as one callable per micro-batch (for :func:`~collab.distributed.optimizer_step`),
+        """The minibatch's loss as one callable per micro-batch (for :func:`~collab.training.distributed.optimizer_step`),
         all divided by the minibatch's global :meth:`normalizers` (computed here, once per minibatch)."""
         scale = self.normalizers(minibatch, index)
         return [partial(self._part, micro, scale, stats, len(micro) / len(minibatch))

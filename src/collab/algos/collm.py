@@ -1,4 +1,4 @@
-"""CoLLM-CC and CoLLM-DC: multi-agent actor-critic with LLM critics (paper 002, Section 4, Appendix B).
+"""CoLLM-CC and CoLLM-DC: multi-agent actor-critic with LLM critics (CoLLM, Section 4, Appendix B).
 
 ``--algo collm_cc`` (``critic: centralized``, Algorithm 1): one critic V_phi(h_t, m_t) on the joint
 history; every agent's actor is weighted by the team's TD error (Eq. 4)

@@ -1,12 +1,12 @@
-"""IPPO: independent PPO with one critic per agent (paper 004, Section 5.2 baseline; Table 8).
+"""IPPO: independent PPO with one critic per agent (MARFT, Section 5.2 baseline; Table 8).
 
 Each agent i has its own critic V_i(h_{i,t}) (decentralized critics on the agents' shared base) and
-learns from its own reward mixed with the team's (paper 004 5.2, after MAPoRL):
+learns from its own reward mixed with the team's (MARFT 5.2, after MAPoRL):
 
     r_i = 1/2 s_i + 1/(2n) sum_k s_k            (``own_reward_weight`` = 1/2)
 
 Advantages and value targets are fixed once per rollout with GAE(gamma, lambda) over each episode's
-turns, from the critics' values at rollout time (paper 004, Algorithm 1 line 12); every minibatch
+turns, from the critics' values at rollout time (MARFT, Algorithm 1 line 12); every minibatch
 then takes the PPO-clipped actor loss with those advantages (normalized over the minibatch when
 ``normalize_advantages``) and the critic loss against the GAE returns, clipped around the rollout-time
 values when ``value_clip`` is set. Table 8: lr 3e-5 (actors and critics), gamma 1.0, clip 0.2,
@@ -19,7 +19,7 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.errors import require
-from collab.distributed import normalize_pieces
+from collab.training.distributed import normalize_pieces
 from collab.objectives import explained_variance, gae, mixed_rewards, value_loss
 from collab.rollout.experience import Transition
 

@@ -1,4 +1,4 @@
-"""MAGRPO: Multi-Agent Group Relative Policy Optimization (paper 001; paper 002, Section 3.1).
+"""MAGRPO: Multi-Agent Group Relative Policy Optimization (MAGRPO; CoLLM, Section 3.1).
 
 Per training step:
 
@@ -6,7 +6,7 @@ Per training step:
    responses; children are joint actions; returns are discounted Monte Carlo estimates through the tree.
 2. Group-relative advantages among each agent's K siblings: A = G - b, with b the group mean (MAGRPO),
    the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std.
-3. ``num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, paper 002 Eq. 1:
+3. ``num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, CoLLM Eq. 1:
    grad = rho_{i,t} grad log pi_i(a_{i,t} | h_{i,t}) (G - b), with rho the sequence-level ratio
    pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``advantage_clip``, Appendix C's
    "advantage clip"), an optional KL penalty to the reference (adapters disabled; 0 in the papers).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from collab.algos.base import CollabModule
-from collab.distributed import global_sum
+from collab.training.distributed import global_sum
 from collab.errors import require, require_ranges
 from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
 from collab.rollout.experience import Decision, Experience
@@ -54,13 +54,13 @@ class MAGRPO(CollabModule):
         """
         Args:
             num_generations: K, responses per agent per history node (>= 2 for a group baseline); None: the
-                environment's ``num_generations`` (paper 002 C.3: 2 for Minecraft, whose tree grows as K^4),
+                environment's ``num_generations`` (CoLLM C.3: 2 for Minecraft, whose tree grows as K^4),
                 else 4.
             joint_mode: aligned (K joint actions per node) or cross (all K^n combinations).
             baseline: mean | max | rloo | none.
             normalize_std: Divide advantages by the group's standard deviation.
             gamma: Discount of multi-turn returns.
-            advantage_clip: PPO clip range eps of the importance ratio (paper 002 Appendix C: 0.2).
+            advantage_clip: PPO clip range eps of the importance ratio (CoLLM Appendix C: 0.2).
             num_epochs: Passes over each rollout's samples.
             minibatch_size: Samples per update; None: all of them.
             kl_coef: Weight of the KL penalty to the reference policy (adapters disabled).
@@ -110,7 +110,7 @@ class MAGRPO(CollabModule):
         return counts, bool(self.kl_coef) or (self.log_kl and index == 0)
 
     def loss(self, micro: list[Decision], scale: tuple[list[float], bool]) -> tuple[torch.Tensor, dict[str, float]]:
-        """Paper 002 Eq. 1 with the PPO clip: each sample's clipped surrogate (plus the KL penalty) divided by
+        """CoLLM Eq. 1 with the PPO clip: each sample's clipped surrogate (plus the KL penalty) divided by
         its agent's sample count in the minibatch, summed: over a minibatch, the sum over agents of each
         agent's mean."""
         counts, with_kl = scale

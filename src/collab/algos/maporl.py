@@ -1,4 +1,4 @@
-"""MAPoRL: multi-agent post-co-training of a collaborative debate with multi-agent PPO (paper 003, Section 3).
+"""MAPoRL: multi-agent post-co-training of a collaborative debate with multi-agent PPO (MAPoRL, Section 3).
 
 Rollout. Each task is debated once (the ``debate`` environment: A agents, T turns; at turn t+1 agent a
 reads q and every earlier answer of every agent). The verifier scores every answer; the reward of agent
@@ -12,7 +12,7 @@ sampled debate) is
 
 Prepare. Per-token rewards (Section 3.2) r(q, s_ta^{1:x}) = 1(x = |s_ta|) R(q, s_ta) - lambda_KL KL_x
 (:func:`collab.objectives.token_rewards`, which says which KL estimate and why). Each team member has a
-value head V(i^x_ta; theta_vta): an MLP (:class:`~collab.mlp_head.CriticHead`) on its frozen base's last
+value head V(i^x_ta; theta_vta): an MLP (:class:`~collab.policy.mlp_head.CriticHead`) on its frozen base's last
 hidden state (adapters off) at every position that chooses a response token, computed once per rollout.
 GAE (``gae_gamma``, ``gae_lambda``) runs over each response's tokens, terminal at its last token: R
 already holds the future turns, so one (turn, agent) response is one PPO episode, as the paper's V_ta.
@@ -37,10 +37,10 @@ import torch
 from torch import Tensor, nn
 
 from collab.algos.base import CollabModule, resolve_agents
-from collab.distributed import global_count, normalize_pieces
+from collab.training.distributed import global_count, normalize_pieces
 from collab.envs.debate.penalties import penalise
 from collab.errors import UserError, require_ranges
-from collab.mlp_head import HIDDEN, CriticHead, team_features
+from collab.policy.mlp_head import HIDDEN, CriticHead, team_features
 from collab.objectives import (clipped_surrogate, episode_rewards, explained_variance, gae, ratio_stats, token_rewards,
                                value_loss)
 from collab.policy.team import AgentSpec

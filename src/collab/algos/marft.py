@@ -1,4 +1,4 @@
-"""What MARFT-A and MARFT-T share (paper 004, Section 4, Figure 3, Appendix B Algorithm 1).
+"""What MARFT-A and MARFT-T share (MARFT, Section 4, Figure 3, Appendix B Algorithm 1).
 
 Rollout (Algorithm 1, lines 3-11): each task is played once under the Flex-MG dependency D
 (``dependency``; default the chain: agent i acts on s_t and its predecessors' actions a_t^{1:i-1});
@@ -32,9 +32,9 @@ from typing import Union
 import torch
 
 from collab.algos.base import CollabModule
-from collab.distributed import global_mean, normalize_pieces
+from collab.training.distributed import global_mean, normalize_pieces
 from collab.errors import require_ranges
-from collab.mlp_head import HIDDEN, CriticHead, base_features
+from collab.policy.mlp_head import HIDDEN, CriticHead, base_features
 from collab.objectives import explained_variance, value_loss
 from collab.rollout.episodes import Episode, play_once
 from collab.rollout.experience import Experience, Transition, transitions

@@ -1,4 +1,4 @@
-"""MARFT-A: action-level multi-agent reinforcement fine-tuning (paper 004, Section 4, Eq. 2, Algorithm 1).
+"""MARFT-A: action-level multi-agent reinforcement fine-tuning (MARFT, Section 4, Eq. 2, Algorithm 1).
 
 Each agent's whole response a_t^i is one action, taken on its observation (s_t, a_t^{1:i-1}). The
 central critic values every decision point, V(s_t, a_t^{1:i-1}), and GAE runs backwards along the

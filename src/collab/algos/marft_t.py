@@ -1,4 +1,4 @@
-"""MARFT-T: token-level multi-agent reinforcement fine-tuning (paper 004, Section 4, "MARFT-T").
+"""MARFT-T: token-level multi-agent reinforcement fine-tuning (MARFT, Section 4, "MARFT-T").
 
 Every token is an action. The critic values each token-level state V(s_t, a_t^{1:i-1}, w^{i,1:j}),
 read where the policy chooses token j+1 of agent i's response (``mlp_head``), and Section 4's

@@ -1,6 +1,6 @@
 """The environment protocol shared by every task.
 
-An episode is a Dec-POMDP dialog (paper 002, Section 2.2): at turn ``t`` every agent ``i`` holds its
+An episode is a Dec-POMDP dialog (CoLLM, Section 2.2): at turn ``t`` every agent ``i`` holds its
 local history ``h_{i,t}`` (chat messages: its system prompt, the observations it was shown and the
 actions it took), acts with a response ``a_{i,t}``, and the environment returns rewards and the next
 observations. States are immutable values, so a rollout tree (MAGRPO) can branch one state into K
@@ -14,13 +14,13 @@ An environment supplies four things; :meth:`Env.reset` and :meth:`Env.step` do t
   reward components (logged);
 - :meth:`Env.feedback` — each agent's next user message in multi-turn episodes.
 
-For the single-model baseline (:mod:`collab.baselines`, paper 002 §5.2) an environment may also
+For the single-model baseline (:mod:`collab.evaluation.baselines`, CoLLM §5.2) an environment may also
 specialize how one model is asked to do every role's part (:meth:`Env.single_agent_prompt`) and how
 its one response is cut back into the roles' actions (:meth:`Env.split_single_response`); the
 defaults use one ``### <role>`` header per role.
 
 Dec-POMDP environments give every agent the same joint reward (``joint_reward = True``); POSG
-environments (paper 000, Appendix A.2) give each agent its own.
+environments (MAGRPO appendix, Appendix A.2) give each agent its own.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Env(ABC):
     """Added to every turn's reward (``--data.env_options '{reward_shift: -4.0}'``), as the reference
     configs' ``reward_shift`` (e.g. the team's reward minus its maximum: every extra turn costs)."""
     history_window: int | None = None
-    """C of paper 002, Section 4.1 ("maintain only the most recent C pairs"), counted in turns: a history
+    """C of CoLLM, Section 4.1 ("maintain only the most recent C pairs"), counted in turns: a history
     keeps its opening messages (system prompt and first observation) and the last C (response, feedback)
     pairs; ``None`` keeps the whole dialog (:func:`window`)."""
 
@@ -142,7 +142,7 @@ class Env(ABC):
         text = f"Turn {state.turn + 1} reward: {score.rewards[0]:.2f}" + (f" ({parts})" if parts else "")
         return [text + ". Revise your response." for _ in range(self.n_agents)]
 
-    # -- the single-model baseline (collab.baselines) ---------------------------------------------
+    # -- the single-model baseline (collab.evaluation.baselines) ---------------------------------------------
     def single_agent_prompt(self, messages: Sequence[str], turn: int) -> str:
         """One user message asking a single model to do every role's part of a turn.
 

@@ -1,4 +1,4 @@
-"""Flex-MG environments: one global text state that every agent observes (paper 004, Section 3.1).
+"""Flex-MG environments: one global text state that every agent observes (MARFT, Section 3.1).
 
 In a Flexible Markov Game the environment holds a state s_t; agent i observes it through its profile
 (system prompt) together with the actions of the agents it depends on at the same step (the
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from collab.envs.base import AgentRole, Env, EnvState, Message, Score
-from collab.profiles import answer_agent, load_profile
+from collab.envs.profiles import answer_agent, load_profile
 
 
 class SharedStateEnv(Env):

@@ -235,7 +235,7 @@ class AgentTeam(nn.Module):
         """Teacher-forced per-token log-probs of each completion given its prompt (with gradients).
 
         ``agent`` is one agent for all rows or one per row (rows of agents on different bases are
-        split by base). The sequence log-prob of paper 002, Section 4.2 is ``out[b].sum()``.
+        split by base). The sequence log-prob of CoLLM, Section 4.2 is ``out[b].sum()``.
         ``reference=True`` uses the base with adapters disabled (the reference policy). With
         ``entropy=True`` the result is ``(logprobs, entropies)``: also the per-token entropy of the
         agent's policy (the PPO entropy bonus), from the same forward.

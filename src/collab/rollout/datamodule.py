@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from collab.envs import Env, make_env
 from collab.errors import require
-from collab.resume import gather_per_rank, pick_rank, tuples
+from collab.training.resume import gather_per_rank, pick_rank, tuples
 
 
 class TaskStream:
@@ -88,7 +88,7 @@ class RolloutDataModule(L.LightningDataModule):
             env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, debate, math, matrix, minecraft, writing.
             env_options: Keyword options of the environment (dataset path, preset, splits...).
             num_turns: Turns per episode (the horizon H); ``None`` keeps the environment's default.
-            batch_size: Tasks per training step (the rollout buffer size of paper 002, Appendix C).
+            batch_size: Tasks per training step (the rollout buffer size of CoLLM, Appendix C).
             shuffle: Draw tasks in a shuffled order.
             seed: Seed of the task order.
         """
@@ -98,7 +98,7 @@ class RolloutDataModule(L.LightningDataModule):
         if num_turns is not None:
             options["horizon"] = num_turns
         if "verifier" in options or "verifier_device" in options:  # the debate env takes a verifier object
-            from collab.learned_verifier import with_verifier
+            from collab.envs.debate.learned_verifier import with_verifier
 
             options = with_verifier(options)
         self.env: Env = make_env(env, **options)

@@ -1,7 +1,7 @@
 """Playing whole episodes: every live episode's turn in one batched ``team.generate``.
 
 Used by evaluation (``num_samples`` episodes per task) and by the actor-critic algorithms (one
-episode per task, no tree: paper 002, Algorithm 1, lines 3-15). An :class:`Episode` keeps h_0, every
+episode per task, no tree: CoLLM, Algorithm 1, lines 3-15). An :class:`Episode` keeps h_0, every
 turn's :class:`~collab.envs.base.StepResult` (reward, done, info, h_{t+1}) and the agents'
 :class:`~collab.policy.sampling.Completion` objects (token ids and behaviour log-probs).
 """

@@ -8,7 +8,7 @@ fields where the papers have names:
   answers): member, prompt/completion ids, ``old_logprobs``, and what ``prepare`` fixes on it
   (``returns``, ``advantages``, ``values``, ``features``);
 * :class:`Transition` — one turn of one episode, every agent's response together (the actor-critic
-  algorithms: paper 002, Algorithm 1, lines 6, 14 and 17; paper 004, Algorithm 1): (h_t, a_t, r_t,
+  algorithms: CoLLM, Algorithm 1, lines 6, 14 and 17; MARFT, Algorithm 1): (h_t, a_t, r_t,
   h_{t+1}) with the behaviour log-probs in the completions, and per agent the ``advantages``,
   ``returns``, ``values`` and critic ``features`` that ``prepare`` fixes.
 

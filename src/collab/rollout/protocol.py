@@ -1,11 +1,11 @@
-"""Flex-MG's dependency function D (paper 004, Section 3.1): which agents' actions an agent sees.
+"""Flex-MG's dependency function D (MARFT, Section 3.1): which agents' actions an agent sees.
 
 ``D(a^i, a^j) = 1`` means agent j acts after, and conditioned on, agent i's action at the same step.
 Agent j's observation is then its own history with the actions of every such agent i fused in by
 concatenation: the last user message gets ``"{role of i}: {action of i}"`` appended for each i, in
 agent order.
 
-Agents act in index order (paper 004's MARFT is sequential; footnote 1 leaves general DAG rollouts to
+Agents act in index order (MARFT's MARFT is sequential; footnote 1 leaves general DAG rollouts to
 future work), so an agent may depend only on agents before it. Agents whose parents have all acted
 form one *level* and are sampled together in one batched ``generate`` call: the sequential chain
 has n levels, the decentralized case (D = 0) one.
@@ -81,7 +81,7 @@ class Dependency:
         return self._steps[min(step, len(self._steps) - 1)]
 
     def matrix(self, step: int) -> list[list[int]]:
-        """Paper 004's D as a 0/1 matrix: ``D[i][j] = 1`` when agent j depends on agent i."""
+        """MARFT's D as a 0/1 matrix: ``D[i][j] = 1`` when agent j depends on agent i."""
         d = [[0] * self.n for _ in range(self.n)]
         for j, ps in enumerate(self.parents(step)):
             for i in ps:

@@ -1,4 +1,4 @@
-"""MAGRPO's K-ary rollout tree (paper 002, Section 3.1; paper 001).
+"""MAGRPO's K-ary rollout tree (CoLLM, Section 3.1; MAGRPO).
 
 At every history node the team draws K samples per agent; the node's children are joint actions:
 

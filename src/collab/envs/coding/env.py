@@ -1,4 +1,4 @@
-"""Coding collaboration: an auxiliary and a main coder solve a problem together (paper 002, 5.1, E.2, F.2).
+"""Coding collaboration: an auxiliary and a main coder solve a problem together (CoLLM, 5.1, E.2, F.2).
 
 The auxiliary agent writes a helper ``aux(...)``; the main agent writes the problem's entry point and
 may call ``aux``. Their code is cleaned (:mod:`~collab.envs.coding.static`), concatenated after the
@@ -12,7 +12,7 @@ episode ends when every test passes and main calls aux, or at the turn limit; wi
 passing), as the writing environment does.
 
 Reward modes (``reward_mode=``, e.g. ``--data.env_options '{reward_mode: reference}'``). ``paper`` (the
-default) reads paper 002 F.2 with ``ast`` (:mod:`~collab.envs.coding.static`,
+default) reads CoLLM F.2 with ``ast`` (:mod:`~collab.envs.coding.static`,
 :mod:`~collab.envs.coding.reward`); ``reference`` reproduces the reference code's reward, quirks
 included, to compare with published curves (:mod:`~collab.envs.coding.reference`, rules R1-R14 there).
 The weights and the maximum (4.0) are the same; the two differ in (paper / reference, and why paper):
@@ -123,7 +123,7 @@ def aux_usage(facts: CodeFacts) -> str:
 
 
 def diagnostics(facts: CodeFacts, report: TestReport | None, entry_point: str) -> str:
-    """Paper 002 E.2's "Static and execution diagnostics" block (without the closing instruction)."""
+    """CoLLM E.2's "Static and execution diagnostics" block (without the closing instruction)."""
     lines = ["Static and execution diagnostics:",
              "- Aux definition: " + ("FOUND (Auxiliary function aux defined)" if facts.aux_defined
                                      else "MISSING (no function aux with a return statement)"),
@@ -159,12 +159,12 @@ class CodingEnv(Env):
             dataset: humaneval | mbpp | coophumaneval.
             path: The json/jsonl file of ``coophumaneval`` (its published format).
             train_split, eval_split: Slices of the records, e.g. ``"[16:]"``; default train ``[16:]``, eval ``[:16]``.
-            test_timeout: Wall-clock seconds of each assert (default 8, paper 002 F.2; 10 in
+            test_timeout: Wall-clock seconds of each assert (default 8, CoLLM F.2; 10 in
                 ``reference`` mode, the reference's alarm).
             workers: Programs run in parallel (default: the CPU count).
             stop_on_failure: Also end the episode where the reward evaluation stops.
             weights: Overrides of :class:`RewardWeights` fields, e.g. ``{discard_penalty: 1.0}`` (both modes).
-            reward_mode: ``paper`` (paper 002 F.2 as collab reads it) or ``reference`` (the reference
+            reward_mode: ``paper`` (CoLLM F.2 as collab reads it) or ``reference`` (the reference
                 code's reward, quirks included); see the module docstring.
         """
         super().__init__(horizon)

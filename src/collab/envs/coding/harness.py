@@ -1,4 +1,4 @@
-"""Per-assert test programs of coding tasks and running them in the sandbox (paper 002, E.2, F.2).
+"""Per-assert test programs of coding tasks and running them in the sandbox (CoLLM, E.2, F.2).
 
 **Diagnostics (E.2).** A failing test prints one block to stderr, after a ``__COLLAB_FAIL__`` marker line
 (so that anything the candidate printed before cannot be mistaken for it)::

@@ -3,7 +3,7 @@
 The reference is OpenMLRL/LLM_Collab_Code_Generation, ``rewards/code_rewards.py``
 (``execution_reward_aux``, the version with maximum 4.0 that puts ``math`` in the tests' namespace)
 and ``rewards/code_utils.py``. Everything here restates its rules, text and regex quirks included, so
-that rewards can be compared with published curves; collab's own reading of paper 002 F.2 is
+that rewards can be compared with published curves; collab's own reading of CoLLM F.2 is
 :mod:`~collab.envs.coding.static` + :mod:`~collab.envs.coding.reward` (``reward_mode: paper``), and
 :mod:`collab.envs.coding.env` lists where the two differ. The tests still run in collab's sandbox.
 

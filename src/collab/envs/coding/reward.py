@@ -1,4 +1,4 @@
-"""The coding collaboration reward (paper 002, F.2; weights from the CoopHumanEval reference, max 4.0).
+"""The coding collaboration reward (CoLLM, F.2; weights from the CoopHumanEval reference, max 4.0).
 
 Levels, evaluated in order; a failed level stops the evaluation (``stage`` names it) and the later
 levels earn nothing:

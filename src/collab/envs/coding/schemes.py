@@ -1,6 +1,6 @@
-"""Cooperation schemes between the auxiliary and the main coder (paper 000, Appendix B).
+"""Cooperation schemes between the auxiliary and the main coder (MAGRPO appendix, Appendix B).
 
-Paper 000 reports four schemes that emerge when an auxiliary agent writes ``aux(...)`` and a main
+MAGRPO appendix reports four schemes that emerge when an auxiliary agent writes ``aux(...)`` and a main
 agent writes the problem's entry point, which may call it: B.1 *fallback* (Listing 1), B.2
 *decorator* (Listing 2), B.3 *coordinator* (Listing 3) and B.4 *strategy filter* (Listing 4). The
 paper describes them in prose only; :func:`classify` turns them into rules over main's AST (the code

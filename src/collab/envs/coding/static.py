@@ -1,4 +1,4 @@
-"""Static analysis of the agents' code (paper 002, F.2 and the E.2 diagnostics), with ``ast`` only.
+"""Static analysis of the agents' code (CoLLM, F.2 and the E.2 diagnostics), with ``ast`` only.
 
 Responses are cleaned before anything else: small models wrap code in markdown fences and add prose
 before or after it despite the E.2 instructions, so :func:`clean_response` keeps the fenced code when

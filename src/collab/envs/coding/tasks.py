@@ -1,4 +1,4 @@
-"""Coding tasks (HumanEval, MBPP, CoopHumanEval) and their per-assert test programs (paper 002, E.2, F.2).
+"""Coding tasks (HumanEval, MBPP, CoopHumanEval) and their per-assert test programs (CoLLM, E.2, F.2).
 
 Every loader returns the same plain-dict record:
 

@@ -1,4 +1,4 @@
-"""Competitive programming as a Flex-MG (paper 004, Sections 3.1 and 5.1, Appendix D.3, E.2).
+"""Competitive programming as a Flex-MG (MARFT, Sections 3.1 and 5.1, Appendix D.3, E.2).
 
 The state s_0 is a CodeForces-style problem statement (E.2 layout) followed by the instruction to answer
 with a complete Python program that reads standard input and writes standard output. The agents of a
@@ -43,7 +43,7 @@ def default_splits(n: int) -> tuple[str, str]:
 
 
 class CompetitiveCodingEnv(SharedStateEnv):
-    """Stdin/stdout programming problems graded by test pass rate (paper 004, 5.1)."""
+    """Stdin/stdout programming problems graded by test pass rate (MARFT, 5.1)."""
 
     name = "competitive_coding"
     domain = "coding"
@@ -55,8 +55,8 @@ class CompetitiveCodingEnv(SharedStateEnv):
         """
         Args:
             dataset: ``None`` for the shipped problem set, else a path to a json/jsonl file.
-            profile: ``solo``, ``duo``, ``trio``, a shipped profile name or a path (:mod:`collab.profiles`).
-            horizon: Steps per episode (paper 004 Table 6: 1).
+            profile: ``solo``, ``duo``, ``trio``, a shipped profile name or a path (:mod:`collab.envs.profiles`).
+            horizon: Steps per episode (MARFT Table 6: 1).
             train_split, eval_split: Slices of the problems, e.g. ``"[:32]"`` (default: module docstring).
             timeout: Wall-clock seconds per test; ``None``: each problem's own ``time_limit``.
             max_tests: Tests per problem at most (the first ones: examples come first); ``None``: all.

@@ -1,6 +1,6 @@
 """Judging stdin/stdout programs: find the program in a response, run it on every test, compare outputs.
 
-Paper 004 (Section 5.1): "the reward in the coding environment is the test case pass rate". A test passes
+MARFT (Section 5.1): "the reward in the coding environment is the test case pass rate". A test passes
 when the program exits normally (code 0) within the time limit, without flooding its output, and its
 stdout is accepted by the problem's checker (:mod:`~collab.envs.competitive_coding.problems`). Every
 test of every answer of a batch runs through one :meth:`collab.sandbox.Pool.map` call, each in its own

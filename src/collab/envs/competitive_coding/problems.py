@@ -1,4 +1,4 @@
-"""Stdin/stdout programming problems: loading, statements and output checkers (paper 004, 5.1, E.2).
+"""Stdin/stdout programming problems: loading, statements and output checkers (MARFT, 5.1, E.2).
 
 MARFT's coding environment draws problems from CodeForces (Penedo et al. 2025, the ``open-r1/codeforces``
 dataset) and rewards "the test case pass rate". Every loader here returns the same plain-dict record::
@@ -6,7 +6,7 @@ dataset) and rewards "the test case pass rate". Every loader here returns the sa
     {"id", "source", "statement", "tests": [{"input", "output"}, ...], "time_limit", "memory_limit",
      "checker", "title", "rating", "solution"}
 
-``statement`` is what the agents read, in the layout of paper 004 E.2::
+``statement`` is what the agents read, in the layout of MARFT E.2::
 
     Execution time limit: 1.0 seconds
     Memory limit: 256.0 MB
@@ -162,7 +162,7 @@ def _limit(value: Any, default: float) -> float:
 def render_statement(description: str, input_format: str | None, output_format: str | None,
                      examples: list[Mapping[str, str]], note: str | None = None,
                      time_limit: float = DEFAULT_TIME_LIMIT, memory_limit: float = DEFAULT_MEMORY_LIMIT) -> str:
-    """A problem statement in paper 004 E.2's layout (module docstring)."""
+    """A problem statement in MARFT E.2's layout (module docstring)."""
     parts = [f"Execution time limit: {float(time_limit)} seconds\nMemory limit: {float(memory_limit)} MB",
              f"# Problem\n\n{description.strip()}"]
     for title, text in (("Input Format", input_format), ("Output Format", output_format)):

@@ -1,6 +1,6 @@
-r"""Natural language inference data and labels for the ``debate`` environment (paper 003, Section 4.1).
+r"""Natural language inference data and labels for the ``debate`` environment (MAPoRL, Section 4.1).
 
-Paper 003 runs its debates on GSM8K-style math and on ANLI. Math datasets are the ``math``
+MAPoRL runs its debates on GSM8K-style math and on ANLI. Math datasets are the ``math``
 environment's (:mod:`collab.envs.math.datasets`; the debate env reuses them and their splits). This
 module adds NLI; every loader returns plain-dict records
 

@@ -1,4 +1,4 @@
-r"""The collaborative debate of MAPoRL (paper 003, Section 3.1; Du et al. 2024), a POSG with per-agent rewards.
+r"""The collaborative debate of MAPoRL (MAPoRL, Section 3.1; Du et al. 2024), a POSG with per-agent rewards.
 
 A agents (roles ``agent1`` .. ``agentA``) answer a question over T = ``horizon`` turns; every episode
 runs all T turns unless ``stop_on_consensus`` ends it early (below). Turn 1: each agent answers the question. Turn t+1: each agent's history is
@@ -10,12 +10,12 @@ history gets the final response appended (for logs and evaluation).
 
 **Rewards.** ``Score.rewards[a]`` at a turn is the configured verifier's score of agent a's response
 (:mod:`collab.envs.debate.verifier`; the rule verifier gives 1.0 for a correct final answer, else
-0.0). Algorithms build paper 003's rewards from the scores in memory: Definition 1
+0.0). Algorithms build MAPoRL's rewards from the scores in memory: Definition 1
 (:func:`collab.objectives.influence_rewards`) and the incentives of Tables 1-2
 (:func:`collab.objectives.revision_incentives`, :func:`collab.objectives.influence_incentives`,
 with :func:`collab.objectives.majority_of_others_table`).
 
-**Early stop on consensus** (``stop_on_consensus=True``; off by default, as paper 003 runs every
+**Early stop on consensus** (``stop_on_consensus=True``; off by default, as MAPoRL runs every
 debate for T turns). After every turn the env looks for a consensus (:func:`consensus`): one parsed
 answer given by at least ``consensus_share`` of the A agents (default 1.0: all of them; unparsable
 answers count as agents but agree with nobody), and, if ``consensus_score`` is set, whose agents'
@@ -84,7 +84,7 @@ from collab.objectives import majority_vote
 
 SPLITS = ("train", "eval")
 MAX_NEW_TOKENS = {"math": 300, "nli": 250}
-"""Paper 003, Section 4.2: 300 tokens on GSM8K, 250 on ANLI."""
+"""MAPoRL, Section 4.2: 300 tokens on GSM8K, 250 on ANLI."""
 
 
 def consensus(answers: Sequence[str | None], scores: Sequence[float] | None = None, share: float = 1.0,
@@ -119,7 +119,7 @@ def valid_datasets() -> str:
 
 
 class DebateEnv(Env):
-    """A agents debate a question for T turns; each answer is scored by a verifier (paper 003)."""
+    """A agents debate a question for T turns; each answer is scored by a verifier (MAPoRL)."""
 
     name = "debate"
     joint_reward = False
@@ -138,16 +138,16 @@ class DebateEnv(Env):
             agents: A, the number of debating agents (1: self-correction).
             horizon: T, the number of turns; every episode runs all of them unless ``stop_on_consensus``.
             verifier: ``rule`` (1 for a correct answer, else 0) or a Verifier object, e.g. a learned verifier
-                (:func:`collab.learned_verifier.load_verifier`; on the command line the rollout data module
+                (:func:`collab.envs.debate.learned_verifier.load_verifier`; on the command line the rollout data module
                 loads the folder named by ``verifier``, on ``verifier_device``).
             train_split, eval_split: Slices (``"[:100]"``) of each split (module docstring).
             num_train, num_eval: Generated training / eval problems; ``num_eval`` also sizes the default eval sample
                 of a fixed dataset.
             fallback: Grade unboxed answers (math: last "answer is X" phrase or number; NLI: last label word).
             seed: Seed of the generated training problems.
-            max_new_tokens: Suggested response length; ``None``: 300 for math, 250 for NLI (paper 003, Section 4.2).
+            max_new_tokens: Suggested response length; ``None``: 300 for math, 250 for NLI (MAPoRL, Section 4.2).
             stop_on_consensus: End a debate at the first turn whose answers reach a consensus (:func:`consensus`);
-                the skipped turns are valued as an absorbing state (module docstring). Off (paper 003).
+                the skipped turns are valued as an absorbing state (module docstring). Off (MAPoRL).
             consensus_share: Share of the agents that must give the same parsed answer, in (1/2, 1]; 1.0: all.
             consensus_score: If set, the agreeing agents' mean verifier score must also be above it (the reference
                 code's 0.7; with the rule verifier: the agreed answer is right). None: any agreement counts.
@@ -175,7 +175,7 @@ class DebateEnv(Env):
         self.roles = tuple(AgentRole(agent_name(i), system_prompt(i, agents), tokens) for i in range(agents))
         if not isinstance(verifier, Verifier) and verifier != "rule":
             raise UserError(f"unknown verifier {verifier!r}; valid: rule, a Verifier object, or on the command line "
-                            "the folder of a learned verifier (python -m collab.learned_verifier)")
+                            "the folder of a learned verifier (python -m collab.envs.debate.learned_verifier)")
         self.verifier = verifier if isinstance(verifier, Verifier) else RuleVerifier(fallback)
         self._math = None
         if self.kind == "math":

@@ -1,6 +1,6 @@
-"""The format penalty of the MAPoRL reference code (paper 003's released training code).
+"""The format penalty of the MAPoRL reference code (MAPoRL's released training code).
 
-MAPoRL's ``format_penalty`` (off by default: paper 003 does not mention one). The reference code replaces
+MAPoRL's ``format_penalty`` (off by default: MAPoRL does not mention one). The reference code replaces
 the verifier score of a malformed answer by ``penalty_reward_value`` (-10 in its configs) before its
 Definition 1 (``ppov2_trainer_multi_different_model.py``, under ``non_eos_penalty``): an answer is
 malformed when it is shorter than ``min_length`` tokens (its configs' ``min_output_length``: 50), holds a

@@ -1,8 +1,8 @@
-r"""The prompts of the collaborative debate (paper 003, Section 3.1; Du et al. 2024's debate format).
+r"""The prompts of the collaborative debate (MAPoRL, Section 3.1; Du et al. 2024's debate format).
 
 Turn 1: agent ``i`` reads ``[system prompt of agent i, question + instruction]``. Turn t+1: its
 history is replaced by ``[system prompt of agent i, debate prompt]``, where the debate prompt is the
-question followed by *every* agent's *whole* response of turns 1..t (paper 003's
+question followed by *every* agent's *whole* response of turns 1..t (MAPoRL's
 s_(t+1)i = LLM_i(q ⊕_{j, t' <= t} s_t'j): the solutions are concatenated as they were written, not
 reduced to their final answers), each headed ``[Round t', agentj]`` and the agent's own ones marked
 ``(you)``; then the request for an updated solution. Nothing else of the other agents (their

@@ -1,15 +1,15 @@
-r"""The rule verifier of the debate environment: the score Verifier(q, s) in [0, 1] of an answer (paper 003, Section 3).
+r"""The rule verifier of the debate environment: the score Verifier(q, s) in [0, 1] of an answer (MAPoRL, Section 3).
 
-Paper 003 rewards each debate answer by a verifier's score (Definition 1). The environment takes any
+MAPoRL rewards each debate answer by a verifier's score (Definition 1). The environment takes any
 :class:`Verifier`:
 
 * :class:`RuleVerifier` (the default, ``DebateEnv(verifier="rule")``): 1.0 when the extracted final
   answer is correct (:func:`grade_answer`: math answers by :mod:`collab.envs.math.answers`, NLI
   labels by :func:`collab.envs.debate.datasets.extract_label`), else 0.0.
-* a learned verifier (:mod:`collab.learned_verifier`: an MLP head on a frozen LM, its training
+* a learned verifier (:mod:`collab.envs.debate.learned_verifier`: an MLP head on a frozen LM, its training
   loop and command line), built outside ``envs/`` and handed to the env as an object; on the
   command line ``--data.env_options '{verifier: runs/verifier}'`` names its folder and the rollout
-  data module loads it (:func:`collab.learned_verifier.load_verifier`).
+  data module loads it (:func:`collab.envs.debate.learned_verifier.load_verifier`).
 """
 
 

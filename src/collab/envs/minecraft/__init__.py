@@ -1,4 +1,4 @@
-"""The ``minecraft`` environment: HouseBuild (paper 002, Section 5.1, Appendices E.3 and F.3).
+"""The ``minecraft`` environment: HouseBuild (CoLLM, Section 5.1, Appendices E.3 and F.3).
 
 :mod:`~collab.envs.minecraft.world` holds the voxel world, :mod:`~collab.envs.minecraft.commands`
 parses the agents' commands, :mod:`~collab.envs.minecraft.threats` simulates the spiders,

@@ -1,4 +1,4 @@
-"""Agents' text -> HouseBuild commands (paper 002, Appendix E.3 constraints).
+"""Agents' text -> HouseBuild commands (CoLLM, Appendix E.3 constraints).
 
 Accepted, one per line (surrounding whitespace ignored, blank lines skipped silently):
 

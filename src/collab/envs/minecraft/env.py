@@ -1,4 +1,4 @@
-"""Minecraft HouseBuild (paper 002, Section 5.1; prompt Appendix E.3; reward Appendix F.3).
+"""Minecraft HouseBuild (CoLLM, Section 5.1; prompt Appendix E.3; reward Appendix F.3).
 
 ``n_agents`` players (default 2, roles ``player1``, ``player2``) build a house from its y-layers
 while spiders attack, over ``horizon`` turns (H = 4). At each turn every player answers with
@@ -14,13 +14,13 @@ commands and the feedback on them; ``None``: the whole dialog).
 
 Logged info (``env/<key>``): ``iou``, ``coverage``, ``redundancy``, ``score`` (correct positions /
 bbox positions), ``hp`` (remaining health as a fraction of ``player_hp``; Table 1 prints it in %,
-and :mod:`collab.comparison` scales ``eval/env/hp`` by 100 like ``iou``), ``damage``,
+and :mod:`collab.evaluation.comparison` scales ``eval/env/hp`` by 100 like ``iou``), ``damage``,
 ``penalty``, ``spiders``, ``killed``, ``commands`` (accepted, all players) and ``rejected`` (lines).
 :meth:`MinecraftEnv.voxels` gives an episode's built and target voxels to the evaluation's IoU.
 
 Reward modes (``reward_mode``; ``--data.env_options '{reward_mode: reference}'``)
 -------------------------------------------------------------------------------
-``paper`` (the default, described above) is collab's reading of paper 002 (E.3 prompt, F.3 reward).
+``paper`` (the default, described above) is collab's reading of CoLLM (E.3 prompt, F.3 reward).
 ``reference`` reproduces the reward of the authors' code (OpenMLRL/LLM_Collab_Minecraft, ``house_build``
 with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference`). Point by point
 (paper | reference), with why collab's default differs:
@@ -32,7 +32,7 @@ with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference
    evaluation IoU match types in both modes.
 2. World: persists across turns (the feedback asks for what is still missing) | every turn is scored
    on that turn's commands alone, built on an EMPTY bbox, so a player must resend the whole house each
-   turn, and the agents are not told so. Paper 002 Section 5.1's "instructions for incomplete building"
+   turn, and the agents are not told so. CoLLM Section 5.1's "instructions for incomplete building"
    imply a persistent build.
 3. Spiders: drawn per task and turn (``min_spiders..max_spiders``, default 0..3), fought command by
    command, health carried over turns | ``max_spiders`` (default 3) spiders with attacks uniform in
@@ -140,7 +140,7 @@ class MinecraftEnv(Env):
     joint_reward = True
     reward_max = 1.0
     num_generations = 2
-    """MAGRPO's K for this env when the config leaves it unset (paper 002 C.3: K = 2 for Minecraft, since the
+    """MAGRPO's K for this env when the config leaves it unset (CoLLM C.3: K = 2 for Minecraft, since the
     4-turn rollout tree has K^4 leaves)."""
 
     def __init__(self, dataset: str | None = None, train_split: str | None = None, eval_split: str | None = None,
@@ -153,7 +153,7 @@ class MinecraftEnv(Env):
         """
         Args:
             dataset: A HouseBuild ``.json`` / ``.jsonl`` file (the paper's format); ``None``: the 12 shipped houses.
-            train_split, eval_split: Slices such as ``"[0:8]"`` / ``"[8:10]"`` (paper 002, C.1); ``None``:
+            train_split, eval_split: Slices such as ``"[0:8]"`` / ``"[8:10]"`` (CoLLM, C.1); ``None``:
                 ``[0:8]`` / ``[8:12]`` of the shipped houses, the last fifth of a file for eval.
             horizon: Turns per episode (H = 4 in the paper).
             n_agents: Players (2 in the paper).
@@ -169,11 +169,11 @@ class MinecraftEnv(Env):
             redundancy_weight: Weight of the redundancy rate in the reward (paper mode).
             spider_penalty: Weight of the spider penalty (``None``: 0.2 as in F.3; reference: 0.1).
             max_new_tokens: Suggested response length per player (``None``: 256; reference: 512).
-            reward_mode: ``paper`` (collab's reading of paper 002) or ``reference`` (the authors' code's
+            reward_mode: ``paper`` (collab's reading of CoLLM) or ``reference`` (the authors' code's
                 reward, quirks included); the module docstring lists every difference.
             limited_resource: Reference mode only: each player's per-turn block budgets (``None``: on, as
                 in the reference config).
-            history_window: Turns of dialog a player keeps after the E.3 prompt (paper 002, 4.1's C;
+            history_window: Turns of dialog a player keeps after the E.3 prompt (CoLLM, 4.1's C;
                 :func:`collab.envs.base.window`). The default, 1, keeps the player's last commands and
                 the feedback on them: the feedback restates everything still missing or wrong, the
                 player's HP and the coming threat, so older turns add no information about the
@@ -320,6 +320,6 @@ class MinecraftEnv(Env):
     # -- evaluation ----------------------------------------------------------------------------------
     def voxels(self, state: EnvState) -> tuple[torch.Tensor, torch.Tensor]:
         """``(built, target)``: ``uint8`` block-id tensors of shape ``(X, Y, Z)`` (0 = air, the same
-        palette for both) of ``state``'s world, for :class:`collab.metrics.IoU`."""
+        palette for both) of ``state``'s world, for :class:`collab.evaluation.metrics.IoU`."""
         house = house_from_record(state.task)
         return as_tensor(house, state.memory.get("world") or empty_world(house)), as_tensor(house, house.target)

@@ -1,4 +1,4 @@
-"""HouseBuild prompts (paper 002, Appendix E.3) and the simulated player's feedback (Section 5.1).
+"""HouseBuild prompts (CoLLM, Appendix E.3) and the simulated player's feedback (Section 5.1).
 
 The first user message follows E.3: the player's place in the team, the blocks, the target as
 rectangles per layer in WORLD coordinates, the bbox, the threat check and the constraints. The

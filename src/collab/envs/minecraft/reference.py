@@ -43,7 +43,7 @@ SPIDERS = 3
 SPIDER_ATK = 3
 """The reference config's ``player.hp``, ``spider.num`` and ``spider.atk_high`` (``atk_low`` is 1)."""
 MAX_NEW_TOKENS = 512
-"""The reference config's (and paper 002 C.3's) response length for HouseBuild."""
+"""The reference config's (and CoLLM C.3's) response length for HouseBuild."""
 AIRS = (AIR, "cave_air", "void_air")
 """Block names the reference treats as air: never charged to a budget."""
 

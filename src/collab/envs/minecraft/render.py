@@ -1,4 +1,4 @@
-"""Pictures of a HouseBuild build against its target, layer by layer (paper 002, Section 5.1).
+"""Pictures of a HouseBuild build against its target, layer by layer (CoLLM, Section 5.1).
 
 HouseBuild's target is given as y-layers (Appendix E.3), so a build is read best the same way: one
 column per layer ``y``, the target on top and each build below it, every layer seen from above
@@ -10,7 +10,7 @@ position that differs from the target carries a mark:
 - **extra**: the build has a block where the target has air (``+``).
 
 A summary line gives Table 1's two HouseBuild scores, the IoU over non-air blocks (Section 5.1;
-:func:`collab.metrics.voxel_iou`) and the remaining health (HP), in percent, with the reward's
+:func:`collab.evaluation.metrics.voxel_iou`) and the remaining health (HP), in percent, with the reward's
 coverage and redundancy rates (Appendix F.3; :mod:`~collab.envs.minecraft.scoring`) and the counts.
 
 Voxels are ``(X, Y, Z)`` grids of palette ids, 0 = air: what :meth:`MinecraftEnv.voxels

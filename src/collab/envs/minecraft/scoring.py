@@ -1,4 +1,4 @@
-"""How close a built world is to the target (paper 002, Section 5.1 IoU, Appendix F.3 reward).
+"""How close a built world is to the target (CoLLM, Section 5.1 IoU, Appendix F.3 reward).
 
 With ``T`` the target's non-air positions and ``B`` the built world's non-air positions:
 
@@ -6,8 +6,8 @@ With ``T`` the target's non-air positions and ``B`` the built world's non-air po
 - ``redundancy = |{p in B: built[p] != target[p]}| / |B|`` — placed blocks where the target is air
   or another block, over all placed blocks (F.3 redundancy rate; 0.0 when nothing is placed);
 - ``iou = |{p in B and T: built[p] == target[p]}| / |B or T|`` (Section 5.1's IoU over non-air
-  blocks; the block type must match; :func:`collab.metrics.voxel_iou`);
-- ``score = |{p in bbox: built[p] == target[p]}| / |bbox|`` (air counts; DESIGN.md's score).
+  blocks; the block type must match; :func:`collab.evaluation.metrics.voxel_iou`);
+- ``score = |{p in bbox: built[p] == target[p]}| / |bbox|`` (air counts, as the CoLLM reference code scores).
 
 The paper names the two rates of F.3 without their weights. collab's turn reward is
 ``coverage - redundancy_weight * redundancy - spider penalty`` with ``redundancy_weight = 0.5``:
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from collab.envs.minecraft.world import House
-from collab.metrics import voxel_iou
+from collab.evaluation.metrics import voxel_iou
 
 REDUNDANCY_WEIGHT = 0.5
 

@@ -1,4 +1,4 @@
-"""HouseBuild task records: loading, checking and splitting (paper 002, Section 5.1 and Appendix C.1).
+"""HouseBuild task records: loading, checking and splitting (CoLLM, Section 5.1 and Appendix C.1).
 
 A record (the format of the HouseBuild data) has ``task_id``, ``inventory`` (letter -> block name,
 ``"A": "air"`` included), ``target_spec`` (``{"type": "y_layers", "size": [X, Y, Z], "layers":

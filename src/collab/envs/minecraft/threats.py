@@ -1,4 +1,4 @@
-"""Spiders and the player's health in HouseBuild (paper 002, Appendix E.3 simulator, F.3 penalty).
+"""Spiders and the player's health in HouseBuild (CoLLM, Appendix E.3 simulator, F.3 penalty).
 
 E.3: a simulator spawns ``spider_num`` spiders, each with attack ``spider_atk``; the player has
 ``player_hp`` health and attack ``player_atk``. F.3: the team is penalized

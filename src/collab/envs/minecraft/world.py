@@ -1,4 +1,4 @@
-"""The voxel world of HouseBuild (paper 002, Section 5.1 and Appendix E.3).
+"""The voxel world of HouseBuild (CoLLM, Section 5.1 and Appendix E.3).
 
 A :class:`House` is one task: a legend (letter -> block name), a size ``(X, Y, Z)``, the world
 position of its bounding box's ``from`` corner and the target voxels. The bbox is inclusive:

@@ -1,0 +1,272 @@
+"""LLM critics of the actor-critic family (CoLLM, Sections 3.2 and 4.1, Appendix B, E.3).
+
+A critic is the team's base model with a LoRA adapter of its own and a scalar value head read at
+the last token of its input (the hidden state after the final norm). It lives in the same
+``PeftModel`` as the agents, as one more named adapter, so a centralized critic costs an adapter and
+a head, not a model copy; a critic may name a base of its own instead (``CriticSpec.base``).
+
+What a critic reads (its input is a chat, encoded with the critic base's chat template):
+
+``centralized``   one critic on the joint history h_t: every agent's dialog (its prompts and
+                  responses so far, labelled with the agent's role), then the global information m_t;
+``decentralized`` one critic per agent on that agent's own history h_{i,t} (its chat as it sees it),
+                  then m_t.
+
+The global information m_t is the text of CoLLM, E.3: "You are at turn = {turn} over a
+{num_turns}-turn episode. Your last-turn reward is {last_reward} / {reward_max}." (``none`` before
+the first turn). ``kind="q"`` adds the joint action a_t (centralized) or the agent's own action
+(decentralized) after the history: a Q-critic Q(h_t, a_t) instead of V(h_t).
+
+``share_agent_adapter`` (decentralized only) is the parameter-sharing variant of Appendix B: critic i
+reads through agent i's own adapter and only its head is separate, so the actor and critic losses
+both move that adapter (the paper warns of gradient interference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from collab.envs.base import Env, EnvState, Message
+from collab.errors import require
+from collab.policy.team import train_adapters_only
+
+MODES = ("centralized", "decentralized")
+KINDS = ("v", "q")
+CRITIC_SYSTEM = ("You are the critic of a team of {n} collaborating agents. Read the dialog and the global "
+                 "information, and judge how well the team is doing.")
+GLOBAL_INFO = "You are at turn = {turn} over a {num_turns}-turn episode.\nYour last-turn reward is {last_reward} / {reward_max}."
+
+
+@dataclass
+class CriticLora:
+    r: int = 8
+    alpha: int = 16
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
+class CriticSpec:
+    """How the critics are built."""
+
+    base: str | None = None
+    """A base model name of its own; ``None`` shares the agents' base (one copy of the weights)."""
+    lora: CriticLora = field(default_factory=CriticLora)
+    lr: float | None = None
+    """The critics' learning rate; ``None``: the algorithm's ``critic_lr``."""
+    kind: str = "v"
+    """v: V(h_t) | q: Q(h_t, a_t)."""
+    global_info: bool = True
+    """Append the global information m_t (E.3) to the critic's input."""
+    share_agent_adapter: bool = False
+    """Decentralized only: read through agent i's own adapter (Appendix B's parameter sharing)."""
+    context: int | None = None
+    """Keep only the last ``context`` tokens of a critic's input (CoLLM 4.1 keeps "the most recent C
+    pairs" of the history in the KV cache); ``None``: the whole input."""
+
+
+def check_critic_spec(spec: CriticSpec, option: str = "model.critic_spec") -> None:
+    """The critics' settings in range (a UserError naming the option)."""
+    from collab.policy.models import check_name
+    from collab.policy.team import check_lora
+
+    require(spec.kind in KINDS, f"unknown critic kind {spec.kind!r} ({option}.kind); valid: {', '.join(KINDS)}")
+    require(spec.context is None or spec.context >= 8, f"{option}.context must be >= 8 tokens or null, got {spec.context}")
+    require(spec.lr is None or (spec.lr > 0 and spec.lr != float("inf")),
+            f"{option}.lr must be > 0, or null for model.critic_lr, got {spec.lr}")
+    check_lora(spec.lora, f"{option}.lora")
+    if spec.base is not None:
+        check_name(spec.base)
+    require(not spec.share_agent_adapter or spec.base is None,
+            f"{option}.share_agent_adapter reads through an agent's adapter, so it shares its base: set {option}.base null")
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+def global_info(state: EnvState, num_turns: int, reward_max: float | None, agent: int | None = None) -> str:
+    """CoLLM E.3's m_t for ``state``: the turn index, the turn limit, the last-turn reward.
+
+    The reward shown is agent ``agent``'s (a decentralized critic), or the team's mean (``None``: the
+    centralized critic, which learns the mean); identical under a joint reward.
+    """
+    rewards = state.memory.get("last_rewards")
+    if rewards:
+        last = rewards[agent] if agent is not None else sum(rewards) / len(rewards)
+    else:
+        last = state.memory.get("last_reward")
+    last_text = "none" if last is None else f"{float(last):.3f}"
+    max_text = "unknown" if reward_max is None else f"{float(reward_max):g}"
+    return GLOBAL_INFO.format(turn=state.turn, num_turns=num_turns, last_reward=last_text, reward_max=max_text)
+
+
+def render(messages: Sequence[Message]) -> str:
+    """An agent's dialog as text: its prompts and responses (system prompts left out)."""
+    names = {"user": "Prompt", "assistant": "Response"}
+    return "\n\n".join(f"[{names.get(m['role'], m['role'])}]\n{m['content']}" for m in messages if m["role"] != "system")
+
+
+def centralized_input(state: EnvState, roles: Sequence[str], num_turns: int, reward_max: float | None,
+                      actions: Sequence[str] | None = None, with_global_info: bool = True) -> list[Message]:
+    """The joint history h_t (every agent's dialog), optionally the joint action, then m_t."""
+    parts = [f"## Agent {i + 1} ({role})\n{render(h)}" for i, (role, h) in enumerate(zip(roles, state.histories))]
+    if actions is not None:
+        parts += [f"## Agent {i + 1} ({role}) now responds\n{a}" for i, (role, a) in enumerate(zip(roles, actions))]
+    if with_global_info:
+        parts.append(global_info(state, num_turns, reward_max))
+    return [{"role": "system", "content": CRITIC_SYSTEM.format(n=len(roles))},
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def decentralized_input(state: EnvState, agent: int, num_turns: int, reward_max: float | None,
+                        action: str | None = None, with_global_info: bool = True) -> list[Message]:
+    """Agent ``agent``'s own history h_{i,t} as its chat, optionally its action, then m_t."""
+    messages = [dict(m) for m in state.histories[agent]]
+    extra = []
+    if action is not None:
+        extra.append(f"[Your response]\n{action}")
+    if with_global_info:
+        extra.append(global_info(state, num_turns, reward_max, agent))
+    if extra:
+        messages[-1] = {**messages[-1], "content": messages[-1]["content"] + "\n\n" + "\n\n".join(extra)}
+    return messages
+
+
+# -- the critics -------------------------------------------------------------------------------------
+class ValueHead(nn.Module):
+    """A linear value head on the last token's hidden state; starts at V = 0 (zero weights and bias)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.linear(hidden.to(self.linear.weight.dtype)).squeeze(-1)
+
+
+class Critics(nn.Module):
+    """One centralized critic or one critic per agent, over the team's base(s)."""
+
+    def __init__(self, team, env: Env, mode: str = "centralized", spec: CriticSpec | None = None) -> None:
+        super().__init__()
+        from peft import LoraConfig, get_peft_model
+
+        from collab.policy.models import BaseConfig, load_model, load_tokenizer
+
+        spec = spec or CriticSpec()
+        require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
+        check_critic_spec(spec)
+        require(not spec.share_agent_adapter or mode == "decentralized",
+                "model.critic_spec.share_agent_adapter is the decentralized variant (Appendix B); use it with "
+                "decentralized critics")
+        self.team, self.env, self.mode, self.spec = [team], env, mode, spec  # list: not a registered submodule
+        self.roles = [s.role for s in team.specs]
+        n = 1 if mode == "centralized" else len(team)
+        self.own = nn.ModuleDict()  # the critic's own base, when it has one
+        self.names, self.keys = [], []
+        lora = LoraConfig(r=spec.lora.r, lora_alpha=spec.lora.alpha, lora_dropout=0.0,
+                          target_modules=list(spec.lora.target_modules), bias="none", task_type="CAUSAL_LM")
+        for j in range(n):
+            if spec.share_agent_adapter:
+                name, key = team.names[j], team.base_of[j]
+            else:
+                name = f"critic{j}"
+                if spec.base is None:
+                    key = team.base_of[0 if mode == "centralized" else j]
+                    team.models[key].add_adapter(name, lora)
+                else:
+                    key = "critic_base"
+                    if key not in self.own:
+                        base = BaseConfig(**{**asdict(team.base_config), "name": spec.base})
+                        self.own[key] = get_peft_model(load_model(base), lora, adapter_name=name)
+                        self.tokenizer_own = load_tokenizer(spec.base)
+                    else:
+                        self.own[key].add_adapter(name, lora)
+            self.names.append(name)
+            self.keys.append(key)
+        for model in list(team.models.values()) + list(self.own.values()):
+            train_adapters_only(model)
+        self.heads = nn.ModuleList(ValueHead(self.model(j).config.hidden_size) for j in range(n))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def model(self, j: int):
+        return self.own[self.keys[j]] if self.keys[j] in self.own else self.team[0].models[self.keys[j]]
+
+    def tokenizer(self, j: int):
+        return self.tokenizer_own if self.keys[j] in self.own else self.team[0].tokenizers[self.keys[j]]
+
+    def parameters_of(self, j: int) -> list[nn.Parameter]:
+        """Critic j's trainable parameters: its adapter (unless shared with an agent) and its head."""
+        head = list(self.heads[j].parameters())
+        if self.spec.share_agent_adapter:
+            return head
+        tag = f".{self.names[j]}."
+        return [p for n, p in self.model(j).named_parameters() if "lora_" in n and tag in n] + head
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def inputs(self, state: EnvState, actions: Sequence[str] | None = None) -> list[tuple[int, list[Message]]]:
+        """``(critic index, chat)`` of every critic that values ``state`` (one if centralized, n if not)."""
+        env, spec = self.env, self.spec
+        acts = actions if spec.kind == "q" else None
+        if self.mode == "centralized":
+            return [(0, centralized_input(state, self.roles, env.horizon, env.reward_max, acts, spec.global_info))]
+        return [(i, decentralized_input(state, i, env.horizon, env.reward_max, acts[i] if acts else None, spec.global_info))
+                for i in range(len(self))]
+
+    # -- values ------------------------------------------------------------------------------------
+    def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
+        """Value of each chat under its critic, with gradients (float32, shape ``[len(chats)]``)."""
+        from collab.policy.models import encode_chat
+        from collab.policy.sampling import _forward_fn, pad_left
+        from collab.policy.team import _eval_mode
+
+        device = self.heads[0].linear.weight.device
+        if not chats:
+            return torch.zeros(0, device=device)
+        rows = [None] * len(chats)
+        for key in dict.fromkeys(self.keys):
+            idx = [b for b, j in enumerate(critic) if self.keys[j] == key]
+            if not idx:
+                continue
+            j0 = critic[idx[0]]
+            model, tokenizer = self.model(j0), self.tokenizer(j0)
+            seqs = [encode_chat(tokenizer, chats[b])[-(self.spec.context or 0):] for b in idx]
+            input_ids, mask, positions = pad_left(seqs, tokenizer.pad_token_id, device)
+            inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, output_hidden_states=True,
+                          logits_to_keep=1)
+            names = [self.names[critic[b]] for b in idx]
+            if model.training and self.team[0].base_config.gradient_checkpointing:
+                hidden = _checkpointed_last_hidden(model, names, inputs)
+            else:
+                with _eval_mode(model):  # mixed-adapter forward (no dropout in critics): exact in eval mode
+                    hidden = _forward_fn(model)(names, **inputs).hidden_states[-1][:, -1]
+            for r, b in enumerate(idx):
+                rows[b] = self.heads[critic[b]](hidden[r])
+        return torch.stack(rows).float()
+
+    def state_values(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]] | None = None) -> Tensor:
+        """``[len(states), len(self)]``: every critic's value of every state (with gradients)."""
+        pairs = [p for k, s in enumerate(states) for p in self.inputs(s, actions[k] if actions else None)]
+        values = self.values([j for j, _ in pairs], [chat for _, chat in pairs])
+        return values.view(len(states), len(self))
+
+
+def _checkpointed_last_hidden(model, names: list[str], inputs: dict) -> Tensor:
+    """Last-token hidden states in train mode, where gradient checkpointing applies: one forward per
+    adapter (``set_adapter``), since the mixed-adapter path needs eval mode."""
+    hidden = [None] * len(names)
+    for name in dict.fromkeys(names):
+        rows = [r for r, n in enumerate(names) if n == name]
+        model.set_adapter(name)
+        out = model(**{k: (v[rows] if isinstance(v, Tensor) else v) for k, v in inputs.items()})
+        for r, h in zip(rows, out.hidden_states[-1][:, -1]):
+            hidden[r] = h
+    train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
+    return torch.stack(hidden)
+

@@ -1,0 +1,97 @@
+"""The one-step two-agent matrix game of MAGRPO appendix, Appendix A.3.
+
+Each agent picks option ``A`` (the paper's A^(1)) or ``B`` (A^(2)) without seeing the other's choice.
+
+Presets
+-------
+``table1``  Dec-POMDP: both agents receive the joint utility of Table 1 (10, 7, 7, 0).
+``table2a`` POSG: each agent receives its own entry of Table 2a; (A, A) is a Nash equilibrium and
+            also jointly optimal.
+``table2b`` POSG: Table 2b; the Nash equilibria are (A, B) and (B, A) with joint utility 7 < 10, so
+            independent learners on their own rewards miss the joint optimum.
+
+``team_reward=True`` turns a Table 2 game into its Dec-POMDP by giving both agents the sum of their
+utilities (which is Table 1 for both decompositions).
+
+Actions are text. With ``constrained=True`` (the default) the agents' policies are restricted to the
+two one-token options (a closed action vocabulary), which is what makes the game learnable by a tiny
+random model in a few steps. With ``constrained=False`` the first standalone ``A`` or ``B`` in the
+response is the choice. A response with neither gets ``invalid_penalty``: in a joint-reward game the
+team gets it; with per-agent rewards the agent that answered badly gets it and the other agent is
+valued at its worst case over the partner's options (its row or column minimum).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from collab.envs.base import AgentRole, Env, EnvState, Score
+from collab.errors import UserError, unknown
+
+# PAYOFFS[preset][a1][a2] = (utility of agent 1, utility of agent 2); 0 = A, 1 = B.
+PAYOFFS: dict[str, tuple[tuple[tuple[float, float], ...], ...]] = {
+    "table1": (((10, 10), (7, 7)), ((7, 7), (0, 0))),
+    "table2a": (((5, 5), (3, 4)), ((4, 3), (0, 0))),
+    "table2b": (((5, 5), (1, 6)), ((6, 1), (0, 0))),
+}
+OPTIONS = ("A", "B")
+_CHOICE = re.compile(r"\b([AB])\b")
+
+
+def parse_choice(text: str) -> int | None:
+    """0 for A, 1 for B, ``None`` when the response names neither as a standalone letter."""
+    m = _CHOICE.search(text)
+    return None if m is None else OPTIONS.index(m.group(1))
+
+
+def utilities(preset: str, choices: Sequence[int | None], invalid_penalty: float) -> tuple[float, float]:
+    """Per-agent utilities of a joint choice; an unparseable choice scores ``invalid_penalty``."""
+    table = PAYOFFS[preset]
+    a1, a2 = choices
+    if a1 is not None and a2 is not None:
+        return table[a1][a2]
+    u1 = invalid_penalty if a1 is None else min(table[a1][b][0] for b in (0, 1))
+    u2 = invalid_penalty if a2 is None else min(table[b][a2][1] for b in (0, 1))
+    return (u1, u2)
+
+
+class MatrixEnv(Env):
+    name = "matrix"
+
+    def __init__(self, preset: str = "table1", team_reward: bool | None = None, constrained: bool = True,
+                 invalid_penalty: float = -1.0, horizon: int = 1) -> None:
+        super().__init__(horizon)
+        if preset not in PAYOFFS:
+            raise unknown("matrix preset", preset, PAYOFFS)
+        self.preset = preset
+        # Table 1 is a joint-reward game by definition; Table 2 games are POSGs unless asked otherwise.
+        self.joint_reward = True if preset == "table1" else bool(team_reward)
+        self.invalid_penalty = invalid_penalty
+        pairs = [pair for row in PAYOFFS[preset] for pair in row]
+        joint = [pair[0] if preset == "table1" else sum(pair) for pair in pairs]
+        self.reward_max = max(joint) if self.joint_reward else max(u for pair in pairs for u in pair)
+        choices = OPTIONS if constrained else None
+        system = "You are playing a game with a partner. Answer with a single letter."
+        self.roles = tuple(AgentRole(f"player{i + 1}", system, max_new_tokens=1 if constrained else 8, choices=choices) for i in range(2))
+
+    def tasks(self, split: str):
+        if split not in ("train", "eval"):
+            raise UserError(f"unknown split {split!r}; valid: eval, train")
+        return [{"id": f"matrix-{self.preset}"}]
+
+    def observe(self, task) -> list[str]:
+        text = ("You and your partner each choose A or B at the same time, without talking. "
+                "Your team scores best when you coordinate. Your choice (A or B):")
+        return [text, text]
+
+    def score(self, state: EnvState, actions: Sequence[str]) -> Score:
+        choices = [parse_choice(a) for a in actions]
+        u = utilities(self.preset, choices, self.invalid_penalty)
+        joint = sum(u) if self.preset != "table1" else u[0]
+        if None in choices:  # a joint reward cannot be earned with an unusable answer
+            joint = self.invalid_penalty
+        rewards = (joint, joint) if self.joint_reward else u
+        info = {"joint_utility": float(sum(u) if self.preset != "table1" else u[0]),
+                "optimum": float(choices == [0, 0]), "invalid": float(sum(c is None for c in choices))}
+        return Score(tuple(float(r) for r in rewards), info=info)

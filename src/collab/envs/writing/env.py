@@ -1,0 +1,234 @@
+r"""TLDR writing collaboration (CoLLM, Sections 5 and E.1; reward F.1).
+
+Two agents summarize the same Reddit-style post: agent 1 (``concise``) writes a short summary and
+agent 2 (``detailed``) an elaborate one. The joint reward (max 3.0) is built in stages; a pair out
+of band at a stage ends the episode with the reward earned so far:
+
+1. structure: both completions 8-256 words -> +0.5, else stop;
+2. length: character ratio detailed/concise in 1.6-3.2 -> +1.0, linear in 1.1-1.6 and 3.2-5.0, else stop;
+3. uniqueness: ratio of unique non-stopword words (detailed / concise) >= 2.0 -> +0.5, linear in
+   1.3-2.0, else stop;
+4. style: 0.4*T + 0.6*J with T = min(0.6 ln(#categories + 1), 1) over 12 transition-word categories
+   in the combined text and J = min(Jaccard of non-stopword vocabularies, 0.03) / 0.03.
+
+``reward_mode`` (``--data.env_options '{reward_mode: reference}'``) picks how the reward is computed
+(:mod:`collab.envs.writing.reward`):
+
+- ``paper`` (default): the rules above, as CoLLM F.1 states them, transition words matched as whole words.
+- ``reference``: exactly what the reference implementation computes (OpenMLRL/LLM_Collab_Writing,
+  ``rewards/tldr_rewards.py``; its TLDR config applies scale 1.0 and shift 0.0), to compare with
+  published curves.
+
+Both modes share the thresholds (8-256; 1.6-3.2 full, 1.1-5.0 linear; >= 2.0 full, 1.3-2.0 linear;
+Jaccard cap 0.03; weights 0.4 / 0.6), the stop rules (out of band at a stage stops with the reward so
+far; a ratio exactly at 1.1 or 1.3 earns 0 there and goes on; a concise text with no characters or no
+words counts as out of band), the info keys, and no rounding and no shift or scale of the sum. They differ:
+
+1. word count (structure): paper counts ``[a-z']+`` words; reference counts whitespace-separated
+   tokens, so "--" or "3" is a token and "well-known" one token. Paper: punctuation is no word.
+2. length ratio: paper strips surrounding whitespace; reference counts every character, so
+   trailing newlines move the ratio. Paper: whitespace a model emits around its text carries no content.
+3. unique-word ratio: paper counts non-stopword words, as F.1 and the reference's own docstring say;
+   the reference code keeps stopwords. Paper follows the stated rule.
+4. word pattern (uniqueness and Jaccard): paper ``[a-z']+``; reference ``\w+`` on lowercased text,
+   so digits and underscores make words and an apostrophe splits one ("don't" -> "don", "t").
+   Paper: numbers are not vocabulary; contractions stay whole.
+5. stopwords: different lists; the reference's 106 words add "also", "first", "good", "great", "new",
+   "right", "must", "us"... and lack "about", "after", "she", "while", "don't"... Paper: a list of
+   function words only; adjectives such as "good" are content shared between summaries.
+6. transition words: different 12 categories (paper: addition, contrast, cause, effect, example,
+   emphasis, sequence, comparison, conclusion, condition, concession, clarification; reference:
+   elaboration, examples, explanation, cause_effect, contrast, sequence, emphasis, summary, comparison,
+   concession, condition, time, several words listed under two or three of them, e.g. "indeed",
+   "however", "although", "while").
+7. transition matching: paper matches whole words and phrases, any case and any whitespace between
+   phrase words; reference finds each phrase as a substring of the lowercased text, inside other words
+   too ("so" in "also", "as" in "was", "if" in "life") and only with single spaces ("for\nexample"
+   does not match). Paper mode matches whole words; substrings reward words that are no transitions.
+8. transition text: paper searches the combined text (F.1: "in the combined text"); reference the
+   detailed completion only.
+9. coherence T: paper min(0.6 ln(k + 1), 1) (F.1), full at 5 categories; reference 0 for k = 0, else
+   min(0.4 + min(0.05 (k - 1), 0.6), 1), at most 0.95 at 12 categories, so its reachable maximum is
+   2.98, not 3.0 (``reward_max`` stays the stated 3.0 in both modes). Paper follows F.1.
+10. Jaccard of two empty vocabularies: paper 0.0 (nothing shared); reference 1.0.
+11. float arithmetic of the linear bands: reference divides by the spans written as differences
+    (1.6 - 1.1, 5.0 - 3.2, 2.0 - 1.3) and computes 1 - (r - 3.2) / 1.8; reference mode does the same so
+    values agree to the last bit; paper mode's equivalent forms differ by ~1e-16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from collab.envs.base import AgentRole, Env, EnvState, Score
+from collab.envs.records import load_records, packaged, select
+from collab.envs.writing.reward import (  # noqa: F401  (re-exported: the reward's public names)
+    MAX_REWARD,
+    MAX_WORDS,
+    MIN_WORDS,
+    REFERENCE_STOPWORDS,
+    REFERENCE_TRANSITIONS,
+    REWARD_MODES,
+    STOPWORDS,
+    TRANSITIONS,
+    check_mode,
+    jaccard,
+    jaccard_score,
+    length_reward,
+    length_ratio,
+    measure,
+    reference_jaccard,
+    reference_length_reward,
+    reference_style_reward,
+    reference_transition_categories,
+    reference_transition_score,
+    reference_uniqueness_reward,
+    reference_words,
+    structure_reward,
+    style_reward,
+    transition_categories,
+    transition_score,
+    unique_word_ratio,
+    uniqueness_reward,
+    vocabulary,
+    words,
+    writing_reward,
+)
+from collab.errors import UserError
+
+
+# -- the environment ----------------------------------------------------------------------------------
+CONCISE_PROMPT = (
+    "Create a concise summary response to this post.\nQuery: {prompt}\n"
+    "Instructions: Provide a brief and focused summary in a few sentences"
+)
+DETAILED_PROMPT = (
+    "Create a detailed summary response to this post.\nQuery: {prompt}\n"
+    "Instructions: You should use transition words to improve flow"
+)
+HUB_TLDR = "trl-lib/tldr"
+
+
+def _default_splits(n: int) -> tuple[str, str]:
+    """CoLLM C.1 splits, train [0:1000] and eval [1000:1100], clamped for files under 1100 records.
+
+    A shorter file keeps its last tenth (at least 1, at most 100 records) for eval and the records
+    before it (at most 1000) for train; a single-record file serves both splits.
+    """
+    if n >= 1100:
+        return "[0:1000]", "[1000:1100]"
+    if n <= 1:
+        return "[:]", "[:]"
+    n_eval = min(100, max(1, n // 10))
+    return f"[:{min(1000, n - n_eval)}]", f"[{n - n_eval}:]"
+
+
+def _load_hub(name: str, text_field: str) -> list[dict[str, Any]]:
+    hint = "download it and pass a local .jsonl with a '" + text_field + "' field as dataset="
+    try:
+        import datasets
+    except ImportError:
+        raise UserError(f"dataset {name!r} needs the 'datasets' package, which is not installed; {hint}") from None
+    try:
+        data = datasets.load_dataset(name, split="train")
+    except Exception as e:  # offline, unknown name, gated...: any failure is the user's to fix
+        raise UserError(f"could not load dataset {name!r} from the Hugging Face hub ({type(e).__name__}); {hint}") from None
+    records = [dict(r) for r in data]
+    if records and text_field not in records[0]:
+        raise UserError(f"hub dataset {name!r} has no {text_field!r} field (it has: {', '.join(sorted(records[0]))})")
+    return records
+
+
+EVAL_POSTS = 24
+"""Posts of the packaged corpus held out for evaluation (the last ones; the first 40 train)."""
+
+
+class WritingEnv(Env):
+    """Concise + detailed summaries of one post, scored by :func:`writing_reward` (joint reward)."""
+
+    name = "writing"
+    roles = (AgentRole("concise", max_new_tokens=64), AgentRole("detailed", max_new_tokens=128))
+    reward_max = MAX_REWARD
+
+    def __init__(
+        self,
+        horizon: int = 1,
+        dataset: str | None = None,
+        text_field: str = "prompt",
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        reward_mode: str = "paper",
+    ) -> None:
+        """``reward_mode``: ``paper`` (F.1 as stated) or ``reference`` (the reference code, quirks
+        included); the module docstring lists their differences."""
+        super().__init__(horizon)
+        self.reward_mode = check_mode(reward_mode)
+        self.text_field = text_field
+        if dataset is None:
+            records = load_records(packaged("writing_corpus.jsonl"), required=[text_field])
+            # the packaged 64 posts: the last 24 held out, so that a held-out mean has a usable standard error
+            default_train, default_eval = f"[:{len(records) - EVAL_POSTS}]", f"[{len(records) - EVAL_POSTS}:]"
+        else:
+            if dataset == HUB_TLDR or dataset.startswith("hub:"):
+                records = _load_hub(dataset.removeprefix("hub:"), text_field)
+            else:
+                records = load_records(dataset, required=[text_field])
+            default_train, default_eval = _default_splits(len(records))
+        self.splits = {
+            "train": select(records, train_split or default_train),
+            "eval": select(records, eval_split or default_eval),
+        }
+
+    def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
+        if split not in self.splits:
+            raise UserError(f"unknown split {split!r}; valid: eval, train")
+        return self.splits[split]
+
+    def observe(self, task: Mapping[str, Any]) -> list[str]:
+        post = str(task[self.text_field]).strip()
+        return [CONCISE_PROMPT.format(prompt=post), DETAILED_PROMPT.format(prompt=post)]
+
+    def score(self, state: EnvState, actions: Sequence[str]) -> Score:
+        total, terminated, info = writing_reward(actions[0], actions[1], self.reward_mode)
+        return Score(rewards=(total, total), terminated=terminated, info=info)
+
+    def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
+        """Per agent: the measured bands, which one failed or was met, and what that agent should change."""
+        m = measure(actions[0], actions[1], self.reward_mode)
+        head = (f"Reward {score.rewards[0]:.2f} of {MAX_REWARD:.1f}. Your concise summary is {m['concise_words']} words; "
+                f"the detailed one is {m['detailed_words']} words (each must be {MIN_WORDS}-{MAX_WORDS}).")
+        concise, detailed = [head], [head]
+        for n, notes in ((m["concise_words"], concise), (m["detailed_words"], detailed)):
+            if not MIN_WORDS <= n <= MAX_WORDS:
+                notes.append("Yours is out of range: " + ("write more." if n < MIN_WORDS else "cut it down."))
+        if structure_reward(int(m["concise_words"]), int(m["detailed_words"])) is not None:
+            r = m["length_ratio"]
+            line = f"Length ratio {r:.2f} (target 1.6-3.2)"
+            if r < 1.6:
+                concise.append(line + ": make yours shorter.")
+                detailed.append(line + ": make yours longer, with more detail.")
+            elif r > 3.2:
+                concise.append(line + ": add a little to yours.")
+                detailed.append(line + ": trim yours.")
+            else:
+                concise.append(line + ": met.")
+                detailed.append(line + ": met.")
+            if length_reward(r) is not None:
+                u = m["unique_ratio"]
+                line = f"Unique-word ratio {u:.2f} (target >= 2.0)"
+                if u < 2.0:
+                    concise.append(line + ": keep yours focused on the key points.")
+                    detailed.append(line + ": cover more distinct details in your own words.")
+                else:
+                    concise.append(line + ": met.")
+                    detailed.append(line + ": met.")
+                if uniqueness_reward(u) is not None:
+                    k, j = int(m["categories"]), m["jaccard"]
+                    full, used = (5, "used {k} of 12 (5 or more is full)") if self.reward_mode == "paper" else \
+                        (12, "in the detailed summary {k} of 12 (more is better)")  # reference: +0.05 per category
+                    line = f"Transition categories {used.format(k=k)}; shared vocabulary {j:.3f} (target 0.03)."
+                    concise.append(line + (" Reuse the key terms of the post." if j < 0.03 else ""))
+                    detailed.append(line + (" Use more kinds of transition words." if k < full else "")
+                                    + (" Reuse the key terms of the concise summary." if j < 0.03 else ""))
+        return [" ".join(concise) + " Revise your summary.", " ".join(detailed) + " Revise your summary."]

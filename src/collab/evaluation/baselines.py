@@ -1,0 +1,225 @@
+"""Prompt-based baselines of CoLLM, §5.2 (no training), on every environment.
+
+``single``
+    One model does the whole task: agent 0's model (untrained: its base, as the fresh LoRA adapters
+    have no effect; with trained weights loaded, agent 0's adapter) answers one merged prompt per
+    turn, :meth:`Env.single_agent_prompt` (every role's instructions and message under a ``### <role>``
+    header), and :meth:`Env.split_single_response` cuts its response back into the roles' actions,
+    which the environment scores as usual (:class:`SingleModelEnv`). Choices where the paper is
+    silent or differs: the paper's single models are larger models and single-turn; here the single
+    model is the team's agent 0 and plays the environment's own turns, each later turn's prompt merging
+    the roles' feedback (``--data.num_turns 1`` gives the paper's single-turn setting, and
+    ``--model.base.name`` a larger model). Its length budget is the sum of the roles' budgets (a role
+    with a closed action vocabulary keeps its own: one token), since it writes every part.
+``parallel``
+    The agents act independently, without communication: the environment's own turns under the
+    dependency ``none`` (all agents at once).
+``pipeline``
+    The agents act in turn and each sees the earlier agents' outputs of the same turn (dependency
+    ``chain``, fused into its prompt by :func:`collab.rollout.protocol.fuse`). The paper lets later
+    agents see earlier agents' inputs too; in collab's environments the roles' inputs are their own
+    instructions over the same task, so only the outputs are shown.
+``discussion``
+    Du et al. (2023)'s multi-agent debate (:class:`DiscussionEnv`): each agent sees the others'
+    outputs of the previous round and responds again. The paper keeps "the number of message-passing
+    rounds the same among multi-agent methods"; collab maps that to *one* exchange per turn boundary:
+
+    - multi-turn environments (H > 1) keep their H turns; from the second on, each agent's next user
+      message (the environment's feedback or next state) gets the other agents' previous-turn outputs
+      appended (H - 1 rounds, the paper's "one-round discussion" in 2-turn CoopHE);
+    - one-turn environments (H = 1), where that would be no exchange at all (= parallel), get one
+      unscored draft round (reward 0, not counted as an environment turn) and then the scored
+      revision round, in which each agent sees the others' drafts.
+
+    An agent's own earlier output is already in its history (its assistant message), so it is never
+    repeated, and an output that the environment's next message already contains (Flex-MG shared
+    states list every action) is not appended twice.
+
+:func:`prepare` turns a baseline name into a :class:`Protocol`: the environment to play (the env
+itself or a wrapper) and the Flex-MG dependency to play it under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from collab.envs.base import AgentRole, Env, EnvState, Message, Score, StepResult
+from collab.errors import require, unknown
+from collab.rollout.protocol import Dependency
+
+BASELINES = ("single", "parallel", "pipeline", "discussion")
+DRAFTING = "discussion/drafting"
+"""Memory key of a :class:`DiscussionEnv` state whose next round is the unscored draft."""
+
+
+class _Wrapper(Env):
+    """An environment playing another one (``inner``): same name, tasks, horizon and reward scale."""
+
+    def __init__(self, env: Env) -> None:
+        self.inner = env
+        self.name = env.name  # type: ignore[misc]  # rows of the comparison table are named by the task
+        self.horizon = env.horizon
+        self.joint_reward, self.reward_max = env.joint_reward, env.reward_max
+
+    def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
+        return self.inner.tasks(split)
+
+
+def _last_user_messages(state: EnvState) -> list[str]:
+    return [h[-1]["content"] for h in state.histories]
+
+
+class SingleModelEnv(_Wrapper):
+    """One agent does every role of ``env`` (the ``single`` baseline): its state keeps the inner
+    environment's state in ``memory["inner"]`` and the last split in ``memory["split"]``."""
+
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        if callable(getattr(env, "voxels", None)):  # the evaluation's IoU reads the inner (built) world
+            self.voxels = lambda state: env.voxels(state.memory["inner"])
+        budgets = [role.max_new_tokens for role in env.roles]
+        choices = {role.choices for role in env.roles}
+        self.roles = (AgentRole("single", None, sum(budgets) if None not in budgets else None,
+                                choices.pop() if len(choices) == 1 else None),)
+
+    def _prompt(self, inner: EnvState) -> str:
+        return self.inner.single_agent_prompt(_last_user_messages(inner), inner.turn)
+
+    def reset(self, task: Mapping[str, Any]) -> EnvState:
+        inner = self.inner.reset(task)
+        return EnvState(task=task, histories=(({"role": "user", "content": self._prompt(inner)},),), memory={"inner": inner})
+
+    def observe(self, task: Mapping[str, Any]) -> list[str]:
+        return [self._prompt(self.inner.reset(task))]
+
+    def score(self, state: EnvState, actions: Sequence[str]) -> Score:
+        return self.inner.score(state.memory["inner"], self.inner.split_single_response(actions[0]))
+
+    def step_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[StepResult]:
+        splits = [self.inner.split_single_response(a[0]) for a in actions]
+        results = self.inner.step_batch([s.memory["inner"] for s in states], splits)
+        out = []
+        for state, action, split, res in zip(states, actions, splits, results, strict=True):
+            history = state.histories[0] + ({"role": "assistant", "content": action[0]},)
+            if not res.done:
+                history += ({"role": "user", "content": self._prompt(res.state)},)
+            memory = {**state.memory, "inner": res.state, "split": tuple(split)}
+            nxt = replace(state, histories=(history,), turn=state.turn + 1, done=res.done, memory=memory)
+            out.append(StepResult(nxt, res.rewards, res.done, res.info))  # the inner rewards: returns compare
+        return out
+
+
+DRAFT_REPLY = ("The other agents' responses:\n\n{others}\n\n"
+               "Using their responses as additional information, give your updated response.")
+"""Each agent's user message after the draft round (one-turn environments)."""
+TURN_REPLY = "The other agents' responses in the last turn:\n\n{others}"
+"""Appended to each agent's next user message in multi-turn environments."""
+
+
+class DiscussionEnv(_Wrapper):
+    """``env`` with the others' previous-round outputs shown to each agent (the ``discussion``
+    baseline; module docstring). ``draft``: play an unscored draft round first (default: only
+    when ``env`` has one turn)."""
+
+    def __init__(self, env: Env, draft: bool | None = None) -> None:
+        super().__init__(env)
+        self.roles = env.roles
+        self.draft = env.horizon == 1 if draft is None else draft
+        if callable(getattr(env, "voxels", None)):  # its states are the inner env's: same IoU
+            self.voxels = env.voxels
+
+    def observe(self, task: Mapping[str, Any]) -> list[str]:
+        return self.inner.observe(task)
+
+    def score(self, state: EnvState, actions: Sequence[str]) -> Score:
+        return self.inner.score(state, actions)
+
+    def reset(self, task: Mapping[str, Any]) -> EnvState:
+        state = self.inner.reset(task)
+        return replace(state, memory={**state.memory, DRAFTING: True}) if self.draft else state
+
+    def others(self, actions: Sequence[str], i: int, shown: str = "") -> str:
+        """The other agents' outputs as agent ``i`` reads them (``role: text``), leaving out any that
+        ``shown`` already contains."""
+        names = [role.name for role in self.roles]
+        return "\n\n".join(f"{names[j]}: {a.strip()}" for j, a in enumerate(actions)
+                           if j != i and a.strip() not in shown)
+
+    def step_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[StepResult]:
+        out: list[StepResult | None] = [None] * len(states)
+        scored = [k for k, s in enumerate(states) if not s.memory.get(DRAFTING)]
+        for k, s in enumerate(states):
+            if s.memory.get(DRAFTING):
+                out[k] = self._draft(s, actions[k])
+        results = self.inner.step_batch([states[k] for k in scored], [actions[k] for k in scored]) if scored else []
+        for k, res in zip(scored, results):
+            out[k] = res if res.done else replace(res, state=self._with_others(res.state, actions[k]))
+        return out  # type: ignore[return-value]
+
+    def _draft(self, state: EnvState, actions: Sequence[str]) -> StepResult:
+        histories = tuple(h + ({"role": "assistant", "content": a},
+                               {"role": "user", "content": DRAFT_REPLY.format(others=self.others(actions, i))})
+                          for i, (h, a) in enumerate(zip(state.histories, actions, strict=True)))
+        nxt = replace(state, histories=histories, memory={**state.memory, DRAFTING: False})  # turn unchanged
+        return StepResult(nxt, (0.0,) * self.n_agents, False, {})
+
+    def _with_others(self, state: EnvState, actions: Sequence[str]) -> EnvState:
+        histories = []
+        for i, h in enumerate(state.histories):
+            last: Message = h[-1]
+            others = self.others(actions, i, last["content"])
+            if others:
+                h = tuple(h[:-1]) + ({**last, "content": f"{last['content']}\n\n{TURN_REPLY.format(others=others)}"},)
+            histories.append(h)
+        return replace(state, histories=tuple(histories))
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a method plays an environment: the env to play (``env`` or a wrapper of it) and the
+    Flex-MG dependency (``None``: all agents at once)."""
+
+    name: str
+    env: Env
+    dependency: Dependency | None = None
+
+    @property
+    def single(self) -> bool:
+        return isinstance(self.env, SingleModelEnv)
+
+    @contextmanager
+    def applied(self, team, max_new_tokens: int) -> Iterator[None]:
+        """While playing: the single model's length budget is the sum of the roles' budgets (each
+        agent's own, else ``max_new_tokens``); free-text agents only, restored on exit."""
+        if not self.single:
+            yield
+            return
+        n = self.env.inner.n_agents  # type: ignore[attr-defined]
+        budget = sum(team.specs[i].sampling.max_new_tokens or max_new_tokens for i in range(min(n, len(team.specs))))
+        saved = [spec.sampling for spec in team.specs]
+        try:
+            for spec in team.specs:
+                if not spec.choices:
+                    spec.sampling = replace(spec.sampling, max_new_tokens=budget)
+            yield
+        finally:
+            for spec, sampling in zip(team.specs, saved):
+                spec.sampling = sampling
+
+
+def prepare(name: str, env: Env) -> Protocol:
+    """The :class:`Protocol` of baseline ``name`` (one of :data:`BASELINES`) on ``env``."""
+    if name not in BASELINES:
+        raise unknown("baseline", name, BASELINES)
+    if name == "single":
+        return Protocol(name, SingleModelEnv(env))
+    require(env.n_agents >= 2, f"the {name} baseline needs at least 2 agents; env {env.name!r} has {env.n_agents} "
+                               "(use --baseline single, or a profile with more agents)")
+    if name == "pipeline":
+        return Protocol(name, env, Dependency("chain", env.n_agents))
+    if name == "discussion":
+        return Protocol(name, DiscussionEnv(env), Dependency("none", env.n_agents))
+    return Protocol(name, env, Dependency("none", env.n_agents))

@@ -1,0 +1,220 @@
+"""Resumable runs: a resumed run repeats the uninterrupted one bitwise.
+
+A checkpoint (``checkpoints/last.ckpt``) holds everything the next rollout depends on:
+
+- the trainable weights (adapters, critics, value heads) and the optimizer state (Lightning);
+- the loop state: ``global_step``, batches, logger step (Lightning);
+- the module's counters (``rollouts``: minibatch order, critic warm-up, round-robin schedule) and the
+  random state of every process (:func:`rng_state`: torch's CPU and accelerator generators, which
+  sampling and dropout draw from, python's ``random`` and numpy's), under ``collab``;
+- the task stream (the datamodule's ``state_dict``: the shuffle's random state and the pass's
+  remaining order);
+- the callbacks' state: the rewards of every rollout so far (:class:`collab.training.callbacks.RewardSummary`),
+  the checkpoint callback's paths.
+
+The random state is taken when the checkpoint is written (after the rollout's update and the callbacks
+of its end, evaluation included) and put back just before the first rollout of the resumed run
+(``CollabModule.training_step``), not when the checkpoint loads: between the two, Lightning starts
+the dataloader's iterator, which draws from torch's generator (an uninterrupted run drew it once, at
+its start).
+
+A resumed run logs to a new ``version_N`` folder (TensorBoard reads both; the steps continue), and its
+``reward_summary.json`` continues the checkpoint's list: it covers every rollout from the first.
+
+:class:`ModelCheckpoint` makes ``last.ckpt`` hold the step a run ends at (max_steps, a stop, or
+SIGTERM), so that ``--ckpt_path .../last.ckpt`` continues from there. On SIGTERM Lightning
+(``_SignalConnector``) notes the signal and its loops stop at the end of the current rollout with
+``SIGTERMException``; the callbacks then save (checkpoint, adapters, reward summary) in
+``on_exception`` and ``collab.fit`` exits with 143 (128 + SIGTERM, the status of a process ended by
+SIGTERM, which schedulers read as "interrupted").
+
+Files written at the end of a run are replaced whole (:func:`atomic_write_text`,
+:func:`replace_folder`): a run killed while writing (SIGKILL) leaves the previous version, never a
+truncated one. Lightning writes checkpoints the same way (``_atomic_save``: a temporary file, then a
+move).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint as _LightningModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+SIGTERM_EXIT_CODE = 143
+"""Exit status of ``collab.fit`` after SIGTERM: 128 + 15, as a shell reports a process ended by SIGTERM."""
+
+
+# -- random state ------------------------------------------------------------------------------------
+def rng_state(device: torch.device | str | None = None) -> dict[str, Any]:
+    """This process's random state: torch's CPU generator, the generator of ``device`` (cuda, mps),
+    python's ``random`` and numpy's global generator, as plain tensors, tuples and lists (loadable
+    with ``torch.load(weights_only=True)``)."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    elif device is not None and device.type == "mps":
+        state["mps"] = torch.mps.get_rng_state()
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
+        pass
+    else:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = (name, keys.tolist(), int(pos), int(has_gauss), float(cached))
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device | str | None = None) -> None:
+    """Put back a state from :func:`rng_state` (the accelerator's only on a device of the same type)."""
+    torch.set_rng_state(state["torch"].cpu() if isinstance(state["torch"], torch.Tensor) else state["torch"])
+    random.setstate(tuples(state["python"]))
+    device = torch.device(device) if device is not None else None
+    if "cuda" in state and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+    if "mps" in state and device is not None and device.type == "mps":
+        torch.mps.set_rng_state(state["mps"].cpu())
+    if "numpy" in state:
+        import numpy as np
+
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def tuples(value):
+    """python's random state is nested tuples; a checkpoint may hand them back as lists."""
+    return tuple(tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def gather_per_rank(obj: Any) -> list[Any]:
+    """``[obj of rank 0, obj of rank 1, ...]`` across the processes of a distributed run (a collective:
+    every rank must call it, as every rank calls ``trainer.save_checkpoint``); ``[obj]`` in one process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+    return [obj]
+
+
+def pick_rank(states: list[Any], rank: int, what: str) -> Any | None:
+    """This rank's entry of a :func:`gather_per_rank` list (``None``, with a warning, when the checkpoint
+    came from fewer processes)."""
+    if rank < len(states):
+        return states[rank]
+    warnings.warn(f"the checkpoint holds the {what} of {len(states)} process(es), not of rank {rank}; "
+                  f"rank {rank} keeps its own", stacklevel=2)
+    return None
+
+
+# -- whole files -------------------------------------------------------------------------------------
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename: a reader (or a
+    run killed meanwhile) sees the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def replace_folder(folder: str | Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` fills a temporary sibling folder, which then replaces ``folder``: ``folder`` is
+    always the previous complete version or the new one (for the instant between the two renames,
+    the previous one is ``<folder>.old``)."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+    for leftover in (tmp, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    write(tmp)
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+# -- checkpoints -------------------------------------------------------------------------------------
+class ModelCheckpoint(_LightningModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` (same arguments) for collab's rollout loop.
+
+    - ``every_n_train_steps`` counts optimizer updates, of which a rollout may take several: a save
+      happens at the end of the rollout that reaches or passes each multiple (Lightning's test
+      ``global_step % n == 0`` misses the multiples a rollout steps over);
+    - ``save_last``: ``last.ckpt`` also at the step training ends (``max_steps``, a stop), so that
+      resuming from it repeats nothing (Lightning writes "last" at the end only when it wrote no
+      checkpoint before, leaving an earlier step in ``last.ckpt``);
+    - SIGTERM: ``last.ckpt`` at the step the loop stopped at (the end of a rollout; see
+      :mod:`collab.training.resume`), or a step-named checkpoint without ``save_last``.
+    """
+
+    _start_step = 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._start_step = trainer.global_step  # a resumed run counts its multiples from here
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if pl_module.automatic_optimization:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        elif not self._should_skip_saving_checkpoint(trainer):
+            step, n = trainer.global_step, self._every_n_train_steps
+            if n >= 1 and step // n > max(self._last_global_step_saved, self._start_step) // n:
+                candidates = self._monitor_candidates(trainer)
+                if self.monitor is None or self.monitor in candidates:
+                    self._save_topk_checkpoint(trainer, candidates)
+                self._save_last_checkpoint(trainer, candidates)
+        if self._training_ends(trainer) and not self._should_skip_saving_checkpoint(trainer):
+            self._save_final(trainer)
+
+    def _save_final(self, trainer) -> None:
+        candidates = self._monitor_candidates(trainer)
+        if self.save_last == "link" and self.save_top_k != 0:  # the link would point at an earlier step
+            self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
+
+    @staticmethod
+    def _training_ends(trainer) -> bool:
+        max_steps = trainer.max_steps
+        reached = max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps
+        return bool(trainer.should_stop) or reached
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_final(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if not isinstance(exception, SIGTERMException):
+            return super().on_exception(trainer, pl_module, exception)
+        if trainer.sanity_checking or self._last_global_step_saved == trainer.global_step:
+            return
+        if self.save_last:
+            self._save_final(trainer)
+        else:
+            self._save_checkpoint(trainer, self.format_checkpoint_name(self._monitor_candidates(trainer)))
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("dirpath", self.dirpath) != self.dirpath:
+            # a resumed run writes to its own version folder (Lightning would warn that the paths of the
+            # previous folder are not taken over): keep only the best model's path, as Lightning does
+            self.best_model_path = state_dict.get("best_model_path", self.best_model_path)
+            return
+        super().load_state_dict(state_dict)

@@ -1,0 +1,51 @@
+"""MAGRPO's update: the minibatch loss accumulated in token-budget parts equals one pass."""
+
+from dataclasses import replace
+
+import torch
+
+from collab.algos.base import token_budget_chunks
+from collab.algos.magrpo import MAGRPO
+from collab.policy.models import BaseConfig
+from collab.policy.team import AgentSpec, SamplingSpec
+from tests.support import CountingEnv
+
+
+def test_token_budget_chunks_by_hand():
+    assert token_budget_chunks([3, 5, 2, 9, 1], None) == [[0, 1, 2, 3, 4]]
+    # 3+5 -> 2 rows x 5 = 10 <= 10; adding 2 gives 3 x 5 = 15 > 10; 2 with 9 is 2 x 9 = 18 > 10; 9 alone;
+    # 9 with 1 is 18 > 10.
+    assert token_budget_chunks([3, 5, 2, 9, 1], 10) == [[0, 1], [2], [3], [4]]
+    assert token_budget_chunks([4, 4, 4, 4], 12) == [[0, 1, 2], [3]]
+    assert token_budget_chunks([20, 1], 8) == [[0], [1]]  # a row over the budget goes alone
+    assert token_budget_chunks([], 8) == []
+
+
+def test_micro_batches_accumulate_the_same_gradient():
+    """Parts of one or two samples give the gradient (and loss) of one pass over the whole minibatch."""
+    env = CountingEnv(2, 2)
+    agents = [AgentSpec(choices=["A", "B"], sampling=SamplingSpec(temperature=1.0)) for _ in range(2)]
+    module = MAGRPO(base=BaseConfig(name="tiny"), agents=agents, num_generations=2, kl_coef=0.1)
+    module.build(env)
+    torch.manual_seed(0)
+    samples = module.rollout(env, env.tasks("train")).items
+    samples = [replace(s, advantages=float(j % 3) - 1.0) for j, s in enumerate(samples)]  # mixed signs and zeros
+    samples = samples[:-1]  # agents with unequal counts
+    assert {s.agent for s in samples} == {0, 1}
+    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    params = [p for group in module.param_groups() for p in group["params"]]
+    grads, losses = [], []
+    for budget in (None, longest, 2 * longest):
+        module.micro_batch_tokens = budget
+        for p in params:
+            p.grad = None
+        stats = module.accumulate(samples, lambda part: part.backward())
+        loss = stats["train/loss"]
+        grads.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+        losses.append(loss)
+    assert any(g.abs().sum() > 0 for g in grads[0])
+    for other in grads[1:]:
+        for a, b in zip(grads[0], other):
+            assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()), rtol=1e-4)
+    assert abs(losses[1] - losses[0]) < 1e-5 and abs(losses[2] - losses[0]) < 1e-5
+    assert set(stats) == {"train/kl_ref", "train/ratio", "train/clip_frac", "train/approx_kl", "train/loss"}

@@ -1,0 +1,340 @@
+"""The vLLM rollout engine (issue 16), on vLLM's CPU build: runs where ``vllm`` imports (``.venv-vllm``,
+made by ``bash scripts/setup.sh --with-vllm``; ``tests/policy/test_engines.py`` runs this file there from the
+main environment).
+
+The model is a random 2-layer Llama with vLLM-supported attention heads (head size 32; collab's ``tiny``
+has 16, which vLLM's CPU attention does not take) and embeddings of standard deviation 1, so that one
+LoRA adapter can force a token: embedding dimension 0 is the same for every token, which makes a
+rank-1 LoRA on layer 0's ``v_proj`` add the same vector to every value, hence to every attention output,
+and a rank-1 LoRA on ``o_proj`` turns it into a large multiple of token T's embedding (without
+dimension 0) in the residual stream; the tied output layer then ranks T first by a margin of about 30
+logits. An agent with that adapter says T and nothing else; an agent without it never says T.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from collab.policy.models import BaseConfig, load_tokenizer  # noqa: E402
+from collab.policy.sampling import GenerationRequest  # noqa: E402
+from collab.policy.team import AgentSpec, AgentTeam, LoraSpec, SamplingSpec  # noqa: E402
+from collab.policy.vllm_engine import VllmEngine, VllmOptions, export_base  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FORCED = 1234
+"""The token the forcing adapter makes its agent say (absent from the chat prompts below)."""
+
+
+def build_model(folder: Path, forcing: bool) -> str:
+    """The test model (see the module docstring). ``forcing``: embeddings of standard deviation 1, tied output
+    layer (an adapter can force a token, and the base repeats its input's last token). Otherwise: small
+    embeddings whose dimension 0 dominates the residual stream and an untied output layer that reads only
+    that dimension for the end token, so that responses are random tokens (every one below 1e-4) ending
+    with probability about 0.2 per step."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = load_tokenizer("tiny")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+                         tie_word_embeddings=forcing, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+        with torch.no_grad():
+            embed = model.get_input_embeddings().weight
+            embed.normal_(0.0, 1.0 if forcing else 0.02)
+            embed[:, 0] = 3.0 if forcing else 1.0
+            if not forcing:
+                head = model.get_output_embeddings().weight
+                head.normal_(0.0, 0.02)
+                head[:, 0] = 0.0
+                head[tokenizer.eos_token_id, 0] = 1.2
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def engine_model(tmp_path_factory) -> str:
+    return build_model(tmp_path_factory.mktemp("forcing-model"), forcing=True)
+
+
+@pytest.fixture(scope="session")
+def sampling_model(tmp_path_factory) -> str:
+    return build_model(tmp_path_factory.mktemp("sampling-model"), forcing=False)
+
+
+def team_of(model: str, agents: list[AgentSpec] | None = None) -> AgentTeam:
+    torch.manual_seed(0)
+    specs = agents or [AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=6)),
+                       AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7, top_p=0.9))]
+    return AgentTeam(specs, BaseConfig(name=model))
+
+
+def team_with_engine(model: str):
+    team = team_of(model)
+    team.engine = VllmEngine(team, VllmOptions(max_model_len=512))
+    return team
+
+
+@pytest.fixture(scope="module")
+def team(engine_model):
+    """Two agents on the forcing model, with a vLLM engine (one per module: starting one takes seconds)."""
+    team = team_with_engine(engine_model)
+    yield team
+    team.engine.close()
+
+
+@pytest.fixture(scope="module")
+def sampling_team(sampling_model):
+    """Two agents on the sampling model, with a vLLM engine."""
+    team = team_with_engine(sampling_model)
+    yield team
+    team.engine.close()
+
+
+def prompts(team) -> list[list[int]]:
+    return [team.encode(0, [{"role": "user", "content": text}]) for text in ("Add 2 and 3.", "Name a colour.")]
+
+
+def requests(team) -> list[GenerationRequest]:
+    a, b = prompts(team)
+    return [GenerationRequest(0, a, 3), GenerationRequest(1, a, 2), GenerationRequest(0, b, 1), GenerationRequest(1, b, 2)]
+
+
+def lora(team, agent: int, layer: int, module: str, part: str) -> torch.Tensor:
+    name = f"layers.{layer}.self_attn.{module}.{part}.{team.names[agent]}.weight"
+    (p,) = [p for n, p in team.model_of(agent).named_parameters() if n.endswith(name)]
+    return p
+
+
+@torch.no_grad()
+def set_forcing(team, agent: int, on: bool) -> None:
+    """Give ``agent`` the adapter that forces :data:`FORCED` (``on``) or a zero update (B = 0), in place."""
+    tag = f".{team.names[agent]}."
+    for name, p in team.model_of(agent).named_parameters():
+        if "lora_B" in name and tag in name:
+            p.zero_()
+    if not on:
+        return
+    embed = team.model_of(agent).get_input_embeddings().weight
+    v_a, v_b = lora(team, agent, 0, "v_proj", "lora_A"), lora(team, agent, 0, "v_proj", "lora_B")
+    o_a, o_b = lora(team, agent, 0, "o_proj", "lora_A"), lora(team, agent, 0, "o_proj", "lora_B")
+    u = torch.zeros(v_b.shape[0])
+    u[0] = 1.0
+    v_a.zero_()
+    v_a[0, 0] = 1.0  # reads embedding dimension 0, the same for every token
+    v_b[:, 0] = 10.0 * u
+    o_a.zero_()
+    o_a[0] = torch.cat([u, u]) / math.sqrt(2)  # both heads share the one key-value head
+    target = embed[FORCED].clone()
+    target[0] = 0.0
+    o_b[:, 0] = 100.0 * target
+
+
+def flat(outs):
+    return [c for out in outs for c in out]
+
+
+def generate(team, engine: bool, seed: int = 0):
+    saved, team.engine = team.engine, (team.engine if engine else None)
+    try:
+        torch.manual_seed(seed)
+        return team.generate(requests(team), max_new_tokens=16)
+    finally:
+        team.engine = saved
+
+
+@pytest.mark.parametrize("engine", [False, True], ids=["torch", "vllm"])
+def test_both_engines_give_well_formed_completions_whose_logprobs_are_the_training_models(sampling_team, engine):
+    team = sampling_team
+    reqs = requests(team)
+    outs = generate(team, engine)
+    tokenizer = team.tokenizer_of(0)
+    eos = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    assert [len(out) for out in outs] == [r.n for r in reqs]
+    for r, out in zip(reqs, outs):
+        limit = team.specs[r.agent].sampling.max_new_tokens
+        for c in out:
+            assert c.agent == r.agent and c.prompt_ids == r.prompt_ids
+            assert 1 <= len(c.completion_ids) <= limit
+            assert c.finished == (c.completion_ids[-1] in eos)
+            assert not any(t in eos for t in c.completion_ids[:-1])  # generation stops at the end token
+            assert c.text == tokenizer.decode(c.completion_ids, skip_special_tokens=True)
+            assert len(c.logprobs) == len(c.completion_ids) and all(lp <= 0 for lp in c.logprobs)
+    assert any(c.finished for out in outs for c in out)  # the end token (p about 0.2 per step) stops a row
+    # the behaviour log-probs are the teacher-forced log-probs of the training model: ratio 1 before an update
+    cs = flat(outs)
+    with torch.no_grad():
+        again = team.logprobs([c.agent for c in cs], [c.prompt_ids for c in cs], [c.completion_ids for c in cs])
+    for c, lp in zip(cs, again):
+        torch.testing.assert_close(torch.tensor(c.logprobs), lp.float(), rtol=1e-4, atol=1e-4 * lp.abs().max().item())
+
+
+def test_vllm_sampling_is_repeatable_under_a_seed_and_varies_across_seeds(sampling_team):
+    team = sampling_team
+    ids = lambda seed: [c.completion_ids for c in flat(generate(team, True, seed))]  # noqa: E731
+    first = ids(0)
+    assert ids(0) == first
+    assert ids(1) != first
+    assert len({tuple(x) for x in first}) > 1  # the n samples of one prompt differ
+
+
+@pytest.mark.parametrize("engine", [False, True], ids=["torch", "vllm"])
+def test_a_forcing_adapter_shows_up_only_in_its_agents_rows(team, engine):
+    set_forcing(team, 0, False)
+    set_forcing(team, 1, True)
+    try:
+        for c in flat(generate(team, engine)):
+            if c.agent == 1:
+                assert c.completion_ids == [FORCED] * 8, c.completion_ids
+            else:
+                assert FORCED not in c.completion_ids
+    finally:
+        set_forcing(team, 1, False)
+
+
+def test_updated_adapters_reach_vllm_before_the_next_rollout(team):
+    engine = team.engine
+    set_forcing(team, 0, False)
+    set_forcing(team, 1, False)
+    generate(team, True)
+    assert all(FORCED not in c.completion_ids for c in flat(generate(team, True)))
+    assert engine.sync(team) == []  # nothing changed: nothing exported
+
+    set_forcing(team, 1, True)  # an in-place change, as an optimizer step makes
+    syncs = engine.syncs
+    assert engine.sync(team) == [1] and engine.syncs == syncs + 1  # only the changed adapter is exported
+    outs = flat(generate(team, True))
+    assert all((c.completion_ids == [FORCED] * 8) == (c.agent == 1) for c in outs)
+
+    set_forcing(team, 1, False)
+    set_forcing(team, 0, True)
+    outs = flat(generate(team, True))  # generate() exports both changed adapters itself
+    assert all((c.completion_ids == [FORCED] * 6) == (c.agent == 0) for c in outs)
+    assert all(FORCED not in c.completion_ids for c in outs if c.agent == 1)
+    set_forcing(team, 0, False)
+
+    # an optimizer step changes an agent's fingerprint; its old adapter id leaves the engine
+    optimizer = torch.optim.AdamW(team.adapter_parameters(0), lr=1e-3)
+    for p in team.adapter_parameters(0):
+        p.grad = torch.ones_like(p)
+    engine.sync(team)
+    old = engine.exported[0][1]
+    optimizer.step()
+    assert engine.sync(team) == [0]
+    llm = engine.llms[team.base_of[0]]
+    assert old not in llm.llm_engine.list_loras() and not Path(engine.folder / f"agent0-{old}").exists()
+    assert engine.exported[0][1] > old
+
+
+def test_closed_action_vocabularies_become_allowed_tokens(sampling_model):
+    specs = [AgentSpec(choices=["A", "B"]), AgentSpec(choices=[" yes", " no"])]
+    team = team_of(sampling_model, specs)
+    engine = VllmEngine(team, VllmOptions(max_model_len=512))
+    try:
+        prompt = prompts(team)[0]
+        torch.manual_seed(0)
+        outs = team.generate([GenerationRequest(0, prompt, 8), GenerationRequest(1, prompt, 8)])
+        for agent, out in enumerate(outs):
+            allowed = team.choice_ids[agent].tolist()
+            assert all(len(c.completion_ids) == 1 and c.completion_ids[0] in allowed and c.finished for c in out)
+            assert len({c.completion_ids[0] for c in out}) == 2  # both actions sampled (8 draws, p about 1/2)
+            # the log-probs are under the closed vocabulary: the two actions' probabilities sum to 1
+            with torch.no_grad():
+                pair = team.logprobs([agent, agent], [prompt, prompt], [[allowed[0]], [allowed[1]]])
+            assert math.isclose(sum(math.exp(float(lp[0])) for lp in pair), 1.0, rel_tol=1e-5)
+            for c in out:
+                assert math.isclose(c.logprobs[0], float(pair[allowed.index(c.completion_ids[0])][0]), rel_tol=1e-4)
+    finally:
+        engine.close()
+
+
+def test_an_engine_dropped_and_collected_leaves_the_others_working(sampling_team, sampling_model):
+    """In-process vLLM engines share vLLM's parallel state; a collected one used to tear it down under the
+    rest ("pipeline model parallel group is not initialized")."""
+    import gc
+
+    other = team_of(sampling_model)
+    other.engine = VllmEngine(other, VllmOptions(max_model_len=512))
+    other.engine.close()
+    del other
+    gc.collect()
+    torch.manual_seed(0)
+    assert all(out for out in sampling_team.generate(requests(sampling_team), max_new_tokens=4))
+
+
+def test_export_base_writes_the_training_base_without_adapters(engine_model, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    team = team_of(engine_model)
+    set_forcing(team, 0, True)  # adapters must not leak into the exported base
+    export_base(team.model_of(0), team.tokenizer_of(0), tmp_path)
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path)
+    original = AutoModelForCausalLM.from_pretrained(engine_model)
+    ids = torch.tensor([prompts(team)[0]])
+    with torch.no_grad():
+        torch.testing.assert_close(exported(ids).logits, original(ids).logits)
+
+
+def fit(tmp: Path, algo: str, extra: list[str]) -> Path:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
+    out = subprocess.run([sys.executable, "-m", "collab.fit", "--algo", algo, "--model.engine", "vllm",
+                          "--model.engine_options", "{max_model_len: 1024}", "--trainer.accelerator", "cpu",
+                          "--trainer.logger.init_args.save_dir", str(tmp / "runs"), *extra],
+                         cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = (tmp / "runs" / algo).glob("version_*")
+    return run
+
+
+def scalars(run: Path) -> dict[str, list[float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# each agent's callbacks: checkpoints only (the configs' held-out evaluations would dominate the time)
+CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
+
+
+@pytest.mark.parametrize("algo,extra", [
+    ("magrpo", ["--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "2"]),
+    ("marft_a", ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}",
+                 "--data.batch_size", "2", "--model.agents", json.dumps([{"sampling": {"max_new_tokens": 6}}] * 2)]),
+    ("magrpo", ["--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "2",
+                "--trainer.strategy", "ddp", "--trainer.devices", "2"]),  # an engine per process (gloo)
+], ids=["magrpo", "marft_a", "magrpo_ddp"])
+def test_two_agent_runs_train_with_the_vllm_engine(sampling_model, tmp_path, algo, extra):
+    run = fit(tmp_path, algo, ["--model.base.name", sampling_model, "--trainer.max_steps", "3",
+                               "--trainer.callbacks", CALLBACKS, *extra])
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    s = scalars(run)
+    assert len(s["reward/return"]) >= 2
+    # the first rollout exported both adapters; each later rollout re-exported those the updates changed
+    assert s["engine/adapter_syncs"][0] == 2
+    assert s["engine/adapter_syncs"][-1] > 2
+
+
+def test_prompts_beyond_one_scheduler_step_are_sampled_whole(sampling_team):
+    """More prompt tokens than vLLM schedules in one step (4096 on the CPU): with chunked prefill a seeded
+    request's partial prefill rewinds its generator's offset, which CPU generators do not have
+    (``RuntimeError: CPU Generator does not use offset``); the engine turns chunked prefill off on the CPU."""
+    team = sampling_team
+    prompt = team.encode(0, [{"role": "user", "content": "Count the words in this sentence. " * 12}])
+    assert len(prompt) * 64 > 4096
+    torch.manual_seed(0)
+    outs = team.generate([GenerationRequest(i % 2, prompt, 1) for i in range(64)], max_new_tokens=4)
+    assert [len(out) for out in outs] == [1] * 64 and all(1 <= len(out[0].completion_ids) <= 8 for out in outs)

@@ -1,0 +1,110 @@
+"""A callback for the multi-process tests (tests/training/test_ddp.py), driven by environment variables.
+
+Each rank records the tasks it played and a digest of its trainable weights at the start and after every
+optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
+
+* ``COLLAB_DDP_SIGNAL_RANKS="0"``: the ranks listed get a reward that varies with the action (the length
+  of the first agent's response, mod 3, halved), so that they have a learning signal whatever the tiny
+  model says; every other rank gets reward 0 for everything (no signal for MAGRPO's group advantages).
+* ``COLLAB_DDP_CAPTURE=1``: each rank also saves its first rollout (``rollout<r>.pt``), its weights at
+  the start (``init<r>.pt``) and the gradient of the first optimizer step, synchronised and before
+  clipping (``grads<r>.pt``).
+* ``COLLAB_DDP_REPLAY=DIR``: a 1-process run that starts from ``DIR/init0.pt`` and whose first rollout is
+  the union of ``DIR/rollout0.pt`` and ``DIR/rollout1.pt`` instead of a new one; with ``COLLAB_DDP_CAPTURE``
+  it saves its own ``grads0.pt`` (into ``$COLLAB_DDP_PROBE``) for comparison.
+"""
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import lightning as L
+import torch
+
+
+
+def trainable(pl_module) -> dict[str, torch.Tensor]:
+    return {name: p for name, p in sorted(pl_module.named_parameters()) if p.requires_grad}
+
+
+def digest(pl_module) -> str:
+    h = hashlib.sha256()
+    for name, p in trainable(pl_module).items():
+        h.update(name.encode())
+        h.update(p.detach().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def merge(a, b):
+    """One experience holding both ranks' items (decisions or transitions)."""
+    return replace(a, items=list(a.items) + list(b.items), examples=[])
+
+
+def shaped(step_batch, signal: bool):
+    def step(states, actions):
+        results = step_batch(states, actions)
+        rewards = [(len(joint[0]) % 3) / 2 if signal else 0.0 for joint in actions]
+        return [replace(r, rewards=tuple(reward for _ in r.rewards)) for r, reward in zip(results, rewards)]
+    return step
+
+
+class Probe(L.Callback):
+    def __init__(self) -> None:
+        self.tasks: list[list[str]] = []
+        self.digests: list[str] = []
+        self.start = ""
+        self.sampling = ""
+        self.out = Path(os.environ["COLLAB_DDP_PROBE"])
+        self.capture = bool(os.environ.get("COLLAB_DDP_CAPTURE"))
+        self.replay = os.environ.get("COLLAB_DDP_REPLAY")
+        self.rollouts = 0
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        rollout, rank = pl_module.rollout, trainer.global_rank
+        signal_ranks = os.environ.get("COLLAB_DDP_SIGNAL_RANKS")
+
+        def recording(env, tasks):
+            if not self.tasks:  # the random stream this rank samples its first rollout from
+                self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
+            self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
+            if signal_ranks is not None and "step_batch" not in vars(env):
+                env.step_batch = shaped(env.step_batch, str(rank) in signal_ranks.split(","))
+            self.rollouts += 1
+            if self.replay and self.rollouts == 1:
+                played = [torch.load(Path(self.replay) / f"rollout{r}.pt", weights_only=False) for r in (0, 1)]
+                return merge(*played)
+            batch = rollout(env, tasks)
+            if self.capture and self.rollouts == 1:
+                torch.save(batch, self.out / f"rollout{rank}.pt")
+            return batch
+        pl_module.rollout = recording
+
+        step = pl_module.optimizer_step
+
+        def optimizer_step():  # the synchronised gradient of the first step, before clipping
+            if self.capture and trainer.global_step == 0:
+                grads = {n: p.grad.detach().clone() for n, p in trainable(pl_module).items() if p.grad is not None}
+                torch.save(grads, self.out / f"grads{rank}.pt")
+            step()
+        pl_module.optimizer_step = optimizer_step
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.replay:
+            init = torch.load(Path(self.replay) / "init0.pt")
+            with torch.no_grad():
+                for name, p in trainable(pl_module).items():
+                    p.copy_(init[name])
+        elif self.capture:
+            torch.save({n: p.detach().clone() for n, p in trainable(pl_module).items()},
+                       self.out / f"init{trainer.global_rank}.pt")
+        self.start = digest(pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.digests.append(digest(pl_module))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        out = self.out / f"rank{trainer.global_rank}.json"
+        out.write_text(json.dumps({"tasks": self.tasks, "digests": self.digests, "start": self.start, "sampling": self.sampling,
+                                   "step": trainer.global_step}))

@@ -1,0 +1,87 @@
+"""A resumed run is the uninterrupted run, bitwise (issue 17).
+
+Every algorithm trains 4 optimizer steps straight, and 2 steps then ``--ckpt_path .../last.ckpt`` to 4,
+through ``collab.fit`` (its shipped config, the tiny model, the CPU, one thread); the two end with
+equal adapters, heads and optimizer states (``torch.equal``), equal random and task-stream states,
+equal ``adapters/last`` folders and the same reward for every rollout, and ``last.ckpt`` holds the
+final step. The resumed run's ``reward_summary.json`` covers all 4 rollouts.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support import adapters, assert_same_tensors, fit, load
+
+ROOT = Path(__file__).resolve().parents[2]
+MATRIX = ["--data.env", "matrix", "--data.env_options", "{}"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def seven(folder: Path) -> str:
+    """The debate of tests/algos/test_maporl.py: the answer is the one token "7"; agents choose between 7 and 3."""
+    path = folder / "seven.json"
+    path.write_text(json.dumps([{"problem": f"Question {i}: say 7.", "answer": "7"} for i in range(4)]))
+    return str(path)
+
+
+def eval_every_step(folder: Path) -> str:
+    """Callbacks with a sampled (not greedy, not seeded) evaluation after every step: it draws from the
+    training's random stream between rollouts, and a resumed run must still repeat the straight one."""
+    path = folder / "eval_every_step.yaml"
+    path.write_text("""trainer:
+  callbacks:
+    - class_path: collab.training.callbacks.ModelCheckpoint
+      init_args: {save_last: true, every_n_train_steps: 5}
+    - class_path: collab.training.callbacks.AdapterCheckpoint
+    - class_path: collab.training.callbacks.RewardSummary
+    - class_path: collab.training.callbacks.EvaluationCallback
+      init_args: {every_n_steps: 1, num_samples: 2, ks: [1], max_tasks: 2}
+""")
+    return str(path)
+
+
+# What each algorithm's tests play, through the command line: the matrix game (MARFT: two turns,
+# critic warm-up and round-robin agents; MARFT-T and IPPO: two updates per rollout) and the
+# MAPoRL debate with a per-turn adapter and value head for every (turn, agent).
+ALGOS = {
+    "magrpo": lambda tmp: [*MATRIX, "--config", eval_every_step(tmp)],
+    "collm_cc": lambda tmp: [*MATRIX, "--data.num_turns", "2"],
+    "collm_dc": lambda tmp: [*MATRIX],
+    "ippo": lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.num_epochs", "2"],
+    "marft_a": lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.agents", "null", "--model.critic_warmup", "1",
+                            "--model.agent_schedule", "round_robin"],
+    "marft_t": lambda tmp: [*MATRIX, "--model.agents", "null", "--model.num_epochs", "2"],
+    "maporl": lambda tmp: ["--data.env_options", json.dumps({"dataset": seven(tmp), "agents": 2, "train_split": "0:4",
+                                                              "eval_split": "0:4", "stop_on_consensus": False}),
+                           "--model.agents", '[{choices: ["7", "3"]}, {choices: ["7", "3"]}]',
+                           "--model.per_turn", "true", "--data.batch_size", "2"],
+}
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_resume_repeats_the_uninterrupted_run_bitwise(algo, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLLAB_CONF", str(ROOT / "conf"))
+    monkeypatch.chdir(tmp_path)
+    args = ALGOS[algo](tmp_path)
+    straight = fit(tmp_path / "straight", algo, args, 4)
+    part = fit(tmp_path / "parts", algo, args, 2)
+    resumed = fit(tmp_path / "parts", algo, args, 4, part / "checkpoints" / "last.ckpt")
+    assert resumed != part  # a new version folder
+
+    a, p, r = load(straight), load(part), load(resumed)
+    assert (a["global_step"], p["global_step"], r["global_step"]) == (4, 2, 4)  # last.ckpt: the final step
+    assert a["state_dict"] and a["state_dict"].keys() == r["state_dict"].keys()
+    assert_same_tensors(a["state_dict"], r["state_dict"], "state_dict")  # adapters, critics, heads
+    assert_same_tensors(a["optimizer_states"], r["optimizer_states"], "optimizer")
+    assert_same_tensors(a["collab"], r["collab"], "collab")  # rollouts, random state of torch/python/numpy
+    assert_same_tensors(a["RolloutDataModule"], r["RolloutDataModule"], "task stream")
+    assert_same_tensors(adapters(straight), adapters(resumed), "adapters/last")
+
+    rewards = json.loads((straight / "reward_summary.json").read_text())
+    continued = json.loads((resumed / "reward_summary.json").read_text())
+    assert continued["rollouts"] == rewards["rollouts"] == a["collab"]["rollouts"]
+    assert continued["rewards"] == rewards["rewards"]  # every rollout, before and after the resume
+    assert len(set(rewards["rewards"])) > 1 or algo == "marft_t"  # the rewards say something (MARFT-T: 2 rollouts)
