@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from collab.envs import writing as w
+from collab.envs.writing import env as w
 from collab.envs.writing import WritingEnv
 from collab.errors import UserError
 

@@ -18,7 +18,7 @@ import math
 import pytest
 
 from collab.envs import make_env
-from collab.envs import writing as w
+from collab.envs.writing import env as w
 from collab.envs.writing import WritingEnv
 from collab.errors import UserError
 
