@@ -13,6 +13,7 @@
 Plain text only: no model, no torch; well under a second.
 """
 
+import ast
 import re
 from pathlib import Path
 
@@ -89,10 +90,22 @@ def module_ok(dotted: str) -> bool:
                 rest = parts[cut:]
                 if not rest:
                     return True
-                name = re.escape(rest[0])
-                defined = rf"^\s*(?:def|class)\s+{name}\b|^\s*{name}\s*[:=]|^from .* import .*\b{name}\b"
-                return len(rest) == 1 and re.search(defined, file.read_text(), re.M) is not None
+                return len(rest) == 1 and rest[0] in defined(file)
     return False
+
+
+def defined(file: Path) -> set[str]:
+    """The names a module defines or imports at its top level (classes, functions, assignments, imports)."""
+    names = set()
+    for node in ast.parse(file.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p.name not in LOGS], ids=lambda p: p.name)
