@@ -17,7 +17,7 @@ from collab.envs.base import AgentRole, Env, Score
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
 from collab.objectives import bellman_targets, chain, clipped_surrogate, gae, value_loss
-from collab.rollout.experience import transitions
+from collab.rollout.experience import Experience, transitions
 from collab.rollout.episodes import play
 from collab.rollout.protocol import Dependency, fuse
 from collab.policy.team import AgentSpec, AgentTeam
@@ -66,7 +66,7 @@ def test_marft_a_prepare_runs_gae_across_agents_and_steps():
     items = transitions(episodes)
     with torch.no_grad():
         torch.nn.init.normal_(module.critic.net[-1].weight)  # a non-zero critic
-        module.prepare(episodes, items)
+        module.prepare(Experience(items, episodes=episodes))
     values = torch.stack([tr.values for tr in items]).reshape(-1)        # (t0,a1) (t0,a2) (t1,a1) (t1,a2)
     step_rewards = torch.tensor([tr.rewards[0] for tr in items])
     rewards = torch.tensor([0, step_rewards[0], 0, step_rewards[1]])
@@ -112,7 +112,7 @@ def test_marft_t_with_one_token_actions_is_marft_a():
         episodes = [eps[0] for eps in play(module.team, env, env.tasks("train") * 3, 1, dependency=module.protocol)]
         items = transitions(episodes)
         with torch.no_grad():
-            module.prepare(episodes, items)
+            module.prepare(Experience(items, episodes=episodes))
         results.append(torch.cat([tr.advantages for tr in items]))
         values.append(torch.cat([tr.values.reshape(-1) for tr in items]))
     # The critic reads the features of two code paths (agent-level prompts vs token-level responses), so the

@@ -25,11 +25,13 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.objectives import explained_variance, td_targets, value_loss
-from collab.rollout.experience import Transition
+from collab.rollout.experience import Normalizers, Transition
 
 
 class CoLLM(ActorCritic):
-    def losses(self, minibatch: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, minibatch: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
+        """Eq. 4's actor loss weighted by the TD errors (Q(h_t, a_t) for a Q-critic) and Eq. 5's critic loss
+        (Eq. 2 and 3 per agent for CoLLM-DC), means over the micro-batch, weighted by its share of the minibatch."""
         critics, q = self.critics, self.critic_spec.kind == "q"
         values = critics.state_values([tr.state for tr in minibatch],
                                       [[c.text for c in tr.actions] for tr in minibatch] if q else None)
@@ -52,4 +54,4 @@ class CoLLM(ActorCritic):
                       "train/value_mean": float(values.detach().mean()), "train/td_error_mean": float(deltas.mean()),
                       "train/td_error_abs": float(deltas.abs().mean()),
                       "train/explained_variance": explained_variance(values, targets)})
-        return actor + critic, stats
+        return (actor + critic) * (len(minibatch) / scale.count), stats
