@@ -10,10 +10,11 @@ the same config trains on any environment.
     experience = rollout(tasks)                       # the algorithm's protocol: episodes, or MAGRPO's trees
     batch = prepare(experience)                       # no gradients: advantages, returns, values
                                                       # (``objectives``); the items, metrics, who learns
-    for minibatch in epochs(batch.items, num_epochs, minibatch_size):  # padded to the same count on every rank
+    for index, minibatch in enumerate(epochs(batch.items, num_epochs, minibatch_size)):  # same count on every rank
         scale = normalizers(minibatch, batch, index)  # global: counts, normalized advantages (one per item)
-        for micro in micro_batches(minibatch):        # at most ``micro_batch_tokens`` padded tokens each
-            backward(loss(micro, scale.select(micro)))  # gradient accumulated; synchronised on the last one
+        for positions in micro_batches(minibatch):    # at most ``micro_batch_tokens`` padded tokens each
+            micro = [minibatch[i] for i in positions]
+            backward(loss(micro, scale.select(positions)))  # gradient accumulated; synchronised on the last one
         if accept(stats, len(minibatch), scale): optimizer step   # (MARFT's ``target_kl`` may refuse it and stop)
 
 What flows between the steps is typed (:mod:`collab.rollout.experience`): :class:`~collab.rollout.experience.Experience`,

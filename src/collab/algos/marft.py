@@ -110,10 +110,10 @@ class MARFT(CollabModule):
 
     def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:
         """Fix each transition's critic ``features``, old ``values``, ``advantages`` and ``returns`` (the
-        variant's GAE, line 12) and return them with the agents this rollout trains (:meth:`batch`)."""
+        variant's GAE, line 12) and return them with the agents this rollout trains (:meth:`scheduled`)."""
         raise NotImplementedError
 
-    def batch(self, experience: Experience[Transition]) -> Batch[Transition]:
+    def scheduled(self, experience: Experience[Transition]) -> Batch[Transition]:
         """The prepared transitions with the agents this rollout trains: all, or one in turn (``round_robin``);
         none during the critic's warm-up."""
         n = len(self.team)
@@ -135,7 +135,7 @@ class MARFT(CollabModule):
         agents = batch.agents
         if not agents:
             return Normalizers(count, agents=agents)
-        advantages = [torch.cat([self.agent_advantages(tr, i) for i in agents]) for tr in minibatch]
+        advantages = [self.advantages_of(tr, agents) for tr in minibatch]
         if self.normalize_advantages:
             advantages = normalize_pieces(self, advantages)
         return Normalizers(count, advantages=advantages, agents=agents)
@@ -159,6 +159,10 @@ class MARFT(CollabModule):
     def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
         """Agent ``agent``'s advantages in ``tr``: one for its action (MARFT-T: one per token of its response)."""
         return tr.advantages[agent:agent + 1]
+
+    def advantages_of(self, tr: Transition, agents: list[int]) -> torch.Tensor:
+        """``agents``' advantages in ``tr``, concatenated in agent order (what ``actor_loss`` weighs them by)."""
+        return torch.cat([self.agent_advantages(tr, i) for i in agents])
 
     def critic_loss(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
         device = self.critic.net[0].weight.device

@@ -57,7 +57,7 @@ class MARFTA(MARFT):
                 span = slice(j * n, (j + 1) * n)
                 tr = items[k]
                 tr.features, tr.values, tr.advantages, tr.returns = features[k], values[k], advantages[span], returns[span]
-        return self.batch(experience)
+        return self.scheduled(experience)
 
     def observation_ids(self, experience: Experience[Transition]) -> list[list[int]]:
         """Each (transition, agent)'s observation as token ids of the critic's base, in row order."""

@@ -62,7 +62,7 @@ class MARFTT(MARFT):
                 tr.features, tr.values = torch.cat(features[k * n:(k + 1) * n]), flat_values[span]
                 tr.advantages, tr.returns = advantages[span], returns[span]
                 start += length
-        return self.batch(experience)
+        return self.scheduled(experience)
 
     def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
         """The advantages of agent ``agent``'s tokens: its span of the turn's token chain."""
