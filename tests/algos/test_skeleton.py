@@ -69,3 +69,35 @@ def test_a_refused_update_moves_nothing_and_ends_the_rollout(one_thread):
     assert calls[0] <= 1e-3 and len(calls) == 2 and calls[1] > 1e-3  # measured: 0.0 and 0.12
     moved = [n for n, p in module.named_parameters() if p.requires_grad and not torch.equal(p, before[n])]
     assert moved  # the first update was applied
+
+
+def test_every_algorithm_has_the_one_contract():
+    """rollout(tasks) -> Experience, prepare(experience) -> Batch, normalizers(minibatch, batch, index) ->
+    Normalizers, loss(micro, scale): the same signatures in every algorithm, and none of the old second names."""
+    import inspect
+
+    from collab.algos import algo_registry
+    from collab.algos.base import CollabModule
+
+    hooks = ("rollout", "prepare", "normalizers", "loss", "accept")
+    for name, cls in algo_registry().items():
+        for hook in hooks:
+            ours = list(inspect.signature(getattr(cls, hook)).parameters)
+            assert ours == list(inspect.signature(getattr(CollabModule, hook)).parameters), (name, hook, ours)
+        assert not any(hasattr(cls, old) for old in ("losses", "begin_update", "accumulate", "optimizer_update")), name
+
+
+def test_the_dataloader_yields_this_ranks_tasks_only():
+    """The dataloader hands ``training_step`` the step's tasks, this rank's share (the module plays them itself)."""
+    from types import SimpleNamespace
+
+    from collab.rollout.datamodule import RolloutDataModule, TaskStream, shard
+
+    dm = RolloutDataModule(env="matrix", batch_size=4, seed=0)
+    tasks = [{"id": i} for i in range(8)]
+    dm.stream = TaskStream(tasks, 4, True, 0)
+    expected = TaskStream(tasks, 4, True, 0)
+    dm.trainer = SimpleNamespace(world_size=2, global_rank=1)
+    batches = iter(dm.train_dataloader())
+    for _ in range(3):
+        assert next(batches) == shard(expected.next(), 1, 2)
