@@ -17,7 +17,7 @@ from collab.algos.llm_critics import CriticSpec
 from collab.envs.base import Score
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
-from collab.rollout.experience import epochs, minibatches, transitions
+from collab.rollout.experience import Batch, Experience, epochs, minibatches, transitions
 from collab.rollout.episodes import Episode, play
 from collab.policy.sampling import Completion
 from tests.support import TwoTurnEnv, prob_of_first_option, train
@@ -168,6 +168,12 @@ C = (1.5, -0.5)  # the critics' constant values (critic 0, critic 1)
 GAMMA = 0.9
 
 
+def loss_of(module, items):
+    """The loss of ``items`` as one minibatch (its normalizers computed from it alone) and its statistics."""
+    batch = Batch(items)
+    return module.loss(items, module.normalizers(items, batch, 0))
+
+
 def with_constant_critics(module, env):
     """Build ``module`` on ``env`` and make critic j output C[j] everywhere (zero weights, bias C[j])."""
     torch.manual_seed(0)
@@ -193,13 +199,13 @@ def test_collm_cc_actor_and_critic_use_td0_targets_of_the_team_reward():
     tr0, tr1 = one_episode(module, env)
     c = C[0]
     for tr, target in ((tr0, 2 + GAMMA * c), (tr1, 4.0)):
-        _, stats = module.losses([tr])
+        _, stats = loss_of(module, [tr])
         assert stats["train/value_mean"] == pytest.approx(c)
         assert stats["train/td_error_mean"] + c == pytest.approx(target)
         assert stats["train/critic_loss"] == pytest.approx((target - c) ** 2)
         assert stats["train/actor_loss"] == pytest.approx(-2 * (target - c), abs=1e-3)
         assert stats["train/ratio"] == pytest.approx(1.0, abs=1e-4)
-    loss, stats = module.losses([tr0, tr1])
+    loss, stats = loss_of(module, [tr0, tr1])
     assert stats["train/td_error_mean"] == pytest.approx((1.85 + 2.5) / 2)
     assert loss.requires_grad
 
@@ -213,7 +219,7 @@ def test_collm_dc_critic_i_uses_agent_is_reward_and_weighs_agent_i():
     module = with_constant_critics(CoLLM(base=TINY, critic="decentralized", gamma=GAMMA), env)
     tr0, tr1 = one_episode(module, env)
     for tr, deltas in ((tr0, (0.85, 3.05)), (tr1, (0.5, 6.5))):
-        _, stats = module.losses([tr])
+        _, stats = loss_of(module, [tr])
         assert stats["train/value_mean"] == pytest.approx(sum(C) / 2)
         assert stats["train/td_error_mean"] == pytest.approx(sum(deltas) / 2)
         assert stats["train/critic_loss"] == pytest.approx(sum(d * d for d in deltas) / 2)
@@ -226,7 +232,7 @@ def test_collm_q_critic_bootstraps_from_the_next_joint_action_and_weighs_actors_
     module = with_constant_critics(CoLLM(base=TINY, critic="centralized", gamma=GAMMA, critic_spec=CriticSpec(kind="q")), env)
     tr0, tr1 = one_episode(module, env)
     for tr, target in ((tr0, 2 + GAMMA * C[0]), (tr1, 4.0)):
-        _, stats = module.losses([tr])
+        _, stats = loss_of(module, [tr])
         assert stats["train/td_error_mean"] + C[0] == pytest.approx(target)
         assert stats["train/actor_loss"] == pytest.approx(-2 * C[0], abs=1e-3)
 
@@ -242,7 +248,7 @@ def test_ippo_gae_advantages_and_returns_by_hand():
     module = with_constant_critics(IPPO(base=TINY, gamma=GAMMA, gae_lambda=0.8), env)
     items = one_episode(module, env, count=2)
     assert len(items) == 4
-    module.prepare(items)
+    module.prepare(Experience(items))
     expected = {0: (2.43, 6.51), 1: (1.5, 5.5)}
     for tr in items:
         adv = torch.tensor(expected[tr.turn])
@@ -250,7 +256,7 @@ def test_ippo_gae_advantages_and_returns_by_hand():
         assert torch.allclose(tr.returns, adv + torch.tensor(C), atol=1e-5)
         assert torch.allclose(tr.values, torch.tensor(C))
         assert not tr.advantages.requires_grad
-    _, stats = module.losses(items)
+    _, stats = loss_of(module, items)
     assert stats["train/adv_mean"] == pytest.approx((2.43 + 6.51 + 1.5 + 5.5) / 4)
     assert stats["train/value_mean"] == pytest.approx(sum(C) / 2)
 

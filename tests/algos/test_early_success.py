@@ -9,7 +9,7 @@ MARFT's chain (the same, on the last agent's team reward) and MAPoRL's Definitio
 import pytest
 import torch
 
-from collab.algos.magrpo import prepare
+from collab.algos.magrpo import set_group_advantages
 from collab.objectives import absorbing_reward, chain, discounted_returns, gae
 from collab.rollout.experience import transitions
 from collab.rollout.episodes import play
@@ -51,7 +51,7 @@ def test_magrpo_tree_turn_1_solve_beats_turn_2_solve():
     (the reference: +0.75). Keeping only the rewards so far gave G0 = 4 and advantage -1.25."""
     env = EarlySolveEnv(n_agents=2, horizon=2, solve=4.0, partial=2.5)
     batch = tree_batch(first_turn_scripted(["A", "B"]), env, env.tasks("train"), k=2, gamma=1.0)
-    prepare(batch.items, "mean")
+    set_group_advantages(batch.items, "mean")
     root = [s for s in batch.items if s.turn == 0]
     assert [s.returns for s in root] == [8.0, 6.5, 8.0, 6.5]
     assert [s.advantages for s in root] == [0.75, -0.75, 0.75, -0.75]

@@ -8,7 +8,8 @@ from collab.algos.base import token_budget_chunks
 from collab.algos.magrpo import MAGRPO
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, SamplingSpec
-from tests.support import CountingEnv
+from collab.rollout.experience import Batch
+from tests.support import CountingEnv, minibatch_gradient
 
 
 def test_token_budget_chunks_by_hand():
@@ -28,7 +29,7 @@ def test_micro_batches_accumulate_the_same_gradient():
     module = MAGRPO(base=BaseConfig(name="tiny"), agents=agents, num_generations=2, kl_coef=0.1)
     module.build(env)
     torch.manual_seed(0)
-    samples = module.rollout(env, env.tasks("train")).items
+    samples = module.rollout(env.tasks("train")).items
     samples = [replace(s, advantages=float(j % 3) - 1.0) for j, s in enumerate(samples)]  # mixed signs and zeros
     samples = samples[:-1]  # agents with unequal counts
     assert {s.agent for s in samples} == {0, 1}
@@ -39,7 +40,7 @@ def test_micro_batches_accumulate_the_same_gradient():
         module.micro_batch_tokens = budget
         for p in params:
             p.grad = None
-        stats = module.accumulate(samples, lambda part: part.backward())
+        stats = minibatch_gradient(module, Batch(samples))
         loss = stats["train/loss"]
         grads.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
         losses.append(loss)

@@ -17,7 +17,7 @@ from collab.objectives import absorb, debate_rewards, episode_rewards, majority_
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, SamplingSpec
 from collab.rollout.episodes import play
-from tests.support import train
+from tests.support import minibatch_gradient, train
 
 TINY = BaseConfig(name="tiny", device="cpu")
 
@@ -79,13 +79,13 @@ def test_fresh_module_gives_every_token_its_answers_reward(seven):
     module = MAPoRL(base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=5)) for _ in range(2)],
                     gae_gamma=1.0, gae_lambda=1.0, kl_coef=0.5)
     module.build(env)
-    batch = module.rollout(env, env.tasks("train")[:2])
+    batch = module.prepare(module.rollout(env.tasks("train")[:2]))
     responses = batch.items
     assert len(responses) == 2 * 2 * 2  # 2 problems x 2 turns x 2 agents
     # pi_old and pi_ref come from two code paths (cached decoding, teacher forcing): float32 noise relative to the
     # log-probs' size (about 1e-8 of it, at any thread count), so the tolerance is relative to that size
     tol = 1e-6 * float(torch.cat([r.old_logprobs for r in responses]).abs().mean())
-    assert abs(batch.stats["train/kl_ref"]) <= tol
+    assert abs(batch.metrics["train/kl_ref"]) <= tol
     for r in responses:
         n = len(r.completion_ids)
         assert r.values.shape == (n,) and torch.all(r.values == 0)
@@ -130,7 +130,7 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
     module.build(env)
     assert len(module.team) == 4 and len(module.value_heads) == 4
     assert [[module.team.acting(t, a) for a in range(2)] for t in range(3)] == [[0, 1], [2, 3], [2, 3]]
-    batch = module.rollout(env, env.tasks("train")[:2])
+    batch = module.prepare(module.rollout(env.tasks("train")[:2]))
     assert {(r.turn, r.member) for r in batch.items} == {(1, 2), (1, 3)}
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train")[:1], 1, 4)]
     assert len(episodes[0].completions) == 2
@@ -145,11 +145,11 @@ def test_kl_to_the_reference_grows_once_the_adapters_move(seven):
     module = MAPoRL(base=TINY, agents=one_token(2), agent_lr=5e-2, num_epochs=2)
     module.build(env)
     logged = []
-    original = module.rollout
-    module.rollout = lambda e, tasks: logged.append(original(e, tasks)) or logged[-1]
+    original = module.prepare
+    module.prepare = lambda experience: logged.append(original(experience)) or logged[-1]
     train(module, env=env, seed=0, steps=6, batch_size=4)
-    assert abs(logged[0].stats["train/kl_ref"]) < 1e-3 * logged[-1].stats["train/kl_ref"]  # float noise against the learned KL
-    assert logged[-1].stats["train/kl_ref"] > 1e-3
+    assert abs(logged[0].metrics["train/kl_ref"]) < 1e-3 * logged[-1].metrics["train/kl_ref"]  # float noise against the learned KL
+    assert logged[-1].metrics["train/kl_ref"] > 1e-3
 
 
 def test_maporl_needs_a_debate():
@@ -220,14 +220,14 @@ def test_micro_batches_accumulate_the_same_gradient(seven):
                     entropy_coef=0.01)
     module.build(env)
     torch.manual_seed(0)
-    responses = module.rollout(env, env.tasks("train")[:2]).items
+    batch = module.prepare(module.rollout(env.tasks("train")[:2]))
     params = [p for group in module.param_groups() for p in group["params"]]
     grads = []
     for size in (None, 1):
         module.micro_batch_tokens = size
         for p in params:
             p.grad = None
-        stats = module.accumulate(responses, lambda loss: loss.backward())
+        stats = minibatch_gradient(module, batch)
         grads.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
     assert any(g.abs().sum() > 0 for g in grads[0])
     for a, b in zip(*grads):  # another summation order: float32 noise relative to each tensor's scale (~1e-6 of it)
@@ -333,13 +333,13 @@ def test_format_penalty_replaces_the_score_before_definition_1(seven):
     torch.manual_seed(0)
     module = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2)
     module.build(env)
-    batch = module.rollout(env, env.tasks("train")[:2])
-    assert [r.reward for r in batch.items] == [pytest.approx(-10.0)] * 8
-    assert batch.stats["train/malformed"] == 1.0
+    experience = module.rollout(env.tasks("train")[:2])
+    assert [r.reward for r in experience.items] == [pytest.approx(-10.0)] * 8
+    assert experience.stats["train/malformed"] == 1.0
     plain = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0)  # "7" and "3" both parse: no penalty
     plain.build(env)
-    batch = plain.rollout(env, env.tasks("train")[:2])
-    assert batch.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in batch.items)
+    experience = plain.rollout(env.tasks("train")[:2])
+    assert experience.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in experience.items)
     with pytest.raises(UserError, match="model.max_repeats"):
         MAPoRL(base=TINY, max_repeats=0)
 
@@ -352,7 +352,7 @@ def test_rollout_trains_only_the_played_turns(seven):
     module.build(env)
     torch.manual_seed(0)
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train"), 1, 4)]
-    responses, rewards = module.responses(episodes)
+    responses, rewards, _ = module.responses(episodes)
     assert {len(ep.completions) for ep in episodes} == {1, 2}  # seed 0: some debates stop, some do not
     assert len(responses) == sum(2 * len(ep.completions) for ep in episodes)
     for ep, table in zip(episodes, rewards):

@@ -17,7 +17,7 @@ from collab.envs.base import AgentRole, Env, Score
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
 from collab.objectives import bellman_targets, chain, clipped_surrogate, gae, value_loss
-from collab.rollout.experience import transitions
+from collab.rollout.experience import Experience, transitions
 from collab.rollout.episodes import play
 from collab.rollout.protocol import Dependency, fuse
 from collab.policy.team import AgentSpec, AgentTeam
@@ -66,7 +66,7 @@ def test_marft_a_prepare_runs_gae_across_agents_and_steps():
     items = transitions(episodes)
     with torch.no_grad():
         torch.nn.init.normal_(module.critic.net[-1].weight)  # a non-zero critic
-        module.prepare(episodes, items)
+        module.prepare(Experience(items, episodes=episodes))
     values = torch.stack([tr.values for tr in items]).reshape(-1)        # (t0,a1) (t0,a2) (t1,a1) (t1,a2)
     step_rewards = torch.tensor([tr.rewards[0] for tr in items])
     rewards = torch.tensor([0, step_rewards[0], 0, step_rewards[1]])
@@ -112,7 +112,7 @@ def test_marft_t_with_one_token_actions_is_marft_a():
         episodes = [eps[0] for eps in play(module.team, env, env.tasks("train") * 3, 1, dependency=module.protocol)]
         items = transitions(episodes)
         with torch.no_grad():
-            module.prepare(episodes, items)
+            module.prepare(Experience(items, episodes=episodes))
         results.append(torch.cat([tr.advantages for tr in items]))
         values.append(torch.cat([tr.values.reshape(-1) for tr in items]))
     # The critic reads the features of two code paths (agent-level prompts vs token-level responses), so the
@@ -148,12 +148,12 @@ def test_marft_a_actor_loss_is_eq2_mean_over_agents_and_steps():
         for c, lp, r in zip(tr.actions, now, rs):
             c.logprobs = [lp - math.log(r)]
         tr.advantages = torch.tensor([adv, adv])
-    loss, entropy, stats = module.actor_loss(items, [0, 1])
+    loss, entropy, stats = module.actor_loss(items, [0, 1], torch.cat([module.advantages_of(tr, [0, 1]) for tr in items]))
     assert float(loss.detach()) == pytest.approx(-0.375, abs=1e-5)
     assert stats["train/clip_frac"] == pytest.approx(1.0)  # every ratio is outside [0.8, 1.2]
     assert 0 < float(entropy.detach()) <= math.log(2) + 1e-6  # two allowed tokens
     # one agent at a time: agent 1's rows only, (-1.4 + 1.5) / 2
-    loss1, _, _ = module.actor_loss(items, [1])
+    loss1, _, _ = module.actor_loss(items, [1], torch.cat([module.advantages_of(tr, [1]) for tr in items]))
     assert float(loss1.detach()) == pytest.approx(0.05, abs=1e-5)
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from collab.algos.magrpo import prepare
+from collab.algos.magrpo import set_group_advantages
 from collab.objectives import num_inference_calls
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, AgentTeam
@@ -68,7 +68,7 @@ def test_tree_batch_samples_and_groups():
     torch.manual_seed(0)
     env = CountingEnv(2, 2)
     batch = tree_batch(team_for(env), env, env.tasks("train"), k=2, gamma=1.0)
-    prepare(batch.items, "mean")
+    set_group_advantages(batch.items, "mean")
     assert len(batch.items) == num_inference_calls(2, 2, 2)
     # within every (node, agent) group the mean-baseline advantages sum to zero
     groups = {}

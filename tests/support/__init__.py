@@ -90,14 +90,24 @@ def train(module, env_name="matrix", env=None, seed=0, steps=40, batch_size=4) -
     returns = []
     rollout = module.rollout
 
-    def recording(env, tasks):
-        batch = rollout(env, tasks)
-        returns.append(batch.stats["reward/return"])
-        return batch
+    def recording(tasks):
+        experience = rollout(tasks)
+        returns.append(experience.stats["reward/return"])
+        return experience
 
     module.rollout = recording
     quiet_fit(module, dm, steps)
     return returns, dm.env
+
+
+def minibatch_gradient(module, batch, index: int = 0) -> dict[str, float]:
+    """One process's gradient of the loss of one minibatch (all of ``batch.items``), accumulated into the
+    parameters' ``.grad`` through the update's own pieces (``normalizers``, then ``parts``: one backward per
+    micro-batch), without the optimizer; returns the minibatch's statistics."""
+    stats: dict[str, float] = {}
+    for part in module.parts(batch.items, module.normalizers(batch.items, batch, index), stats):
+        part().backward()
+    return stats
 
 
 def fit(root: Path, algo: str, args: list[str], steps: int, ckpt: Path | None = None) -> Path:

@@ -6,12 +6,13 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
 * ``COLLAB_DDP_SIGNAL_RANKS="0"``: the ranks listed get a reward that varies with the action (the length
   of the first agent's response, mod 3, halved), so that they have a learning signal whatever the tiny
   model says; every other rank gets reward 0 for everything (no signal for MAGRPO's group advantages).
-* ``COLLAB_DDP_CAPTURE=1``: each rank also saves its first rollout (``rollout<r>.pt``), its weights at
-  the start (``init<r>.pt``) and the gradient of the first optimizer step, synchronised and before
-  clipping (``grads<r>.pt``).
-* ``COLLAB_DDP_REPLAY=DIR``: a 1-process run that starts from ``DIR/init0.pt`` and whose first rollout is
-  the union of ``DIR/rollout0.pt`` and ``DIR/rollout1.pt`` instead of a new one; with ``COLLAB_DDP_CAPTURE``
-  it saves its own ``grads0.pt`` (into ``$COLLAB_DDP_PROBE``) for comparison.
+* ``COLLAB_DDP_CAPTURE=1``: each rank also saves its first rollout (``rollout<r>.pt``) and prepared batch
+  (``batch<r>.pt``), its weights at the start (``init<r>.pt``) and the gradient of the first optimizer
+  step, synchronised and before clipping (``grads<r>.pt``).
+* ``COLLAB_DDP_REPLAY=DIR``: a 1-process run that starts from ``DIR/init0.pt`` and whose first rollout and
+  prepared batch are the unions of both ranks' (``DIR/rollout<r>.pt``, ``DIR/batch<r>.pt``) instead of new
+  ones (prepared by each rank: a rank's episode and group numbers index its own items only); with
+  ``COLLAB_DDP_CAPTURE`` it saves its own ``grads0.pt`` (into ``$COLLAB_DDP_PROBE``) for comparison.
 """
 
 import hashlib
@@ -38,8 +39,8 @@ def digest(pl_module) -> str:
 
 
 def merge(a, b):
-    """One experience holding both ranks' items (decisions or transitions)."""
-    return replace(a, items=list(a.items) + list(b.items), examples=[])
+    """One experience (or prepared batch) holding both ranks' items (decisions or transitions)."""
+    return replace(a, items=list(a.items) + list(b.items), **({"examples": []} if hasattr(a, "examples") else {}))
 
 
 def shaped(step_batch, signal: bool):
@@ -62,10 +63,11 @@ class Probe(L.Callback):
         self.rollouts = 0
 
     def setup(self, trainer, pl_module, stage) -> None:
-        rollout, rank = pl_module.rollout, trainer.global_rank
+        rollout, prepare, rank = pl_module.rollout, pl_module.prepare, trainer.global_rank
         signal_ranks = os.environ.get("COLLAB_DDP_SIGNAL_RANKS")
 
-        def recording(env, tasks):
+        def recording(tasks):
+            env = pl_module.env
             if not self.tasks:  # the random stream this rank samples its first rollout from
                 self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
             self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
@@ -73,13 +75,21 @@ class Probe(L.Callback):
                 env.step_batch = shaped(env.step_batch, str(rank) in signal_ranks.split(","))
             self.rollouts += 1
             if self.replay and self.rollouts == 1:
-                played = [torch.load(Path(self.replay) / f"rollout{r}.pt", weights_only=False) for r in (0, 1)]
-                return merge(*played)
-            batch = rollout(env, tasks)
+                return merge(*[torch.load(Path(self.replay) / f"rollout{r}.pt", weights_only=False) for r in (0, 1)])
+            experience = rollout(tasks)
             if self.capture and self.rollouts == 1:
-                torch.save(batch, self.out / f"rollout{rank}.pt")
-            return batch
+                torch.save(experience, self.out / f"rollout{rank}.pt")
+            return experience
         pl_module.rollout = recording
+
+        def preparing(experience):  # the first rollout's prepared batch: saved, or both ranks' fed again
+            if self.replay and self.rollouts == 1:
+                return merge(*[torch.load(Path(self.replay) / f"batch{r}.pt", weights_only=False) for r in (0, 1)])
+            batch = prepare(experience)
+            if self.capture and self.rollouts == 1:
+                torch.save(batch, self.out / f"batch{rank}.pt")
+            return batch
+        pl_module.prepare = preparing
 
         step = pl_module.optimizer_step
 

@@ -13,7 +13,6 @@ eps = ``advantage_clip``), each agent's loss the mean over its samples, summed o
 
 from __future__ import annotations
 
-
 import torch
 
 from collab.algos.base import CollabModule
@@ -21,7 +20,7 @@ from collab.algos.llm_critics import MODES, CriticSpec, Critics, check_critic_sp
 from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, ratio_stats
 from collab.rollout.episodes import play_once
-from collab.rollout.experience import Experience, Transition, transitions
+from collab.rollout.experience import Batch, Experience, Normalizers, Transition, transitions
 
 
 class ActorCritic(CollabModule):
@@ -55,31 +54,20 @@ class ActorCritic(CollabModule):
         return groups + [{"params": self.critics.parameters_of(j), "lr": lr, "name": f"critic{j}"}
                          for j in range(len(self.critics))]
 
-    # -- rollout -----------------------------------------------------------------------------------
-    def rollout(self, env, tasks) -> Experience:
-        episodes, stats, examples = play_once(self.team, env, tasks, self.max_new_tokens)
-        items = transitions(episodes)
-        self.prepare(items)
-        return Experience(items, stats, examples)
+    # -- rollout and prepare -----------------------------------------------------------------------
+    def rollout(self, tasks) -> Experience[Transition]:
+        episodes, stats, examples = play_once(self.team, self.env, tasks, self.max_new_tokens)
+        return Experience(transitions(episodes), stats, examples, episodes)
 
-    def prepare(self, items: list[Transition]) -> None:
-        """Hook: values fixed at rollout time (IPPO's GAE advantages)."""
+    @torch.no_grad()
+    def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:
+        """Every transition as it was played: the critics' TD errors are computed in each minibatch's loss (CoLLM)."""
+        return Batch(experience.items)
 
     # -- loss --------------------------------------------------------------------------------------
-    def normalizers(self, minibatch: list[Transition], index: int) -> tuple[float, dict | None]:
-        """The global transition count, and what the algorithm's :meth:`losses` read besides (IPPO: the
-        normalized advantages; None here)."""
-        return super().normalizers(minibatch, index), None
-
-    def loss(self, micro: list[Transition], scale) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's actor + critic losses (means over its transitions), weighted by its share of the
-        minibatch of all ranks (``scale[0]``: the global transition count)."""
-        loss, stats = self.losses(micro, scale)
-        return loss * (len(micro) / scale[0]), stats
-
-    def losses(self, micro: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
-        """The actor + critic losses of ``micro``, means over its transitions (``scale``: :meth:`normalizers` of the
-        minibatch it belongs to; None: of ``micro`` alone)."""
+        minibatch of all ranks (``scale.count``: the global transition count)."""
         raise NotImplementedError
 
     def actor_loss(self, minibatch: list[Transition], advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

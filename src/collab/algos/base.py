@@ -6,19 +6,24 @@ the same config trains on any environment.
 
 **The training step, the same for every algorithm.** Optimization is manual; ``training_step`` is
 
-    experience = rollout(tasks)                       # the algorithm's protocol; its ``prepare`` fixes
-                                                      # advantages, returns, values (``objectives``)
-    items, metrics = begin_update(experience.items)   # what this rollout trains on
-    for minibatch in epochs(items, num_epochs, minibatch_size):      # padded to the same count on every rank
-        scale = normalizers(minibatch)                # global normalisers: counts, advantage statistics
-        for micro in micro_batches(minibatch):        # at most ``micro_batch_tokens`` padded tokens each
-            backward(loss(micro, scale))              # gradient accumulated; synchronised on the last one
-        if accept(stats): optimizer step              # (MARFT's ``target_kl`` may refuse it and stop)
+    tasks = next(dataloader)                          # this rank's share of the step's tasks
+    experience = rollout(tasks)                       # the algorithm's protocol: episodes, or MAGRPO's trees
+    batch = prepare(experience)                       # no gradients: advantages, returns, values
+                                                      # (``objectives``); the items, metrics, who learns
+    for index, minibatch in enumerate(epochs(batch.items, num_epochs, minibatch_size)):  # same count on every rank
+        scale = normalizers(minibatch, batch, index)  # global: counts, normalized advantages (one per item)
+        for positions in micro_batches(minibatch):    # at most ``micro_batch_tokens`` padded tokens each
+            micro = [minibatch[i] for i in positions]
+            backward(loss(micro, scale.select(positions)))  # gradient accumulated; synchronised on the last one
+        if accept(stats, len(minibatch), scale): optimizer step   # (MARFT's ``target_kl`` may refuse it and stop)
 
-The rollout comes from the dataloader iterator (no prefetching, so it is on-policy). An algorithm's
-file holds only its paper's parts: ``rollout``, ``prepare``, ``loss`` (and ``normalizers`` where its
-loss divides by counts over the minibatch). Lightning's ``global_step`` counts optimizer updates, as
-``trainer.max_steps`` does; :mod:`collab.training.distributed` makes each update the same on every rank.
+What flows between the steps is typed (:mod:`collab.rollout.experience`): :class:`~collab.rollout.experience.Experience`,
+:class:`~collab.rollout.experience.Batch`, :class:`~collab.rollout.experience.Normalizers`. The dataloader
+yields tasks only and the rollout is played here, with the current weights (no prefetching: on-policy). An
+algorithm's file holds only its paper's parts: ``rollout``, ``prepare``, ``loss`` (and ``normalizers``
+where its loss divides by counts or normalizes advantages over the minibatch). Lightning's
+``global_step`` counts optimizer updates, as ``trainer.max_steps`` does; :mod:`collab.training.distributed`
+makes each update the same on every rank.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open. Checkpoints hold only trainable
@@ -29,7 +34,7 @@ uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -42,7 +47,7 @@ from collab.envs import Env
 from collab.errors import UserError, require
 from collab.policy.models import BaseConfig
 from collab.training.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
-from collab.rollout.experience import Experience, epochs
+from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 
@@ -170,8 +175,14 @@ class CollabModule(L.LightningModule):
         return torch.optim.AdamW(self.param_groups(), weight_decay=0.0)
 
     # -- the step ----------------------------------------------------------------------------------
-    def rollout(self, env: Env, tasks) -> Experience:
-        """Play ``tasks`` with the current team and ``prepare`` the experience (called by the RolloutDataModule)."""
+    def rollout(self, tasks: list[Mapping[str, Any]]) -> Experience:
+        """Play ``tasks`` (this rank's share of the step's) in ``self.env`` with the current team: the
+        algorithm's protocol."""
+        raise NotImplementedError
+
+    def prepare(self, experience: Experience) -> Batch:
+        """What the update trains on, fixed once per rollout without gradients: advantages, returns, values
+        and features on the items (:mod:`collab.objectives`), the items to train, metrics, the agents that learn."""
         raise NotImplementedError
 
     def on_train_start(self) -> None:
@@ -186,82 +197,74 @@ class CollabModule(L.LightningModule):
         if self._resume_rng is not None:  # here, not at load: Lightning draws from torch's generator in between
             set_rng_state(self._resume_rng, self.device)
             self._resume_rng = None
-        experience, _, _ = next(dataloader_iter)
+        tasks, _, _ = next(dataloader_iter)
         self.rollouts += 1
-        metrics = self.update(experience)
-        self.log_rollout(experience, metrics)
+        experience = self.rollout(tasks)
+        with torch.no_grad():
+            batch = self.prepare(experience)
+        metrics = self.update(batch)
+        self.log_rollout(experience, {**batch.metrics, **metrics})
 
-    def update(self, experience: Experience) -> dict[str, float]:
-        """Epochs of minibatches of the experience, one optimizer step each (the module docstring's loop).
+    def update(self, batch: Batch) -> dict[str, float]:
+        """Epochs of minibatches of the batch's items, one optimizer step each (the module docstring's loop).
 
         Every rank takes the same number of steps (:func:`~collab.training.distributed.minibatch_schedule` pads with
         empty minibatches) and of backward passes (:func:`~collab.training.distributed.optimizer_step`); when no rank
         has anything to train on, every rank takes one empty step (:meth:`skip_update`). The minibatches'
         order is drawn from a generator seeded by the rollout count, the same on every rank.
         """
-        items, metrics = self.begin_update(experience.items)
+        metrics: dict[str, float] = {}
         generator = torch.Generator().manual_seed(self.rollouts)
-        schedule = minibatch_schedule(self, list(epochs(items, self.num_epochs, self.minibatch_size, generator)))
+        schedule = minibatch_schedule(self, list(epochs(batch.items, self.num_epochs, self.minibatch_size, generator)))
         if not schedule:
             self.skip_update()
             return metrics
         totals: dict[str, list[float]] = {}
         for index, minibatch in enumerate(schedule):
             stats: dict[str, float] = {}
-            parts = self._parts(minibatch, index, stats)
-            if not optimizer_step(self, parts, accept=lambda: self.accept(stats, len(minibatch))):
+            scale = self.normalizers(minibatch, batch, index)
+            parts = self.parts(minibatch, scale, stats)
+            if not optimizer_step(self, parts, accept=lambda: self.accept(stats, len(minibatch), scale)):
                 metrics["train/early_stop"] = 1.0
                 break
             for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
         return {**metrics, **{key: sum(v) / len(v) for key, v in totals.items()}}
 
-    def _parts(self, minibatch: list, index: int, stats: dict[str, float]) -> list:
-        """The minibatch's loss as one callable per micro-batch (for :func:`~collab.training.distributed.optimizer_step`),
-        all divided by the minibatch's global :meth:`normalizers` (computed here, once per minibatch)."""
-        scale = self.normalizers(minibatch, index)
-        return [partial(self._part, micro, scale, stats, len(micro) / len(minibatch))
-                for micro in self.micro_batches(minibatch)]
+    def normalizers(self, minibatch: list, batch: Batch, index: int) -> Normalizers:
+        """What the minibatch's loss divides by, from every rank's minibatch (``index``: its place in the
+        rollout's updates): called on every rank for every update, an empty minibatch included, so that the
+        collectives here match (hook; default: the global number of items)."""
+        return Normalizers(global_count(self, len(minibatch)))
 
-    def _part(self, micro: list, scale: Any, stats: dict[str, float], share: float) -> torch.Tensor:
-        """One micro-batch's loss; its statistics go into ``stats`` weighted by its share of the minibatch."""
+    def micro_batches(self, minibatch: list) -> list[list[int]]:
+        """The minibatch in parts of at most ``micro_batch_tokens`` padded tokens (one item at least), as
+        positions in the minibatch."""
+        return token_budget_chunks([item.tokens for item in minibatch], self.micro_batch_tokens)
+
+    def parts(self, minibatch: list, scale: Normalizers, stats: dict[str, float]) -> list[Callable[[], torch.Tensor]]:
+        """The minibatch's loss as one callable per micro-batch (what :func:`~collab.training.distributed.optimizer_step`
+        runs backward on), each divided by the minibatch's global ``scale``; each part adds its statistics to
+        ``stats``, weighted by its share of the minibatch (``train/loss``: the parts' sum, the minibatch's loss)."""
+        return [partial(self._part, [minibatch[i] for i in chunk], scale.select(chunk), stats, len(chunk) / len(minibatch))
+                for chunk in self.micro_batches(minibatch)]
+
+    def _part(self, micro: list, scale: Normalizers, stats: dict[str, float], share: float) -> torch.Tensor:
         loss, part_stats = self.loss(micro, scale)
         for key, value in part_stats.items():
             stats[key] = stats.get(key, 0.0) + share * value
-        stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach())  # the parts sum to the minibatch's loss
+        stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach())
         return loss
 
-    def begin_update(self, items: list) -> tuple[list, dict[str, float]]:
-        """The items this rollout trains on and metrics of the rollout (hook; default: all, none)."""
-        return items, {}
-
-    def normalizers(self, minibatch: list, index: int) -> Any:
-        """What the minibatch's loss divides by, from every rank's minibatch: called on every rank for every
-        update, an empty minibatch included, so that the collectives here match (hook; default: the global
-        number of items)."""
-        return global_count(self, len(minibatch))
-
-    def micro_batches(self, minibatch: list) -> list[list]:
-        """The minibatch in parts of at most ``micro_batch_tokens`` padded tokens (one item at least)."""
-        chunks = token_budget_chunks([item.tokens for item in minibatch], self.micro_batch_tokens)
-        return [[minibatch[i] for i in chunk] for chunk in chunks]
-
-    def loss(self, micro: list, scale: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's part of the minibatch's loss (already divided by the global ``scale``) and its
-        statistics (means over the micro-batch)."""
+    def loss(self, micro: list, scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's part of the minibatch's loss (already divided by the global ``scale``, whose per-item
+        values are the micro-batch's) and its statistics (means over the micro-batch)."""
         raise NotImplementedError
 
-    def accept(self, stats: dict[str, float], count: int) -> bool:
-        """Whether to apply the update whose gradient was just accumulated (hook; called on every rank)."""
+    def accept(self, stats: dict[str, float], count: int, scale: Normalizers) -> bool:
+        """Whether to apply the update whose gradient was just accumulated over a minibatch of ``count`` items
+        (hook; called on every rank)."""
         return True
-
-    def accumulate(self, minibatch: list, backward) -> dict[str, float]:
-        """One process's gradient of a minibatch's loss, ``backward`` per micro-batch; returns its statistics
-        (for tests and notebooks: the skeleton's inner loop without the optimizer)."""
-        stats: dict[str, float] = {}
-        for part in self._parts(minibatch, 0, stats):
-            backward(part())
-        return stats
 
     def skip_update(self) -> None:
         """An update without gradients (no parameter moves; AdamW skips parameters whose grad is None).
@@ -273,11 +276,6 @@ class CollabModule(L.LightningModule):
         opt.zero_grad(set_to_none=True)
         opt.step()
 
-    def optimizer_update(self, loss: torch.Tensor) -> None:
-        self.optimizers().zero_grad()
-        self.manual_backward(loss)
-        self.optimizer_step()
-
     def optimizer_step(self) -> None:
         """Clip the accumulated gradients (``max_grad_norm``) and take the optimizer step."""
         opt = self.optimizers()
@@ -286,24 +284,26 @@ class CollabModule(L.LightningModule):
         opt.step()
 
     # -- logging -----------------------------------------------------------------------------------
-    def log_rollout(self, batch: Experience, metrics: dict[str, float]) -> None:
+    def log_rollout(self, experience: Experience, metrics: dict[str, float]) -> None:
+        """Log the rollout's statistics and ``metrics`` (the batch's and the update's) and, every
+        ``log_samples_every`` rollouts, sample texts."""
         # every rank has its own rollout: log each scalar's mean over the ranks (the global mean, the ranks
         # playing equal shares of the step's tasks); the same values on every rank
         engine = self.team.engine
         if engine is not None:  # what handing the updated adapters to vLLM cost so far
             metrics = {**metrics, "engine/adapter_syncs": float(engine.syncs), "engine/sync_s": engine.sync_seconds}
-        scalars = global_means(self, {**batch.stats, **metrics, "rollout/count": float(self.rollouts)})
+        scalars = global_means(self, {**experience.stats, **metrics, "rollout/count": float(self.rollouts)})
         bar = {"reward": scalars.get("reward/return", float("nan")),
                "tok_s": scalars.get("rollout/tokens_per_s", float("nan"))}
         self.log_dict(bar, prog_bar=True, logger=False, on_step=True, batch_size=1)
         self.log_dict(scalars, on_step=True, batch_size=1)
         logger = self.logger
-        if logger is not None and batch.examples and (self.rollouts - 1) % max(self.log_samples_every, 1) == 0:
+        if logger is not None and experience.examples and (self.rollouts - 1) % max(self.log_samples_every, 1) == 0:
             experiment = getattr(logger, "experiment", None)
             if hasattr(experiment, "add_text"):
                 text = "\n\n---\n\n".join(
                     "\n\n".join(f"**{self.team.specs[i].role}** (reward {ex['reward'][i]:.3f}): {r}"
-                                for i, r in enumerate(ex["responses"])) for ex in batch.examples)
+                                for i, r in enumerate(ex["responses"])) for ex in experience.examples)
                 experiment.add_text("samples", text, self.global_step)
 
     # -- checkpoints -------------------------------------------------------------------------------

@@ -25,31 +25,33 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.objectives import explained_variance, td_targets, value_loss
-from collab.rollout.experience import Transition
+from collab.rollout.experience import Normalizers, Transition
 
 
 class CoLLM(ActorCritic):
-    def losses(self, minibatch: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
+        """Eq. 4's actor loss weighted by the TD errors (Q(h_t, a_t) for a Q-critic) and Eq. 5's critic loss
+        (Eq. 2 and 3 per agent for CoLLM-DC), means over the micro-batch, weighted by its share of the micro."""
         critics, q = self.critics, self.critic_spec.kind == "q"
-        values = critics.state_values([tr.state for tr in minibatch],
-                                      [[c.text for c in tr.actions] for tr in minibatch] if q else None)
+        values = critics.state_values([tr.state for tr in micro],
+                                      [[c.text for c in tr.actions] for tr in micro] if q else None)
         next_values = torch.zeros_like(values)
-        live = [b for b, tr in enumerate(minibatch) if not tr.done]
+        live = [b for b, tr in enumerate(micro) if not tr.done]
         if live:
             with torch.no_grad():
-                nxt = critics.state_values([minibatch[b].next_state for b in live],
-                                           [minibatch[b].next_actions for b in live] if q else None)
+                nxt = critics.state_values([micro[b].next_state for b in live],
+                                           [micro[b].next_actions for b in live] if q else None)
             next_values[live] = nxt
-        rewards = self.rewards_of(minibatch)
-        targets = td_targets(rewards, next_values, self.dones(minibatch, values.device), self.gamma)
+        rewards = self.rewards_of(micro)
+        targets = td_targets(rewards, next_values, self.dones(micro, values.device), self.gamma)
         deltas = (targets - values).detach()
         weights = values.detach() if q else deltas
         n = len(self.team)
         advantages = weights.expand(-1, n) if weights.shape[-1] == 1 else weights
-        actor, stats = self.actor_loss(minibatch, advantages)
+        actor, stats = self.actor_loss(micro, advantages)
         critic = value_loss(values, targets)
         stats.update({"train/actor_loss": float(actor.detach()), "train/critic_loss": float(critic.detach()),
                       "train/value_mean": float(values.detach().mean()), "train/td_error_mean": float(deltas.mean()),
                       "train/td_error_abs": float(deltas.abs().mean()),
                       "train/explained_variance": explained_variance(values, targets)})
-        return actor + critic, stats
+        return (actor + critic) * (len(micro) / scale.count), stats

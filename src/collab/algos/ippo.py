@@ -19,9 +19,9 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.errors import require
-from collab.training.distributed import normalize_pieces
+from collab.training.distributed import global_count, normalize_pieces
 from collab.objectives import explained_variance, gae, mixed_rewards, value_loss
-from collab.rollout.experience import Transition
+from collab.rollout.experience import Batch, Experience, Normalizers, Transition
 
 
 class IPPO(ActorCritic):
@@ -44,10 +44,11 @@ class IPPO(ActorCritic):
         self.value_clip, self.normalize_advantages = value_clip, normalize_advantages
 
     @torch.no_grad()
-    def prepare(self, items: list[Transition]) -> None:
-        """GAE advantages and returns of every agent, episode by episode, from the current critics."""
+    def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:
+        """GAE advantages and returns of every agent, episode by episode, from the current critics (MARFT,
+        Algorithm 1 line 12)."""
         episodes: dict[int, list[Transition]] = {}
-        for tr in items:
+        for tr in experience.items:
             episodes.setdefault(tr.episode, []).append(tr)
         for steps in episodes.values():
             values = self.critics.state_values([tr.state for tr in steps]).T            # [n, T]
@@ -57,26 +58,27 @@ class IPPO(ActorCritic):
             advantages, returns = gae(rewards, values, dones, self.gamma, self.gae_lambda)
             for t, tr in enumerate(steps):
                 tr.advantages, tr.returns, tr.values = advantages[:, t], returns[:, t], values[:, t]
+        return Batch(experience.items)
 
-    def normalizers(self, minibatch: list[Transition], index: int) -> tuple[float, dict[int, torch.Tensor]]:
-        """The global transition count and each transition's advantages, normalized over the minibatch of
+    def normalizers(self, minibatch: list[Transition], batch: Batch[Transition], index: int) -> Normalizers:
+        """The global transition count and each transition's advantages ``[n]``, normalized over the minibatch of
         all ranks when ``normalize_advantages``."""
         advantages = [tr.advantages for tr in minibatch]
         advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
-        return super().normalizers(minibatch, index)[0], {id(tr): a for tr, a in zip(minibatch, advantages)}
+        return Normalizers(global_count(self, len(minibatch)), advantages=advantages)
 
-    def losses(self, minibatch: list[Transition], scale=None) -> tuple[torch.Tensor, dict[str, float]]:
-        scale = scale if scale is not None else self.normalizers(minibatch, 0)
-        advantages = torch.stack([tr.advantages for tr in minibatch])                      # [B, n]
-        returns = torch.stack([tr.returns for tr in minibatch])
-        old_values = torch.stack([tr.values for tr in minibatch])
-        weights = torch.stack([scale[1][id(tr)] for tr in minibatch])
-        actor, stats = self.actor_loss(minibatch, weights)
-        values = self.critics.state_values([tr.state for tr in minibatch])
+    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
+        """The PPO-clipped actor loss with the (normalized) GAE advantages and the (clipped) critic loss against
+        the GAE returns, means over the micro-batch, weighted by its share of the minibatch."""
+        advantages = torch.stack([tr.advantages for tr in micro])                          # [B, n]
+        returns = torch.stack([tr.returns for tr in micro])
+        old_values = torch.stack([tr.values for tr in micro])
+        actor, stats = self.actor_loss(micro, torch.stack(scale.advantages))
+        values = self.critics.state_values([tr.state for tr in micro])
         clip = self.value_clip
         critic = value_loss(values, returns, old_values if clip else None, clip if clip else None)
         stats.update({"train/actor_loss": float(actor.detach()), "train/critic_loss": float(critic.detach()),
                       "train/value_mean": float(values.detach().mean()), "train/adv_mean": float(advantages.mean()),
                       "train/adv_abs": float(advantages.abs().mean()),
                       "train/explained_variance": explained_variance(values, returns)})
-        return actor + critic, stats
+        return (actor + critic) * (len(micro) / scale.count), stats

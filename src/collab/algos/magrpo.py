@@ -29,11 +29,11 @@ from collab.algos.base import CollabModule
 from collab.training.distributed import global_sum
 from collab.errors import require, require_ranges
 from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
-from collab.rollout.experience import Decision, Experience
+from collab.rollout.experience import Batch, Decision, Experience, Normalizers
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 
 
-def prepare(samples: list[Decision], baseline: str = "mean", normalize_std: bool = False) -> None:
+def set_group_advantages(samples: list[Decision], baseline: str = "mean", normalize_std: bool = False) -> None:
     """Step 2: each group's advantages from its K returns, A = G - b (:func:`collab.objectives.group_advantages`),
     written into the samples. A group is one agent's K samples at one history node (``Decision.group``)."""
     groups: dict[int, list[Decision]] = {}
@@ -90,30 +90,31 @@ class MAGRPO(CollabModule):
             self.k = getattr(env, "num_generations", 4)
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
-    def rollout(self, env, tasks) -> Experience:
-        experience = tree_batch(self.team, env, tasks, self.k, self.gamma, self.joint_mode, self.termination_threshold,
-                                self.max_new_tokens, self.termination, self.cross_reduction)
-        prepare(experience.items, self.baseline, self.normalize_std)
-        return experience
+    def rollout(self, tasks) -> Experience[Decision]:
+        return tree_batch(self.team, self.env, tasks, self.k, self.gamma, self.joint_mode, self.termination_threshold,
+                          self.max_new_tokens, self.termination, self.cross_reduction)
+
+    @torch.no_grad()
+    def prepare(self, experience: Experience[Decision]) -> Batch[Decision]:
+        """Group-relative advantages; the update trains on the samples with a signal (A != 0, or a KL penalty)."""
+        samples = experience.items
+        set_group_advantages(samples, self.baseline, self.normalize_std)
+        adv = torch.tensor([s.advantages for s in samples])
+        active = [s for s in samples if s.advantages != 0 or self.kl_coef]
+        return Batch(active, {"train/adv_mean": float(adv.mean()), "train/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
+                              "train/adv_abs_max": float(adv.abs().max()), "train/active_samples": float(len(active))})
 
     # -- loss (step 3) ---------------------------------------------------------------------------------
-    def begin_update(self, items: list[Decision]) -> tuple[list[Decision], dict[str, float]]:
-        adv = torch.tensor([s.advantages for s in items])
-        active = [s for s in items if s.advantages != 0 or self.kl_coef]
-        return active, {"train/adv_mean": float(adv.mean()), "train/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
-                        "train/adv_abs_max": float(adv.abs().max()), "train/active_samples": float(len(active))}
-
-    def normalizers(self, minibatch: list[Decision], index: int) -> tuple[list[float], bool]:
+    def normalizers(self, minibatch: list[Decision], batch: Batch[Decision], index: int) -> Normalizers:
         """Each agent's number of samples in the minibatch of all ranks (its loss is the mean over them), and
         whether this update computes the KL to the reference (every update with a penalty; the first to log it)."""
         counts = global_sum(self, [sum(s.agent == a for s in minibatch) for a in range(len(self.team))]).tolist()
-        return counts, bool(self.kl_coef) or (self.log_kl and index == 0)
+        return Normalizers(sum(counts), per_agent=counts, with_kl=bool(self.kl_coef) or (self.log_kl and index == 0))
 
-    def loss(self, micro: list[Decision], scale: tuple[list[float], bool]) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, micro: list[Decision], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """CoLLM Eq. 1 with the PPO clip: each sample's clipped surrogate (plus the KL penalty) divided by
         its agent's sample count in the minibatch, summed: over a minibatch, the sum over agents of each
         agent's mean."""
-        counts, with_kl = scale
         team = self.team
         token_logprobs = team.logprobs([s.member for s in micro], [s.prompt_ids for s in micro],
                                        [s.completion_ids for s in micro])
@@ -122,13 +123,13 @@ class MAGRPO(CollabModule):
         advantages = torch.tensor([s.advantages for s in micro], device=logprobs.device, dtype=logprobs.dtype)
         per_sample = clipped_surrogate(logprobs, old_logprobs, advantages, self.advantage_clip)
         stats: dict[str, float] = {}
-        if with_kl:
+        if scale.with_kl:
             ref = team.logprobs([s.member for s in micro], [s.prompt_ids for s in micro],
                                 [s.completion_ids for s in micro], reference=True)
             kl = torch.stack([kl_k3(t, r.detach()).mean() for t, r in zip(token_logprobs, ref)])
             stats["train/kl_ref"] = float(kl.detach().mean())
             if self.kl_coef:
                 per_sample = per_sample + self.kl_coef * kl
-        weights = torch.tensor([1.0 / counts[s.agent] for s in micro], device=per_sample.device, dtype=per_sample.dtype)
+        weights = torch.tensor([1.0 / scale.per_agent[s.agent] for s in micro], device=per_sample.device, dtype=per_sample.dtype)
         stats.update(ratio_stats(logprobs, old_logprobs, self.advantage_clip))
         return (weights * per_sample).sum(), stats

@@ -45,7 +45,7 @@ from collab.objectives import (clipped_surrogate, episode_rewards, explained_var
                                value_loss)
 from collab.policy.team import AgentSpec
 from collab.rollout.episodes import Episode, play_once
-from collab.rollout.experience import Decision, Experience, decisions, turn_means
+from collab.rollout.experience import Batch, Decision, Experience, Normalizers, decisions, turn_means
 
 
 class MAPoRL(CollabModule):
@@ -112,21 +112,19 @@ class MAPoRL(CollabModule):
                                           "name": "value_heads"}]
 
     # -- rollout and prepare -----------------------------------------------------------------------
-    def rollout(self, env, tasks) -> Experience:
-        episodes, stats, examples = play_once(self.team, env, tasks, self.max_new_tokens, example_turn=-1)
-        answers, rewards = self.responses(episodes)
+    def rollout(self, tasks) -> Experience[Decision]:
+        episodes, stats, examples = play_once(self.team, self.env, tasks, self.max_new_tokens, example_turn=-1)
+        answers, rewards, malformed = self.responses(episodes)
         # the rewards of the played turns (an early stop's absorbing turns are not answers)
         stats.update(turn_means("reward/maporl", [r[:len(ep.completions)] for r, ep in zip(rewards, episodes)]))
         if self.format_penalty is not None:
-            stats["train/malformed"] = self._malformed_share
-        with torch.no_grad():
-            stats.update(self.prepare(answers))
-        return Experience(answers, stats, examples)
+            stats["train/malformed"] = malformed
+        return Experience(answers, stats, examples, episodes)
 
-    def responses(self, episodes: list[Episode]) -> tuple[list[Decision], list[Tensor]]:
+    def responses(self, episodes: list[Episode]) -> tuple[list[Decision], list[Tensor], float]:
         """Every trained answer with its reward R(q, s_ta) (:func:`collab.objectives.episode_rewards` on the verifier
-        scores, penalised by ``format_penalty``), and each episode's ``[T, A]`` rewards (rows past an early stop:
-        the absorbing turns)."""
+        scores, penalised by ``format_penalty``), each episode's ``[T, A]`` rewards (rows past an early stop:
+        the absorbing turns), and the share of malformed answers (0 without ``format_penalty``)."""
         all_rewards, flagged = [], []
         decode = lambda t, a, ids: self.team.tokenizer_of(self.team.acting(t, a)).decode(ids)  # noqa: E731
         for ep in episodes:
@@ -138,13 +136,15 @@ class MAPoRL(CollabModule):
                 flagged.append(flags.flatten())
             all_rewards.append(episode_rewards(scores, memory["answers"], memory["correct"], ep.steps[-1].turns_left,
                                                self.gamma, **self.incentives))
-        self._malformed_share = float(torch.cat(flagged).float().mean()) if flagged else 0.0
-        return decisions(episodes, all_rewards, self.team.acting, self.train_from_turn - 1), all_rewards
+        malformed = float(torch.cat(flagged).float().mean()) if flagged else 0.0
+        return decisions(episodes, all_rewards, self.team.acting, self.train_from_turn - 1), all_rewards, malformed
 
-    def prepare(self, answers: list[Decision]) -> dict[str, float]:
+    @torch.no_grad()
+    def prepare(self, experience: Experience[Decision]) -> Batch[Decision]:
         """Fix the per-token rewards, features, values V_old, advantages and returns of every answer."""
+        answers = experience.items
         if not answers:
-            return {}
+            return Batch(answers)
         members = [r.member for r in answers]
         prompts, completions = [r.prompt_ids for r in answers], [r.completion_ids for r in answers]
         ref = self.team.logprobs(members, prompts, completions, reference=True)
@@ -158,25 +158,25 @@ class MAPoRL(CollabModule):
             r.advantages, r.returns = gae(rewards, r.values, dones, self.gae_gamma, self.gae_lambda)
             kls.append(r.old_logprobs - ref_lp)
         kl = torch.cat(kls)
-        return {"train/kl_ref": float(kl.mean()), "train/kl_ref_sum": float(torch.stack([k.sum() for k in kls]).mean())}
+        return Batch(answers, {"train/kl_ref": float(kl.mean()),
+                               "train/kl_ref_sum": float(torch.stack([k.sum() for k in kls]).mean())})
 
     # -- loss --------------------------------------------------------------------------------------
-    def normalizers(self, minibatch: list[Decision], index: int) -> tuple[float, dict[int, Tensor]]:
+    def normalizers(self, minibatch: list[Decision], batch: Batch[Decision], index: int) -> Normalizers:
         """The number of answer tokens in the minibatch of all ranks (the loss is a token mean) and each answer's
         advantages, normalized over those tokens when ``normalize_advantages``."""
         advantages = [r.advantages for r in minibatch]
         advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
-        return global_count(self, sum(len(a) for a in advantages)), {id(r): a for r, a in zip(minibatch, advantages)}
+        return Normalizers(global_count(self, sum(len(a) for a in advantages)), advantages=advantages)
 
-    def loss(self, micro: list[Decision], scale) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, micro: list[Decision], scale: Normalizers) -> tuple[Tensor, dict[str, float]]:
         """``L_surrogate + value_coef * L_value - entropy_coef * H`` over the micro-batch's tokens, weighted by
         its share of the minibatch's tokens."""
-        tokens, normalized = scale
-        advantages = torch.cat([normalized[id(r)] for r in micro])
+        advantages = torch.cat(scale.advantages)
         actor, entropy, stats = self.actor_loss(micro, advantages)
         critic, critic_stats = self.critic_loss(micro)
         stats.update(critic_stats)
-        return (advantages.numel() / tokens) * (actor + self.value_coef * critic - self.entropy_coef * entropy), stats
+        return (advantages.numel() / scale.count) * (actor + self.value_coef * critic - self.entropy_coef * entropy), stats
 
     def actor_loss(self, minibatch: list[Decision], advantages: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
         """The token-level clipped surrogate of Section 3.2, averaged over the answers' tokens (``advantages``:

@@ -32,12 +32,12 @@ from typing import Union
 import torch
 
 from collab.algos.base import CollabModule
-from collab.training.distributed import global_mean, normalize_pieces
+from collab.training.distributed import global_count, global_mean, normalize_pieces
 from collab.errors import require_ranges
 from collab.policy.mlp_head import HIDDEN, CriticHead, base_features
 from collab.objectives import explained_variance, value_loss
-from collab.rollout.episodes import Episode, play_once
-from collab.rollout.experience import Experience, Transition, transitions
+from collab.rollout.episodes import play_once
+from collab.rollout.experience import Batch, Experience, Normalizers, Transition, transitions
 from collab.rollout.protocol import Dependency
 
 SCHEDULES = ("all", "round_robin")
@@ -84,8 +84,6 @@ class MARFT(CollabModule):
         self.agent_schedule, self.target_kl = agent_schedule, target_kl
         self.normalize_advantages, self.optim_eps = normalize_advantages, optim_eps
         self.critic: CriticHead | None = None
-        self.agents: list[int] = []
-        """The agents the current rollout updates (:meth:`trained_agents`)."""
 
     # -- construction ------------------------------------------------------------------------------
     def build_extra(self, env) -> None:
@@ -104,69 +102,67 @@ class MARFT(CollabModule):
     def configure_optimizers(self):
         return torch.optim.AdamW(self.param_groups(), weight_decay=0.0, eps=self.optim_eps)
 
-    # -- rollout -----------------------------------------------------------------------------------
-    def rollout(self, env, tasks) -> Experience:
-        episodes, stats, examples = play_once(self.team, env, tasks, self.max_new_tokens, self.protocol)
+    # -- rollout and prepare -----------------------------------------------------------------------
+    def rollout(self, tasks) -> Experience[Transition]:
+        episodes, stats, examples = play_once(self.team, self.env, tasks, self.max_new_tokens, self.protocol)
         stats["reward/avg_step_reward"] = sum(ep.return_ / len(ep.steps) for ep in episodes) / len(episodes)
-        items = transitions(episodes)
-        with torch.no_grad():
-            self.prepare(episodes, items)
-        return Experience(items, stats, examples)
+        return Experience(transitions(episodes), stats, examples, episodes)
 
-    def prepare(self, episodes: list[Episode], items: list[Transition]) -> None:
-        """Fix each transition's critic ``features``, old ``values``, ``advantages`` and ``returns``."""
+    def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:
+        """Fix each transition's critic ``features``, old ``values``, ``advantages`` and ``returns`` (the
+        variant's GAE, line 12) and return them with the agents this rollout trains (:meth:`scheduled`)."""
         raise NotImplementedError
+
+    def scheduled(self, experience: Experience[Transition]) -> Batch[Transition]:
+        """The prepared transitions with the agents this rollout trains: all, or one in turn (``round_robin``);
+        none during the critic's warm-up."""
+        n = len(self.team)
+        if self.rollouts <= self.critic_warmup:
+            agents = []
+        else:
+            agents = list(range(n)) if self.agent_schedule == "all" else [(self.rollouts - 1 - self.critic_warmup) % n]
+        return Batch(experience.items, {"train/early_stop": 0.0, "train/actors_updated": float(len(agents))}, agents)
 
     def features(self, prompts, completions=None):
         return base_features(self.critic_model, self.team.tokenizer_of(0).pad_token_id, prompts, completions)
 
     # -- update ------------------------------------------------------------------------------------
-    def trained_agents(self) -> list[int]:
-        """The agents this rollout updates: all, or one in turn (``round_robin``); none during warm-up."""
-        if self.rollouts <= self.critic_warmup:
-            return []
-        n = len(self.team)
-        return list(range(n)) if self.agent_schedule == "all" else [(self.rollouts - 1 - self.critic_warmup) % n]
+    def normalizers(self, minibatch: list[Transition], batch: Batch[Transition], index: int) -> Normalizers:
+        """The global transition count and each transition's advantages of the trained agents (concatenated in
+        agent order), normalized over the trained agents' decisions of all ranks' minibatches with
+        ``normalize_advantages``."""
+        count = global_count(self, len(minibatch))
+        agents = batch.agents
+        if not agents:
+            return Normalizers(count, agents=agents)
+        advantages = [self.advantages_of(tr, agents) for tr in minibatch]
+        if self.normalize_advantages:
+            advantages = normalize_pieces(self, advantages)
+        return Normalizers(count, advantages=advantages, agents=agents)
 
-    def begin_update(self, items: list[Transition]) -> tuple[list[Transition], dict[str, float]]:
-        self.agents = self.trained_agents()
-        return items, {"train/early_stop": 0.0, "train/actors_updated": float(len(self.agents))}
-
-    def normalizers(self, minibatch: list[Transition], index: int) -> tuple[float, dict | None]:
-        """The global transition count and, with ``normalize_advantages``, each transition's advantages
-        normalized over the trained agents' decisions of all ranks' minibatches."""
-        count = super().normalizers(minibatch, index)
-        if not (self.agents and self.normalize_advantages):
-            return count, None
-        rows = [(tr, i) for tr in minibatch for i in self.agents]
-        normalized = normalize_pieces(self, [self.agent_advantages(tr, i) for tr, i in rows])
-        return count, {(id(tr), i): a for (tr, i), a in zip(rows, normalized)}
-
-    def loss(self, micro: list[Transition], scale) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """``value_loss_coef * L_critic + L_actor - entropy_coef * H`` of the micro-batch, weighted by its share."""
-        count, normalized = scale
         critic, stats = self.critic_loss(micro)
         loss = self.value_loss_coef * critic
-        if self.agents:
-            actor, entropy, actor_stats = self.actor_loss(micro, self.agents, normalized)
+        if scale.agents:
+            actor, entropy, actor_stats = self.actor_loss(micro, scale.agents, torch.cat(scale.advantages))
             stats.update(actor_stats)
             loss = loss + actor - self.entropy_coef * entropy
-        return loss * (len(micro) / count), stats
+        return loss * (len(micro) / scale.count), stats
 
-    def accept(self, stats: dict[str, float], count: int) -> bool:
+    def accept(self, stats: dict[str, float], count: int, scale: Normalizers) -> bool:
         """``target_kl``'s early stop, decided on the approximate KL of all ranks' minibatches together (every
         rank refuses the same update, and the rollout's remaining ones)."""
-        return (self.target_kl is None or not self.agents
+        return (self.target_kl is None or not scale.agents
                 or global_mean(self, stats.get("train/approx_kl", 0.0), count) <= self.target_kl)
 
     def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
         """Agent ``agent``'s advantages in ``tr``: one for its action (MARFT-T: one per token of its response)."""
         return tr.advantages[agent:agent + 1]
 
-    def advantages_of(self, rows: list[tuple[Transition, int]], normalized: dict | None) -> torch.Tensor:
-        """The advantages of ``rows`` ((transition, agent) pairs), normalized ones where given, concatenated."""
-        pieces = [normalized[id(tr), i] if normalized is not None else self.agent_advantages(tr, i) for tr, i in rows]
-        return torch.cat(pieces) if pieces else torch.zeros(0)
+    def advantages_of(self, tr: Transition, agents: list[int]) -> torch.Tensor:
+        """``agents``' advantages in ``tr``, concatenated in agent order (what ``actor_loss`` weighs them by)."""
+        return torch.cat([self.agent_advantages(tr, i) for i in agents])
 
     def critic_loss(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
         device = self.critic.net[0].weight.device
@@ -179,10 +175,10 @@ class MARFT(CollabModule):
         return loss, {"train/critic_loss": float(loss.detach()), "train/value_mean": float(values.detach().mean()),
                       "train/return_mean": float(returns.mean()), "train/explained_variance": explained_variance(values, returns)}
 
-    def actor_loss(self, minibatch: list[Transition], agents: list[int], normalized: dict | None = None
+    def actor_loss(self, minibatch: list[Transition], agents: list[int], advantages: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        """The variant's clipped policy loss, mean entropy and stats (``train/approx_kl`` among them);
-        ``normalized``: the advantages to use per (transition, agent) (``normalize_advantages``)."""
+        """The variant's clipped policy loss of ``agents``' responses, mean entropy and stats (``train/approx_kl``
+        among them); ``advantages``: theirs, transition by transition, agent by agent, concatenated."""
         raise NotImplementedError
 
     def policy_forward(self, rows: list[tuple[Transition, int]]):

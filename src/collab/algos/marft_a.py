@@ -23,8 +23,7 @@ import torch
 from collab.algos.marft import MARFT
 from collab.errors import require
 from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
-from collab.rollout.experience import Transition
-from collab.rollout.episodes import Episode
+from collab.rollout.experience import Batch, Experience, Transition
 
 REDUCTIONS = ("sum", "mean")
 
@@ -40,9 +39,12 @@ class MARFTA(MARFT):
                 f"unknown model.logprob_reduction {logprob_reduction!r}; valid: {', '.join(REDUCTIONS)}")
         self.logprob_reduction = logprob_reduction
 
-    def prepare(self, episodes: list[Episode], items: list[Transition]) -> None:
-        n = len(self.team)
-        features = torch.stack(self.features(self.observation_ids(episodes, items))).view(len(items), n, -1)
+    @torch.no_grad()
+    def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:
+        """V(s_t, a_t^{1:i-1}) of every decision point from the critic's frozen features, and GAE along each
+        episode's agent chain (the team reward on the last agent's link)."""
+        n, items = len(self.team), experience.items
+        features = torch.stack(self.features(self.observation_ids(experience))).view(len(items), n, -1)
         values = self.critic(features.to(self.critic.net[0].weight.device)).cpu()           # [turns, n]
         by_episode: dict[int, list[int]] = {}
         for k, tr in enumerate(items):
@@ -55,14 +57,15 @@ class MARFTA(MARFT):
                 span = slice(j * n, (j + 1) * n)
                 tr = items[k]
                 tr.features, tr.values, tr.advantages, tr.returns = features[k], values[k], advantages[span], returns[span]
+        return self.scheduled(experience)
 
-    def observation_ids(self, episodes: list[Episode], items: list[Transition]) -> list[list[int]]:
+    def observation_ids(self, experience: Experience[Transition]) -> list[list[int]]:
         """Each (transition, agent)'s observation as token ids of the critic's base, in row order."""
         from collab.policy.models import encode_chat
 
-        key, tokenizer = self.team.base_of[0], self.team.tokenizer_of(0)
+        key, tokenizer, episodes = self.team.base_of[0], self.team.tokenizer_of(0), experience.episodes
         out = []
-        for tr in items:
+        for tr in experience.items:
             for i, c in enumerate(tr.actions):
                 if self.team.base_of[i] == key:
                     out.append(list(c.prompt_ids))
@@ -74,12 +77,12 @@ class MARFTA(MARFT):
         total = token_logprobs.sum()
         return total / max(len(token_logprobs), 1) if self.logprob_reduction == "mean" else total
 
-    def actor_loss(self, minibatch: list[Transition], agents: list[int], normalized: dict | None = None):
+    def actor_loss(self, minibatch: list[Transition], agents: list[int], advantages: torch.Tensor):
         rows = [(tr, i) for tr in minibatch for i in agents]
         token_logprobs, entropies = self.policy_forward(rows)
         logprobs = torch.stack([self.sequence_logprob(lp) for lp in token_logprobs])
         old = torch.stack([self.sequence_logprob(torch.tensor(tr.actions[i].logprobs)) for tr, i in rows]).to(logprobs)
-        advantages = self.advantages_of(rows, normalized).to(logprobs)
+        advantages = advantages.to(logprobs)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.stack([e.mean() for e in entropies]).mean()
         stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),

@@ -26,8 +26,7 @@ import torch
 from collab.algos.marft import MARFT
 from collab.errors import UserError
 from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
-from collab.rollout.experience import Transition
-from collab.rollout.episodes import Episode
+from collab.rollout.experience import Batch, Experience, Transition
 
 
 class MARFTT(MARFT):
@@ -37,8 +36,11 @@ class MARFTT(MARFT):
             raise UserError("marft_t reads token-level values in the agents' own tokens, so every agent must share "
                             "one base model; use marft_a for a team with several bases")
 
-    def prepare(self, episodes: list[Episode], items: list[Transition]) -> None:
-        n = len(self.team)
+    @torch.no_grad()
+    def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:
+        """The critic's value of every token-level state, and GAE along each episode's token chain (the team
+        reward on the last agent's last token of each step)."""
+        n, items = len(self.team), experience.items
         prompts = [list(c.prompt_ids) for tr in items for c in tr.actions]
         completions = [list(c.completion_ids) for tr in items for c in tr.actions]
         features = self.features(prompts, completions)                                    # n per item, [L, H] each
@@ -60,13 +62,14 @@ class MARFTT(MARFT):
                 tr.features, tr.values = torch.cat(features[k * n:(k + 1) * n]), flat_values[span]
                 tr.advantages, tr.returns = advantages[span], returns[span]
                 start += length
+        return self.scheduled(experience)
 
     def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
         """The advantages of agent ``agent``'s tokens: its span of the turn's token chain."""
         start = sum(len(c.completion_ids) for c in tr.actions[:agent])
         return tr.advantages[start:start + len(tr.actions[agent].completion_ids)]
 
-    def actor_loss(self, minibatch: list[Transition], agents: list[int], normalized: dict | None = None):
+    def actor_loss(self, minibatch: list[Transition], agents: list[int], advantages: torch.Tensor):
         rows = [(tr, i) for tr in minibatch for i in agents if tr.actions[i].completion_ids]
         if not rows:
             zero = self.critic.net[0].weight.sum() * 0.0
@@ -74,7 +77,7 @@ class MARFTT(MARFT):
         token_logprobs, entropies = self.policy_forward(rows)
         logprobs = torch.cat(token_logprobs)
         old = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
-        advantages = self.advantages_of(rows, normalized).to(logprobs)
+        advantages = advantages.to(logprobs)
         loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
         entropy = torch.cat(entropies).mean()
         stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),

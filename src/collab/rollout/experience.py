@@ -1,8 +1,14 @@
-"""The experience a rollout hands to the update: one typed record for every algorithm.
+"""What flows through the training step, typed: rollout -> :class:`Experience` -> prepare -> :class:`Batch`
+-> minibatches -> ``normalizers`` -> :class:`Normalizers` -> ``loss``.
 
-A rollout step ends in an :class:`Experience`: the units the update draws its minibatches from
-(``items``), and what is logged (``stats``, ``examples``). The units are of two kinds, both with named
-fields where the papers have names:
+A rollout ends in an :class:`Experience`: the units the update draws its minibatches from (``items``),
+the episodes they come from, and what is logged (``stats``, ``examples``). The algorithm's ``prepare``
+fixes what the update needs once per rollout (without gradients) and hands a :class:`Batch` to the
+update: the items to train on, the rollout's metrics and the agents that learn from it. For each
+minibatch the algorithm's ``normalizers`` computes, from every rank's minibatch, what its ``loss``
+divides or weighs by: :class:`Normalizers`, whose per-item values are aligned with the minibatch by
+position (:meth:`Normalizers.select` cuts a micro-batch's out). The units are of two kinds, both with
+named fields where the papers have names:
 
 * :class:`Decision` — one agent's response at one history (MAGRPO's samples of the tree, MAPoRL's
   answers): member, prompt/completion ids, ``old_logprobs``, and what ``prepare`` fixes on it
@@ -19,8 +25,8 @@ experience holds one rollout step (``data.batch_size`` tasks) and is dropped aft
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Union
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar, Union
 
 import torch
 from torch import Tensor
@@ -30,7 +36,7 @@ from collab.objectives import absorbing_reward
 from collab.policy.sampling import Completion
 from collab.rollout.episodes import Episode
 
-__all__ = ["Decision", "Experience", "Transition", "epochs", "minibatches", "transitions"]
+__all__ = ["Batch", "Decision", "Experience", "Normalizers", "Transition", "epochs", "minibatches", "transitions"]
 
 Scalar = Union[float, Tensor]
 
@@ -123,19 +129,64 @@ def transitions(episodes: Sequence[Episode], first_episode: int = 0) -> list[Tra
     return out
 
 
-@dataclass
-class Experience:
-    """What one rollout step hands to ``training_step``."""
+Item = TypeVar("Item", Decision, Transition)
 
-    items: list
+
+@dataclass
+class Experience(Generic[Item]):
+    """What one rollout hands to ``prepare``: this rank's share of the step's tasks, played."""
+
+    items: list[Item]
     """The units of the update: :class:`Decision` or :class:`Transition` records."""
     stats: dict[str, float] = field(default_factory=dict)
     """Scalars to log: rewards per agent and turn, reward components, tokens, seconds."""
     examples: list[dict[str, Any]] = field(default_factory=list)
     """A few (prompt, responses, reward) records for the sample-text log."""
+    episodes: list[Episode] = field(default_factory=list)
+    """The played episodes (``Transition.episode`` indexes them); empty for MAGRPO's trees."""
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+@dataclass
+class Batch(Generic[Item]):
+    """What ``prepare`` hands to the update: the items with what it fixed on them (advantages, returns, values,
+    features), the metrics of the rollout and who learns from it."""
+
+    items: list[Item]
+    """The items the update draws its minibatches from (MAGRPO: only those with a learning signal)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Scalars to log, computed by ``prepare`` (advantage statistics, the KL to the reference, ...)."""
+    agents: list[int] | None = None
+    """The agents whose policies this rollout trains (MARFT: all, one in turn, none during the critic's
+    warm-up); None: every agent."""
+
+
+@dataclass
+class Normalizers:
+    """What a minibatch's loss needs from the minibatch of every rank, computed once per minibatch by the
+    algorithm's ``normalizers`` (collectives under DDP) and handed to ``loss`` with each micro-batch."""
+
+    count: float
+    """The loss's denominator: the minibatch's items (MAPoRL: answer tokens) over every rank."""
+    per_agent: list[float] | None = None
+    """Each agent's items in the minibatch over every rank (MAGRPO: an agent's loss is the mean over its samples)."""
+    advantages: list[Tensor] | None = None
+    """One tensor per item, aligned with the items by position: the advantages its actor loss weighs (normalized
+    over every rank's minibatch where the algorithm does; MARFT: its trained agents' in agent order). None:
+    the loss computes them (CoLLM's TD errors)."""
+    agents: list[int] | None = None
+    """The agents whose actor loss is taken (MARFT: the batch's ``agents``); None: every agent."""
+    with_kl: bool = False
+    """The loss computes the KL to the reference policy (MAGRPO: with a penalty, or to log it on a rollout's
+    first update)."""
+
+    def select(self, positions: Sequence[int]) -> Normalizers:
+        """The normalizers of the items at ``positions`` (a micro-batch): the per-item values follow their items."""
+        if self.advantages is None:
+            return self
+        return replace(self, advantages=[self.advantages[i] for i in positions])
 
 
 def minibatches(items: Sequence, size: int | None, generator: torch.Generator) -> Iterator[list]:
