@@ -52,6 +52,7 @@ When the parent runs as root (as on our training machines and CI), the child add
   (so UNIX sockets of the host reached by path, which network namespaces do not cover, do not exist),
   /opt, /mnt, /srv, /var, /sys, the rest of /etc, other runs' directories. If building this file
   system fails, the run does not start (exit code 125, ``killed_by='setup'``).
+
 **Memory** (:mod:`collab.sandbox.cgroups`): as root, each run gets its own memory cgroup where one can
 be made, so ``Limits.memory_mb`` binds all processes of the run together (tmpfs pages included); where
 none can, the limit becomes *processes x address space*. :func:`memory_containment` tells which
