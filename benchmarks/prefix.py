@@ -1,7 +1,7 @@
 """Shared-prefix prefill: one depth of a Minecraft MAGRPO rollout tree, prefilled with and without sharing.
 
 At depth d of the tree (K = 2) each house has 2^d history nodes, and every history of a player opens
-with the same E.3 prompt (about 900-1,400 tokens). ``collab.policy.sampling.prefill`` runs each player's prompt
+with the same E.3 prompt (about 900-1,400 tokens). ``collab.policy.prefill.prefill`` runs each player's prompt
 once and only the nodes' own remainders (the player's last commands and the feedback) per row;
 "one pass" prefills every row's whole history (``MIN_PREFIX_SAVING`` set above 1 turns sharing off).
 Both then decode the same way. The histories are built by scripted actions, so both methods see the
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-import collab.policy.sampling as sampling
+import collab.policy.prefill as prefill
 from collab.envs.minecraft.env import MinecraftEnv
 from collab.policy.models import BaseConfig
 from collab.policy.sampling import GenerationRequest
@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     states = histories(env, args.houses, args.depth)
     requests = [GenerationRequest(i, team.encode(i, s.histories[i]), args.k) for s in states for i in range(env.n_agents)]
     names = [team.names[r.agent] for r in requests]
-    group_of, lengths = sampling.shared_prefixes([r.prompt_ids for r in requests], names)
+    group_of, lengths = prefill.shared_prefixes([r.prompt_ids for r in requests], names)
     total = sum(len(r.prompt_ids) for r in requests)
     shared = total - sum((group_of.count(g) - 1) * n for g, n in enumerate(lengths))
     print(f"model={args.model} threads={torch.get_num_threads()} houses={args.houses} depth={args.depth} "
@@ -71,17 +71,17 @@ def main(argv=None) -> None:
     print(f"prompt tokens: {total} in one pass, {shared} with shared prefixes "
           f"(longest prompt {max(len(r.prompt_ids) for r in requests)})")
 
-    threshold = sampling.MIN_PREFIX_SAVING
+    threshold = prefill.MIN_PREFIX_SAVING
     methods = {"shared": threshold, "one pass": 2.0}
 
     def run(method: str, max_new_tokens: int) -> tuple[int, float]:
-        sampling.MIN_PREFIX_SAVING = methods[method]
+        prefill.MIN_PREFIX_SAVING = methods[method]
         try:
             start = time.perf_counter()
             out = team.generate(requests, max_new_tokens=max_new_tokens)
             return sum(len(c.completion_ids) for group in out for c in group), time.perf_counter() - start
         finally:
-            sampling.MIN_PREFIX_SAVING = threshold
+            prefill.MIN_PREFIX_SAVING = threshold
 
     for m in methods:
         run(m, 2)

@@ -27,7 +27,8 @@ import subprocess
 import sys
 import time
 
-from collab.sandbox import Limits, Pool, _interpreter
+from collab.sandbox import Limits, Pool
+from collab.sandbox.limits import interpreter
 
 TEMPLATES = [
     (
@@ -88,7 +89,7 @@ def main(argv=None) -> None:
     def sequential() -> list[bool]:
         return [subprocess.run([sys.executable, "-c", c], capture_output=True).returncode == 0 for c in codes]
 
-    python = pool.limits.python or _interpreter()
+    python = pool.limits.python or interpreter()
 
     def sequential_same() -> list[bool]:
         cmd = [python, "-I", "-S", "-B", "-c"]

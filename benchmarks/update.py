@@ -2,7 +2,7 @@
 
 A MAGRPO update on the writing default: 2 posts x 2 agents x K = 4 samples, completions of 48 (concise)
 and 96 (detailed) tokens after prompts of about 190. ``AgentTeam.logprobs`` runs each agent's prompt
-once and repeats its KV cache for the K rows (``collab.policy.sampling.shared_prefix_forward``);
+once and repeats its KV cache for the K rows (``collab.policy.prefill.shared_prefix_forward``);
 "one pass" runs every row's whole prompt (``MIN_PREFIX_SAVING`` above 1 turns sharing off). Each
 repeat times one forward + backward of the summed log-probs (the update) and one no-grad forward
 with the adapters off (the reference policy, for the KL); the order alternates across repeats.
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-import collab.policy.sampling as sampling
+import collab.policy.prefill as prefill
 from collab.envs.writing import WritingEnv
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, AgentTeam
@@ -48,11 +48,11 @@ def main(argv=None) -> None:
     print(f"model={args.model} threads={torch.get_num_threads()} rows={len(agents)} "
           f"prompt tokens {sum(map(len, prompts))} (longest {max(map(len, prompts))}), "
           f"completion tokens {sum(map(len, completions))}")
-    threshold = sampling.MIN_PREFIX_SAVING
+    threshold = prefill.MIN_PREFIX_SAVING
     methods = {"shared": threshold, "one pass": 2.0}
 
     def run(method: str) -> tuple[float, float]:
-        sampling.MIN_PREFIX_SAVING = methods[method]
+        prefill.MIN_PREFIX_SAVING = methods[method]
         try:
             team.zero_grad(set_to_none=True)
             start = time.perf_counter()
@@ -64,7 +64,7 @@ def main(argv=None) -> None:
                 team.logprobs(agents, prompts, completions, reference=True)
             return update, time.perf_counter() - start
         finally:
-            sampling.MIN_PREFIX_SAVING = threshold
+            prefill.MIN_PREFIX_SAVING = threshold
 
     for m in methods:
         run(m)

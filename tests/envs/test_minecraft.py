@@ -17,12 +17,12 @@ import torch
 from collab.envs import make_env
 from collab.envs.minecraft.commands import Attack, Fill, parse_commands
 from collab.envs.minecraft.env import apply
-from collab.envs.minecraft.scoring import measure
+from collab.envs.minecraft.scoring import measure, voxel_iou
 from collab.envs.minecraft.tasks import house_from_record, load_houses, shipped_path
 from collab.envs.minecraft.threats import Spiders, fight, penalty, spawn
 from collab.envs.minecraft.world import empty_world, normalize_block, rectangles
 from collab.errors import UserError
-from collab.evaluation.metrics import IoU, voxel_iou
+from collab.evaluation.metrics import IoU
 from tests.support import ScriptedTeam
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "housebuild.json"

@@ -1,10 +1,9 @@
 """The cooperation-scheme classifier against MAGRPO appendix's Appendix B listings and hand-made cases."""
 
-import ast
-
 import pytest
 
 from collab.envs.coding.schemes import SCHEMES, classify, classify_pair, distribution
+from collab.envs.coding.static import clean_response, function_def, parse_code
 
 # MAGRPO appendix, Appendix B, re-typed from the extracted text (line numbers dropped, indentation rebuilt).
 LISTING_1 = '''
@@ -119,9 +118,26 @@ def x_or_y(n, x, y):
 '''
 
 
-def test_listings_are_valid_python():
-    for code in (LISTING_1, LISTING_2_AUX1, LISTING_2_AUX2, LISTING_2_MAIN.format(aux="aux"), LISTING_3, LISTING_4):
-        ast.parse(code)
+# Each listing as one response: (code, entry point, auxiliary, a HumanEval example of its task: args, expected).
+LISTINGS = [
+    (LISTING_1, "compare_one", "aux", (1, 2.5), 2.5),
+    (LISTING_2_AUX1 + LISTING_2_MAIN.format(aux="aux1"), "is_palindrome", "aux1", ("aba",), True),
+    (LISTING_2_AUX2 + LISTING_2_MAIN.format(aux="aux2"), "is_palindrome", "aux2", ("zbcd",), False),
+    (LISTING_3, "flip_case", "aux", ("Hello",), "hELLO"),
+    (LISTING_4, "x_or_y", "aux", (7, 34, 12), 34),
+]
+
+
+@pytest.mark.parametrize("code, entry_point, aux, args, expected", LISTINGS, ids=["1", "2-aux1", "2-aux2", "3", "4"])
+def test_listings_are_valid_python(code, entry_point, aux, args, expected):
+    """Each listing is read as the classifier reads a response (clean_response, parse_code, function_def),
+    both its functions are found, and the module it parses to solves its task's HumanEval example."""
+    module = parse_code(clean_response(code))
+    assert module is not None
+    assert function_def(module, entry_point) is not None and function_def(module, aux) is not None
+    namespace: dict = {}
+    exec(compile(module, f"listing-{entry_point}", "exec"), namespace)
+    assert namespace[entry_point](*args) == expected
 
 
 def test_listing_1_is_fallback():

@@ -2,12 +2,12 @@
 
 import torch
 
-from collab.policy.sampling import _truncate, action_mask, policy_logits, sample_tokens
+from collab.policy.sampling import action_mask, policy_logits, sample_tokens, truncate
 
 
 def nucleus(logits, p, k):
     rows = logits.shape[0]
-    return _truncate(logits, torch.full((rows,), p), torch.full((rows,), k, dtype=torch.long)).softmax(-1)
+    return truncate(logits, torch.full((rows,), p), torch.full((rows,), k, dtype=torch.long)).softmax(-1)
 
 
 def empirical(logits, p, k, draws=40000, candidates=256):
@@ -55,7 +55,7 @@ def test_second_candidate_size_holds_a_wide_nucleus_without_the_full_sort(monkey
     target = nucleus(logits, 0.9, 0)[0]
     assert 256 < int((target > 0).sum()) <= 2048
     full_sorts = []
-    monkeypatch.setattr(sampling, "_truncate", lambda *a: full_sorts.append(1) or _truncate(*a))
+    monkeypatch.setattr(sampling, "truncate", lambda *a: full_sorts.append(1) or truncate(*a))
     freq = empirical(logits, 0.9, 0, draws=40000, candidates=(256, 2048))
     assert not full_sorts
     assert freq[target == 0].sum() == 0
@@ -115,7 +115,7 @@ def test_reserved_cache_layer_matches_concatenation():
 
 
 def test_shared_prefixes_by_hand():
-    from collab.policy.sampling import shared_prefixes
+    from collab.policy.prefill import shared_prefixes
 
     prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9, 9], [1, 2, 3, 4], [1, 2, 7], [8]]
     adapters = ["a", "a", "b", "a", "a"]
@@ -137,9 +137,10 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
     """Tree-like prompts (two agents, each with three histories opening with the same long prompt): the
     prefill that shares each agent's prefix gives the next-token logits of one left-padded pass, and greedy
     decoding the same tokens."""
-    import collab.policy.sampling as sampling
+    import collab.policy.prefill as sharing
     from collab.policy.models import BaseConfig
-    from collab.policy.sampling import GenerationRequest, pad_left, prefill
+    from collab.policy.prefill import pad_left, prefill
+    from collab.policy.sampling import GenerationRequest
     from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
     torch.manual_seed(0)
@@ -162,12 +163,12 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
         shared, _, _ = prefill(model, prompts, names, pad, team.device)
         ids_, mask, positions = pad_left(prompts, pad, team.device)
         from transformers import DynamicCache
-        one = sampling._forward_fn(model)(names, input_ids=ids_, attention_mask=mask, position_ids=positions,
+        one = sharing.per_row_forward(model)(names, input_ids=ids_, attention_mask=mask, position_ids=positions,
                                           past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
-    assert sampling.shared_prefixes(prompts, names)[1] == [80, 90]  # each agent's head is prefilled once
+    assert sharing.shared_prefixes(prompts, names)[1] == [80, 90]  # each agent's head is prefilled once
     assert torch.allclose(shared.logits[:, -1], one.logits[:, -1], atol=1e-4, rtol=1e-4)
     requests = [GenerationRequest(a, p, 2) for a, p in zip(agents, prompts)]
     with_sharing = [[c.completion_ids for c in out] for out in team.generate(requests)]
-    monkeypatch.setattr(sampling, "MIN_PREFIX_SAVING", 2.0)  # never share
+    monkeypatch.setattr(sharing, "MIN_PREFIX_SAVING", 2.0)  # never share
     without = [[c.completion_ids for c in out] for out in team.generate(requests)]
     assert with_sharing == without and all(len(c) == 6 for out in without for c in out)

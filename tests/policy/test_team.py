@@ -181,7 +181,7 @@ def test_teacher_forcing_computes_each_shared_prompt_once_with_the_one_pass_valu
     """K = 4 samples per agent under one long prompt each, as a MAGRPO group: the update's forward takes
     each agent's prompt once (its cache repeated for the K rows) and gives the log-probs and LoRA
     gradients of one left-padded pass over every row; the reference policy too."""
-    import collab.policy.sampling as sampling
+    import collab.policy.prefill as sharing
 
     team = make_team(0.7, 0.7)
     perturb_lora_b(team, std=0.05)
@@ -206,7 +206,7 @@ def test_teacher_forcing_computes_each_shared_prompt_once_with_the_one_pass_valu
 
     shared, shared_grads, shared_tokens = run()
     ref_shared = run(reference=True)[0]
-    monkeypatch.setattr(sampling, "MIN_PREFIX_SAVING", 2.0)  # never share: one pass over the padded rows
+    monkeypatch.setattr(sharing, "MIN_PREFIX_SAVING", 2.0)  # never share: one pass over the padded rows
     one, one_grads, one_tokens = run()
     ref_one = run(reference=True)[0]
     # padded rows of one pass: 8 x (120 + 12); shared: the two prompts but one token each, then 8 remainders

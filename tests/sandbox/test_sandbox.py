@@ -234,7 +234,15 @@ def test_writes_etc(parent):
 
 
 def test_huge_file_is_capped(parent):
-    hostile("open('big.bin', 'wb').write(b'x' * (200 * 1024 ** 2))\n")
+    """RLIMIT_FSIZE stops the write at ``max_file_mb`` (EFBIG), before any other limit (the 64 MB tmpfs of
+    the working directory as root, the memory) could: the file holds at most ``max_file_mb``."""
+    r = hostile("import os\n"
+                "try:\n"
+                "    open('big.bin', 'wb').write(b'x' * (200 * 1024 ** 2))\n"
+                "finally:\n"
+                "    print(os.path.getsize('big.bin'))\n")
+    assert "OSError: [Errno 27] File too large" in r.stderr, r  # EFBIG
+    assert 0 <= int(r.stdout) <= FAST.max_file_mb << 20, r
 
 
 @needs_root

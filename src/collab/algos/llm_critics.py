@@ -223,8 +223,8 @@ class Critics(nn.Module):
     def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
         """Value of each chat under its critic, with gradients (float32, shape ``[len(chats)]``)."""
         from collab.policy.models import encode_chat
-        from collab.policy.sampling import _forward_fn, pad_left
-        from collab.policy.team import _eval_mode
+        from collab.policy.prefill import pad_left, per_row_forward
+        from collab.policy.team import eval_mode
 
         device = self.heads[0].linear.weight.device
         if not chats:
@@ -244,8 +244,8 @@ class Critics(nn.Module):
             if model.training and self.team[0].base_config.gradient_checkpointing:
                 hidden = _checkpointed_last_hidden(model, names, inputs)
             else:
-                with _eval_mode(model):  # mixed-adapter forward (no dropout in critics): exact in eval mode
-                    hidden = _forward_fn(model)(names, **inputs).hidden_states[-1][:, -1]
+                with eval_mode(model):  # mixed-adapter forward (no dropout in critics): exact in eval mode
+                    hidden = per_row_forward(model)(names, **inputs).hidden_states[-1][:, -1]
             for r, b in enumerate(idx):
                 rows[b] = self.heads[critic[b]](hidden[r])
         return torch.stack(rows).float()

@@ -17,7 +17,9 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-__all__ = ["PassAtK", "AccuracyAtK", "pass_at_k", "IoU", "voxel_iou", "MajorityVoteAccuracy"]
+from collab.envs.minecraft.scoring import voxel_iou
+
+__all__ = ["PassAtK", "AccuracyAtK", "pass_at_k", "IoU", "MajorityVoteAccuracy"]
 
 
 def pass_at_k(num_samples: Tensor, num_correct: Tensor, k: int) -> Tensor:
@@ -98,28 +100,9 @@ class AccuracyAtK(_MeanOverProblemsAtK):
             self.count += 1
 
 
-def voxel_iou(built: Tensor, target: Tensor, air: int = 0) -> Tensor:
-    """Intersection over union of two voxel grids of block ids over their non-air blocks (CoLLM,
-    Section 5.1, HouseBuild), as a float64 scalar.
-
-    A position is in the intersection when both grids hold the same non-air block there (the block
-    type must match) and in the union when either holds a non-air block. Two all-air grids give 1.0.
-    Raises ValueError when the shapes differ.
-    """
-    built = torch.as_tensor(built)
-    target = torch.as_tensor(target, device=built.device)
-    if built.shape != target.shape:
-        raise ValueError(f"built {tuple(built.shape)} and target {tuple(target.shape)} voxels differ in shape")
-    solid_b, solid_t = built != air, target != air
-    inter = (solid_b & solid_t & (built == target)).sum(dtype=torch.int64)
-    union = (solid_b | solid_t).sum(dtype=torch.int64)
-    if union == 0:
-        return torch.tensor(1.0, dtype=torch.float64, device=built.device)
-    return inter.to(torch.float64) / union.to(torch.float64)
-
-
 class IoU(Metric):
-    """Mean over episodes of the voxel IoU of the built structure against the target (:func:`voxel_iou`;
+    """Mean over episodes of the voxel IoU of the built structure against the target
+    (:func:`~collab.envs.minecraft.scoring.voxel_iou`;
     CoLLM, Table 1 reports it for HouseBuild, as a percentage).
 
     ``update(built, target)`` takes one episode's voxel grids (tensors of block ids, 0 = air, of the

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from collab.policy.sampling import pad_left
-from collab.policy.team import _eval_mode, adapters_disabled
+from collab.policy.prefill import pad_left
+from collab.policy.team import adapters_disabled, eval_mode
 
 HIDDEN = (1024, 512)
 
@@ -64,7 +64,7 @@ def base_features(model, pad_id: int, prompts: Sequence[Sequence[int]], completi
     base = model.get_base_model()
     decoder = getattr(base, base.base_model_prefix)  # the transformer without its LM head
     out: list[Tensor] = []
-    with _eval_mode(model), adapters_disabled(model):
+    with eval_mode(model), adapters_disabled(model):
         for start in range(0, len(prompts), batch_size):
             rows = range(start, min(start + batch_size, len(prompts)))
             tails = [list(completions[r][:-1]) if completions is not None else [] for r in rows]

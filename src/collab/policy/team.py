@@ -27,7 +27,8 @@ from torch import Tensor, nn
 
 from collab.errors import UserError, require
 from collab.policy.models import BaseConfig, encode_chat, load_model, load_tokenizer
-from collab.policy.sampling import Completion, GenerationRequest, _forward_fn, decode
+from collab.policy.prefill import per_row_forward
+from collab.policy.sampling import Completion, GenerationRequest, decode
 
 
 @dataclass
@@ -253,7 +254,8 @@ class AgentTeam(nn.Module):
         return (out, ent) if entropy else out
 
     def _logprobs_on_base(self, key, agents, prompts, completions, reference, entropy=False) -> list[tuple[Tensor, Tensor | None]]:
-        from collab.policy.sampling import action_mask, pad_left, policy_logits, shared_prefix_forward
+        from collab.policy.prefill import pad_left, shared_prefix_forward
+        from collab.policy.sampling import action_mask, policy_logits
 
         model = self.models[key]
         pad = self.tokenizers[key].pad_token_id
@@ -273,8 +275,8 @@ class AgentTeam(nn.Module):
                     logits = shared_prefix_forward(lambda _, **inputs: model(**inputs), prompts, completions,
                                                    ["reference"] * len(g), pad, self.device, logits_to_keep=keep)[0].logits
             elif mixed:
-                with _eval_mode(model):
-                    logits = shared_prefix_forward(_forward_fn(model), prompts, completions,
+                with eval_mode(model):
+                    logits = shared_prefix_forward(per_row_forward(model), prompts, completions,
                                                    [self.names[a] for a in agents], pad, self.device,
                                                    logits_to_keep=keep)[0].logits
             else:
@@ -348,7 +350,9 @@ def adapters_disabled(model):
         train_adapters_only(model)
 
 
-class _eval_mode:
+class eval_mode:
+    """``with eval_mode(module):`` runs ``module`` in eval mode (no dropout), then restores its mode."""
+
     def __init__(self, module: nn.Module) -> None:
         self.module, self.was = module, module.training
 

@@ -272,7 +272,7 @@ def _lora_rank(r: int) -> int:
 def rescore(team, completions: list[Completion]) -> None:
     """Set each completion's behaviour log-probs to the training model's teacher-forced ones (in chunks of
     at most :data:`RESCORE_TOKENS` logits rows, a request's samples kept together)."""
-    from collab.policy.team import _eval_mode
+    from collab.policy.team import eval_mode
 
     rows = [c for c in completions if c.completion_ids]
     chunk: list[Completion] = []
@@ -284,7 +284,7 @@ def rescore(team, completions: list[Completion]) -> None:
         if chunk:
             with contextlib.ExitStack() as stack:  # as the torch engine samples: no dropout
                 for model in team.models.values():
-                    stack.enter_context(_eval_mode(model))
+                    stack.enter_context(eval_mode(model))
                 logps = team.logprobs([x.agent for x in chunk], [x.prompt_ids for x in chunk],
                                       [x.completion_ids for x in chunk])
             for x, lp in zip(chunk, logps):

@@ -20,7 +20,7 @@ nets 0.5 + 1.0 - 0.5 = 1.0 instead of the full 1.5; it cannot fire without a cal
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from collab.envs.coding.static import CodeFacts
 
@@ -42,9 +42,6 @@ class RewardWeights:
     @property
     def maximum(self) -> float:
         return self.aux_defined + self.main_defined + self.syntax + self.tests + self.calls_aux + self.not_wrapper
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def cooperation_reward(facts: CodeFacts, w: RewardWeights) -> float:

@@ -128,7 +128,7 @@ class LearnedVerifier(Verifier):
     @torch.no_grad()
     def features(self, questions: Sequence[str], answers: Sequence[str]) -> Tensor:
         """``[N, hidden]`` last-token hidden states of the frozen model (float32, on its device)."""
-        from collab.policy.sampling import pad_left
+        from collab.policy.prefill import pad_left
 
         seqs = [self.encode(q, a) for q, a in zip(questions, answers, strict=True)]
         model = self.model
@@ -278,7 +278,7 @@ def sample_examples(env, model, tokenizer, tasks: Sequence[Mapping[str, Any]], s
     """Sample ``samples`` turn-1 answers per task with ``model`` (the env's first prompt, chat template) and label
     them with the rule verifier (:func:`label_examples`)."""
     from collab.policy.models import encode_chat
-    from collab.policy.sampling import pad_left
+    from collab.policy.prefill import pad_left
 
     torch.manual_seed(seed)
     device = model.get_input_embeddings().weight.device

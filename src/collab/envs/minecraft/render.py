@@ -10,7 +10,7 @@ position that differs from the target carries a mark:
 - **extra**: the build has a block where the target has air (``+``).
 
 A summary line gives Table 1's two HouseBuild scores, the IoU over non-air blocks (Section 5.1;
-:func:`collab.evaluation.metrics.voxel_iou`) and the remaining health (HP), in percent, with the reward's
+:func:`collab.envs.minecraft.scoring.voxel_iou`) and the remaining health (HP), in percent, with the reward's
 coverage and redundancy rates (Appendix F.3; :mod:`~collab.envs.minecraft.scoring`) and the counts.
 
 Voxels are ``(X, Y, Z)`` grids of palette ids, 0 = air: what :meth:`MinecraftEnv.voxels

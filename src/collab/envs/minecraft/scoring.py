@@ -6,7 +6,7 @@ With ``T`` the target's non-air positions and ``B`` the built world's non-air po
 - ``redundancy = |{p in B: built[p] != target[p]}| / |B|`` — placed blocks where the target is air
   or another block, over all placed blocks (F.3 redundancy rate; 0.0 when nothing is placed);
 - ``iou = |{p in B and T: built[p] == target[p]}| / |B or T|`` (Section 5.1's IoU over non-air
-  blocks; the block type must match; :func:`collab.evaluation.metrics.voxel_iou`);
+  blocks; the block type must match; :func:`voxel_iou`, also the evaluation's ``IoU`` metric);
 - ``score = |{p in bbox: built[p] == target[p]}| / |bbox|`` (air counts, as the CoLLM reference code scores).
 
 The paper names the two rates of F.3 without their weights. collab's turn reward is
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from collab.envs.minecraft.world import House
-from collab.evaluation.metrics import voxel_iou
 
 REDUNDANCY_WEIGHT = 0.5
 
@@ -43,6 +43,26 @@ class Measures:
 def as_tensor(house: House, voxels: bytes) -> torch.Tensor:
     """``voxels`` as a ``uint8`` tensor of shape ``house.size`` (a copy: the bytes stay immutable)."""
     return torch.frombuffer(bytearray(voxels), dtype=torch.uint8).view(*house.size)
+
+
+def voxel_iou(built: Tensor, target: Tensor, air: int = 0) -> Tensor:
+    """Intersection over union of two voxel grids of block ids over their non-air blocks (CoLLM,
+    Section 5.1, HouseBuild), as a float64 scalar.
+
+    A position is in the intersection when both grids hold the same non-air block there (the block
+    type must match) and in the union when either holds a non-air block. Two all-air grids give 1.0.
+    Raises ValueError when the shapes differ.
+    """
+    built = torch.as_tensor(built)
+    target = torch.as_tensor(target, device=built.device)
+    if built.shape != target.shape:
+        raise ValueError(f"built {tuple(built.shape)} and target {tuple(target.shape)} voxels differ in shape")
+    solid_b, solid_t = built != air, target != air
+    inter = (solid_b & solid_t & (built == target)).sum(dtype=torch.int64)
+    union = (solid_b | solid_t).sum(dtype=torch.int64)
+    if union == 0:
+        return torch.tensor(1.0, dtype=torch.float64, device=built.device)
+    return inter.to(torch.float64) / union.to(torch.float64)
 
 
 def measure(house: House, built: bytes) -> Measures:

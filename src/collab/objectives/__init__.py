@@ -1,0 +1,33 @@
+"""The math of collab's algorithms as small pure tensor functions.
+
+Every function here is unit-tested against a hand computation (tests/algos/test_objectives.py).
+Algorithm files call these and read like the papers' pseudo-code. Import them from here
+(``from collab.objectives import gae``); they live by topic:
+
+- :mod:`~collab.objectives.returns`: returns and advantages. ``discounted_returns``,
+  ``absorbing_reward``, ``group_advantages`` (and its ``BASELINES``; MAGRPO, CoLLM),
+  ``num_inference_calls`` (CoLLM Prop. 3.2), ``td_targets``, ``td_errors``, ``gae``, ``normalize``,
+  ``mixed_rewards``, and MARFT's decision chain: ``chain``, ``bellman_targets``.
+- :mod:`~collab.objectives.policy`: policy losses. ``clipped_surrogate``, ``ratio_stats``, ``kl_k3``.
+- :mod:`~collab.objectives.critic`: critic losses. ``value_loss``, ``explained_variance``.
+- :mod:`~collab.objectives.debate`: MAPoRL's debate rewards. ``influence_rewards``, ``majority_vote``,
+  ``majority_of_others``, ``majority_of_others_table``, ``revision_incentives``,
+  ``influence_incentives``, ``debate_rewards``, ``absorb``, ``episode_rewards``, ``token_rewards``.
+"""
+
+from collab.objectives.critic import explained_variance, value_loss
+from collab.objectives.debate import (absorb, debate_rewards, episode_rewards, influence_incentives, influence_rewards,
+                                      majority_of_others, majority_of_others_table, majority_vote, revision_incentives,
+                                      token_rewards)
+from collab.objectives.policy import clipped_surrogate, kl_k3, ratio_stats
+from collab.objectives.returns import (BASELINES, absorbing_reward, bellman_targets, chain, discounted_returns, gae,
+                                       group_advantages, mixed_rewards, normalize, num_inference_calls, td_errors,
+                                       td_targets)
+
+__all__ = [
+    "BASELINES", "absorb", "absorbing_reward", "bellman_targets", "chain", "clipped_surrogate", "debate_rewards",
+    "discounted_returns", "episode_rewards", "explained_variance", "gae", "group_advantages", "influence_incentives",
+    "influence_rewards", "kl_k3", "majority_of_others", "majority_of_others_table", "majority_vote", "mixed_rewards",
+    "normalize", "num_inference_calls", "ratio_stats", "revision_incentives", "td_errors", "td_targets",
+    "token_rewards", "value_loss",
+]
