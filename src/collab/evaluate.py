@@ -1,6 +1,6 @@
 """``python -m collab.evaluate --algo NAME [--ckpt_path CKPT | --adapters DIR] [options] [config overrides]``.
 
-Builds the team and environment exactly as ``collab.fit`` would (same ``conf/algo/NAME.yaml``, same
+Builds the team and environment exactly as ``collab.fit`` would (the same packaged configs, same
 ``--config`` and dotted overrides, e.g. ``--data.env coding``), loads trained weights if given, and
 runs :func:`collab.evaluation.heldout.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
 mean env info (reward components, cooperation schemes) for every environment. Without weights it

@@ -1,10 +1,16 @@
 """``python -m collab.fit --algo NAME [--config FILE] [--section.key value ...]``.
 
-Reads ``conf/algo/NAME.yaml`` (a complete, commented config) through ``LightningCLI``; every later
-argument overrides it (``--model.agent_lr 1e-5 --data.env matrix --trainer.max_steps 30``).
-``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the uninterrupted
-run; :mod:`collab.training.resume`). SIGTERM stops after the current rollout, saves, and exits with 143. Logs
-(TensorBoard) and checkpoints go under ``runs/<algo>/version_N/``. Bad input ends in one line on stderr and exit code 2.
+Reads the packaged configs (``conf/`` at the repository's top, shipped inside the package and read with
+``importlib.resources``, so the same from any directory and from an installed wheel): ``conf/algo/NAME.yaml``
+(the algorithm: a complete, commented config), ``conf/env/ENV.yaml`` (the data options of the run's env)
+and, where the algorithm has its own choice for that env, ``conf/algo/NAME/ENV.yaml``; then ``--config``
+files and the dotted overrides, later ones winning (``--model.agent_lr 1e-5 --data.env matrix
+--trainer.max_steps 30``). A ``./conf`` in the working directory is never read; the run says on stderr, once,
+which files it read. ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the
+uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops after the current rollout, saves, and exits
+with 143. Logs (TensorBoard), checkpoints and adapters go under ``runs/<algo>/version_N/``, or
+``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
+algorithm does not train on: :mod:`collab.training.checks_options`) ends in one line on stderr and exit code 2.
 
 Progress: on a terminal a rich bar counts optimizer steps out of ``max_steps`` with the reward and
 tokens/s; when stdout is not a terminal (a cluster job, a CI log) one plain line per rollout instead
