@@ -92,11 +92,10 @@ def run_collab(args) -> list[float]:
     import lightning as L
     import torch
 
-    from collab.algos.magrpo import MAGRPO
+    from collab.algos import data_from_config, from_config
     from collab.envs.base import AgentRole, Env, Score
     from collab.policy.models import BaseConfig
     from collab.policy.team import AgentSpec, LoraSpec, SamplingSpec
-    from collab.rollout.datamodule import RolloutDataModule
 
     class Prompts(Env):
         name = "prompts"
@@ -126,9 +125,10 @@ def run_collab(args) -> list[float]:
     L.seed_everything(0, verbose=False)
     lora = LoraSpec(r=LORA["r"], alpha=LORA["lora_alpha"], dropout=0.0, target_modules=list(LORA["target_modules"]))
     spec = AgentSpec(system_prompt=None, lora=lora, sampling=SamplingSpec(temperature=1.0, max_new_tokens=args.tokens))
-    module = MAGRPO(base=BaseConfig(name=args.model, gradient_checkpointing=args.gradient_checkpointing), agents=[spec], agent_lr=args.lr, num_generations=args.k,
-                    num_epochs=1, kl_coef=0.0, log_kl=False, normalize_std=True)
-    dm = RolloutDataModule(env="matrix", batch_size=args.prompts, seed=0, shuffle=False)
+    module = from_config("magrpo", base=BaseConfig(name=args.model, gradient_checkpointing=args.gradient_checkpointing),
+                         agents=[spec], agent_lr=args.lr, num_generations=args.k, num_epochs=1, kl_coef=0.0, log_kl=False,
+                         normalize_std=True)
+    dm = data_from_config("magrpo", env="matrix", batch_size=args.prompts, seed=0, shuffle=False)
     env = Prompts()
     dm.env = env
     dm.stream.tasks = list(env.tasks("train"))

@@ -1,6 +1,6 @@
 """``python -m collab.evaluate --algo NAME [--ckpt_path CKPT | --adapters DIR] [options] [config overrides]``.
 
-Builds the team and environment exactly as ``collab.fit`` would (same ``conf/algo/NAME.yaml``, same
+Builds the team and environment exactly as ``collab.fit`` would (the same packaged configs, same
 ``--config`` and dotted overrides, e.g. ``--data.env coding``), loads trained weights if given, and
 runs :func:`collab.evaluation.heldout.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
 mean env info (reward components, cooperation schemes) for every environment. Without weights it
@@ -72,7 +72,7 @@ def method_name(algo: str, baseline: str | None, weights: str | None) -> str:
 
 def load_weights(model, ckpt_path: str) -> int:
     """Load the trainable tensors of a ``collab.fit`` checkpoint into the built ``model``; their count."""
-    from collab.training.checks import match_checkpoint, read_checkpoint  # missing, truncated, not collab's, another team
+    from collab.training.checks_checkpoint import match_checkpoint, read_checkpoint  # missing, truncated, not collab's, another team
 
     checkpoint = read_checkpoint(ckpt_path)
     match_checkpoint(model, checkpoint, ckpt_path, complete=False)
@@ -102,7 +102,7 @@ def run(argv: list[str]) -> dict[str, float]:
     require(options.tasks_per_batch >= 1, f"--tasks_per_batch must be >= 1, got {options.tasks_per_batch}")
     require(options.split in ("train", "eval"), f"unknown --split {options.split!r}; valid: eval, train")
     if options.ckpt_path:
-        from collab.training.checks import read_checkpoint
+        from collab.training.checks_checkpoint import read_checkpoint
 
         read_checkpoint(options.ckpt_path)  # the file now; its tensors against the team once built
     if options.adapters and not Path(options.adapters).is_dir():

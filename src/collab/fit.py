@@ -1,10 +1,16 @@
 """``python -m collab.fit --algo NAME [--config FILE] [--section.key value ...]``.
 
-Reads ``conf/algo/NAME.yaml`` (a complete, commented config) through ``LightningCLI``; every later
-argument overrides it (``--model.agent_lr 1e-5 --data.env matrix --trainer.max_steps 30``).
-``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the uninterrupted
-run; :mod:`collab.training.resume`). SIGTERM stops after the current rollout, saves, and exits with 143. Logs
-(TensorBoard) and checkpoints go under ``runs/<algo>/version_N/``. Bad input ends in one line on stderr and exit code 2.
+Reads the packaged configs (``conf/`` at the repository's top, shipped inside the package and read with
+``importlib.resources``, so the same from any directory and from an installed wheel): ``conf/algo/NAME.yaml``
+(the algorithm: a complete, commented config), ``conf/env/ENV.yaml`` (the data options of the run's env)
+and, where the algorithm has its own choice for that env, ``conf/algo/NAME/ENV.yaml``; then ``--config``
+files and the dotted overrides, later ones winning (``--model.agent_lr 1e-5 --data.env matrix
+--trainer.max_steps 30``). A ``./conf`` in the working directory is never read; the run says on stderr, once,
+which files it read. ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the
+uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops after the current rollout, saves, and exits
+with 143. Logs (TensorBoard), checkpoints and adapters go under ``runs/<algo>/version_N/``, or
+``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
+algorithm does not train on: :mod:`collab.training.checks_options`) ends in one line on stderr and exit code 2.
 
 Progress: on a terminal a rich bar counts optimizer steps out of ``max_steps`` with the reward and
 tokens/s; when stdout is not a terminal (a cluster job, a CI log) one plain line per rollout instead
@@ -14,7 +20,6 @@ a progress bar named in the config's callbacks replaces them.
 
 from __future__ import annotations
 
-import os
 import sys
 from argparse import ArgumentError
 from pathlib import Path
@@ -24,14 +29,90 @@ from collab.errors import UserError, unknown
 DEFAULT_ALGO = "magrpo"
 
 
-def conf_dir() -> Path:
-    """``$COLLAB_CONF``, else ``./conf`` when it has algo configs, else the repository's ``conf/``."""
-    env = os.environ.get("COLLAB_CONF")
-    if env:
-        return Path(env)
-    if (Path.cwd() / "conf" / "algo").is_dir():
-        return Path.cwd() / "conf"
-    return Path(__file__).resolve().parents[2] / "conf"
+def packaged_conf() -> Path:
+    """The ``conf/`` shipped inside the package (the repository's top-level ``conf/``, mapped as package
+    data through ``src/collab/conf``), read with ``importlib.resources``: the same from any working
+    directory, from an editable install and from a wheel. A ``./conf`` is never looked at: a config of
+    one's own is named with ``--config``."""
+    from importlib.resources import as_file, files
+
+    root = files("collab") / "conf"
+    if isinstance(root, Path):
+        return root
+    global _extracted  # a zipped install: extract once, for the life of the process
+    if _extracted is None:
+        import atexit
+        from contextlib import ExitStack
+
+        stack = ExitStack()
+        atexit.register(stack.close)
+        _extracted = stack.enter_context(as_file(root))
+    return _extracted
+
+
+_extracted: Path | None = None
+
+
+def _arg_values(argv: list[str], option: str) -> list[tuple[int, str]]:
+    """``(position, value)`` of every ``--option VALUE`` and ``--option=VALUE`` in ``argv``."""
+    out = []
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            out.append((i, argv[i + 1]))
+        elif arg.startswith(option + "="):
+            out.append((i, arg.split("=", 1)[1]))
+    return out
+
+
+def _yaml_of(path: str | Path) -> dict:
+    """A config file's mapping, or ``{}`` when it is missing or malformed (the parser reports those)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run_env(algo_config: Path, argv: list[str]) -> str:
+    """The env the run trains on: the last ``--data.env`` or ``data.env`` of a ``--config`` in ``argv``
+    (later arguments win, as the parser has it), else the algorithm's config's."""
+    env = (_yaml_of(algo_config).get("data") or {}).get("env")
+    given = sorted(_arg_values(argv, "--data.env") + [(i, "--config " + v) for i, v in _arg_values(argv, "--config")])
+    for _, value in given:
+        if value.startswith("--config "):
+            data = _yaml_of(value.removeprefix("--config ")).get("data")
+            if isinstance(data, dict) and isinstance(data.get("env"), str):
+                env = data["env"]
+        else:
+            env = value
+    return env
+
+
+def config_files(algo: str, argv: list[str]) -> list[Path]:
+    """The packaged configs of a run, in order: ``conf/algo/ALGO.yaml`` (the algorithm), ``conf/env/ENV.yaml``
+    (the env's data options) and ``conf/algo/ALGO/ENV.yaml`` (the algorithm's own choice for that env, if it
+    has one: marft_a trains math on small_addition with the duo profile). ``argv`` comes after them."""
+    conf = packaged_conf()
+    algo_config = conf / "algo" / f"{algo}.yaml"
+    if not algo_config.is_file():
+        raise UserError(f"the packaged config of --algo {algo} is missing ({algo_config}); reinstall collab")
+    env = run_env(algo_config, argv)
+    files = [algo_config]
+    if isinstance(env, str) and (conf / "env" / f"{env}.yaml").is_file():
+        files.append(conf / "env" / f"{env}.yaml")
+        if (conf / "algo" / algo / f"{env}.yaml").is_file():
+            files.append(conf / "algo" / algo / f"{env}.yaml")
+    return files
+
+
+def describe_configs(files: list[Path], argv: list[str]) -> str:
+    """The one line that says which config files a run reads (packaged ones relative to ``conf/``)."""
+    conf = packaged_conf()
+    names = [f"{conf}/{f.relative_to(conf)}" if f == files[0] else str(f.relative_to(conf)) for f in files]
+    own = [v for _, v in _arg_values(argv, "--config")]
+    return "config: " + " + ".join(names + [f"--config {c}" for c in own])
 
 
 def split_algo(argv: list[str]) -> tuple[str, list[str]]:
@@ -56,19 +137,31 @@ def _cli(algo: str, argv: list[str]):
     from lightning.pytorch import Trainer
 
     from collab.algos import algo_registry
-    from collab.training.checks import CheckedCLI, hold_logs, option_names, parser_error
+    from collab.training.checks import CheckedCLI, hold_logs, note, parser_error
+    from collab.training.checks_options import (check_env_pair, check_old_names, given_options, option_names,
+                                                place_runs)
     from collab.rollout.datamodule import RolloutDataModule
+
+    from collab.training.checks_options import RUNS
 
     hold_logs()  # under report_errors; after Lightning's import, which gives its loggers their handlers
     registry = algo_registry()
     if algo not in registry:
         raise unknown("algo", algo, registry)
-    config = conf_dir() / "algo" / f"{algo}.yaml"
-    args = (["--config", str(config)] if config.is_file() else []) + argv
+    files = config_files(algo, argv)
+    check_env_pair(algo, run_env(files[0], argv))
+    check_old_names(argv)
+    note(describe_configs(files, argv))
+    args = [a for f in files for a in ("--config", str(f))] + argv
+    given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"))
 
     class CollabCLI(CheckedCLI):  # collab.training.checks: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint.")
+
+        def before_instantiate_classes(self) -> None:
+            super().before_instantiate_classes()
+            place_runs(self.config["trainer"], given["trainer.default_root_dir"], given["trainer.logger.init_args.save_dir"])
 
         def instantiate_trainer(self, **kwargs):
             add_progress_callback(self._get(self.config_init, "trainer", default={}))
@@ -77,7 +170,7 @@ def _cli(algo: str, argv: list[str]):
     try:
         return CollabCLI(registry[algo], RolloutDataModule, subclass_mode_model=False, run=False, args=args,
                          save_config_kwargs={"overwrite": True}, parser_kwargs={"exit_on_error": False},
-                         trainer_defaults={"default_root_dir": "runs"})
+                         trainer_defaults={"default_root_dir": RUNS})
     except ArgumentError as e:  # jsonargparse's multi-line report, as one line that keeps the reason
         options = option_names(("model", registry[algo]), ("data", RolloutDataModule), ("trainer", Trainer))
         raise UserError(parser_error(str(e), args, options)) from None
@@ -176,7 +269,7 @@ def fit(argv: list[str]) -> None:
     check_strategy(cli.trainer.strategy)
     ckpt = cli.config.get("ckpt_path")
     if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.training.checks)
-        from collab.training.checks import guard_resume
+        from collab.training.checks_checkpoint import guard_resume
 
         guard_resume(cli.model, ckpt)
     from lightning.pytorch.utilities.exceptions import SIGTERMException

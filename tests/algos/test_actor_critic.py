@@ -11,6 +11,7 @@ import statistics
 import pytest
 import torch
 
+from collab.algos import from_config
 from collab.algos.collm import CoLLM
 from collab.algos.ippo import IPPO
 from collab.algos.llm_critics import CriticSpec
@@ -98,7 +99,7 @@ def test_transitions_chain_histories_and_end_at_the_last_turn():
 def test_played_transitions_carry_the_behaviour_logprobs():
     env = TwoTurnEnv()
     torch.manual_seed(0)
-    module = CoLLM(base=TINY)
+    module = from_config("collm_cc", agents=None, base=TINY)
     module.build(env)
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train") * 2, 1, max_new_tokens=1)]
     items = transitions(episodes)
@@ -149,7 +150,7 @@ def test_minibatches_cover_every_transition_once_per_pass():
 ])
 def test_one_optimizer_moves_agents_and_critics_at_their_own_rates(critic, spec, names):
     torch.manual_seed(0)
-    module = CoLLM(base=TINY, critic=critic, critic_spec=spec, agent_lr=0.1, critic_lr=0.2)
+    module = from_config("collm_cc", agents=None, base=TINY, critic=critic, critic_spec=spec, agent_lr=0.1, critic_lr=0.2)
     module.build(TwoTurnEnv())
     groups = module.param_groups()
     assert [g["name"] for g in groups] == names
@@ -195,7 +196,7 @@ def test_collm_cc_actor_and_critic_use_td0_targets_of_the_team_reward():
     turn 0: y = 2 + 0.9 * 1.5 = 3.35, delta = 1.85;  turn 1 (last, no bootstrap): y = 4, delta = 2.5.
     Every agent's actor is weighted by the team's delta: actor loss = -2 delta at rho = 1."""
     env = FixedRewardEnv()
-    module = with_constant_critics(CoLLM(base=TINY, critic="centralized", gamma=GAMMA), env)
+    module = with_constant_critics(from_config("collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA), env)
     tr0, tr1 = one_episode(module, env)
     c = C[0]
     for tr, target in ((tr0, 2 + GAMMA * c), (tr1, 4.0)):
@@ -216,7 +217,7 @@ def test_collm_dc_critic_i_uses_agent_is_reward_and_weighs_agent_i():
     turn 0: delta = (1 + 0.9*1.5 - 1.5, 3 + 0.9*(-0.5) + 0.5) = (0.85, 3.05);
     turn 1: delta = (2 - 1.5, 6 + 0.5) = (0.5, 6.5). Actor loss = -(delta_1 + delta_2) at rho = 1."""
     env = FixedRewardEnv()
-    module = with_constant_critics(CoLLM(base=TINY, critic="decentralized", gamma=GAMMA), env)
+    module = with_constant_critics(from_config("collm_dc", agents=None, base=TINY, critic="decentralized", gamma=GAMMA), env)
     tr0, tr1 = one_episode(module, env)
     for tr, deltas in ((tr0, (0.85, 3.05)), (tr1, (0.5, 6.5))):
         _, stats = loss_of(module, [tr])
@@ -229,7 +230,7 @@ def test_collm_dc_critic_i_uses_agent_is_reward_and_weighs_agent_i():
 def test_collm_q_critic_bootstraps_from_the_next_joint_action_and_weighs_actors_by_q():
     """kind q: y = r + gamma Q(h_{t+1}, a_{t+1}) (the same numbers with a constant Q), actor weight Q = c."""
     env = FixedRewardEnv()
-    module = with_constant_critics(CoLLM(base=TINY, critic="centralized", gamma=GAMMA, critic_spec=CriticSpec(kind="q")), env)
+    module = with_constant_critics(from_config("collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA, critic_spec=CriticSpec(kind="q")), env)
     tr0, tr1 = one_episode(module, env)
     for tr, target in ((tr0, 2 + GAMMA * C[0]), (tr1, 4.0)):
         _, stats = loss_of(module, [tr])
@@ -245,7 +246,7 @@ def test_ippo_gae_advantages_and_returns_by_hand():
     agent 2: delta = (2.5 - 0.45 + 0.5, 5 + 0.5) = (2.55, 5.5);    A = (2.55 + 0.72*5.5, 5.5) = (6.51, 5.5)
     returns = A + V. Two episodes: each gets its own GAE (nothing leaks across the episode boundary)."""
     env = FixedRewardEnv()
-    module = with_constant_critics(IPPO(base=TINY, gamma=GAMMA, gae_lambda=0.8), env)
+    module = with_constant_critics(from_config("ippo", agents=None, base=TINY, gamma=GAMMA, gae_lambda=0.8), env)
     items = one_episode(module, env, count=2)
     assert len(items) == 4
     module.prepare(Experience(items))
@@ -264,7 +265,7 @@ def test_ippo_gae_advantages_and_returns_by_hand():
 def test_ippo_refuses_a_q_critic():
     """IPPO's GAE needs state values V(h_{i,t}); a Q-critic would be read without its actions."""
     with pytest.raises(UserError, match="kind"):
-        IPPO(base=TINY, critic_spec=CriticSpec(kind="q"))
+        from_config("ippo", agents=None, base=TINY, critic_spec=CriticSpec(kind="q"))
 
 
 # -- learning ------------------------------------------------------------------------------------------
@@ -281,7 +282,7 @@ def test_collm_cc_reaches_the_joint_optimum_of_table_1():
     The tiny model cannot put more than about 0.87 on A (seed 0): its final RMSNorm bounds the logit
     gap of A over B at sqrt(d) |(w_A - w_B) * g| = 1.93, so P(A) > 0.8 is close to that ceiling.
     Seeds 0-6 end at P(A) 0.83-0.88 for both agents (they start near 0.5)."""
-    module = CoLLM(base=BaseConfig(name="tiny", device="cpu", seed=0), critic="centralized", **HP)
+    module = from_config("collm_cc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="centralized", **HP)
     returns, env = train(module, seed=0, steps=40)
     probs = prob_of_first_option(module, env)
     assert all(p > 0.8 for p in probs), (probs, returns)
@@ -289,7 +290,7 @@ def test_collm_cc_reaches_the_joint_optimum_of_table_1():
 
 def test_collm_dc_reaches_the_joint_optimum_of_table_1():
     """CoLLM-DC (one critic per agent, Appendix B): 30 rollouts; seeds 0-6 end at P(A) 0.85-0.89."""
-    module = CoLLM(base=BaseConfig(name="tiny", device="cpu", seed=0), critic="decentralized", **HP)
+    module = from_config("collm_dc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="decentralized", **HP)
     returns, env = train(module, seed=0, steps=60)
     probs = prob_of_first_option(module, env)
     assert all(p > 0.75 for p in probs), (probs, returns)
@@ -297,7 +298,7 @@ def test_collm_dc_reaches_the_joint_optimum_of_table_1():
 
 def test_ippo_reaches_the_joint_optimum_of_table_1():
     """IPPO (decentralized critics, mixed rewards, GAE): 30 rollouts; seeds 0-6 end at P(A) 0.80-0.89."""
-    module = IPPO(base=BaseConfig(name="tiny", device="cpu", seed=0), **HP)
+    module = from_config("ippo", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), **HP)
     returns, env = train(module, seed=0, steps=60)
     probs = prob_of_first_option(module, env)
     assert all(p > 0.75 for p in probs), (probs, returns)
@@ -316,7 +317,7 @@ def test_collm_cc_learns_a_sparse_terminal_reward_through_its_critic():
     Seeds 0-6: mean return of the first 5 rollouts 0.39-0.54, of the last 5 0.82-0.88; P(A | h_0)
     0.83-0.88 for both agents."""
     env = TwoTurnEnv(reward=terminal_count)
-    module = CoLLM(base=BaseConfig(name="tiny", device="cpu", seed=0), critic="centralized", gamma=1.0, **HP)
+    module = from_config("collm_cc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="centralized", gamma=1.0, **HP)
     returns, env = train(module, env=env, seed=0, steps=40, batch_size=8)
     first, last = statistics.mean(returns[:5]), statistics.mean(returns[-5:])
     assert last > 0.75 and last - first > 0.25, returns

@@ -17,6 +17,7 @@ import lightning as L
 import pytest
 import torch
 
+from collab.algos import from_config
 from collab.policy.models import BaseConfig
 from tests.support import EarlySolveEnv, datamodule_for, quiet_fit
 
@@ -38,20 +39,16 @@ def make(algo: str, seed: int):
     base = BaseConfig(name="tiny", seed=seed)
     if algo == "magrpo":
         from collab.algos.magrpo import MAGRPO
-        return MAGRPO(base=base, agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False, normalize_std=True)
+        return from_config("magrpo", agents=None, base=base, agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False, normalize_std=True)
     if algo in ("collm_cc", "collm_dc"):
-        from collab.algos.collm import CoLLM
-        return CoLLM(base=base, agent_lr=1e-2, critic="centralized" if algo == "collm_cc" else "decentralized",
+        return from_config(algo, agents=None, base=base, agent_lr=1e-2, critic="centralized" if algo == "collm_cc" else "decentralized",
                      critic_lr=1e-2, num_epochs=1)
     if algo == "ippo":
-        from collab.algos.ippo import IPPO
-        return IPPO(base=base, agent_lr=1e-2, critic_lr=1e-2, num_epochs=1)
+        return from_config("ippo", agents=None, base=base, agent_lr=1e-2, critic_lr=1e-2, num_epochs=1)
     if algo == "marft_a":
-        from collab.algos.marft_a import MARFTA
-        return MARFTA(base=base, agent_lr=1e-2, critic_lr=1e-2, gamma=1.0, normalize_advantages=True)
+        return from_config("marft_a", agents=None, base=base, agent_lr=1e-2, critic_lr=1e-2, gamma=1.0, normalize_advantages=True)
     if algo == "marft_t":
-        from collab.algos.marft_t import MARFTT
-        return MARFTT(base=base, agent_lr=1e-2, critic_lr=1e-2, gamma=1.0, normalize_advantages=True)
+        return from_config("marft_t", agents=None, base=base, agent_lr=1e-2, critic_lr=1e-2, gamma=1.0, normalize_advantages=True)
     raise ValueError(algo)
 
 

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import torch
 
+from collab.algos import from_config
 from collab.algos.base import token_budget_chunks
 from collab.algos.magrpo import MAGRPO
 from collab.policy.models import BaseConfig
@@ -26,7 +27,7 @@ def test_micro_batches_accumulate_the_same_gradient():
     """Parts of one or two samples give the gradient (and loss) of one pass over the whole minibatch."""
     env = CountingEnv(2, 2)
     agents = [AgentSpec(choices=["A", "B"], sampling=SamplingSpec(temperature=1.0)) for _ in range(2)]
-    module = MAGRPO(base=BaseConfig(name="tiny"), agents=agents, num_generations=2, kl_coef=0.1)
+    module = from_config("magrpo", base=BaseConfig(name="tiny"), agents=agents, num_generations=2, kl_coef=0.1)
     module.build(env)
     torch.manual_seed(0)
     samples = module.rollout(env.tasks("train")).items

@@ -9,6 +9,7 @@ import statistics
 import pytest
 import torch
 
+from collab.algos import from_config
 from collab.algos.maporl import MAPoRL
 from collab.envs.debate.env import DebateEnv
 from collab.envs.debate.penalties import malformed, repetitive
@@ -72,12 +73,12 @@ def test_debate_rewards_add_definition_1_and_both_tables():
 # -- the rollout -------------------------------------------------------------------------------------------------
 def test_fresh_module_gives_every_token_its_answers_reward(seven):
     """Before any update the adapters are zero, so pi_old = pi_ref and the KL rewards vanish; the value heads
-    start at zero. With gae_gamma = lambda = 1 every token's advantage is then the sum of the rewards after
+    start at zero. With token_gamma = lambda = 1 every token's advantage is then the sum of the rewards after
     it, i.e. the answer's reward R: the advantages and returns are R at every token."""
     torch.manual_seed(0)
     env = seven_env(seven)
-    module = MAPoRL(base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=5)) for _ in range(2)],
-                    gae_gamma=1.0, gae_lambda=1.0, kl_coef=0.5)
+    module = from_config("maporl", base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=5)) for _ in range(2)],
+                    token_gamma=1.0, gae_lambda=1.0, kl_coef=0.5)
     module.build(env)
     batch = module.prepare(module.rollout(env.tasks("train")[:2]))
     responses = batch.items
@@ -126,7 +127,7 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
     """theta_ta: 2 agents x 2 turns = 4 adapters and 4 value heads; role a at turn t is member 2t + a. With
     train_from_turn = 2 only the turn-2 members learn; the turn-1 adapters stay as they were."""
     env = seven_env(seven)
-    module = MAPoRL(base=TINY, agents=one_token(2), per_turn=True, train_from_turn=2, agent_lr=1e-2)
+    module = from_config("maporl", base=TINY, agents=one_token(2), per_turn=True, train_from_turn=2, agent_lr=1e-2)
     module.build(env)
     assert len(module.team) == 4 and len(module.value_heads) == 4
     assert [[module.team.acting(t, a) for a in range(2)] for t in range(3)] == [[0, 1], [2, 3], [2, 3]]
@@ -142,7 +143,7 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
 
 def test_kl_to_the_reference_grows_once_the_adapters_move(seven):
     env = seven_env(seven)
-    module = MAPoRL(base=TINY, agents=one_token(2), agent_lr=5e-2, num_epochs=2)
+    module = from_config("maporl", base=TINY, agents=one_token(2), agent_lr=5e-2, num_epochs=2)
     module.build(env)
     logged = []
     original = module.prepare
@@ -156,16 +157,16 @@ def test_maporl_needs_a_debate():
     from collab.envs.matrix import MatrixEnv
 
     with pytest.raises(UserError, match="use --data.env debate"):
-        MAPoRL(base=TINY).build(MatrixEnv())
+        from_config("maporl", agents=None, base=TINY).build(MatrixEnv())
 
 
 def test_bad_options_are_one_line_errors():
     with pytest.raises(UserError, match="model.gamma must be in"):
-        MAPoRL(base=TINY, gamma=1.5)
+        from_config("maporl", agents=None, base=TINY, gamma=1.5)
     with pytest.raises(UserError, match="model.train_from_turn must be >= 1"):
-        MAPoRL(base=TINY, train_from_turn=0)
+        from_config("maporl", agents=None, base=TINY, train_from_turn=0)
     with pytest.raises(UserError, match="model.alpha1 must be >= 0"):
-        MAPoRL(base=TINY, alpha1=-0.1)
+        from_config("maporl", agents=None, base=TINY, alpha1=-0.1)
 
 
 # -- learning ----------------------------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def test_maporl_debaters_learn_the_right_answer(seven):
     return is the sum over both turns of the agents' mean score (at most 2).
 
     Seeds 0-4: mean return of the first 5 rollouts 1.38-1.50, of the last 5 1.68-1.84."""
-    module = MAPoRL(base=BaseConfig(name="tiny", device="cpu", seed=0), agents=one_token(2), agent_lr=2e-2,
+    module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", seed=0), agents=one_token(2), agent_lr=2e-2,
                     num_epochs=2, kl_coef=0.0)
     returns, _ = train(module, env=seven_env(seven), seed=0, steps=40, batch_size=8)
     assert statistics.mean(returns[-5:]) > statistics.mean(returns[:5]) + 0.15, returns
@@ -188,7 +189,7 @@ def test_evaluation_reports_the_majority_vote_of_every_turn(seven):
     from collab.objectives import majority_vote
 
     env = seven_env(seven, agents=3, horizon=2)
-    module = MAPoRL(base=TINY, agents=[AgentSpec(choices=["7", "3", "5"]) for _ in range(3)])
+    module = from_config("maporl", base=TINY, agents=[AgentSpec(choices=["7", "3", "5"]) for _ in range(3)])
     module.build(env)
     torch.manual_seed(0)
     metrics, episodes = evaluate(module.team, env, env.tasks("eval"), num_samples=3, ks=[1], max_new_tokens=1)
@@ -205,7 +206,7 @@ def test_qlora_base_rollout_and_update(seven):
     """Section 4.2's setting on the CPU: a 4-bit (NF4, bitsandbytes) base with LoRA agents; the reference is the
     quantized base with adapters off, the value heads read its features, and one update moves the adapters."""
     env = seven_env(seven)
-    module = MAPoRL(base=BaseConfig(name="tiny", device="cpu", quantization="4bit"), agents=one_token(2), agent_lr=1e-2)
+    module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", quantization="4bit"), agents=one_token(2), agent_lr=1e-2)
     module.build(env)
     assert any("4bit" in type(m).__name__ for m in module.team.model_of(0).modules())
     before = [adapters(module, m) for m in range(2)]
@@ -216,7 +217,7 @@ def test_qlora_base_rollout_and_update(seven):
 def test_micro_batches_accumulate_the_same_gradient(seven):
     """The update's backward in micro-batches of 1 response gives the gradient of one pass over all of them."""
     env = seven_env(seven)
-    module = MAPoRL(base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=4)) for _ in range(2)],
+    module = from_config("maporl", base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=4)) for _ in range(2)],
                     entropy_coef=0.01)
     module.build(env)
     torch.manual_seed(0)
@@ -331,24 +332,24 @@ def test_format_penalty_replaces_the_score_before_definition_1(seven):
     -10, so every Definition 1 reward is -10; without the penalty the rewards stay in [0, 1]."""
     env = seven_env(seven)
     torch.manual_seed(0)
-    module = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2)
+    module = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2)
     module.build(env)
     experience = module.rollout(env.tasks("train")[:2])
     assert [r.reward for r in experience.items] == [pytest.approx(-10.0)] * 8
     assert experience.stats["train/malformed"] == 1.0
-    plain = MAPoRL(base=TINY, agents=one_token(2), format_penalty=-10.0)  # "7" and "3" both parse: no penalty
+    plain = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0)  # "7" and "3" both parse: no penalty
     plain.build(env)
     experience = plain.rollout(env.tasks("train")[:2])
     assert experience.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in experience.items)
     with pytest.raises(UserError, match="model.max_repeats"):
-        MAPoRL(base=TINY, max_repeats=0)
+        from_config("maporl", agents=None, base=TINY, max_repeats=0)
 
 
 def test_rollout_trains_only_the_played_turns(seven):
     """With the env's stop_on_consensus, a debate whose turn-1 answers agree has one played turn: only its 2 answers
     are trained, with the rewards of the extended table (agreement on 7: 1 each; on 3: 0 each)."""
     env = DebateEnv(dataset=seven, agents=2, horizon=2, train_split="[0:4]", eval_split="[0:4]", stop_on_consensus=True)
-    module = MAPoRL(base=TINY, agents=one_token(2))
+    module = from_config("maporl", base=TINY, agents=one_token(2))
     module.build(env)
     torch.manual_seed(0)
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train"), 1, 4)]

@@ -10,8 +10,7 @@ import statistics
 import pytest
 import torch
 
-from collab.algos.marft_a import MARFTA
-from collab.algos.marft_t import MARFTT
+from collab.algos import from_config
 from collab.policy.mlp_head import CriticHead, base_features
 from collab.envs.base import AgentRole, Env, Score
 from collab.errors import UserError
@@ -58,7 +57,7 @@ def test_gae_along_the_chain_of_three_agents_over_two_steps():
 
 def test_marft_a_prepare_runs_gae_across_agents_and_steps():
     """MARFTA.prepare on a played 2-agent, 2-turn episode equals gae() on the hand-built chain."""
-    module = MARFTA(base=TINY, gamma=0.9, gae_lambda=0.5)
+    module = from_config("marft_a", agents=None, base=TINY, gamma=0.9, gae_lambda=0.5)
     env = TwoTurnEnv()
     module.build(env)
     torch.manual_seed(0)
@@ -100,8 +99,8 @@ def test_marft_t_with_one_token_actions_is_marft_a():
     """When every response is one token, the token chain is the agent chain: identical advantages."""
     env = TwoTurnEnv()
     results, values, head = [], [], None
-    for cls in (MARFTA, MARFTT):
-        module = cls(base=TINY, gamma=0.9, gae_lambda=0.7)
+    for algo in ("marft_a", "marft_t"):
+        module = from_config(algo, agents=None, base=TINY, gamma=0.9, gae_lambda=0.7)
         module.build(env)
         if head is None:
             with torch.no_grad():
@@ -135,7 +134,7 @@ def test_clipped_surrogate_by_hand():
 def test_marft_a_actor_loss_is_eq2_mean_over_agents_and_steps():
     """Two turns x two agents: old log-probs set so the ratios are 1.5, 0.7, 0.5, 1.5 and advantages 2, 2, -1, -1;
     Eq. 2's loss is -(1/nT) sum min(r A, clip(r) A) = (-2.4 - 1.4 + 0.8 + 1.5) / 4 = -0.375."""
-    module = MARFTA(base=TINY)
+    module = from_config("marft_a", agents=None, base=TINY)
     env = TwoTurnEnv()
     module.build(env)
     torch.manual_seed(0)
@@ -166,7 +165,7 @@ def test_huber_value_loss_by_hand():
 
 # -- the central critic --------------------------------------------------------------------------------
 def test_critic_features_ignore_the_agents_adapters_and_only_the_head_trains():
-    module = MARFTA(base=TINY)
+    module = from_config("marft_a", agents=None, base=TINY)
     env = TwoTurnEnv()
     module.build(env)
     team = module.team
@@ -275,7 +274,7 @@ def changed(before, module, i):
 
 def test_critic_warmup_round_robin_and_early_stop():
     env = TwoTurnEnv()
-    module = MARFTA(base=TINY, critic_warmup=1, agent_schedule="round_robin", agent_lr=1e-2, critic_lr=1e-2)
+    module = from_config("marft_a", agents=None, base=TINY, critic_warmup=1, agent_schedule="round_robin", agent_lr=1e-2, critic_lr=1e-2)
     train_steps = []
 
     original = module.update
@@ -292,7 +291,7 @@ def test_critic_warmup_round_robin_and_early_stop():
     train(module, env=env, seed=0, steps=3, batch_size=4)
     assert train_steps == [([False, False], True), ([True, False], True), ([False, True], True)]
 
-    stopper = MARFTA(base=TINY, target_kl=1e-9, num_epochs=3, minibatch_size=1, agent_lr=5e-2)
+    stopper = from_config("marft_a", agents=None, base=TINY, target_kl=1e-9, num_epochs=3, minibatch_size=1, agent_lr=5e-2)
     logged = []
     original_stop = stopper.update
     stopper.update = lambda batch: logged.append(original_stop(batch)) or logged[-1]
@@ -335,7 +334,7 @@ def test_marft_a_credits_the_first_agent_through_the_chain():
     Seeds 0-4: mean return of the first 5 rollouts 0.25-0.73, of the last 5 0.80-0.90. With
     ``dependency: none`` agent 2's observation lacks a^1 and the same seeds end anywhere in 0.15-0.95
     (agent 1's advantages carry no information about its action), so that run is not asserted."""
-    module = MARFTA(base=BaseConfig(name="tiny", device="cpu", seed=0), agent_lr=1e-2, critic_lr=3e-3, num_epochs=2,
+    module = from_config("marft_a", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), agent_lr=1e-2, critic_lr=3e-3, num_epochs=2,
                     gamma=1.0, gae_lambda=0.0, entropy_coef=0.0)
     returns, _ = train(module, env=SenderEnv(), seed=0, steps=80, batch_size=8)
     assert statistics.mean(returns[-5:]) > 0.75, returns

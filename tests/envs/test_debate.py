@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from collab.algos import data_from_config
 from collab.envs import make_env
 from collab.envs.debate import datasets as nli
 from collab.envs.debate.env import DebateEnv, consensus
@@ -13,7 +14,6 @@ from collab.envs.debate.prompts import first_prompt, system_prompt
 from collab.envs.debate.verifier import RuleVerifier
 from collab.errors import UserError
 from collab.envs.debate.learned_verifier import LearnedVerifier, VerifierExample, label_examples, main
-from collab.rollout.datamodule import RolloutDataModule
 
 PROBLEMS = [
     {"problem": "What is 2 + 3?", "answer": "5"},
@@ -384,7 +384,7 @@ def test_learned_verifier_fits_and_roundtrips(tiny_verifier, tiny_tokenizer, tmp
     assert rebuilt.score(list(questions), list(answers)) == pytest.approx(after, rel=1e-4)
 
     # the env's rewards are the learned verifier's scores; memory["correct"] stays the rule verdict
-    env = RolloutDataModule(env="debate", env_options={"dataset": local, "train_split": "[:2]", "eval_split": "[2:]",
+    env = data_from_config("magrpo", env="debate", env_options={"dataset": local, "train_split": "[:2]", "eval_split": "[2:]",
                                                        "verifier": str(folder), "verifier_device": "cpu"}).env
     task = env.tasks("train")[0]  # What is 2 + 3?
     result = env.step(env.reset(task), [SEPARABLE[0][1], SEPARABLE[1][1]])

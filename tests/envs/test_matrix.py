@@ -5,12 +5,12 @@ import lightning as L
 import pytest
 import torch
 
+from collab.algos import data_from_config, from_config
 from collab.algos.magrpo import MAGRPO
 from collab.envs import make_env
 from collab.envs.matrix.env import parse_choice, utilities
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
-from collab.rollout.datamodule import RolloutDataModule
 from tests.support import quiet_fit
 from tests.support import prob_of_first_option
 
@@ -56,8 +56,8 @@ def test_unknown_preset():
 def train_matrix(preset: str, seed: int, steps: int = 30) -> list[float]:
     """MAGRPO with the tiny model: 4 episodes x K=4 per rollout, one update each, lr 1e-2."""
     L.seed_everything(seed, verbose=False)
-    dm = RolloutDataModule(env="matrix", env_options={"preset": preset}, batch_size=4, seed=seed)
-    module = MAGRPO(base=BaseConfig(name="tiny", seed=seed), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
+    dm = data_from_config("magrpo", env="matrix", env_options={"preset": preset}, batch_size=4, seed=seed)
+    module = from_config("magrpo", agents=None, base=BaseConfig(name="tiny", seed=seed), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
     quiet_fit(module, dm, steps)
     return prob_of_first_option(module, dm.env)
 
@@ -81,13 +81,13 @@ def test_a_rollout_without_signal_still_counts_toward_max_steps():
     from collab.policy.team import AgentSpec, SamplingSpec
 
     L.seed_everything(0, verbose=False)
-    dm = RolloutDataModule(env="matrix", batch_size=1)
+    dm = data_from_config("magrpo", env="matrix", batch_size=1)
     greedy = [AgentSpec(sampling=SamplingSpec(temperature=0.0)) for _ in range(2)]
-    module = MAGRPO(base=BaseConfig(name="tiny"), agents=greedy, num_generations=2, log_kl=False)
+    module = from_config("magrpo", base=BaseConfig(name="tiny"), agents=greedy, num_generations=2, log_kl=False)
     before = None
     trainer = quiet_fit(module, dm, 3)
     assert trainer.global_step == 3 and module.rollouts == 3
-    before = MAGRPO(base=BaseConfig(name="tiny"), agents=greedy, num_generations=2)
+    before = from_config("magrpo", base=BaseConfig(name="tiny"), agents=greedy, num_generations=2)
     before.build(dm.env)
     for (name, p), (_, q) in zip(module.team.named_parameters(), before.team.named_parameters()):
         if "lora_B" in name:
@@ -99,10 +99,10 @@ def test_single_agent_grpo_learns_the_rewarded_option():
     from tests.support import CountingEnv
 
     L.seed_everything(0, verbose=False)
-    dm = RolloutDataModule(env="matrix", batch_size=4)
+    dm = data_from_config("magrpo", env="matrix", batch_size=4)
     dm.env = CountingEnv(1, 1)
     dm.stream.tasks = list(dm.env.tasks("train"))
-    module = MAGRPO(base=BaseConfig(name="tiny"), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
+    module = from_config("magrpo", agents=None, base=BaseConfig(name="tiny"), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
     quiet_fit(module, dm, 20)
     assert len(module.team) == 1
     assert prob_of_first_option(module, dm.env)[0] > 0.8

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from collab.algos import from_config
 from collab.training.callbacks import EvaluationCallback, RolloutBar, RolloutLines, progress_callback
 from collab.envs import make_env
 from collab.evaluation.heldout import MeanSE, mean_se, task_scores
@@ -130,13 +131,12 @@ def test_task_scores_average_each_tasks_samples():
 
 
 def test_greedy_evaluation_on_the_tiny_team_is_repeatable_and_restores_sampling(one_thread):
-    from collab.algos.marft_a import MARFTA
     from collab.policy.models import BaseConfig
     from collab.policy.team import AgentSpec, SamplingSpec
 
     env = make_env("math", dataset="addition", profile="duo", horizon=1, num_eval=4)
     agents = [AgentSpec(sampling=SamplingSpec(temperature=1.0, max_new_tokens=6)) for _ in range(2)]
-    module = MARFTA(base=BaseConfig(name="tiny"), agents=agents, critic_lr=1e-3)
+    module = from_config("marft_a", base=BaseConfig(name="tiny"), agents=agents, critic_lr=1e-3)
     module.build(env)
     trainer = SimpleNamespace(global_step=0, loggers=[], callback_metrics={}, is_global_zero=False, log_dir=None)
     callback = EvaluationCallback(num_samples=1, ks=[1], greedy=True)

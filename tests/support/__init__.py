@@ -9,6 +9,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from collab.algos import data_from_config
 from collab.envs.base import AgentRole, Env, Score
 from collab.rollout.datamodule import RolloutDataModule
 
@@ -83,7 +84,7 @@ def prob_of_first_option(module, env) -> list[float]:
 def train(module, env_name="matrix", env=None, seed=0, steps=40, batch_size=4) -> tuple[list[float], object]:
     """Fit ``module`` for ``steps`` optimizer steps; returns each rollout's mean return and the env."""
     L.seed_everything(seed, verbose=False)
-    dm = RolloutDataModule(env=env_name, batch_size=batch_size, seed=seed)
+    dm = data_from_config("magrpo", env=env_name, batch_size=batch_size, seed=seed)
     if env is not None:
         dm.env = env
         dm.stream.tasks = list(env.tasks("train"))
@@ -224,7 +225,7 @@ def datamodule_for(env, batch_size: int = 4, seed: int = 0):
     """A RolloutDataModule playing ``env`` (an Env object, e.g. a test environment)."""
     from collab.rollout.datamodule import RolloutDataModule, TaskStream
 
-    dm = RolloutDataModule(env="matrix", batch_size=batch_size, seed=seed)
+    dm = data_from_config("magrpo", env="matrix", batch_size=batch_size, seed=seed)
     dm.env = env
     dm.stream = TaskStream(env.tasks("train"), batch_size, True, seed)
     return dm

@@ -171,7 +171,7 @@ CASES = [
         valid=r"> 0"),
     fit("critic_lr_collm", "--algo", "collm_cc", *TINY, *MATRIX, "--model.critic_lr", "-1", option="model.critic_lr",
         valid=r"> 0"),
-    fit("value_lr", "--algo", "maporl", *TINY, "--model.value_lr", "0", option="model.value_lr", valid=r"> 0"),
+    fit("critic_lr", "--algo", "maporl", *TINY, "--model.critic_lr", "0", option="model.critic_lr", valid=r"> 0"),
     fit("critic_spec_lr", "--algo", "ippo", *TINY, *MATRIX, "--model.critic_spec.lr", "0", option="model.critic_spec.lr",
         valid=r"> 0, or null"),
     fit("critic_spec_lora_r", "--algo", "collm_dc", *TINY, *MATRIX, "--model.critic_spec.lora.r", "0",
@@ -190,6 +190,11 @@ CASES = [
     fit("max_new_tokens", "--algo", "magrpo", *TINY, *MATRIX, "--model.max_new_tokens", "0",
         option="model.max_new_tokens", valid=r">= 1"),
     fit("gamma", "--algo", "ippo", *TINY, *MATRIX, "--model.gamma", "1.5", option="model.gamma", valid=r"in \[0, 1\]"),
+    fit("old_name", "--algo", "magrpo", *TINY, *MATRIX, "--model.advantage_clip", "0.1", option="model.advantage_clip",
+        valid=r"renamed model\.clip"),
+    fit("env_pair", "--algo", "maporl", *TINY, "--data.env", "math", option="--algo maporl", valid=r"supports: debate"),
+    evaluate("eval_old_name", "--algo", "marft_a", *TINY, "--model.value_loss_coef", "1", option="model.value_loss_coef",
+             valid=r"renamed model\.value_coef"),
     fit("num_turns", "--algo", "magrpo", *TINY, "--data.env", "matrix", "--data.num_turns", "0", option="data.num_turns",
         valid=r">= 1"),
     fit("trainer_devices", "--algo", "magrpo", *TINY, *MATRIX, "--trainer.devices", "0", option="trainer.devices",
@@ -281,7 +286,7 @@ CASES = [
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLLAB_CONF": str(ROOT / "conf"),
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"),
             "TOKENIZERS_PARALLELISM": "false"}
 
 

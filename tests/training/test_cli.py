@@ -14,7 +14,7 @@ TINY = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu"]
 
 
 def fit(*args, cwd, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLLAB_CONF": str(ROOT / "conf")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run([sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -27,7 +27,8 @@ def one_error_line(result) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("config", sorted((ROOT / "conf").rglob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("config", sorted(ROOT.glob("conf/algo/*.yaml")) + sorted(ROOT.glob("conf/presets/*.yaml")),
+                         ids=lambda p: p.name)
 def test_every_shipped_config_parses(config, tmp_path, monkeypatch, capsys):
     from collab.algos import algo_registry
     from collab.fit import main
@@ -35,7 +36,6 @@ def test_every_shipped_config_parses(config, tmp_path, monkeypatch, capsys):
     # conf/algo/NAME.yaml and conf/presets/NAME_*.yaml: the longest algo name the file name starts with.
     algo = max((a for a in algo_registry() if config.stem == a or config.stem.startswith(a + "_")), key=len)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLLAB_CONF", str(ROOT / "conf"))
     with pytest.raises(SystemExit) as exit_:  # in-process: --print_config exits after printing
         main(["--algo", algo, "--config", str(config), "--print_config"])
     assert exit_.value.code in (0, None)
@@ -95,7 +95,9 @@ def test_unknown_profile(tmp_path):
 
 
 def test_bad_value_type(tmp_path):
-    one_error_line(fit("--algo", "magrpo", "--model.num_generations", "four", cwd=tmp_path))
+    """A value of the wrong type: the line names the option, the type it takes and the value given."""
+    line = one_error_line(fit("--algo", "magrpo", "--model.num_generations", "four", cwd=tmp_path))
+    assert line == "error: --model.num_generations: expected an integer or null, got 'four'", line
 
 
 def test_fit_writes_logs_and_adapters_and_resumes(tmp_path):
@@ -147,7 +149,9 @@ def test_default_main_job_evaluates_at_least_64_problems_before_and_after():
     split of the math env (64 problems or more; the slow run below cuts it to 8 to stay short)."""
     from collab.envs import make_env
 
-    config = yaml.safe_load((ROOT / "conf" / "algo" / "marft_a.yaml").read_text())
+    from collab.algos.configured import algo_config
+
+    config = algo_config("marft_a")  # conf/algo/marft_a.yaml, conf/env/math.yaml, conf/algo/marft_a/math.yaml
     evaluation = [c["init_args"] for c in config["trainer"]["callbacks"] if c["class_path"].endswith("EvaluationCallback")]
     assert len(evaluation) == 1 and evaluation[0]["at_start"] and evaluation[0].get("max_tasks") is None
     env = make_env(config["data"]["env"], **config["data"]["env_options"])

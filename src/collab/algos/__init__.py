@@ -2,9 +2,15 @@
 
 ``collm_cc`` and ``collm_dc`` are the same class (:class:`~collab.algos.collm.CoLLM`); their configs
 (``conf/algo/collm_cc.yaml``, ``collm_dc.yaml``) set ``model.critic`` to centralized / decentralized.
+The classes' options have no defaults: :func:`from_config` and :func:`data_from_config` build a module and
+a datamodule from the packaged configs (:mod:`collab.algos.configured`).
 """
 
 from __future__ import annotations
+
+from collab.algos.configured import data_from_config, from_config
+
+__all__ = ["ALGO_ENVS", "algo_envs", "algo_registry", "data_from_config", "from_config"]
 
 
 def algo_registry() -> dict[str, type]:
@@ -17,3 +23,14 @@ def algo_registry() -> dict[str, type]:
 
     return {"magrpo": MAGRPO, "collm_cc": CoLLM, "collm_dc": CoLLM, "ippo": IPPO, "marft_a": MARFTA, "marft_t": MARFTT,
             "maporl": MAPoRL}
+
+
+def algo_envs(algo: str) -> tuple[str, ...]:
+    """The envs ``--algo algo`` trains on (``--data.env`` refuses the others)."""
+    from collab.envs import env_names
+
+    return ALGO_ENVS.get(algo, tuple(env_names()))
+
+
+ALGO_ENVS: dict[str, tuple[str, ...]] = {"maporl": ("debate",)}
+"""Algorithms that train on some envs only (the others train on every env)."""

@@ -8,7 +8,7 @@ of minibatches over the transitions; each minibatch computes the algorithm's act
 rate) and the critics (``critic_lr``) together: the critic is updated once per minibatch, not once per agent.
 
 The actor loss is the PPO-clipped form of equations 2 and 4 (rho clipped to [1 - eps, 1 + eps] with
-eps = ``advantage_clip``), each agent's loss the mean over its samples, summed over agents (as MAGRPO).
+eps = ``clip``), each agent's loss the mean over its samples, summed over agents (as MAGRPO).
 """
 
 from __future__ import annotations
@@ -24,25 +24,24 @@ from collab.rollout.experience import Batch, Experience, Normalizers, Transition
 
 
 class ActorCritic(CollabModule):
-    def __init__(self, *args, critic: str = "centralized", critic_spec: CriticSpec | None = None,
-                 critic_lr: float = 1e-4, gamma: float = 1.0, advantage_clip: float = 0.2, num_epochs: int = 4,
-                 minibatch_size: int | None = None, **kwargs) -> None:
+    def __init__(self, *, critic: str, critic_spec: CriticSpec, critic_lr: float, gamma: float, clip: float,
+                 num_epochs: int, minibatch_size: int | None, **kwargs) -> None:
         """
         Args:
             critic: centralized (one critic on the joint history, CoLLM-CC) | decentralized (one per agent).
             critic_spec: The critics' base, LoRA, kind (v | q), global information, parameter sharing.
             critic_lr: Learning rate of the critics' adapters and heads.
             gamma: Discount of the TD targets.
-            advantage_clip: PPO clip range eps of the importance ratio (CoLLM Appendix C: 0.2).
+            clip: PPO clip range eps of the importance ratio (CoLLM Appendix C's "advantage clip": 0.2).
             num_epochs: Passes over the rollout's transitions (E).
             minibatch_size: Transitions per update; None: all of them.
         """
-        super().__init__(*args, **kwargs)
-        require_ranges(locals(), unit=("gamma",), positive=("critic_lr", "advantage_clip"),
+        super().__init__(**kwargs)
+        require_ranges(locals(), unit=("gamma",), positive=("critic_lr", "clip"),
                        counts=("num_epochs", "minibatch_size"), choices={"critic": MODES})
-        self.critic_mode, self.critic_spec, self.critic_lr = critic, critic_spec or CriticSpec(), critic_lr
+        self.critic_mode, self.critic_spec, self.critic_lr = critic, critic_spec, critic_lr
         check_critic_spec(self.critic_spec)
-        self.gamma, self.advantage_clip, self.num_epochs, self.minibatch_size = gamma, advantage_clip, num_epochs, minibatch_size
+        self.gamma, self.clip, self.num_epochs, self.minibatch_size = gamma, clip, num_epochs, minibatch_size
         self.critics: Critics | None = None
 
     def build_extra(self, env) -> None:
@@ -79,8 +78,8 @@ class ActorCritic(CollabModule):
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old = torch.tensor([c.logprob for c in completions], dtype=logprobs.dtype, device=logprobs.device)
         adv = advantages.detach().reshape(-1).to(logprobs)
-        per_sample = clipped_surrogate(logprobs, old, adv, self.advantage_clip).view(len(minibatch), n)
-        return per_sample.mean(0).sum(), ratio_stats(logprobs, old, self.advantage_clip)
+        per_sample = clipped_surrogate(logprobs, old, adv, self.clip).view(len(minibatch), n)
+        return per_sample.mean(0).sum(), ratio_stats(logprobs, old, self.clip)
 
     def rewards_of(self, minibatch: list[Transition]) -> torch.Tensor:
         """``[B, n_critics]``: each critic's reward; a centralized critic learns the team's mean reward. An

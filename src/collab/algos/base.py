@@ -98,10 +98,12 @@ class CollabModule(L.LightningModule):
     minibatch_size: int | None = None
     """Items per optimizer update; None: the whole experience."""
 
-    def __init__(self, base: BaseConfig | None = None, agents: list[AgentSpec] | None = None, agent_lr: float = 5e-6,
-                 max_new_tokens: int = 128, max_grad_norm: float = 1.0, log_samples_every: int = 10,
-                 micro_batch_tokens: int | None = None, engine: str = "torch", engine_options: dict | None = None) -> None:
-        """
+    def __init__(self, *, base: BaseConfig, agents: list[AgentSpec] | None, agent_lr: float, max_new_tokens: int,
+                 max_grad_norm: float, log_samples_every: int, micro_batch_tokens: int | None, engine: str,
+                 engine_options: dict | None) -> None:
+        """Every option is keyword-only and has no default here: ``conf/algo/NAME.yaml`` holds each value once
+        (``python -m collab.fit`` reads it; :func:`collab.algos.from_config` builds a module from it in Python).
+
         Args:
             base: The agents' shared base model.
             agents: One spec per environment role (LoRA, sampling, learning rate), or None for the roles' defaults.
@@ -130,7 +132,7 @@ class CollabModule(L.LightningModule):
         self.engine, self.engine_options = engine, vllm_options(engine_options) if engine == "vllm" else None
         check_engine(engine)
         self.micro_batch_tokens = micro_batch_tokens
-        self.base = base or BaseConfig()
+        self.base = base
         self.base.validate()
         self.agent_specs = agents
         self.agent_lr, self.max_new_tokens = agent_lr, max_new_tokens

@@ -25,8 +25,8 @@ from collab.rollout.experience import Batch, Experience, Normalizers, Transition
 
 
 class IPPO(ActorCritic):
-    def __init__(self, *args, gae_lambda: float = 0.95, own_reward_weight: float = 0.5,
-                 value_clip: float | None = 0.2, normalize_advantages: bool = True, **kwargs) -> None:
+    def __init__(self, *, gae_lambda: float, own_reward_weight: float, value_clip: float | None,
+                 normalize_advantages: bool, **kwargs) -> None:
         """
         Args:
             gae_lambda: GAE lambda (1: Monte Carlo returns, 0: TD(0) errors).
@@ -34,8 +34,10 @@ class IPPO(ActorCritic):
             value_clip: PPO value clipping around the rollout-time values (None: off).
             normalize_advantages: Normalize advantages over each minibatch.
         """
+        require(kwargs.get("critic", "decentralized") == "decentralized",
+                f"IPPO's critics are decentralized (one per agent); model.critic must be decentralized, got {kwargs.get('critic')!r}")
         kwargs["critic"] = "decentralized"
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
         require(0 <= gae_lambda <= 1, f"model.gae_lambda must be in [0, 1], got {gae_lambda}")
         require(0 <= own_reward_weight <= 1, f"model.own_reward_weight must be in [0, 1], got {own_reward_weight}")
         require(self.critic_spec.kind == "v",

@@ -8,7 +8,7 @@ Per training step:
    the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std.
 3. ``num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, CoLLM Eq. 1:
    grad = rho_{i,t} grad log pi_i(a_{i,t} | h_{i,t}) (G - b), with rho the sequence-level ratio
-   pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``advantage_clip``, Appendix C's
+   pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``clip``, Appendix C's
    "advantage clip"), an optional KL penalty to the reference (adapters disabled; 0 in the papers).
 
 Each agent's loss is the mean over its own samples in the minibatch; the minibatch loss is the sum over
@@ -46,11 +46,10 @@ def set_group_advantages(samples: list[Decision], baseline: str = "mean", normal
 
 
 class MAGRPO(CollabModule):
-    def __init__(self, *args, num_generations: int | None = 4, joint_mode: str = "aligned", baseline: str = "mean",
-                 normalize_std: bool = False, gamma: float = 1.0, advantage_clip: float = 0.2, num_epochs: int = 2,
-                 minibatch_size: int | None = None, kl_coef: float = 0.0, log_kl: bool = True,
-                 termination_threshold: float | None = None, termination: str = "branch",
-                 cross_reduction: str = "mean", micro_batch_tokens: int | None = 8192, **kwargs) -> None:
+    def __init__(self, *, num_generations: int | None, joint_mode: str, baseline: str, normalize_std: bool,
+                 gamma: float, clip: float, num_epochs: int, minibatch_size: int | None, kl_coef: float,
+                 log_kl: bool, termination_threshold: float | None, termination: str, cross_reduction: str,
+                 **kwargs) -> None:
         """
         Args:
             num_generations: K, responses per agent per history node (>= 2 for a group baseline); None: the
@@ -60,7 +59,7 @@ class MAGRPO(CollabModule):
             baseline: mean | max | rloo | none.
             normalize_std: Divide advantages by the group's standard deviation.
             gamma: Discount of multi-turn returns.
-            advantage_clip: PPO clip range eps of the importance ratio (CoLLM Appendix C: 0.2).
+            clip: PPO clip range eps of the importance ratio (CoLLM Appendix C's "advantage clip": 0.2).
             num_epochs: Passes over each rollout's samples.
             minibatch_size: Samples per update; None: all of them.
             kl_coef: Weight of the KL penalty to the reference policy (adapters disabled).
@@ -70,18 +69,17 @@ class MAGRPO(CollabModule):
                 a node's children end when the mean of their team rewards exceeds it: the reference code's rule).
             cross_reduction: How ``cross`` mode values an agent's sample from the joint returns it takes part
                 in: mean (default) | sum (the reference code's; K^(n-1) times the mean).
-            micro_batch_tokens: As :class:`~collab.algos.base.CollabModule`'s; 8192 here (a tree's
-                multi-turn histories are long).
+            **kwargs: The options of :class:`~collab.algos.base.CollabModule`.
         """
-        super().__init__(*args, micro_batch_tokens=micro_batch_tokens, **kwargs)
+        super().__init__(**kwargs)
         require(num_generations is None or num_generations >= 2,
                 f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}")
-        require_ranges(locals(), unit=("gamma",), positive=("advantage_clip",), non_negative=("kl_coef",),
+        require_ranges(locals(), unit=("gamma",), positive=("clip",), non_negative=("kl_coef",),
                        counts=("num_epochs", "minibatch_size"),
                        choices={"joint_mode": JOINT_MODES, "baseline": BASELINES, "termination": TERMINATIONS,
                                 "cross_reduction": CROSS_REDUCTIONS})
         self.k, self.joint_mode, self.baseline, self.normalize_std = num_generations, joint_mode, baseline, normalize_std
-        self.gamma, self.advantage_clip, self.num_epochs = gamma, advantage_clip, num_epochs
+        self.gamma, self.clip, self.num_epochs = gamma, clip, num_epochs
         self.minibatch_size, self.kl_coef, self.log_kl = minibatch_size, kl_coef, log_kl
         self.termination_threshold, self.termination, self.cross_reduction = termination_threshold, termination, cross_reduction
 
@@ -121,7 +119,7 @@ class MAGRPO(CollabModule):
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old_logprobs = torch.tensor([s.old_logprob for s in micro], device=logprobs.device, dtype=logprobs.dtype)
         advantages = torch.tensor([s.advantages for s in micro], device=logprobs.device, dtype=logprobs.dtype)
-        per_sample = clipped_surrogate(logprobs, old_logprobs, advantages, self.advantage_clip)
+        per_sample = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip)
         stats: dict[str, float] = {}
         if scale.with_kl:
             ref = team.logprobs([s.member for s in micro], [s.prompt_ids for s in micro],
@@ -131,5 +129,5 @@ class MAGRPO(CollabModule):
             if self.kl_coef:
                 per_sample = per_sample + self.kl_coef * kl
         weights = torch.tensor([1.0 / scale.per_agent[s.agent] for s in micro], device=per_sample.device, dtype=per_sample.dtype)
-        stats.update(ratio_stats(logprobs, old_logprobs, self.advantage_clip))
+        stats.update(ratio_stats(logprobs, old_logprobs, self.clip))
         return (weights * per_sample).sum(), stats

@@ -14,7 +14,7 @@ Prepare. Per-token rewards (Section 3.2) r(q, s_ta^{1:x}) = 1(x = |s_ta|) R(q, s
 (:func:`collab.objectives.token_rewards`, which says which KL estimate and why). Each team member has a
 value head V(i^x_ta; theta_vta): an MLP (:class:`~collab.policy.mlp_head.CriticHead`) on its frozen base's last
 hidden state (adapters off) at every position that chooses a response token, computed once per rollout.
-GAE (``gae_gamma``, ``gae_lambda``) runs over each response's tokens, terminal at its last token: R
+GAE (``token_gamma``, ``gae_lambda``) runs over each response's tokens, terminal at its last token: R
 already holds the future turns, so one (turn, agent) response is one PPO episode, as the paper's V_ta.
 
 Loss. One optimizer step per minibatch of responses (the skeleton of :mod:`collab.algos.base`) on
@@ -40,7 +40,7 @@ from collab.algos.base import CollabModule, resolve_agents
 from collab.training.distributed import global_count, normalize_pieces
 from collab.envs.debate.penalties import penalise
 from collab.errors import UserError, require_ranges
-from collab.policy.mlp_head import HIDDEN, CriticHead, team_features
+from collab.policy.mlp_head import CriticHead, team_features
 from collab.objectives import (clipped_surrogate, episode_rewards, explained_variance, gae, ratio_stats, token_rewards,
                                value_loss)
 from collab.policy.team import AgentSpec
@@ -49,13 +49,11 @@ from collab.rollout.experience import Batch, Decision, Experience, Normalizers, 
 
 
 class MAPoRL(CollabModule):
-    def __init__(self, *args, gamma: float = 0.5, alpha0: float = 0.0, alpha1: float = 0.0, beta0: float = 0.0,
-                 beta1: float = 0.0, kl_coef: float = 0.05, gae_gamma: float = 1.0, gae_lambda: float = 0.95,
-                 clip: float = 0.2, num_epochs: int = 1, minibatch_size: int | None = None, value_coef: float = 0.5,
-                 value_lr: float = 1e-3, value_hidden: list[int] | None = None, entropy_coef: float = 0.0,
-                 per_turn: bool = False, train_from_turn: int = 1, normalize_advantages: bool = True,
-                 format_penalty: float | None = None, min_response_tokens: int = 0, max_repeats: int | None = None,
-                 **kwargs) -> None:
+    def __init__(self, *, gamma: float, alpha0: float, alpha1: float, beta0: float, beta1: float, kl_coef: float,
+                 token_gamma: float, gae_lambda: float, clip: float, num_epochs: int, minibatch_size: int | None,
+                 value_coef: float, critic_lr: float, critic_hidden: list[int], entropy_coef: float, per_turn: bool,
+                 train_from_turn: int, normalize_advantages: bool, format_penalty: float | None,
+                 min_response_tokens: int, max_repeats: int | None, **kwargs) -> None:
         """
         Args:
             gamma: Discount of Definition 1 over later turns' verifier scores.
@@ -64,14 +62,14 @@ class MAPoRL(CollabModule):
             beta0: Table 2: for a wrong answer at t after which the others' majority turns right (penalty if it turns wrong).
             beta1: Table 2: for a right answer at t after which the others' majority turns right (penalty if it turns wrong).
             kl_coef: lambda_KL, the per-token KL penalty to the reference policy (adapters disabled).
-            gae_gamma: Discount between the tokens of a response in GAE.
+            token_gamma: Discount between the tokens of a response in GAE.
             gae_lambda: GAE lambda.
             clip: PPO clip range eps.
             num_epochs: PPO epochs over each rollout's responses.
             minibatch_size: Responses per update; None: all of the rollout's.
             value_coef: lambda_value, the weight of the value loss.
-            value_lr: Learning rate of the value heads.
-            value_hidden: Hidden widths of each value head (default [1024, 512]).
+            critic_lr: Learning rate of the value heads (MAPoRL's critics).
+            critic_hidden: Hidden widths of each value head (reference: [1024, 512]).
             entropy_coef: Weight of an entropy bonus (0: the paper's loss).
             per_turn: One adapter and value head per (turn, agent), the paper's theta_ta (role a at turn t is
                 member t*A + a) instead of one per agent shared by its turns (theta_a).
@@ -81,16 +79,16 @@ class MAPoRL(CollabModule):
             min_response_tokens: With ``format_penalty``: shorter answers are malformed (reference: 50; 0: any length).
             max_repeats: With ``format_penalty``: more repeats of a 1-20 token run are malformed (reference: 3; None: off).
         """
-        super().__init__(*args, **kwargs)
-        require_ranges(locals(), unit=("gamma", "gae_gamma", "gae_lambda"), positive=("clip", "value_lr"),
+        super().__init__(**kwargs)
+        require_ranges(locals(), unit=("gamma", "token_gamma", "gae_lambda"), positive=("clip", "critic_lr"),
                        non_negative=("alpha0", "alpha1", "beta0", "beta1", "kl_coef", "value_coef", "min_response_tokens"),
-                       counts=("num_epochs", "minibatch_size", "train_from_turn", "max_repeats"), widths=("value_hidden",))
+                       counts=("num_epochs", "minibatch_size", "train_from_turn", "max_repeats"), widths=("critic_hidden",))
         self.format_penalty, self.min_response_tokens, self.max_repeats = format_penalty, min_response_tokens, max_repeats
         self.gamma, self.incentives = gamma, dict(alpha0=alpha0, alpha1=alpha1, beta0=beta0, beta1=beta1)
-        self.kl_coef, self.gae_gamma, self.gae_lambda, self.clip = kl_coef, gae_gamma, gae_lambda, clip
+        self.kl_coef, self.token_gamma, self.gae_lambda, self.clip = kl_coef, token_gamma, gae_lambda, clip
         self.num_epochs, self.minibatch_size = num_epochs, minibatch_size
-        self.value_coef, self.value_lr, self.entropy_coef = value_coef, value_lr, entropy_coef
-        self.value_hidden = list(value_hidden) if value_hidden is not None else list(HIDDEN)
+        self.value_coef, self.critic_lr, self.entropy_coef = value_coef, critic_lr, entropy_coef
+        self.critic_hidden = list(critic_hidden)
         self.per_turn, self.train_from_turn, self.normalize_advantages = per_turn, train_from_turn, normalize_advantages
         self.value_heads: nn.ModuleList | None = None
 
@@ -104,11 +102,11 @@ class MAPoRL(CollabModule):
             raise UserError(f"MAPoRL trains a debate; env {env.name!r} is not one (use --data.env debate)")
         if self.per_turn:
             self.team.turn_agents = [[t * env.n_agents + a for a in range(env.n_agents)] for t in range(env.horizon)]
-        heads = [CriticHead(self.team.model_of(m).config.hidden_size, self.value_hidden) for m in range(len(self.team))]
+        heads = [CriticHead(self.team.model_of(m).config.hidden_size, self.critic_hidden) for m in range(len(self.team))]
         self.value_heads = nn.ModuleList(heads).to(self.team.device)
 
     def param_groups(self):
-        return super().param_groups() + [{"params": list(self.value_heads.parameters()), "lr": self.value_lr,
+        return super().param_groups() + [{"params": list(self.value_heads.parameters()), "lr": self.critic_lr,
                                           "name": "value_heads"}]
 
     # -- rollout and prepare -----------------------------------------------------------------------
@@ -155,7 +153,7 @@ class MAPoRL(CollabModule):
             r.values = self.value_heads[r.member](features.to(self.team.device)).float().cpu()
             rewards = token_rewards(r.reward, r.old_logprobs, ref_lp, self.kl_coef)
             dones = (torch.arange(len(rewards)) == len(rewards) - 1).to(rewards)  # terminal at the last token
-            r.advantages, r.returns = gae(rewards, r.values, dones, self.gae_gamma, self.gae_lambda)
+            r.advantages, r.returns = gae(rewards, r.values, dones, self.token_gamma, self.gae_lambda)
             kls.append(r.old_logprobs - ref_lp)
         kl = torch.cat(kls)
         return Batch(answers, {"train/kl_ref": float(kl.mean()),

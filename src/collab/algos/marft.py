@@ -7,7 +7,7 @@ base's last hidden state) and V_old once, and the variant's advantages and value
 the episode's decision chain. Update (lines 13-17, the skeleton of :mod:`collab.algos.base`): one
 optimizer step per minibatch on
 
-    loss = L_actor - entropy_coef * H + value_loss_coef * L_critic
+    loss = L_actor - entropy_coef * H + value_coef * L_critic
 
 (the variant's PPO-clip loss, the mean entropy of the agents' policies on their own responses, the
 optionally clipped, optionally Huber value loss of the central head; means over the minibatch).
@@ -34,7 +34,7 @@ import torch
 from collab.algos.base import CollabModule
 from collab.training.distributed import global_count, global_mean, normalize_pieces
 from collab.errors import require_ranges
-from collab.policy.mlp_head import HIDDEN, CriticHead, base_features
+from collab.policy.mlp_head import CriticHead, base_features
 from collab.objectives import explained_variance, value_loss
 from collab.rollout.episodes import play_once
 from collab.rollout.experience import Batch, Experience, Normalizers, Transition, transitions
@@ -44,13 +44,11 @@ SCHEDULES = ("all", "round_robin")
 
 
 class MARFT(CollabModule):
-    def __init__(self, *args, dependency: Union[str, list[list[int]], list[list[list[int]]]] = "chain",
-                 critic_lr: float = 1e-5, critic_hidden: list[int] | None = None, gamma: float = 0.99,
-                 gae_lambda: float = 0.95, clip: float = 0.2, num_epochs: int = 1,
-                 minibatch_size: int | None = None, value_loss_coef: float = 1.0, value_clip: float | None = None,
-                 huber_delta: float | None = None, entropy_coef: float = 1e-3, critic_warmup: int = 0,
-                 agent_schedule: str = "all", target_kl: float | None = None, normalize_advantages: bool = False,
-                 optim_eps: float = 1e-5, **kwargs) -> None:
+    def __init__(self, *, dependency: Union[str, list[list[int]], list[list[list[int]]]], critic_lr: float,
+                 critic_hidden: list[int], gamma: float, gae_lambda: float, clip: float, num_epochs: int,
+                 minibatch_size: int | None, value_coef: float, value_clip: float | None, huber_delta: float | None,
+                 entropy_coef: float, critic_warmup: int, agent_schedule: str, target_kl: float | None,
+                 normalize_advantages: bool, optim_eps: float, **kwargs) -> None:
         """
         Args:
             dependency: Flex-MG dependency D: chain | none | previous | parent lists per agent (or per step).
@@ -61,7 +59,7 @@ class MARFT(CollabModule):
             clip: PPO clip range eps of the importance ratio.
             num_epochs: PPO epochs over each rollout's transitions ("ppo epoch").
             minibatch_size: Transitions (turns) per update; None: all of them ("num mini-batch" 1).
-            value_loss_coef: Weight of the critic loss ("critic loss coef").
+            value_coef: Weight of the critic loss ("critic loss coef").
             value_clip: Clip the new values to V_old +- value_clip in the value loss (None: off).
             huber_delta: Huber loss with this delta instead of the squared error (None: squared).
             entropy_coef: Weight of the entropy bonus ("entropy coef").
@@ -71,15 +69,15 @@ class MARFT(CollabModule):
             normalize_advantages: Normalize advantages over each minibatch.
             optim_eps: AdamW epsilon ("optim eps").
         """
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
         require_ranges(locals(), unit=("gamma", "gae_lambda"), positive=("critic_lr", "clip", "optim_eps"),
                        non_negative=("critic_warmup",), counts=("num_epochs", "minibatch_size"),
                        optional_positive=("value_clip", "huber_delta", "target_kl"), choices={"agent_schedule": SCHEDULES},
                        widths=("critic_hidden",))
         self.dependency, self.critic_lr = dependency, critic_lr
-        self.critic_hidden = list(critic_hidden) if critic_hidden is not None else list(HIDDEN)
+        self.critic_hidden = list(critic_hidden)
         self.gamma, self.gae_lambda, self.clip, self.num_epochs = gamma, gae_lambda, clip, num_epochs
-        self.minibatch_size, self.value_loss_coef, self.value_clip = minibatch_size, value_loss_coef, value_clip
+        self.minibatch_size, self.value_coef, self.value_clip = minibatch_size, value_coef, value_clip
         self.huber_delta, self.entropy_coef, self.critic_warmup = huber_delta, entropy_coef, critic_warmup
         self.agent_schedule, self.target_kl = agent_schedule, target_kl
         self.normalize_advantages, self.optim_eps = normalize_advantages, optim_eps
@@ -141,9 +139,9 @@ class MARFT(CollabModule):
         return Normalizers(count, advantages=advantages, agents=agents)
 
     def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
-        """``value_loss_coef * L_critic + L_actor - entropy_coef * H`` of the micro-batch, weighted by its share."""
+        """``value_coef * L_critic + L_actor - entropy_coef * H`` of the micro-batch, weighted by its share."""
         critic, stats = self.critic_loss(micro)
-        loss = self.value_loss_coef * critic
+        loss = self.value_coef * critic
         if scale.agents:
             actor, entropy, actor_stats = self.actor_loss(micro, scale.agents, torch.cat(scale.advantages))
             stats.update(actor_stats)

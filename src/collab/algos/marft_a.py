@@ -29,12 +29,12 @@ REDUCTIONS = ("sum", "mean")
 
 
 class MARFTA(MARFT):
-    def __init__(self, *args, logprob_reduction: str = "sum", **kwargs) -> None:
+    def __init__(self, *, logprob_reduction: str, **kwargs) -> None:
         """
         Args:
             logprob_reduction: sum (the response's sequence log-prob) | mean (token-normalized).
         """
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
         require(logprob_reduction in REDUCTIONS,
                 f"unknown model.logprob_reduction {logprob_reduction!r}; valid: {', '.join(REDUCTIONS)}")
         self.logprob_reduction = logprob_reduction

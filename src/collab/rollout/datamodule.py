@@ -82,9 +82,11 @@ def shard(tasks: list, rank: int, world: int) -> list:
 class RolloutDataModule(L.LightningDataModule):
     """Environment, task stream and the on-policy dataloader."""
 
-    def __init__(self, env: str = "writing", env_options: dict[str, Any] | None = None, num_turns: int | None = None,
-                 batch_size: int = 1, shuffle: bool = True, seed: int = 0) -> None:
-        """
+    def __init__(self, *, env: str, env_options: dict[str, Any] | None, num_turns: int | None, batch_size: int,
+                 shuffle: bool, seed: int) -> None:
+        """Every option is keyword-only and has no default here: ``conf/algo/NAME.yaml`` and ``conf/env/ENV.yaml``
+        hold each value once (:func:`collab.algos.data_from_config` builds a datamodule from them in Python).
+
         Args:
             env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, debate, math, matrix, minecraft, writing.
             env_options: Keyword options of the environment (dataset path, preset, splits...).

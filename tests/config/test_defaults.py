@@ -1,0 +1,67 @@
+"""Every default written once: the classes' options have no default, ``conf/algo/ALGO.yaml`` holds them,
+and what ``--print_config`` shows is what the module uses (from the command line and from Python)."""
+
+import dataclasses
+import inspect
+
+import pytest
+
+from collab.algos import algo_registry, from_config
+from collab.errors import UserError
+
+ALGOS = sorted(algo_registry())
+pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI.s args parameter")
+ATTRIBUTE = {"num_generations": "k", "critic": "critic_mode", "agents": "agent_specs"}
+"""Options the modules keep under another attribute name."""
+
+
+def test_no_option_has_a_default_in_code():
+    from collab.algos.base import CollabModule
+    from collab.rollout.datamodule import RolloutDataModule
+
+    classes = {k for cls in algo_registry().values() for k in cls.__mro__ if k.__module__.startswith("collab.")}
+    for cls in classes | {CollabModule, RolloutDataModule}:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        with_default = [p.name for p in inspect.signature(init).parameters.values() if p.default is not p.empty]
+        assert not with_default, f"{cls.__name__}.__init__ has defaults for {with_default}: they belong in conf/"
+
+
+def used(module, name):
+    if name in ("alpha0", "alpha1", "beta0", "beta1"):
+        return module.incentives[name]
+    value = getattr(module, ATTRIBUTE.get(name, name))
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
+        return [dataclasses.asdict(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_print_config_is_what_the_module_uses(algo, tmp_path, monkeypatch):
+    from collab.fit import _cli
+
+    monkeypatch.chdir(tmp_path)
+    cli = _cli(algo, ["--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--trainer.logger", "false"])
+    printed = cli.config.as_dict()["model"]  # the values --print_config prints
+    direct = from_config(algo, base={"name": "tiny"})
+    compared = 0
+    for name, value in printed.items():
+        if name == "engine_options":  # vLLM settings, kept only with --model.engine vllm
+            assert value is None and cli.model.engine_options is None
+            continue
+        assert used(cli.model, name) == value, (algo, name)
+        assert used(direct, name) == value, (algo, name)
+        compared += 1
+    assert compared == len(printed) - 1 >= 15
+
+
+def test_from_config_overrides_and_refuses():
+    module = from_config("magrpo", base={"name": "tiny"}, agents=None, clip=0.1)
+    assert module.clip == 0.1 and module.agent_specs is None and module.base.name == "tiny"
+    with pytest.raises(UserError, match=r"model.advantage_clip was renamed model.clip"):
+        from_config("magrpo", advantage_clip=0.1)
+    with pytest.raises(UserError, match=r"model.clipp is not an option of --algo magrpo; valid: .*clip"):
+        from_config("magrpo", clipp=0.1)
