@@ -107,7 +107,7 @@ def test_bad_k_is_a_user_error(env):
 
 
 def run_module(module, *args, cwd, timeout=600):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLLAB_CONF": str(ROOT / "conf")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -201,7 +201,7 @@ def test_rich_bar_drops_epoch_speed_and_version():
 
 
 def fit(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLLAB_CONF": str(ROOT / "conf")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run([sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
 

@@ -79,7 +79,7 @@ def tiny_runs(tmp_path_factory):
             if code:
                 sys.exit(code)
     """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLLAB_CONF": str(ROOT / "conf")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -63,7 +63,6 @@ ALGOS = {
 
 @pytest.mark.parametrize("algo", list(ALGOS))
 def test_resume_repeats_the_uninterrupted_run_bitwise(algo, tmp_path, monkeypatch):
-    monkeypatch.setenv("COLLAB_CONF", str(ROOT / "conf"))
     monkeypatch.chdir(tmp_path)
     args = ALGOS[algo](tmp_path)
     straight = fit(tmp_path / "straight", algo, args, 4)

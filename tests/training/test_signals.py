@@ -52,7 +52,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def start(tmp_path: Path, at: int, pause: float, steps: int = 50) -> tuple[subprocess.Popen, Path]:
     marker = tmp_path / "inside_update"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLLAB_CONF": str(ROOT / "conf"), "MARKER": str(marker),
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "MARKER": str(marker),
            "AT": str(at), "PAUSE": str(pause), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", CHILD, "--algo", "magrpo", *ARGS, "--trainer.max_steps", str(steps)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -85,7 +85,6 @@ def test_sigterm_mid_update_saves_the_step_and_exits_143(tmp_path, monkeypatch):
             assert torch.equal(value, match), (agent, key)
 
     # ... and resuming from it repeats the uninterrupted run
-    monkeypatch.setenv("COLLAB_CONF", str(ROOT / "conf"))
     monkeypatch.chdir(tmp_path)
     args = ["--data.env", "matrix"]
     resumed = fit(tmp_path / "runs", "magrpo", args, 4, run / "checkpoints" / "last.ckpt")
@@ -111,7 +110,6 @@ def test_sigkill_mid_update_leaves_a_loadable_run(tmp_path, monkeypatch):
     assert summary["rollouts"] == 5 and summary["rewards"] == ckpt["callbacks"]["RewardSummary"]["rewards"]
     assert [p.name for p in run.iterdir() if p.name.endswith(".tmp")] == []
 
-    monkeypatch.setenv("COLLAB_CONF", str(ROOT / "conf"))
     monkeypatch.chdir(tmp_path)
     resumed = fit(tmp_path / "runs", "magrpo", ["--data.env", "matrix"], 6,
                   run / "checkpoints" / "last.ckpt")
