@@ -91,9 +91,10 @@ def test_the_dataloader_yields_this_ranks_tasks_only():
     """The dataloader hands ``training_step`` the step's tasks, this rank's share (the module plays them itself)."""
     from types import SimpleNamespace
 
-    from collab.rollout.datamodule import RolloutDataModule, TaskStream, shard
+    from collab.algos import data_from_config
+    from collab.rollout.datamodule import TaskStream, shard
 
-    dm = RolloutDataModule(env="matrix", batch_size=4, seed=0)
+    dm = data_from_config("magrpo", env="matrix", batch_size=4, seed=0)
     tasks = [{"id": i} for i in range(8)]
     dm.stream = TaskStream(tasks, 4, True, 0)
     expected = TaskStream(tasks, 4, True, 0)
