@@ -178,7 +178,8 @@ def build_cli(algo: str, argv: list[str]):
     check_old_names(argv)
     note(describe_configs(files, argv, algo))
     args = [a for f in files for a in ("--config", str(f))] + argv
-    given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"))
+    given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"),
+                          placeholders={"trainer.logger.init_args.save_dir": str(RUNS)})
 
     class CollabCLI(CheckedCLI):  # collab.training.checks: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:

@@ -114,8 +114,10 @@ def place_runs(trainer: dict, root_given: bool, save_dir_given: bool) -> None:
             args["save_dir"] = str(root)
 
 
-def given_options(argv: Iterable[str], names: Iterable[str]) -> dict[str, bool]:
-    """Whether each dotted option (``trainer.default_root_dir``) is given in ``argv`` or a ``--config`` file."""
+def given_options(argv: Iterable[str], names: Iterable[str], placeholders: Mapping[str, object] | None = None) -> dict[str, bool]:
+    """Whether each dotted option (``trainer.default_root_dir``) is given in ``argv`` or a ``--config`` file;
+    a ``--config`` value equal to the option's entry in ``placeholders`` does not count (a copy of a packaged
+    config keeps the logger's ``save_dir: runs``, which follows the root as the packaged one does)."""
     import yaml
 
     argv = list(argv)
@@ -139,7 +141,7 @@ def given_options(argv: Iterable[str], names: Iterable[str]) -> dict[str, bool]:
             node = doc
             for part in name.split("."):
                 node = node.get(part) if isinstance(node, dict) else None
-            found = found or node is not None
+            found = found or (node is not None and node != (placeholders or {}).get(name, object()))
         out[name] = found
     return out
 
