@@ -65,12 +65,14 @@ def check_old_names(argv: list[str], given: Mapping | None = None) -> None:
 
 def check_env_pair(algo: str, env: str | None) -> None:
     """``--algo algo --data.env env`` for an env the algorithm does not train on: one line naming its envs."""
-    from collab.algos import algo_envs
+    from collab.algos import ALGO_ENVS, algo_envs
     from collab.envs import env_names
 
     if not isinstance(env, str) or (env not in env_names() and ":" not in env):
         return  # an unknown env: make_env names the valid ones
-    supported = algo_envs(algo)  # an env of one's own (module:Class) only for the algorithms that train on any
+    if ":" in env and algo not in ALGO_ENVS:
+        return  # an env of one's own (module:Class): for the algorithms that train on every env
+    supported = algo_envs(algo)
     if env not in supported:
         raise UserError(f"--algo {algo} does not train on env {env!r}; it supports: {', '.join(supported)}")
 
