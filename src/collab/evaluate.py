@@ -113,9 +113,9 @@ def run(argv: list[str]) -> dict[str, float]:
             f"--table must name a .csv file (the markdown table is written next to it), got {options.table}")
     require(options.method is None or bool(options.method.strip()), "--method must not be empty")
     from collab.evaluation.heldout import evaluate, format_metrics  # after the checks: bad input fails fast
-    from collab.fit import _cli
+    from collab.fit import build_cli
 
-    cli = _cli(algo, overrides)
+    cli = build_cli(algo, overrides)
     model, env = cli.model, cli.datamodule.env
     model.build(env)
     if options.ckpt_path:

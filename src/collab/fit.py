@@ -75,10 +75,11 @@ def _yaml_of(path: str | Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def run_env(algo_config: Path, argv: list[str]) -> str:
+def run_env(algo_config: Path | None, argv: list[str]) -> str:
     """The env the run trains on: the last ``--data.env`` or ``data.env`` of a ``--config`` in ``argv``
-    (later arguments win, as the parser has it), else the algorithm's config's."""
-    env = (_yaml_of(algo_config).get("data") or {}).get("env")
+    (later arguments win, as the parser has it), else the algorithm's config's (``None``: an algorithm given
+    as a class path, which has no packaged config)."""
+    env = (_yaml_of(algo_config).get("data") or {}).get("env") if algo_config else None
     given = sorted(_arg_values(argv, "--data.env") + [(i, "--config " + v) for i, v in _arg_values(argv, "--config")])
     for _, value in given:
         if value.startswith("--config "):
@@ -90,27 +91,42 @@ def run_env(algo_config: Path, argv: list[str]) -> str:
     return env
 
 
+def is_class_path(name: str) -> bool:
+    """Whether an ``--algo`` or ``--data.env`` value is a class path ``module:Class`` (a researcher's own
+    algorithm or env, imported from the working directory: ``docs/extending.md``) rather than a built-in name."""
+    return ":" in name
+
+
 def config_files(algo: str, argv: list[str]) -> list[Path]:
     """The packaged configs of a run, in order: ``conf/algo/ALGO.yaml`` (the algorithm), ``conf/env/ENV.yaml``
     (the env's data options) and ``conf/algo/ALGO/ENV.yaml`` (the algorithm's own choice for that env, if it
-    has one: marft_a trains math on small_addition with the duo profile). ``argv`` comes after them."""
+    has one: marft_a trains math on small_addition with the duo profile). ``argv`` comes after them.
+
+    An algorithm given as a class path (``--algo reinforce:Reinforce``) has no packaged config: its options
+    come from the user's ``--config``; an env given as a class path likewise (``conf/env/`` holds only the
+    built-in envs)."""
     conf = packaged_conf()
-    algo_config = conf / "algo" / f"{algo}.yaml"
-    if not algo_config.is_file():
-        raise UserError(f"the packaged config of --algo {algo} is missing ({algo_config}); reinstall collab")
+    files, algo_config = [], None
+    if not is_class_path(algo):
+        algo_config = conf / "algo" / f"{algo}.yaml"
+        if not algo_config.is_file():
+            raise UserError(f"the packaged config of --algo {algo} is missing ({algo_config}); reinstall collab")
+        files.append(algo_config)
     env = run_env(algo_config, argv)
-    files = [algo_config]
-    if isinstance(env, str) and (conf / "env" / f"{env}.yaml").is_file():
+    if isinstance(env, str) and not is_class_path(env) and (conf / "env" / f"{env}.yaml").is_file():
         files.append(conf / "env" / f"{env}.yaml")
-        if (conf / "algo" / algo / f"{env}.yaml").is_file():
+        if algo_config and (conf / "algo" / algo / f"{env}.yaml").is_file():
             files.append(conf / "algo" / algo / f"{env}.yaml")
     return files
 
 
-def describe_configs(files: list[Path], argv: list[str]) -> str:
-    """The one line that says which config files a run reads (packaged ones relative to ``conf/``)."""
+def describe_configs(files: list[Path], argv: list[str], algo: str | None = None) -> str:
+    """The one line that says which config files a run reads (packaged ones relative to ``conf/``; an
+    algorithm given as a class path first, by its path)."""
     conf = packaged_conf()
     names = [f"{conf}/{f.relative_to(conf)}" if f == files[0] else str(f.relative_to(conf)) for f in files]
+    if algo and is_class_path(algo):
+        names = [f"--algo {algo} (no packaged config)"] + names
     own = [v for _, v in _arg_values(argv, "--config")]
     return "config: " + " + ".join(names + [f"--config {c}" for c in own])
 
@@ -133,27 +149,37 @@ def split_algo(argv: list[str]) -> tuple[str, list[str]]:
     return algo or DEFAULT_ALGO, rest
 
 
-def _cli(algo: str, argv: list[str]):
+def build_cli(algo: str, argv: list[str]):
+    """The LightningCLI of a run of ``--algo algo`` (a built-in name or a class path ``module:Class``) with the
+    remaining arguments ``argv``, its module, datamodule and trainer built (``run=False``): what
+    :func:`fit` trains, and what a notebook or :mod:`collab.evaluate` builds a team from."""
     from lightning.pytorch import Trainer
 
     from collab.algos import algo_registry
+    from collab.algos.base import CollabModule
     from collab.training.checks import CheckedCLI, hold_logs, note, parser_error
-    from collab.training.checks_options import (check_env_pair, check_old_names, given_options, option_names,
-                                                place_runs)
+    from collab.training.checks_options import (check_env_pair, check_old_names, class_from_path, given_options,
+                                                option_names, place_runs)
     from collab.rollout.datamodule import RolloutDataModule
 
     from collab.training.checks_options import RUNS
 
     hold_logs()  # under report_errors; after Lightning's import, which gives its loggers their handlers
     registry = algo_registry()
-    if algo not in registry:
+    if is_class_path(algo):  # a researcher's own algorithm (docs/extending.md): its options from --config
+        module_class = class_from_path(algo, CollabModule, "--algo", registry)
+    elif algo not in registry:
         raise unknown("algo", algo, registry)
+    else:
+        module_class = registry[algo]
     files = config_files(algo, argv)
-    check_env_pair(algo, run_env(files[0], argv))
+    if not is_class_path(algo):
+        check_env_pair(algo, run_env(files[0], argv))
     check_old_names(argv)
-    note(describe_configs(files, argv))
+    note(describe_configs(files, argv, algo))
     args = [a for f in files for a in ("--config", str(f))] + argv
-    given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"))
+    given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"),
+                          placeholders={"trainer.logger.init_args.save_dir": str(RUNS)})
 
     class CollabCLI(CheckedCLI):  # collab.training.checks: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
@@ -168,11 +194,11 @@ def _cli(algo: str, argv: list[str]):
             return super().instantiate_trainer(**kwargs)
 
     try:
-        return CollabCLI(registry[algo], RolloutDataModule, subclass_mode_model=False, run=False, args=args,
+        return CollabCLI(module_class, RolloutDataModule, subclass_mode_model=False, run=False, args=args,
                          save_config_kwargs={"overwrite": True}, parser_kwargs={"exit_on_error": False},
                          trainer_defaults={"default_root_dir": RUNS})
     except ArgumentError as e:  # jsonargparse's multi-line report, as one line that keeps the reason
-        options = option_names(("model", registry[algo]), ("data", RolloutDataModule), ("trainer", Trainer))
+        options = option_names(("model", module_class), ("data", RolloutDataModule), ("trainer", Trainer))
         raise UserError(parser_error(str(e), args, options)) from None
 
 
@@ -219,7 +245,7 @@ def _quiet() -> None:
 def report_errors(job) -> int:
     """Run ``job()``; a user error (ours or jsonargparse's) becomes one ``error:`` line and exit code 2.
 
-    Lightning's start-up messages are held (from :func:`_cli` on) until the run starts
+    Lightning's start-up messages are held (from :func:`build_cli` on) until the run starts
     (:mod:`collab.training.checks`): a bad input found before then prints its line alone."""
     from collab.training.checks import parser_error, release_logs, request_hold
 
@@ -265,7 +291,7 @@ def check_strategy(strategy) -> None:
 
 def fit(argv: list[str]) -> None:
     algo, rest = split_algo(argv)
-    cli = _cli(algo, rest)
+    cli = build_cli(algo, rest)
     check_strategy(cli.trainer.strategy)
     ckpt = cli.config.get("ckpt_path")
     if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.training.checks)

@@ -41,10 +41,10 @@ def used(module, name):
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_print_config_is_what_the_module_uses(algo, tmp_path, monkeypatch):
-    from collab.fit import _cli
+    from collab.fit import build_cli
 
     monkeypatch.chdir(tmp_path)
-    cli = _cli(algo, ["--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--trainer.logger", "false"])
+    cli = build_cli(algo, ["--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--trainer.logger", "false"])
     printed = cli.config.as_dict()["model"]  # the values --print_config prints
     direct = from_config(algo, base={"name": "tiny"})
     compared = 0

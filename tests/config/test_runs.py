@@ -59,9 +59,9 @@ def test_root_dir_takes_the_run_and_a_preset_saves_last(tmp_path):
 
 
 def trainer_of(*args: str):
-    from collab.fit import _cli
+    from collab.fit import build_cli
 
-    return _cli("magrpo", ["--model.base.name", "tiny", "--data.env", "matrix", *args]).trainer
+    return build_cli("magrpo", ["--model.base.name", "tiny", "--data.env", "matrix", *args]).trainer
 
 
 def test_lightning_options_take_effect(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""Environments and their registry: ``make_env("writing", horizon=2)``."""
+"""Environments and their registry: ``make_env("writing", horizon=2)``; ``make_env("guess_env:GuessEnv")``
+builds an env of one's own from a class path (docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,15 @@ _ENVS = {
 
 
 def env_class(name: str) -> type[Env]:
-    """The class of environment ``name`` (an unknown name is a UserError listing the valid ones)."""
+    """The class of environment ``name``: a built-in name, or a class path ``module:Class`` naming an
+    :class:`Env` subclass importable from the working directory (an env of one's own: docs/extending.md).
+    An unknown name is a UserError listing the valid ones."""
     import importlib
 
+    if ":" in name:
+        from collab.training.checks_options import class_from_path
+
+        return class_from_path(name, Env, "--data.env", _ENVS)
     if name not in _ENVS:
         raise unknown("env", name, _ENVS)
     module, cls = _ENVS[name].split(":")

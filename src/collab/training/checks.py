@@ -59,7 +59,7 @@ def note(line: str) -> None:
 
 
 def request_hold() -> None:
-    """Ask :func:`hold_logs` to hold (the command-line entries do; ``_cli`` called from a notebook does not)."""
+    """Ask :func:`hold_logs` to hold (the command-line entries do; ``collab.fit.build_cli`` called from a notebook does not)."""
     global _requested
     _requested = True
 
