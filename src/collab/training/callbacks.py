@@ -266,7 +266,7 @@ class EvaluationCallback(L.Callback):
                 figures = (f"before {format_se(self.held_out['before'], self.held_out['before_se'], problems)}, "
                            f"after {format_se(self.held_out['after'], self.held_out['after_se'], problems)}, "
                            f"gain {gain:+.4f} ± {gain_se:.4f} ({z:.1f} SE)")
-            print(f"held-out {self._label()} ({problems} {self.split} problems, {how}): {figures}", flush=True)
+            print(f"held-out {self._label()} ({problems} {self.split} problem{'' if problems == 1 else 's'}, {how}): {figures}", flush=True)
         update_summary(trainer, {"held_out": self.held_out})
         return self.held_out
 
