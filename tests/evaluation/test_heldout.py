@@ -118,6 +118,59 @@ def test_a_later_evaluation_at_the_last_step_is_the_after(tmp_path, capsys):
     assert summary["rollouts"] == 2 and summary["held_out"]["after"] == 1.0
 
 
+def test_records_merge_in_task_order_and_give_the_metrics_by_hand():
+    """Records arrive per rank in any order (rank 0: batches 0, 2; rank 1: batch 1); merged they give
+    the figures of all three tasks, each once, with no process group."""
+    from collab.evaluation.heldout import TaskRecord, batches, gather_records, record_metrics, record_scores
+
+    assert batches(5, 2) == [range(0, 2), range(2, 4), range(4, 5)] and batches(1, 4) == [range(0, 1)]
+    assert batches(3, None) == [range(0, 3)] and batches(0, 4) == []
+
+    def rec(task, solved, returns):
+        return TaskRecord(task, list(returns), [{"solved": s, "pass_rate": s} for s in solved])
+
+    rank0 = [rec(0, [1.0, 1.0], [2.0, 4.0]), rec(2, [0.0, 0.0], [0.0, 0.0])]
+    rank1 = [rec(1, [1.0, 0.0], [1.0, 1.0])]
+    records = gather_records(rank1 + rank0)
+    assert [r.task for r in records] == [0, 1, 2]
+    # per-problem accuracies 1, 0.5, 0: mean 0.5, s^2 = (0.25 + 0 + 0.25) / 2 = 0.25, SE = 0.5 / sqrt(3)
+    scores = record_scores(records, "solved")
+    assert scores == [1.0, 0.5, 0.0]
+    assert mean_se(scores) == pytest.approx((0.5, 0.5 / math.sqrt(3)))
+    # per-problem returns 3, 1, 0: mean 4/3, s^2 = ((5/3)^2 + (1/3)^2 + (4/3)^2) / 2 = 7/3, SE = sqrt(7/9)
+    assert record_scores(records, "return") == [3.0, 1.0, 0.0]
+    assert mean_se(record_scores(records, "return")) == pytest.approx((4 / 3, math.sqrt(7 / 9)))
+    metrics = record_metrics(records, [1, 2], num_samples=2)
+    assert metrics["eval/problems"] == 3.0 and metrics["eval/return"] == pytest.approx(8 / 6)
+    assert metrics["eval/pass@1"] == pytest.approx(0.5) and metrics["eval/env/solved"] == pytest.approx(0.5)
+    assert metrics["eval/pass@2"] == pytest.approx((1 + 1 + 0) / 3)  # pass@2 of 2 samples: any solved
+    assert metrics["eval/acc@2"] == pytest.approx((1 + 1 + 0) / 3)
+
+
+def test_one_eval_problem_prints_no_standard_error(tmp_path, capsys):
+    """One eval task: the lines give the figures and say why there is no SE; the summary keeps null."""
+    from collab.evaluation.heldout import format_se
+
+    assert format_se(0.5, float("nan"), 1) == "0.5000 (1 eval problem: no standard error)"
+    assert format_se(0.5, 0.1, 3) == "0.5000 ± 0.1000"
+    env = make_env("math", dataset="addition", profile="duo", horizon=1, num_eval=4)
+    solver = Solver(env)
+    module = Module(solver.team, env)
+    trainer = SimpleNamespace(global_step=0, loggers=[], callback_metrics={}, is_global_zero=True, log_dir=str(tmp_path))
+    callback = EvaluationCallback(at_start=True, num_samples=1, ks=[1], max_tasks=1)
+    callback.on_train_start(trainer, module)
+    solver.right = {0}
+    trainer.global_step = 1
+    callback.on_train_end(trainer, module)
+    out = capsys.readouterr().out
+    assert "nan" not in out and "accuracy 0.0000 (1 eval problem: no standard error)" in out
+    assert ("held-out accuracy (1 eval problem, 1 samples): before 0.0000, after 1.0000, gain +1.0000 "
+            "(1 eval problem: no standard error)") in out
+    held = json.loads((tmp_path / "reward_summary.json").read_text())["held_out"]
+    assert held["problems"] == 1 and held["before_se"] is held["after_se"] is held["gain_se"] is held["gain_z"] is None
+    assert "eval/score_se" not in trainer.callback_metrics
+
+
 def test_task_scores_average_each_tasks_samples():
     from collab.envs.base import StepResult
     from collab.rollout.episodes import Episode

@@ -13,6 +13,9 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
   prepared batch are the unions of both ranks' (``DIR/rollout<r>.pt``, ``DIR/batch<r>.pt``) instead of new
   ones (prepared by each rank: a rank's episode and group numbers index its own items only); with
   ``COLLAB_DDP_CAPTURE`` it saves its own ``grads0.pt`` (into ``$COLLAB_DDP_PROBE``) for comparison.
+
+With an ``EvaluationCallback`` in the run (listed after the probe, so that a replay's weights are loaded
+before it evaluates), ``rank<r>.json`` also holds the first evaluation's figures and per-problem scores.
 """
 
 import hashlib
@@ -115,6 +118,10 @@ class Probe(L.Callback):
         self.digests.append(digest(pl_module))
 
     def on_train_end(self, trainer, pl_module) -> None:
+        from collab.training.callbacks import EvaluationCallback
+
+        evaluations = [c for c in trainer.callbacks if isinstance(c, EvaluationCallback)]
+        first = {"history": evaluations[0].history[0], "scores": evaluations[0].scores[0]} if evaluations else None
         out = self.out / f"rank{trainer.global_rank}.json"
         out.write_text(json.dumps({"tasks": self.tasks, "digests": self.digests, "start": self.start, "sampling": self.sampling,
-                                   "step": trainer.global_step}))
+                                   "step": trainer.global_step, "evaluation": first}))

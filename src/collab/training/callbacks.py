@@ -134,10 +134,15 @@ class EvaluationCallback(L.Callback):
     ``reward_summary.json`` under ``held_out``.
 
     ``greedy`` decodes every agent at temperature 0 for the evaluation; ``seed`` (sampled evaluation)
-    draws the samples from a generator seeded so, the same draws at every evaluation. Either way the
+    draws each batch's samples from a generator seeded from (``seed``, the batch's index), the same draws
+    at every evaluation and at any world size; with ``seed: null`` a sampled evaluation draws from the
+    training's random stream and is not reproducible across world sizes. Either way (seed or greedy) the
     training's random stream is left as it was. ``max_tasks`` caps the eval tasks (None: all);
-    ``tasks_per_batch`` tasks are decoded together (bounds memory). Under DDP each process plays a shard
-    of the tasks and the figures are reduced across processes.
+    ``tasks_per_batch`` consecutive tasks are decoded together (bounds memory) and form the unit of
+    seeding. Under DDP process r plays the batches b with ``b % world_size == r``, every task's record is
+    gathered to every process and each computes the figures over all tasks, each task scored once
+    (:func:`collab.evaluation.heldout.play_records`): the same figures as on one process. With one eval
+    task there is no standard error: the lines say so instead of ``± nan``.
     """
 
     def __init__(self, every_n_steps: int = 0, num_samples: int = 10, ks: list[int] | None = None,
@@ -156,7 +161,7 @@ class EvaluationCallback(L.Callback):
         self._ran_at = -1
         self.history: list[dict[str, float]] = []
         self.scores: list[list[float]] = []
-        """Each evaluation's per-problem scores (this process's shard, in task order)."""
+        """Each evaluation's per-problem scores (every task's, in task order, on every process)."""
         self.held_out: dict | None = None
 
     @contextlib.contextmanager
@@ -187,61 +192,81 @@ class EvaluationCallback(L.Callback):
     def run(self, trainer: L.Trainer, pl_module) -> dict[str, float]:
         import torch
 
-        from collab.evaluation.heldout import evaluate, format_metrics, mean_se, score_key, task_scores
+        from collab.evaluation.heldout import evaluate_records, format_metrics, format_se, mean_se, record_score_key, record_scores
 
         tasks = list(pl_module.env.tasks(self.split))[: self.max_tasks]
         was_training = pl_module.training
         pl_module.eval()
         start = time.perf_counter()
-        with torch.no_grad(), self._decoding(pl_module):
-            metrics, episodes = evaluate(pl_module.team, pl_module.env, tasks, self.num_samples, self.ks,
-                                         pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch, pl_module.protocol)
+        with torch.no_grad(), self._decoding(pl_module):  # the batches seed themselves from self.seed
+            metrics, records, _ = evaluate_records(pl_module.team, pl_module.env, tasks, self.num_samples, self.ks,
+                                                   pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch,
+                                                   pl_module.protocol, self.seed)
         pl_module.train(was_training)
         seconds = time.perf_counter() - start
-        self.score = self.score or score_key(episodes)
-        scores = task_scores(episodes, self.score)
+        self.score = self.score or record_score_key(records)
+        scores = record_scores(records, self.score)  # every task's, in task order, on every process
         self.scores.append(scores)
         metrics["eval/score"], metrics["eval/score_se"] = mean_se(scores, pl_module.device)
         step = trainer.global_step
         self._ran_at = step
         self.history.append({"step": float(step), "seconds": seconds, **metrics})
+        logged = {k: v for k, v in metrics.items() if k != "eval/score_se" or math.isfinite(v)}
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=step)
-        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in metrics.items()})
+            logger.log_metrics(logged, step=step)
+        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in logged.items()})
         if trainer.is_global_zero:
             how = "greedy" if self.greedy else f"{self.num_samples} samples" + (f", seed {self.seed}" if self.seed is not None else "")
-            print(f"evaluation at step {step} ({len(tasks)} {self.split} tasks x {self.num_samples} samples) ({how}; "
+            n = len(records)
+            print(f"evaluation at step {step} ({n} {self.split} tasks x {self.num_samples} samples) ({how}; "
                   f"{seconds:.0f} s):\n" + format_metrics(metrics)
-                  + f"\n{self._label()} {metrics['eval/score']:.4f} ± {metrics['eval/score_se']:.4f} (SE over {len(tasks)} problems)",
-                  flush=True)
+                  + f"\n{self._label()} {format_se(metrics['eval/score'], metrics['eval/score_se'], n)}"
+                  + (f" (SE over {n} problems)" if n >= 2 else ""), flush=True)
         return metrics
 
     def compare(self, trainer: L.Trainer, pl_module) -> dict | None:
-        """The first evaluation (before training) against the last: means, SEs and the paired gain."""
-        from collab.evaluation.heldout import mean_se
+        """The first evaluation (before training) against the last: means, SEs and the paired gain.
+
+        The scores are every task's on every process (:meth:`run`), so the figures need no collective.
+        Below two problems there is no standard error: the SEs and ``gain_z`` are ``None`` (null in
+        ``reward_summary.json``) and the line says why."""
+        from collab.evaluation.heldout import format_se, mean_se
 
         if len(self.scores) < 2:
             return None
         before, after = self.scores[0], self.scores[-1]
         gain, gain_se = mean_se([a - b for a, b in zip(after, before)], pl_module.device)
         first, last = self.history[0], self.history[-1]
-        z = gain / gain_se if gain_se > 0 else (math.inf if gain > 0 else (-math.inf if gain < 0 else 0.0))
+
+        def finite(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        gain_se = finite(gain_se)
+        if gain_se is None:
+            z = None
+        else:
+            z = gain / gain_se if gain_se > 0 else (math.inf if gain > 0 else (-math.inf if gain < 0 else 0.0))
+        problems = int(first["eval/problems"])
         self.held_out = {
-            "split": self.split, "problems": int(first["eval/problems"]), "samples": self.num_samples,
+            "split": self.split, "problems": problems, "samples": self.num_samples,
             "greedy": self.greedy, "seed": self.seed, "score": self.score,
-            "before": first["eval/score"], "before_se": first["eval/score_se"], "before_step": int(first["step"]),
-            "after": last["eval/score"], "after_se": last["eval/score_se"], "after_step": int(last["step"]),
+            "before": first["eval/score"], "before_se": finite(first["eval/score_se"]), "before_step": int(first["step"]),
+            "after": last["eval/score"], "after_se": finite(last["eval/score_se"]), "after_step": int(last["step"]),
             "gain": gain, "gain_se": gain_se, "gain_z": z,
             "se": "per-problem: sample std (ddof 1) of the problems' scores / sqrt(problems); gain: the same "
-                  "over the paired per-problem differences after - before",
+                  "over the paired per-problem differences after - before; null below 2 problems",
             "eval_seconds": [h["seconds"] for h in self.history],
         }
         if trainer.is_global_zero:
             how = "greedy" if self.greedy else f"{self.num_samples} samples"
-            print(f"held-out {self._label()} ({self.held_out['problems']} {self.split} problems, {how}): "
-                  f"before {self.held_out['before']:.4f} ± {self.held_out['before_se']:.4f}, "
-                  f"after {self.held_out['after']:.4f} ± {self.held_out['after_se']:.4f}, "
-                  f"gain {gain:+.4f} ± {gain_se:.4f} ({z:.1f} SE)", flush=True)
+            if gain_se is None:
+                figures = (f"before {self.held_out['before']:.4f}, after {self.held_out['after']:.4f}, gain {gain:+.4f} "
+                           f"({problems} eval problem{'' if problems == 1 else 's'}: no standard error)")
+            else:
+                figures = (f"before {format_se(self.held_out['before'], self.held_out['before_se'], problems)}, "
+                           f"after {format_se(self.held_out['after'], self.held_out['after_se'], problems)}, "
+                           f"gain {gain:+.4f} ± {gain_se:.4f} ({z:.1f} SE)")
+            print(f"held-out {self._label()} ({problems} {self.split} problem{'' if problems == 1 else 's'}, {how}): {figures}", flush=True)
         update_summary(trainer, {"held_out": self.held_out})
         return self.held_out
 
