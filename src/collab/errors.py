@@ -43,3 +43,27 @@ def require_ranges(values: dict, unit: Iterable[str] = (), positive: Iterable[st
             require(ok(values[name]), f"{prefix}.{name} must {valid}, got {values[name]}")
     for name, valid in (choices or {}).items():
         require(values[name] in valid, f"unknown {prefix}.{name} {values[name]!r}; valid: {', '.join(map(str, valid))}")
+
+
+def class_from_path(path: str, base: type, option: str, builtins: Iterable[str]) -> type:
+    """The class that ``path`` (``module:Class``, as ``--algo reinforce:Reinforce`` or ``--data.env
+    guess_env:GuessEnv``) names, imported from ``sys.path`` (``python -m`` puts the working directory first):
+    a subclass of ``base``. A module that cannot be imported, a missing class or one of another kind ends
+    in one line naming what is wrong and what is valid (docs/extending.md)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    valid = (f"give a built-in name ({', '.join(sorted(builtins))}) or module:Class naming a {base.__module__}."
+             f"{base.__name__} subclass importable from the working directory")
+    if not module or not name or ":" in name:
+        raise UserError(f"{option} {path} is not a class path module:Class; {valid}")
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as e:
+        raise UserError(f"{option} {path}: cannot import module {module!r} ({e}); {valid}") from None
+    cls = getattr(loaded, name, None)
+    if cls is None:
+        raise UserError(f"{option} {path}: module {module!r} ({getattr(loaded, '__file__', '?')}) has no {name!r}; {valid}")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise UserError(f"{option} {path}: {name} is not a {base.__module__}.{base.__name__} subclass; {valid}")
+    return cls

@@ -9,6 +9,7 @@ a datamodule from the packaged configs (:mod:`collab.algos.configured`).
 from __future__ import annotations
 
 from collab.algos.configured import data_from_config, from_config
+from collab.training.checks_options import ALGO_ENVS, algo_envs
 
 __all__ = ["ALGO_ENVS", "algo_envs", "algo_registry", "data_from_config", "from_config"]
 
@@ -23,14 +24,3 @@ def algo_registry() -> dict[str, type]:
 
     return {"magrpo": MAGRPO, "collm_cc": CoLLM, "collm_dc": CoLLM, "ippo": IPPO, "marft_a": MARFTA, "marft_t": MARFTT,
             "maporl": MAPoRL}
-
-
-def algo_envs(algo: str) -> tuple[str, ...]:
-    """The envs ``--algo algo`` trains on (``--data.env`` refuses the others)."""
-    from collab.envs import env_names
-
-    return ALGO_ENVS.get(algo, tuple(env_names()))
-
-
-ALGO_ENVS: dict[str, tuple[str, ...]] = {"maporl": ("debate",)}
-"""Algorithms that train on some envs only (the others train on every env)."""

@@ -61,7 +61,7 @@ def algo_config(algo: str, env: str | None = None) -> dict[str, Any]:
     """The merged packaged config of ``--algo algo`` (``--data.env env`` if given), as ``collab.fit`` reads it."""
     import yaml
 
-    from collab.fit import config_files
+    from collab.training.configs import config_files
     from collab.training.checks_options import check_env_pair
 
     files = config_files(algo, ["--data.env", env] if env else [])

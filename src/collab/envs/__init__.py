@@ -26,7 +26,7 @@ def env_class(name: str) -> type[Env]:
     import importlib
 
     if ":" in name:
-        from collab.training.checks_options import class_from_path
+        from collab.errors import class_from_path
 
         return class_from_path(name, Env, "--data.env", _ENVS)
     if name not in _ENVS:

@@ -6,7 +6,7 @@
   accepted or ignored;
 - :func:`check_env_pair`: ``--algo X --data.env Y`` for an env that X does not train on, refused in one
   line naming the envs X supports;
-- :func:`class_from_path`: ``--algo module:Class`` and ``--data.env module:Class`` (an algorithm or env of
+- :func:`collab.errors.class_from_path`: ``--algo module:Class`` and ``--data.env module:Class`` (an algorithm or env of
   one's own, docs/extending.md) imported and checked, or refused in one line;
 - :func:`place_runs`: ``--trainer.default_root_dir DIR`` takes effect: the packaged configs' logger writes
   under the root (its ``save_dir`` follows the root unless given), so logs, checkpoints and adapters
@@ -63,9 +63,19 @@ def check_old_names(argv: list[str], given: Mapping | None = None) -> None:
                     raise renamed(name, f"in --config {path}")
 
 
+ALGO_ENVS: dict[str, tuple[str, ...]] = {"maporl": ("debate",)}
+"""Algorithms that train on some envs only (the others train on every env)."""
+
+
+def algo_envs(algo: str) -> tuple[str, ...]:
+    """The envs ``--algo algo`` trains on (``--data.env`` refuses the others)."""
+    from collab.envs import env_names
+
+    return ALGO_ENVS.get(algo, tuple(env_names()))
+
+
 def check_env_pair(algo: str, env: str | None) -> None:
     """``--algo algo --data.env env`` for an env the algorithm does not train on: one line naming its envs."""
-    from collab.algos import ALGO_ENVS, algo_envs
     from collab.envs import env_names
 
     if not isinstance(env, str) or (env not in env_names() and ":" not in env):
@@ -75,30 +85,6 @@ def check_env_pair(algo: str, env: str | None) -> None:
     supported = algo_envs(algo)
     if env not in supported:
         raise UserError(f"--algo {algo} does not train on env {env!r}; it supports: {', '.join(supported)}")
-
-
-def class_from_path(path: str, base: type, option: str, builtins: Iterable[str]) -> type:
-    """The class that ``path`` (``module:Class``, as ``--algo reinforce:Reinforce`` or ``--data.env
-    guess_env:GuessEnv``) names, imported from ``sys.path`` (``python -m`` puts the working directory first):
-    a subclass of ``base``. A module that cannot be imported, a missing class or one of another kind ends
-    in one line naming what is wrong and what is valid (docs/extending.md)."""
-    import importlib
-
-    module, _, name = path.partition(":")
-    valid = (f"give a built-in name ({', '.join(sorted(builtins))}) or module:Class naming a {base.__module__}."
-             f"{base.__name__} subclass importable from the working directory")
-    if not module or not name or ":" in name:
-        raise UserError(f"{option} {path} is not a class path module:Class; {valid}")
-    try:
-        loaded = importlib.import_module(module)
-    except ImportError as e:
-        raise UserError(f"{option} {path}: cannot import module {module!r} ({e}); {valid}") from None
-    cls = getattr(loaded, name, None)
-    if cls is None:
-        raise UserError(f"{option} {path}: module {module!r} ({getattr(loaded, '__file__', '?')}) has no {name!r}; {valid}")
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise UserError(f"{option} {path}: {name} is not a {base.__module__}.{base.__name__} subclass; {valid}")
-    return cls
 
 
 def place_runs(trainer: dict, root_given: bool, save_dir_given: bool) -> None:
