@@ -41,7 +41,8 @@ def folder(tmp_path_factory) -> Path:
 
 RUNS = {
     "algorithm": ("--algo", "reinforce:Reinforce", "--config", "reinforce.yaml", "--data.env", "matrix"),
-    "env": ("--algo", "magrpo", "--config", "guess.yaml", *SMALL_GUESS),
+    "env": ("--algo", "magrpo", "--config", "guess.yaml", *SMALL_GUESS, "--data.num_turns", "1",
+            "--model.agents", "[{sampling: {max_new_tokens: 6}}, {sampling: {max_new_tokens: 6}}]"),
     "both": ("--algo", "reinforce:Reinforce", "--config", "reinforce.yaml", "--config", "guess.yaml", *SMALL_GUESS),
 }
 
