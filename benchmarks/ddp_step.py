@@ -1,15 +1,23 @@
-"""Seconds per optimizer step of ``python -m collab.fit`` on 1 process against 2 DDP processes (gloo).
+"""Step time and rollout throughput of ``python -m collab.fit`` on 1 process against N DDP processes, same global batch.
 
     PYTHONPATH=src .venv/bin/python benchmarks/ddp_step.py [--algos marft_a magrpo maporl] [--steps 4]
-        [--accelerator cpu] [--devices 2]
+        [--accelerator cpu] [--devices 2] [any collab.fit option, e.g. --model.base.name tiny]
 
 Each algorithm's shipped config (the embedded model by default) runs ``--steps`` optimizer steps with the
-same global batch, first on one process, then on ``--devices`` processes (``--trainer.strategy ddp``),
-without the held-out evaluation (only the step lines are timed). The step times are read from the plain
-progress lines (``step k/N ... step X s``; stdout is a pipe); the first step is dropped (warm-up) and the
-median of the rest is reported, with the ratio 1-process / N-process (above 1: DDP is faster per step).
-On one CPU machine the processes share the same cores, so the ratio shows the overhead of the gradient
-synchronisation and of the shards rather than a speed-up; on N GPUs each rank has its own device.
+same global batch (``data.batch_size`` is global: each of N processes plays 1/N of the step's tasks),
+first on one process, then on ``--devices`` processes (``--trainer.strategy ddp``), without the held-out
+evaluation (only the steps are timed), one after the other in the same run. Read from the plain
+progress lines (``step k/N  reward R  tokens/s T  rollout S s  step X s``; stdout is a pipe): the step's
+wall time and the rollout's decoding throughput, which the run logs as the mean over the ranks of each
+rank's own tokens/s (``collab.training.distributed.global_means``), i.e. per rank. The first step is
+dropped (warm-up) and medians of the rest are reported, with
+
+- ``step ratio`` = median step time at 1 process / at N (above 1: N processes finish a step sooner);
+- ``tokens/s ratio`` = N x per-rank tokens/s at N processes / tokens/s at 1 process (the team's decoding
+  throughput at N against 1: N on N separate devices with no contention).
+
+On one CPU machine the processes share the same cores, so the ratios show the cost of the shards and of
+the gradient synchronisation rather than a speed-up; on N GPUs each rank has a device of its own.
 """
 
 from __future__ import annotations
@@ -26,11 +34,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP = re.compile(r"^step (\d+)/(\d+) .* step ([0-9.]+) s", re.M)
+STEP = re.compile(r"^step (\d+)/\d+\s.*$", re.M)
+FIELD = {"tokens": re.compile(r"tokens/s ([0-9.]+)"), "rollout": re.compile(r"rollout ([0-9.]+) s"),
+         "step": re.compile(r"step ([0-9.]+) s")}
 CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
 
 
-def run(algo: str, steps: int, accelerator: str, devices: int, extra: list[str]) -> tuple[list[float], float]:
+def parse(stdout: str) -> list[dict[str, float]]:
+    """One dict per progress line: ``step`` (s), ``rollout`` (s) and ``tokens`` (per-rank tokens/s)."""
+    rows = []
+    for line in STEP.finditer(stdout):
+        found = {k: pattern.search(line.group(0)) for k, pattern in FIELD.items()}
+        rows.append({k: float(m.group(1)) for k, m in found.items() if m})
+    return rows
+
+
+def run(algo: str, steps: int, accelerator: str, devices: int, extra: list[str]) -> tuple[list[dict[str, float]], float]:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "collab.fit", "--algo", algo, "--trainer.max_steps", str(steps),
                "--trainer.accelerator", accelerator, "--trainer.callbacks", CALLBACKS,
@@ -43,7 +62,12 @@ def run(algo: str, steps: int, accelerator: str, devices: int, extra: list[str])
         wall = time.perf_counter() - start
         if out.returncode != 0:
             raise SystemExit(f"{algo} on {devices} process(es) failed:\n{out.stderr[-3000:]}")
-        return [float(m.group(3)) for m in STEP.finditer(out.stdout)], wall
+        return parse(out.stdout), wall
+
+
+def median(rows: list[dict[str, float]], key: str) -> float:
+    values = [r[key] for r in rows if key in r]
+    return statistics.median(values[1:] or values) if values else float("nan")
 
 
 def main() -> None:
@@ -53,15 +77,20 @@ def main() -> None:
     p.add_argument("--accelerator", default="cpu")
     p.add_argument("--devices", type=int, default=2)
     args, extra = p.parse_known_args()
-    print(f"{'algo':8} {'procs':>5} {'steps (s)':40} {'median':>7} {'wall':>7}")
+    n = args.devices
+    print(f"{'algo':8} {'procs':>5} {'step times (s)':32} {'step':>6} {'rollout':>7} {'tok/s/rank':>10} {'wall':>6}")
     for algo in args.algos:
-        medians = {}
-        for devices in (1, args.devices):
-            times, wall = run(algo, args.steps, args.accelerator, devices, extra)
-            medians[devices] = statistics.median(times[1:] or times)
-            print(f"{algo:8} {devices:>5} {' '.join(f'{t:.1f}' for t in times):40} {medians[devices]:7.1f} {wall:7.0f}")
-        print(f"{algo:8} ratio 1-process / {args.devices}-process seconds per step: "
-              f"{medians[1] / medians[args.devices]:.2f}")
+        figures = {}
+        for devices in (1, n):
+            rows, wall = run(algo, args.steps, args.accelerator, devices, extra)
+            figures[devices] = {k: median(rows, k) for k in FIELD}
+            f = figures[devices]
+            times = " ".join(f"{r['step']:.1f}" for r in rows if "step" in r)
+            print(f"{algo:8} {devices:>5} {times:32} "
+                  f"{f['step']:6.1f} {f['rollout']:7.1f} {f['tokens']:10.1f} {wall:6.0f}")
+        one, many = figures[1], figures[n]
+        print(f"{algo:8} step ratio 1-process / {n}-process: {one['step'] / many['step']:.2f}; "
+              f"tokens/s ratio {n} x per-rank at {n} / 1-process: {n * many['tokens'] / one['tokens']:.2f}")
 
 
 if __name__ == "__main__":

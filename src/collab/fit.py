@@ -187,8 +187,31 @@ def check_strategy(strategy) -> None:
                         "(each process holds its own copy of the base: QLoRA keeps it small)")
 
 
+def print_config(algo: str, argv: list[str]) -> None:
+    """``--print_config``: jsonargparse's YAML with a comment on each batch size saying whether it is global or
+    per process (:mod:`collab.training.batch_scope`)."""
+    import io
+    from contextlib import redirect_stdout
+
+    from collab.training.batch_scope import annotate
+
+    printed = io.StringIO()
+    code = 0
+    try:
+        with redirect_stdout(printed):
+            build_cli(algo, argv)
+    except SystemExit as e:  # jsonargparse exits after printing
+        code = e.code
+    finally:
+        sys.stdout.write(annotate(printed.getvalue()))
+        sys.stdout.flush()
+    raise SystemExit(code)
+
+
 def fit(argv: list[str]) -> None:
     algo, rest = split_algo(argv)
+    if any(a == "--print_config" or a.startswith("--print_config=") for a in rest):
+        print_config(algo, rest)
     cli = build_cli(algo, rest)
     check_strategy(cli.trainer.strategy)
     ckpt = cli.config.get("ckpt_path")

@@ -58,6 +58,14 @@ def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def launched_rank() -> int:
+    """This process's global rank as its launcher set it (torchrun's ``RANK``, SLURM's ``SLURM_PROCID``,
+    Lightning's ``LOCAL_RANK`` for the processes it starts); 0 when none did."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    return int(getattr(rank_zero_only, "rank", 0) or 0)
+
+
 def request_hold() -> None:
     """Ask :func:`hold_logs` to hold (the command-line entries do; ``collab.fit.build_cli`` called from a notebook does not)."""
     global _requested
@@ -98,7 +106,7 @@ def release_logs(show: bool = True) -> None:
     _requested = False
     notes = list(_notes)
     _notes.clear()
-    if show and notes:
+    if show and notes and launched_rank() == 0:  # once per run, not once per process (torchrun, srun, DDP)
         import sys
 
         print("\n".join(notes), file=sys.stderr, flush=True)
