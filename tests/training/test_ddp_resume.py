@@ -5,7 +5,8 @@ Each direction runs the uninterrupted run and the resumed one on the same tasks 
 
 - 2 -> 1 (MARFT-A, its critic): 2 processes train 3 steps, keeping the step-2 checkpoint and capturing
   the step-3 rollouts of both ranks and their synchronised gradient; 1 process resumes from step 2 and
-  is fed those rollouts at its first step.
+  is fed those rollouts at its first step. 2 processes resume from step 2 too: bitwise the run that did
+  not stop (each rank's random state is in the checkpoint).
 - 1 -> 2 (MAPoRL, its value heads): 1 process trains 2 steps; 2 processes resume from its checkpoint and
   capture their step-3 rollouts and gradient; 1 process trains 3 steps straight (its steps 1-2 bitwise
   the first run's), fed the 2 processes' rollouts at step 3.
@@ -141,6 +142,14 @@ def test_two_processes_resume_on_one(tmp_path, monkeypatch, one_thread):
     synced = torch.load(two / "grads0.pt")
     assert_same_tensors(synced, torch.load(two / "grads1.pt"), "synchronised gradient")
     print("2 -> 1: max relative gradient difference", assert_same_gradient(torch.load(one / "grads0.pt"), synced))
+    # and on 2 processes again: every rank's random state is in the checkpoint, the resume is bitwise
+    again = tmp_path / "again"
+    fit_two("marft_a", again, 3, ["--ckpt_path", str(path)])
+    _, ends = checkpoint(again, "last.ckpt")
+    _, straight_end = checkpoint(two, "last.ckpt")
+    for key in ("state_dict", "optimizer_states", "collab", "RolloutDataModule"):
+        assert_same_tensors(ends[key], straight_end[key], f"2 -> 2 {key}")
+    assert [r["sampling"] for r in ranks(again, 2)] == [sampling(rng) for rng in ckpt["collab"]["rng"]]
 
 
 def test_one_process_resumes_on_two(tmp_path, monkeypatch, one_thread):
