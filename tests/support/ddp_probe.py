@@ -14,6 +14,15 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
   ones (prepared by each rank: a rank's episode and group numbers index its own items only); with
   ``COLLAB_DDP_CAPTURE`` it saves its own ``grads0.pt`` (into ``$COLLAB_DDP_PROBE``) for comparison.
 
+Across world sizes (tests/training/test_ddp_resume.py):
+
+* ``COLLAB_DDP_CAPTURE_ROLLOUT=N`` (default 1): capture the N-th rollout of this run and the gradient of its
+  first optimizer step instead of the first (``init<r>.pt`` stays the weights at the start);
+* ``COLLAB_DDP_REPLAY_ROLLOUT=N`` (default 1): replay into the N-th rollout of this run; the weights of
+  ``DIR/init0.pt`` are loaded only for N = 1 in a run that starts at step 0 (a resumed run keeps its checkpoint's);
+* ``COLLAB_DDP_LOADED=1``: each rank saves, at the start of training (after a checkpoint loaded), its
+  trainable weights, optimizer state, task stream and the random state it will resume (``loaded<r>.pt``).
+
 With an ``EvaluationCallback`` in the run (listed after the probe, so that a replay's weights are loaded
 before it evaluates), ``rank<r>.json`` also holds the first evaluation's figures and per-problem scores.
 """
@@ -64,6 +73,9 @@ class Probe(L.Callback):
         self.capture = bool(os.environ.get("COLLAB_DDP_CAPTURE"))
         self.replay = os.environ.get("COLLAB_DDP_REPLAY")
         self.rollouts = 0
+        self.capture_at = int(os.environ.get("COLLAB_DDP_CAPTURE_ROLLOUT", "1"))
+        self.replay_at = int(os.environ.get("COLLAB_DDP_REPLAY_ROLLOUT", "1"))
+        self.grads_saved = False
 
     def setup(self, trainer, pl_module, stage) -> None:
         rollout, prepare, rank = pl_module.rollout, pl_module.prepare, trainer.global_rank
@@ -77,34 +89,39 @@ class Probe(L.Callback):
             if signal_ranks is not None and "step_batch" not in vars(env):
                 env.step_batch = shaped(env.step_batch, str(rank) in signal_ranks.split(","))
             self.rollouts += 1
-            if self.replay and self.rollouts == 1:
+            if self.replay and self.rollouts == self.replay_at:
                 return merge(*[torch.load(Path(self.replay) / f"rollout{r}.pt", weights_only=False) for r in (0, 1)])
             experience = rollout(tasks)
-            if self.capture and self.rollouts == 1:
+            if self.capture and self.rollouts == self.capture_at:
                 torch.save(experience, self.out / f"rollout{rank}.pt")
             return experience
         pl_module.rollout = recording
 
         def preparing(experience):  # the first rollout's prepared batch: saved, or both ranks' fed again
-            if self.replay and self.rollouts == 1:
+            if self.replay and self.rollouts == self.replay_at:
                 return merge(*[torch.load(Path(self.replay) / f"batch{r}.pt", weights_only=False) for r in (0, 1)])
             batch = prepare(experience)
-            if self.capture and self.rollouts == 1:
+            if self.capture and self.rollouts == self.capture_at:
                 torch.save(batch, self.out / f"batch{rank}.pt")
             return batch
         pl_module.prepare = preparing
 
         step = pl_module.optimizer_step
 
-        def optimizer_step():  # the synchronised gradient of the first step, before clipping
-            if self.capture and trainer.global_step == 0:
+        def optimizer_step():  # the synchronised gradient of the captured rollout's first step, before clipping
+            if self.capture and self.rollouts == self.capture_at and not self.grads_saved:
+                self.grads_saved = True
                 grads = {n: p.grad.detach().clone() for n, p in trainable(pl_module).items() if p.grad is not None}
                 torch.save(grads, self.out / f"grads{rank}.pt")
             step()
         pl_module.optimizer_step = optimizer_step
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if self.replay:
+        if os.environ.get("COLLAB_DDP_LOADED"):
+            torch.save({"params": {n: p.detach().clone() for n, p in trainable(pl_module).items()},
+                        "optimizer": trainer.optimizers[0].state_dict(), "stream": trainer.datamodule.stream.state_dict(),
+                        "rng": pl_module._resume_rng}, self.out / f"loaded{trainer.global_rank}.pt")
+        if self.replay and self.replay_at == 1 and trainer.global_step == 0:
             init = torch.load(Path(self.replay) / "init0.pt")
             with torch.no_grad():
                 for name, p in trainable(pl_module).items():

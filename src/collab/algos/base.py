@@ -190,7 +190,9 @@ class CollabModule(L.LightningModule):
     def on_train_start(self) -> None:
         """Under DDP, a sampling stream of its own for every rank: rank r > 0 reseeds torch (CPU and accelerator)
         with the run's seed + r, so that ranks do not draw the same random numbers for their different tasks;
-        rank 0 keeps the stream of a 1-process run. A resumed run puts back each rank's saved state instead."""
+        rank 0 keeps the stream of a 1-process run. A resumed run puts back each rank's saved state instead
+        (in ``training_step``); a rank the checkpoint had no process for (a run moved to more processes)
+        seeds here, as at a fresh start."""
         rank = self.trainer.global_rank
         if rank > 0 and self._resume_rng is None:
             torch.manual_seed(torch.initial_seed() + rank)

@@ -6,7 +6,9 @@ them (:func:`shard`). The module plays them itself in ``training_step`` (``rollo
 fetches nothing ahead, so every rollout is on-policy. Tasks are drawn without replacement in a seeded
 shuffled order (a new order every pass over the split). The stream's position (the shuffle's random
 state and the rest of the pass) is part of every checkpoint (``state_dict``, one per process), so a
-resumed run plays the tasks the uninterrupted run would have.
+resumed run plays the tasks the uninterrupted run would have, with any number of processes: the
+stream is the same on every process (the global batch, sharded by rank after it is drawn), so a
+process the checkpoint did not have takes rank 0's position.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from collab.envs import Env, make_env
 from collab.errors import require
-from collab.training.resume import gather_per_rank, pick_rank, tuples
+from collab.training.resume import gather_per_rank, tuples
 
 
 class TaskStream:
@@ -119,7 +121,8 @@ class RolloutDataModule(L.LightningDataModule):
         if "streams" not in state:  # a checkpoint of an earlier collab: one stream
             self.stream.load_state_dict(state)
             return
+        # the stream is global (the same on every process, sharded after it): a rank the checkpoint had no
+        # process for (a run moved to more processes) takes rank 0's, the same position
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        stream = pick_rank(state["streams"], rank, "task stream")
-        if stream is not None:
-            self.stream.load_state_dict(stream)
+        streams = state["streams"]
+        self.stream.load_state_dict(streams[rank] if rank < len(streams) else streams[0])

@@ -18,6 +18,10 @@ of its end, evaluation included) and put back just before the first rollout of t
 the dataloader's iterator, which draws from torch's generator (an uninterrupted run drew it once, at
 its start).
 
+With another number of processes (docs/resume.md, "Across world sizes"), the weights, optimizer state
+and task position (global) load on every rank; rank r takes rank r's random state and a rank the
+checkpoint had no process for seeds as at a fresh start (:meth:`CollabModule.on_train_start`).
+
 A resumed run logs to a new ``version_N`` folder (TensorBoard reads both; the steps continue), and its
 ``reward_summary.json`` continues the checkpoint's list: it covers every rollout from the first.
 
@@ -112,7 +116,7 @@ def pick_rank(states: list[Any], rank: int, what: str) -> Any | None:
     if rank < len(states):
         return states[rank]
     warnings.warn(f"the checkpoint holds the {what} of {len(states)} process(es), not of rank {rank}; "
-                  f"rank {rank} keeps its own", stacklevel=2)
+                  f"rank {rank} starts its own, as at a fresh start", stacklevel=2)
     return None
 
 
