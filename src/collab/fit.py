@@ -74,6 +74,7 @@ def build_cli(algo: str, argv: list[str]):
     if not is_class_path(algo):
         check_env_pair(algo, run_env(files[0], argv))
     check_old_names(argv)
+    check_strategy(given_strategy(argv))  # before Lightning's own "fsdp requires a GPU accelerator"
     note(describe_configs(files, argv, algo))
     args = [a for f in files for a in ("--config", str(f))] + argv
     given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"),
@@ -178,13 +179,29 @@ def _single_line(e: BaseException) -> str:
     return " ".join(str(e).split("\n")).strip()
 
 
+def given_strategy(argv: list[str]) -> str:
+    """The value of ``--trainer.strategy`` on the command line ('' when not given)."""
+    for i, arg in enumerate(argv):
+        if arg == "--trainer.strategy" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--trainer.strategy="):
+            return arg.split("=", 1)[1]
+    return ""
+
+
 def check_strategy(strategy) -> None:
-    """Refuse the Lightning strategies collab's training cannot run under (one line, exit 2)."""
-    name = type(strategy).__name__
-    if "DeepSpeed" in name or "FSDP" in name or "ModelParallel" in name:
-        raise UserError(f"--trainer.strategy {name} is not supported: it shards the base model's weights, and collab's "
-                        "rollouts decode with whole weights on every process; use --trainer.strategy ddp "
-                        "(each process holds its own copy of the base: QLoRA keeps it small)")
+    """Refuse the Lightning strategies that shard the base per layer (FSDP, ModelParallel, DeepSpeed): one line,
+    exit 2. ``strategy`` is a Strategy or what ``--trainer.strategy`` says. Their per-layer gathers need every
+    process to run the same forwards in the same order; collab's processes decode and score their own data
+    (docs/distributed.md, "Sharded bases", has the failures reproduced on CPU)."""
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    low = name.lower()
+    if not any(k in low for k in ("deepspeed", "fsdp", "modelparallel", "model_parallel")):
+        return
+    raise UserError(f"--trainer.strategy {name} is not supported: it gathers each layer of the base inside the layer's "
+                    "forward, which needs every process to run the same forwards, and collab's processes decode and "
+                    "score their own data; use --trainer.strategy ddp (each process holds its own copy of the base: "
+                    "--model.base.quantization 4bit keeps it small)")
 
 
 def print_config(algo: str, argv: list[str]) -> None:

@@ -513,3 +513,26 @@ def test_a_fresh_interpreter_gives_the_same_line(case_id, results):
 
 def test_there_are_at_least_60_cases():
     assert len({c.id for c in CASES}) == len(CASES) >= 60
+
+
+@pytest.mark.parametrize("name", ["FSDPStrategy", "ModelParallelStrategy", "DeepSpeedStrategy"])
+def test_per_layer_sharding_strategies_are_refused(name):
+    """Issue 31: Lightning's FSDP, ModelParallel and DeepSpeed strategies end in one line naming ddp."""
+    from collab.errors import UserError
+    from collab.fit import check_strategy
+
+    with pytest.raises(UserError, match="use --trainer.strategy ddp") as error:
+        check_strategy(type(name, (), {})())
+    assert "\n" not in str(error.value)
+    check_strategy(type("DDPStrategy", (), {})())  # ddp passes
+
+
+@pytest.mark.parametrize("value", ["fsdp", "deepspeed_stage_3", "lightning.pytorch.strategies.ModelParallelStrategy"])
+def test_the_command_line_refuses_them_before_lightning_does(value, capsys):
+    from collab.fit import main
+
+    code = main(["--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
+                 "--trainer.strategy", value])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"error: --trainer.strategy {value} is not supported") and "ddp" in err
+    assert len(err.splitlines()) == 1
