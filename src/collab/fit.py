@@ -195,7 +195,7 @@ def fit(argv: list[str]) -> None:
     check_strategy(cli.trainer.strategy)
     from collab.training.distributed import prepare_processes
 
-    prepare_processes(cli.trainer, cli.model.base, cli.config.get("distributed_timeout"))  # fits? timeout (issue 31)
+    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"))  # fits? timeout (issue 31)
     ckpt = cli.config.get("ckpt_path")
     if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.training.checks)
         from collab.training.checks_checkpoint import guard_resume

@@ -227,12 +227,12 @@ def timeout_callback(timeout_s: float):
     return CollectiveTimeout()
 
 
-def prepare_processes(trainer, base, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def prepare_processes(trainer, module, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Before ``trainer.fit`` starts the processes: refuse more than the machine holds
     (:mod:`collab.training.checks_resources`), set the process group's timeout, and make a failed
     collective one line (:func:`timeout_callback`)."""
     from collab.training.checks_resources import check_launch
 
-    check_launch(trainer, base)
+    check_launch(trainer, module.base, len(module.agent_specs or ()) or 2)
     set_timeout(trainer.strategy, timeout_s)
     trainer.callbacks.insert(0, timeout_callback(timeout_s))
