@@ -83,6 +83,8 @@ def build_cli(algo: str, argv: list[str]):
     class CollabCLI(CheckedCLI):  # collab.training.checks: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint.")
+            parser.add_argument("--distributed_timeout", type=float, default=1800.0,  # collab.training.distributed
+                                help="Seconds a process waits in a collective for the others before the run ends in one line.")
 
         def before_instantiate_classes(self) -> None:
             super().before_instantiate_classes()
@@ -231,6 +233,9 @@ def fit(argv: list[str]) -> None:
         print_config(algo, rest)
     cli = build_cli(algo, rest)
     check_strategy(cli.trainer.strategy)
+    from collab.training.distributed import prepare_processes
+
+    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"))  # fits? timeout (issue 31)
     ckpt = cli.config.get("ckpt_path")
     if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.training.checks)
         from collab.training.checks_checkpoint import guard_resume

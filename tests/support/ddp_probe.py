@@ -6,6 +6,13 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
 * ``COLLAB_DDP_SIGNAL_RANKS="0"``: the ranks listed get a reward that varies with the action (the length
   of the first agent's response, mod 3, halved), so that they have a learning signal whatever the tiny
   model says; every other rank gets reward 0 for everything (no signal for MAGRPO's group advantages).
+  ``COLLAB_DDP_SIGNAL=text``: the signal is a digest of every agent's response instead of the first
+  one's length (mod 3, halved), for envs whose responses all have one length (matrix's one-letter
+  choices) or whose first agent's length barely varies (coding): a group's samples then differ.
+* ``COLLAB_DDP_STALL="RANK:STEP"``: that rank sleeps (``COLLAB_DDP_STALL_SECONDS``, default an hour) before
+  its rollout at optimizer step STEP (writing the time it began to ``stall<RANK>.txt``), while the others wait
+  in the step's collectives: the run must end at the process group's timeout, in one line naming the rank
+  and the step (``collab.training.distributed``).
 * ``COLLAB_DDP_CAPTURE=1``: each rank also saves its first rollout (``rollout<r>.pt``) and prepared batch
   (``batch<r>.pt``), its weights at the start (``init<r>.pt``) and the gradient of the first optimizer
   step, synchronised and before clipping (``grads<r>.pt``).
@@ -30,6 +37,7 @@ before it evaluates), ``rank<r>.json`` also holds the first evaluation's figures
 import hashlib
 import json
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,12 +63,27 @@ def merge(a, b):
     return replace(a, items=list(a.items) + list(b.items), **({"examples": []} if hasattr(a, "examples") else {}))
 
 
-def shaped(step_batch, signal: bool):
+def signal_reward(joint, kind: str) -> float:
+    """0, 0.5 or 1 from a joint action: the first response's length, or (``text``) a digest of all of them."""
+    if kind == "text":
+        return int(hashlib.sha256("\x00".join(joint).encode()).hexdigest(), 16) % 3 / 2
+    return (len(joint[0]) % 3) / 2
+
+
+def shaped(step_batch, signal: bool, kind: str = "length"):
     def step(states, actions):
         results = step_batch(states, actions)
-        rewards = [(len(joint[0]) % 3) / 2 if signal else 0.0 for joint in actions]
+        rewards = [signal_reward(joint, kind) if signal else 0.0 for joint in actions]
         return [replace(r, rewards=tuple(reward for _ in r.rewards)) for r, reward in zip(results, rewards)]
     return step
+
+
+def stall(rank: int, step: int) -> None:
+    """``COLLAB_DDP_STALL="RANK:STEP"``: sleep on that rank before that step's rollout (a rollout that never ends)."""
+    spec = os.environ.get("COLLAB_DDP_STALL")
+    if spec and [int(x) for x in spec.split(":")] == [rank, step]:
+        (Path(os.environ["COLLAB_DDP_PROBE"]) / f"stall{rank}.txt").write_text(str(time.time()))  # when it began
+        time.sleep(float(os.environ.get("COLLAB_DDP_STALL_SECONDS", "3600")))
 
 
 class Probe(L.Callback):
@@ -87,7 +110,9 @@ class Probe(L.Callback):
                 self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
             self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
             if signal_ranks is not None and "step_batch" not in vars(env):
-                env.step_batch = shaped(env.step_batch, str(rank) in signal_ranks.split(","))
+                env.step_batch = shaped(env.step_batch, str(rank) in signal_ranks.split(","),
+                                        os.environ.get("COLLAB_DDP_SIGNAL", "length"))
+            stall(rank, trainer.global_step)
             self.rollouts += 1
             if self.replay and self.rollouts == self.replay_at:
                 return merge(*[torch.load(Path(self.replay) / f"rollout{r}.pt", weights_only=False) for r in (0, 1)])

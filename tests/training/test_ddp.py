@@ -26,24 +26,32 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# algo -> the env and options of a fast run on the tiny model; together they cover every env
+# algo -> the env and options of a fast run on the tiny model; together they cover every env of src/collab/envs
 RUNS = {
     "magrpo": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: solo}"],
     "collm_cc": ["--data.env", "writing"],
     "collm_dc": ["--data.env", "minecraft"],
-    "ippo": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
+    "ippo": ["--data.env", "matrix"],
     "marft_a": ["--data.env", "competitive_coding"],
-    "marft_t": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
+    "marft_t": ["--data.env", "coding"],
     "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2"],
 }
 
-# algo -> the eval tasks of its held-out evaluation: 3 and 5 do not divide into 2 processes x batches of 2
-# tasks, minecraft's 4 do. TODO (issue 31): matrix (1 eval task) and coding: on magrpo/ippo the first step
-# left the weights unchanged (the probe's signal reward gives no advantage there), so they are not here yet
-EVAL_TASKS = {"magrpo": 3, "collm_cc": 3, "collm_dc": 4, "ippo": 3, "marft_a": 3, "marft_t": 3, "maporl": 5}
+
+def env_of(algo: str) -> str:
+    return RUNS[algo][RUNS[algo].index("--data.env") + 1]
+
+
+# algo -> the eval tasks of its held-out evaluation: matrix's eval split holds 1 task (fewer than the 2
+# processes: rank 1 scores none), 3 and 5 do not divide into 2 processes x batches of 2 tasks, minecraft's 4 do
+EVAL_TASKS = {"magrpo": 3, "collm_cc": 3, "collm_dc": 4, "ippo": 1, "marft_a": 3, "marft_t": 3, "maporl": 5}
 
 # the envs whose train split holds fewer tasks than a global batch (matrix: one): the ranks' shares repeat them
-FEW_TRAIN_TASKS: set[str] = set()
+FEW_TRAIN_TASKS: set[str] = {"matrix"}
+
+# the envs whose responses all have one length (matrix's one-letter choices) or nearly (coding's first agent):
+# the probe's signal reward is a digest of the responses there, so that rank 0's group advantages are not 0
+TEXT_SIGNAL = {"matrix", "coding"}
 
 
 def callbacks(algo: str) -> str:
@@ -89,8 +97,9 @@ def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, **probe: str) 
 
 @pytest.mark.parametrize("algo", sorted(RUNS))
 def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monkeypatch, one_thread):
+    signal = {"COLLAB_DDP_SIGNAL": "text"} if env_of(algo) in TEXT_SIGNAL else {}
     run = fit(algo, tmp_path, ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
-              COLLAB_DDP_SIGNAL_RANKS="0", COLLAB_DDP_CAPTURE="1")
+              COLLAB_DDP_SIGNAL_RANKS="0", COLLAB_DDP_CAPTURE="1", **signal)
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2
@@ -99,7 +108,7 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monke
     assert ranks[0]["start"] == ranks[1]["start"] != ranks[0]["digests"][0]
     # disjoint shares of every step's tasks (2 of the global 4 each)
     for a, b in zip(ranks[0]["tasks"], ranks[1]["tasks"]):
-        assert len(a) == len(b) == 2 and (algo in FEW_TRAIN_TASKS or not set(a) & set(b))
+        assert len(a) == len(b) == 2 and (env_of(algo) in FEW_TRAIN_TASKS or not set(a) & set(b))
     # and each rank samples from a random stream of its own
     assert ranks[0]["sampling"] != ranks[1]["sampling"] and ranks[0]["sampling"]
     ckpts = list((tmp_path / "runs").rglob("*.ckpt"))
@@ -133,3 +142,44 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monke
     assert {k: two["history"][k] for k in figures} == pytest.approx(figures, rel=1e-6, abs=1e-12, nan_ok=True)
     assert f"({EVAL_TASKS[algo]} eval tasks x 2 samples)" in run.stdout
     assert "nan" not in "\n".join(run.stdout.split("evaluation at step 0")[1].splitlines()[:6])
+
+
+def test_the_matrix_covers_every_env_and_algorithm():
+    from collab.algos import algo_registry
+    from collab.envs import env_names
+
+    assert {env_of(algo) for algo in RUNS} == set(env_names())
+    assert set(RUNS) == set(algo_registry())
+    assert min(EVAL_TASKS.values()) < 2 and any(n % 2 for n in EVAL_TASKS.values())
+
+
+@pytest.mark.parametrize("stalled", [1, 0])
+def test_a_stalled_rank_ends_the_run_at_the_timeout_in_one_line(stalled, tmp_path):
+    """One rank sleeps before its rollout of step 1 while the other waits in the step's first collective:
+    the run ends ``--distributed_timeout`` seconds later (not the default 30 minutes), exit code non-zero,
+    with one line naming the waiting rank and the step. Rank 1 stalled: rank 0 reports and stops it; rank 0
+    stalled: rank 1 reports and exits, and Lightning's observer stops rank 0."""
+    import re
+    import time
+
+    timeout = 10
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "COLLAB_DDP_PROBE": str(tmp_path),
+           "OMP_NUM_THREADS": "1", "COLLAB_DDP_STALL": f"{stalled}:1", "COLLAB_DDP_STALL_SECONDS": "600"}
+    argv = ["--algo", "magrpo", *RUNS["magrpo"], "--model.base.name", "tiny", "--model.agents", AGENTS["magrpo"],
+            "--data.batch_size", "2", "--trainer.max_steps", "3", "--trainer.accelerator", "cpu",
+            "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.default_root_dir", str(tmp_path / "runs"),
+            "--trainer.callbacks", json.dumps([{"class_path": "tests.support.ddp_probe.Probe"}]),
+            "--distributed_timeout", str(timeout)]
+    run = subprocess.run([sys.executable, "-m", "collab.fit", *argv], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=600)
+    ended = time.time()
+    assert run.returncode != 0, run.stderr[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    waiting = 1 - stalled
+    assert len(errors) == 1 and re.match(rf"error: rank {waiting} at step 1: a collective did not complete within "
+                                         rf"{timeout} s \(another process stopped or diverged\)", errors[0]), run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    # from the stall to the end of every process: the timeout, the report and the stopping of the other rank
+    waited = ended - float((tmp_path / f"stall{stalled}.txt").read_text())
+    print(f"stalled rank {stalled}: ended {waited:.1f} s after the stall began (timeout {timeout} s)")
+    assert timeout <= waited < timeout + 60
