@@ -12,7 +12,8 @@ size for matrix, ones not divisible by it elsewhere): both ranks and a 1-process
 figures, each task scored once. The first update is then compared with a 1-process update on the
 union of both ranks' first rollouts (the same rollouts fed again, from the same weights): the
 synchronised gradient must equal the 1-process one, which holds only if every loss normaliser and
-advantage statistic is global (``tests/support/ddp_probe.py``).
+advantage statistic is global (``tests/support/ddp_probe.py``). Two of the runs start their processes as a
+cluster would (``LAUNCHERS``: torchrun, and SLURM's srun emulated), the others through Lightning's launcher.
 """
 
 import json
@@ -77,12 +78,39 @@ def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
             "--trainer.accelerator", "cpu", "--trainer.callbacks", callbacks(algo), *extra]
 
 
+# algo -> how its 2 processes start (the others: Lightning's own launcher, which starts rank 1 itself): the
+# launches docs/distributed.md gives for clusters, torchrun and SLURM's srun (emulated: two processes with the
+# SLURM_* variables srun sets, which Lightning's SLURMEnvironment reads; there is no srun here)
+LAUNCHERS = {"magrpo": "torchrun", "collm_cc": "srun"}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def fit(algo: str, tmp: Path, extra: list[str], **probe: str) -> subprocess.CompletedProcess:
-    """A 2-process run: ``python -m collab.fit`` in a subprocess that launches the second rank."""
+    """A 2-process run of ``python -m collab.fit``, started as ``LAUNCHERS`` says; stdout is rank 0's."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "COLLAB_DDP_PROBE": str(tmp),
            "OMP_NUM_THREADS": "1", **probe}
-    return subprocess.run([sys.executable, "-m", "collab.fit", *args(algo, tmp, extra)], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=600)
+    fit_args = ["-m", "collab.fit", *args(algo, tmp, extra)]
+    launcher = LAUNCHERS.get(algo, "lightning")
+    if launcher == "torchrun":
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                               *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    if launcher == "lightning":
+        return subprocess.run([sys.executable, *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    slurm = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost",
+             "SLURM_JOB_ID": "31", "SLURM_JOB_NAME": "collab", "MASTER_PORT": str(free_port())}
+    ranks = [subprocess.Popen([sys.executable, *fit_args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)})
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=600) for p in ranks]
+    return subprocess.CompletedProcess(ranks[0].args, max(p.returncode for p in ranks), outs[0][0],
+                                       outs[0][1] + outs[1][1])
 
 
 def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, **probe: str) -> int:
@@ -101,6 +129,7 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monke
     run = fit(algo, tmp_path, ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
               COLLAB_DDP_SIGNAL_RANKS="0", COLLAB_DDP_CAPTURE="1", **signal)
     assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr.count("config: ") == 1  # the run says once (rank 0), whatever started its processes
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2
     # bitwise the same weights on both ranks after every optimizer step; rank 0's signal moved them
