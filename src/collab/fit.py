@@ -196,23 +196,27 @@ def fit(argv: list[str]) -> None:
         from collab.training.checks_checkpoint import guard_resume
 
         guard_resume(cli.model, ckpt)
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
+    from collab.training import preemption
     from collab.training.resume import SIGTERM_EXIT_CODE
 
     try:
         cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
-    except SIGTERMException:  # Lightning stopped after the current rollout; the callbacks saved (collab.training.resume)
-        trainer = cli.trainer
-        last = getattr(trainer.checkpoint_callback, "last_model_path", "")
-        saved = f"saved {last} (resume with --ckpt_path {last})" if last else "no checkpoint (no save_last)"
-        if trainer.is_global_zero:
-            print(f"stopped by SIGTERM at step {trainer.global_step}; {saved}", file=sys.stderr, flush=True)
+    except BaseException as e:  # SIGTERM: after the step (saved) or inside it (collab.training.preemption)
+        if not preemption.stopped_by(e):
+            raise
+        preemption.stop(cli.trainer, e)  # the one line on rank 0; the other ranks ended
         raise SystemExit(SIGTERM_EXIT_CODE) from None
 
 
 def main(argv: list[str] | None = None) -> int:
-    return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
+    try:
+        return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
+    except SystemExit as e:
+        if argv is None and e.code == 143:  # the command itself, stopped by SIGTERM: skip seconds of teardown
+            from collab.training.preemption import exit_now
+
+            exit_now()
+        raise
 
 
 if __name__ == "__main__":

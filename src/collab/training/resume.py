@@ -202,6 +202,10 @@ class ModelCheckpoint(_LightningModelCheckpoint):
             self._save_final(trainer)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        from collab.training.preemption import mid_step
+
+        if mid_step(exception):  # stopped inside a step: its weights and random state are not a step's
+            return
         if not isinstance(exception, SIGTERMException):
             return super().on_exception(trainer, pl_module, exception)
         if trainer.sanity_checking or self._last_global_step_saved == trainer.global_step:
