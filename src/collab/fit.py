@@ -7,8 +7,9 @@ and, where the algorithm has its own choice for that env, ``conf/algo/NAME/ENV.y
 files and the dotted overrides, later ones winning (``--model.agent_lr 1e-5 --data.env matrix
 --trainer.max_steps 30``). A ``./conf`` in the working directory is never read; the run says on stderr, once,
 which files it read. ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the
-uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops after the current rollout, saves, and exits
-with 143. Logs (TensorBoard), checkpoints and adapters go under ``runs/<algo>/version_N/``, or
+uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops within 30 s, in one line and with exit code
+143: at the current step's end (saved) when it comes within 10 s, else inside the step, naming the last
+checkpoint (:mod:`collab.training.preemption`). Logs (TensorBoard), checkpoints and adapters go under ``runs/<algo>/version_N/``, or
 ``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
 algorithm does not train on: :mod:`collab.training.checks_options`) ends in one line on stderr and exit code 2.
 
@@ -212,10 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:
-        if argv is None and e.code == 143:  # the command itself, stopped by SIGTERM: skip seconds of teardown
-            from collab.training.preemption import exit_now
+        if e.code == 143:  # stopped by SIGTERM (collab.training.preemption)
+            from collab.training import preemption
 
-            exit_now()
+            if argv is None:  # the command itself: skip seconds of interpreter teardown
+                preemption.exit_now()
+            preemption.disarm()  # called in a process that goes on: no watchdog, no stop pending
         raise
 
 

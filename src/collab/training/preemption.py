@@ -23,10 +23,12 @@ Lightning notes SIGTERM and its loops look at the note between batches, which fo
   check points at different moments, so the only stop they agree on is the step end: one all-reduce of
   "a SIGTERM came" per step (:func:`agree`, after the update) makes every rank stop there together, and
   only then do they save (collectives that match). A rank that stops inside a step leaves alone: it
-  destroys its process group, which makes a peer blocked in a collective fail at once ("Connection
-  closed by peer", measured in milliseconds on gloo) instead of waiting for the timeout, and any error
-  after a SIGTERM is read as the stop (exit 143, no traceback). Rank 0 waits for its children until
-  2 s before the hard exit, then kills them: no rank is left orphaned.
+  destroys its process group (a peer inside an all-reduce on gloo then fails within milliseconds with
+  "Connection closed by peer"; one that enters a barrier afterwards may not notice), and any error after
+  a SIGTERM is read as the stop (exit 143, no traceback). Rank 0 waits for its children (2 s after a stop
+  inside a step, when they have nothing to save; until 2 s before the hard exit after a step-end stop),
+  then kills them: no rank is left orphaned. Rank 0 blocked in a collective that a child left ends by
+  its watchdog.
 - **Hard exit.** Python runs signal handlers only between bytecodes, never while a thread waits inside
   a gloo collective or a vLLM call. A thread reads the signal from ``signal.set_wakeup_fd`` (written by
   the C-level handler at once), forwards it and arms a watchdog: ``hard_exit`` seconds after the signal
@@ -143,12 +145,15 @@ def attach(trainer) -> None:
 
 
 def disarm() -> None:
-    """Cancel the watchdog and the signal reader (a process that goes on after a stopped run: tests, notebooks)."""
+    """Cancel the watchdog and the signal reader and forget the signal (a process that goes on after a stopped
+    run: ``collab.fit.main(argv)`` in tests and notebooks; the next run attaches afresh)."""
+    global _state
     s = _state
     s.disarmed = True
     if s.watchdog is not None:
         s.watchdog.cancel()
     _unwatch(s)
+    _state = _State()
 
 
 def current() -> str:
@@ -213,8 +218,9 @@ def stopped_by(exception: BaseException) -> bool:
 
 
 def stop(trainer, exception: BaseException) -> None:
-    """The stop's end in ``collab.fit``: the one line (rank 0), this rank's process group released, rank 0's
-    children awaited until 2 s before the hard exit, then killed."""
+    """The stop's end in ``collab.fit``: the one line (rank 0), this rank's process group released after a stop
+    inside a step, rank 0's children awaited (:data:`CHILDREN_S` then, else until 2 s before the hard exit)
+    and then killed."""
     s = _state
     if _rank_zero(trainer) and not s.announced:
         s.announced = True
