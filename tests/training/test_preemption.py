@@ -152,6 +152,7 @@ def test_sigterm_inside_an_update(devices, tmp_path, monkeypatch, one_thread):
 
 # -- the module alone ----------------------------------------------------------------------------------
 def test_grace_lets_a_step_end_and_a_new_step_does_not_start(monkeypatch):
+    """The grace, the evaluation before training without one, no new step, and the hook's spelling."""
     monkeypatch.setattr(preemption, "_state", preemption._State(grace=5.0))
     with preemption.phase("rollout"):
         preemption.check()  # no signal: nothing
@@ -161,6 +162,12 @@ def test_grace_lets_a_step_end_and_a_new_step_does_not_start(monkeypatch):
         with pytest.raises(preemption.Preempted) as stop:
             preemption.check()
     assert (stop.value.phase, stop.value.code) == ("rollout", 143)
+    preemption._state.received_at = time.monotonic()
+    with preemption.phase("evaluation"), pytest.raises(preemption.Preempted):
+        preemption.check()  # the evaluation before the first step has nothing to reach: no grace
+    preemption._state.steps = 1
+    with preemption.phase("evaluation"):
+        preemption.check()  # a periodic evaluation: its step's checkpoint comes after it, within the grace
     with pytest.raises(preemption.Preempted):
         preemption.check_step()
     with pytest.raises(preemption.UserError, match="COLLAB_SIGTERM_AT"):

@@ -12,7 +12,7 @@ Lightning notes SIGTERM and its loops look at the note between batches, which fo
 - **Grace.** For ``grace`` seconds after the signal (10; env ``COLLAB_SIGTERM_GRACE``) the checks let the
   current step go on: a step that ends in time stops at its end as before (:mod:`collab.training.resume`:
   ``last.ckpt`` of that step, "stopped by SIGTERM at step k; saved ..."). Past it the next check raises
-  :class:`Preempted`.
+  :class:`Preempted`. The evaluation before the first step has no step to reach: it stops at once.
 - **Consistency.** :class:`Preempted` means a step (or an evaluation) did not complete: the callbacks save
   nothing (:func:`mid_step`): no checkpoint of half-updated weights or of a half-drawn random state, no
   adapters, and no collective. The resume point is the last checkpoint written at a step end, named in
@@ -97,6 +97,7 @@ class _State:
     phases: list[str] = field(default_factory=list)
     entered: dict[str, int] = field(default_factory=dict)
     stopped_in: tuple[str, int] | None = None
+    steps: int = 0  # steps completed in this fit
     fired: bool = False
     announced: bool = False
     disarmed: bool = False
@@ -186,8 +187,11 @@ def check(name: str | None = None) -> None:
     s = _state
     if s.hook is not None and not s.fired:
         _fire(s, name or current())
-    if s.received_at is not None and time.monotonic() - s.received_at >= s.grace:
-        raise Preempted(name or current(), _step())
+    if s.received_at is not None:
+        name = name or current()
+        grace = s.grace if s.steps or name != "evaluation" else 0.0  # before the first step: nothing to reach
+        if time.monotonic() - s.received_at >= grace:
+            raise Preempted(name, _step())
 
 
 def check_step() -> None:
@@ -202,6 +206,7 @@ def agree(module) -> None:
     collectives match). One process: the signal handler set the flag already."""
     from collab.training.distributed import global_max, world_size
 
+    _state.steps += 1
     if world_size(module) > 1 and global_max(module, int(received())):
         module.trainer._signal_connector.received_sigterm = True
 
