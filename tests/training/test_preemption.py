@@ -6,7 +6,7 @@ process (rank 0) at the first check point inside the n-th evaluation, rollout or
 time it sent it; ``COLLAB_SIGTERM_GRACE=0`` stops at that check point (the default grace lets a step end,
 which ``tests/training/test_signals.py`` covers). Each run must end with 143 within 30 s of the signal,
 with the one line and no traceback, write no checkpoint after the signal, leave no process behind (the
-second rank under DDP), and its last checkpoint must resume to the end. One launch per case: 1 process
+second rank under DDP), and its last checkpoint must load and (1 process) resume to the end. One launch per case: 1 process
 for the evaluation and the update, 2 gloo processes for the same two, and the rollout in this process
 (``collab.fit.main(argv)``, as a notebook calls it).
 """
@@ -147,7 +147,11 @@ def test_sigterm_inside_an_update(devices, tmp_path, monkeypatch, one_thread):
     assert line.startswith("stopped by SIGTERM inside the update of step 3; last checkpoint: step 2 ")
     summary = json.loads((run / "reward_summary.json").read_text())
     assert summary["rollouts"] == 2  # the completed rollouts
-    resumes(tmp_path, line, 2, monkeypatch)
+    if devices == 1:
+        resumes(tmp_path, line, 2, monkeypatch)
+    else:  # a step-end checkpoint of 2 processes (resuming one at any world size: tests/training/test_ddp_resume.py)
+        saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        assert saved["global_step"] == 2 and len(saved["collab"]["rng"]) == 2
 
 
 # -- the module alone ----------------------------------------------------------------------------------
