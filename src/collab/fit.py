@@ -9,7 +9,8 @@ files and the dotted overrides, later ones winning (``--model.agent_lr 1e-5 --da
 which files it read. ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the
 uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops within 30 s, in one line and with exit code
 143: at the current step's end (saved) when it comes within 10 s, else inside the step, naming the last
-checkpoint (:mod:`collab.training.preemption`). Logs (TensorBoard), checkpoints and adapters go under ``runs/<algo>/version_N/``, or
+checkpoint (:mod:`collab.training.preemption`). Logs (TensorBoard), checkpoints and adapters go under
+``runs/<algo>/version_N/``, or
 ``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
 algorithm does not train on: :mod:`collab.training.checks_options`) ends in one line on stderr and exit code 2.
 

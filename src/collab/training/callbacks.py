@@ -53,7 +53,8 @@ class AdapterCheckpoint(L.Callback):
         self._save_last(trainer, pl_module)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException) and not preemption.mid_step(exception):  # stopped between rollouts: whole adapters
+        # stopped between rollouts: whole adapters (not inside a step: collab.training.preemption)
+        if isinstance(exception, SIGTERMException) and not preemption.mid_step(exception):
             self._save_last(trainer, pl_module)
 
 
@@ -200,7 +201,8 @@ class EvaluationCallback(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         start = time.perf_counter()
-        with torch.no_grad(), self._decoding(pl_module), preemption.phase("evaluation"):  # the batches seed themselves from self.seed
+        # the batches seed themselves from self.seed; a SIGTERM stops inside (collab.training.preemption)
+        with torch.no_grad(), self._decoding(pl_module), preemption.phase("evaluation"):
             metrics, records, _ = evaluate_records(pl_module.team, pl_module.env, tasks, self.num_samples, self.ks,
                                                    pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch,
                                                    pl_module.protocol, self.seed)

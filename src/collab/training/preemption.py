@@ -19,29 +19,23 @@ Lightning notes SIGTERM and its loops look at the note between batches, which fo
   the line: ``stopped by SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with
   --ckpt_path PATH)`` (or ``no checkpoint yet``). ``reward_summary.json`` is already whole: it is
   rewritten after every rollout.
-- **DDP.** Rank 0 (the launched process) forwards the signal to the ranks it started. Ranks meet the
-  check points at different moments, so the only stop they agree on is the step end: one all-reduce of
-  "a SIGTERM came" per step (:func:`agree`, after the update) makes every rank stop there together, and
-  only then do they save (collectives that match). A rank that stops inside a step leaves alone: it
-  destroys its process group (a peer inside an all-reduce on gloo then fails within milliseconds with
-  "Connection closed by peer"; one that enters a barrier afterwards may not notice), and any error after
-  a SIGTERM is read as the stop (exit 143, no traceback). Rank 0 waits for its children (2 s after a stop
-  inside a step, when they have nothing to save; until 2 s before the hard exit after a step-end stop),
-  then kills them: no rank is left orphaned. Rank 0 blocked in a collective that a child left ends by
-  its watchdog.
-- **Hard exit.** Python runs signal handlers only between bytecodes, never while a thread waits inside
-  a gloo collective or a vLLM call. A thread reads the signal from ``signal.set_wakeup_fd`` (written by
-  the C-level handler at once), forwards it and arms a watchdog: ``hard_exit`` seconds after the signal
-  (20; env ``COLLAB_SIGTERM_HARD_EXIT``) a process still running prints the line (rank 0; "forced"),
-  kills its children and exits with 143 (``os._exit``; files written before are whole:
-  :mod:`collab.training.resume`).
-- **Test hook.** ``COLLAB_SIGTERM_AT=<phase>[@<n>]`` (``evaluation``, ``rollout``, ``update``; n: the n-th
-  time the phase begins, 1 by default) makes the first :func:`check` inside it send SIGTERM to the run's
-  launching process (rank 0; torchrun's agent under torchrun), as a scheduler would, after writing the
-  wall time (``time.time()``) to ``COLLAB_SIGTERM_FILE`` when set: tests need no timed sleeps.
+- **DDP.** Rank 0 (the launched process) forwards the signal to the ranks it started. Ranks meet the check
+  points at different moments, so they agree only on the step end: one all-reduce of "a SIGTERM came" per
+  step (:func:`agree`) makes every rank stop there together and save (collectives that match). A rank that
+  stops inside a step runs no collective and destroys its process group (a peer inside a gloo all-reduce
+  then fails in milliseconds; one entering a barrier afterwards does not notice); any error after a SIGTERM
+  is read as the stop (exit 143, no traceback). Rank 0 waits for its children (:data:`CHILDREN_S` after a
+  stop inside a step, else until 2 s before the hard exit), then kills them: none is left orphaned.
+- **Hard exit.** Python runs signal handlers only between bytecodes, not while the main thread waits in a
+  gloo collective or a vLLM call: a thread reads the signal from ``signal.set_wakeup_fd`` (written by the
+  C-level handler at once), forwards it and arms a watchdog that, ``hard_exit`` seconds after the signal
+  (20; env ``COLLAB_SIGTERM_HARD_EXIT``), prints the line (rank 0, "forced"), kills the children and exits
+  with 143 (``os._exit``; files written before are whole: :mod:`collab.training.resume`).
+- **Test hook.** ``COLLAB_SIGTERM_AT=<phase>[@<n>]`` (n: the n-th time the phase begins, 1 by default) makes
+  the first :func:`check` inside it write the wall time to ``COLLAB_SIGTERM_FILE`` (when set) and send
+  SIGTERM to the run's launching process (rank 0; torchrun's agent under torchrun), as a scheduler would.
 
-Before Lightning registers its handlers (loading the model) SIGTERM keeps its default action: the
-process ends at once with 143.
+Before Lightning registers its handlers (while the model loads) SIGTERM keeps its default action.
 """
 
 from __future__ import annotations
@@ -62,7 +56,7 @@ from typing import Any
 from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from collab.errors import UserError
+from collab.errors import UserError, require
 from collab.training.resume import SIGTERM_EXIT_CODE
 
 GRACE_S = 10.0
@@ -70,8 +64,7 @@ GRACE_S = 10.0
 HARD_EXIT_S = 20.0
 """Seconds after a SIGTERM at which a process that has not stopped exits with 143 (the watchdog)."""
 CHILDREN_S = 2.0
-"""Seconds rank 0 waits for the other ranks after a stop inside a step before it kills them (they have nothing
-to save; one blocked in a collective that rank 0 left would wait for its own watchdog)."""
+"""Seconds rank 0 waits for the other ranks after a stop inside a step (they have nothing to save) before it kills them."""
 PHASES = ("evaluation", "rollout", "update")
 
 
@@ -111,14 +104,11 @@ _state = _State()
 
 def _seconds(name: str, default: float) -> float:
     value = os.environ.get(name, "").strip()
-    if not value:
-        return default
     try:
-        seconds = float(value)
+        seconds = float(value) if value else default
     except ValueError:
         seconds = -1.0
-    if not seconds >= 0:
-        raise UserError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    require(seconds >= 0, f"{name} must be a number of seconds >= 0, got {value!r}")
     return seconds
 
 
@@ -138,8 +128,8 @@ def attach(trainer) -> None:
     its signal handlers, which then are :class:`PreemptionConnector`'s). Disarms a previous run's watchdog."""
     global _state
     disarm()
-    _state = _State(grace=_seconds("COLLAB_SIGTERM_GRACE", GRACE_S), hard_exit=_seconds("COLLAB_SIGTERM_HARD_EXIT", HARD_EXIT_S),
-                    hook=_hook(os.environ.get("COLLAB_SIGTERM_AT")), hook_file=os.environ.get("COLLAB_SIGTERM_FILE"),
+    _state = _State(grace=_seconds("COLLAB_SIGTERM_GRACE", GRACE_S),
+                    hard_exit=_seconds("COLLAB_SIGTERM_HARD_EXIT", HARD_EXIT_S), hook=_hook(os.environ.get("COLLAB_SIGTERM_AT")), hook_file=os.environ.get("COLLAB_SIGTERM_FILE"),
                     trainer=weakref.ref(trainer))
     if not isinstance(trainer._signal_connector, PreemptionConnector):
         trainer._signal_connector = PreemptionConnector(trainer)
@@ -223,9 +213,8 @@ def stopped_by(exception: BaseException) -> bool:
 
 
 def stop(trainer, exception: BaseException) -> None:
-    """The stop's end in ``collab.fit``: the one line (rank 0), this rank's process group released after a stop
-    inside a step, rank 0's children awaited (:data:`CHILDREN_S` then, else until 2 s before the hard exit)
-    and then killed."""
+    """The stop's end in ``collab.fit``: the one line (rank 0), the process group released after a stop inside a
+    step, rank 0's children awaited (:data:`CHILDREN_S` then, else until 2 s before the hard exit), then killed."""
     s = _state
     if _rank_zero(trainer) and not s.announced:
         s.announced = True
@@ -242,9 +231,8 @@ def stop(trainer, exception: BaseException) -> None:
 
 
 def exit_now() -> None:
-    """End the process with 143 now (``collab.fit`` as a command, after :func:`stop`): the interpreter's own
-    teardown, a garbage collection over torch's and transformers' modules, takes seconds (7 s on a loaded
-    2-core machine) that a scheduler's SIGKILL may not leave; every file is written and closed by then."""
+    """End the process with 143 now (``collab.fit`` as a command, after :func:`stop`, every file written): the
+    interpreter's teardown, a garbage collection over torch's modules, took 7 s on a loaded 2-core machine."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(SIGTERM_EXIT_CODE)
@@ -343,15 +331,10 @@ def _watch(s: _State) -> None:
     s.wakeup = (old, reader, writer)
 
     def read() -> None:
-        while True:
-            try:
-                data = reader.recv(64)
-            except OSError:
-                return
-            if not data:
-                return
-            if signal.SIGTERM in data and s is _state:
-                notice()
+        with contextlib.suppress(OSError):
+            while data := reader.recv(64):
+                if signal.SIGTERM in data and s is _state:
+                    notice()
 
     threading.Thread(target=read, name="collab-sigterm", daemon=True).start()
 
