@@ -7,8 +7,10 @@ and, where the algorithm has its own choice for that env, ``conf/algo/NAME/ENV.y
 files and the dotted overrides, later ones winning (``--model.agent_lr 1e-5 --data.env matrix
 --trainer.max_steps 30``). A ``./conf`` in the working directory is never read; the run says on stderr, once,
 which files it read. ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the
-uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops after the current rollout, saves, and exits
-with 143. Logs (TensorBoard), checkpoints and adapters go under ``runs/<algo>/version_N/``, or
+uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops within 30 s, in one line and with exit code
+143: at the current step's end (saved) when it comes within 10 s, else inside the step, naming the last
+checkpoint (:mod:`collab.training.preemption`). Logs (TensorBoard), checkpoints and adapters go under
+``runs/<algo>/version_N/``, or
 ``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
 algorithm does not train on: :mod:`collab.training.checks_options`) ends in one line on stderr and exit code 2.
 
@@ -241,23 +243,29 @@ def fit(argv: list[str]) -> None:
         from collab.training.checks_checkpoint import guard_resume
 
         guard_resume(cli.model, ckpt)
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
+    from collab.training import preemption
     from collab.training.resume import SIGTERM_EXIT_CODE
 
     try:
         cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
-    except SIGTERMException:  # Lightning stopped after the current rollout; the callbacks saved (collab.training.resume)
-        trainer = cli.trainer
-        last = getattr(trainer.checkpoint_callback, "last_model_path", "")
-        saved = f"saved {last} (resume with --ckpt_path {last})" if last else "no checkpoint (no save_last)"
-        if trainer.is_global_zero:
-            print(f"stopped by SIGTERM at step {trainer.global_step}; {saved}", file=sys.stderr, flush=True)
+    except BaseException as e:  # SIGTERM: after the step (saved) or inside it (collab.training.preemption)
+        if not preemption.stopped_by(e):
+            raise
+        preemption.stop(cli.trainer, e)  # the one line on rank 0; the other ranks ended
         raise SystemExit(SIGTERM_EXIT_CODE) from None
 
 
 def main(argv: list[str] | None = None) -> int:
-    return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
+    try:
+        return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
+    except SystemExit as e:
+        if e.code == 143:  # stopped by SIGTERM (collab.training.preemption)
+            from collab.training import preemption
+
+            if argv is None:  # the command itself: skip seconds of interpreter teardown
+                preemption.exit_now()
+            preemption.disarm()  # called in a process that goes on: no watchdog, no stop pending
+        raise
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from collab.training import preemption
 from collab.training.distributed import global_count, global_means, minibatch_schedule, optimizer_step
 from collab.envs import Env
 from collab.errors import UserError, require
@@ -197,17 +198,25 @@ class CollabModule(L.LightningModule):
         if rank > 0 and self._resume_rng is None:
             torch.manual_seed(torch.initial_seed() + rank)
 
+    def setup(self, stage: str) -> None:
+        preemption.attach(self.trainer)  # SIGTERM stops the run inside a step too (collab.training.preemption)
+
     def training_step(self, dataloader_iter: Iterator) -> None:
+        preemption.check_step()
         if self._resume_rng is not None:  # here, not at load: Lightning draws from torch's generator in between
             set_rng_state(self._resume_rng, self.device)
             self._resume_rng = None
         tasks, _, _ = next(dataloader_iter)
         self.rollouts += 1
-        experience = self.rollout(tasks)
-        with torch.no_grad():
-            batch = self.prepare(experience)
-        metrics = self.update(batch)
+        with preemption.phase("rollout"):
+            experience = self.rollout(tasks)
+        with preemption.phase("update"):
+            preemption.check()
+            with torch.no_grad():
+                batch = self.prepare(experience)
+            metrics = self.update(batch)
         self.log_rollout(experience, {**batch.metrics, **metrics})
+        preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
 
     def update(self, batch: Batch) -> dict[str, float]:
         """Epochs of minibatches of the batch's items, one optimizer step each (the module docstring's loop).

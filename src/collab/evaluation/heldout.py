@@ -47,6 +47,7 @@ from collab.envs.base import Env
 from collab.errors import require
 from collab.evaluation.metrics import AccuracyAtK, IoU, MajorityVoteAccuracy, PassAtK
 from collab.rollout.episodes import Episode, play
+from collab.training import preemption
 
 DEFAULT_KS = (1, 3, 5, 10)
 
@@ -124,6 +125,7 @@ def play_records(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max
     for b, span in enumerate(batches(len(tasks), tasks_per_batch)):
         if b % world != rank:
             continue
+        preemption.check("evaluation")
         with contextlib.ExitStack() as stack:
             if seed is not None:
                 stack.enter_context(torch.random.fork_rng(devices=devices))

@@ -16,6 +16,7 @@ from torch import Tensor
 from transformers.cache_utils import DynamicLayer
 
 from collab.policy.prefill import AdapterRows, prefill
+from collab.training import preemption
 
 
 @dataclass
@@ -177,6 +178,7 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     running = list(range(batch))  # the original row of each row of the batch
     step_forward = AdapterRows(model, [adapters[i] for i in rix])
     for step in range(max(limits)):
+        preemption.check()  # a SIGTERM stops a long rollout or evaluation here (collab.training.preemption)
         pol = policy_logits(logits, state["temperature"], state["allowed"])
         logp = pol.log_softmax(-1)
         sampled = sample_tokens(pol, state["top_p"], state["top_k"], slots=state["slots"], width=batch)

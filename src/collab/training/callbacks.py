@@ -16,6 +16,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from collab.training import preemption
 from collab.training.resume import ModelCheckpoint, atomic_write_text, replace_folder  # noqa: F401 (configs name ModelCheckpoint)
 
 
@@ -52,7 +53,8 @@ class AdapterCheckpoint(L.Callback):
         self._save_last(trainer, pl_module)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException):  # the loop stopped between rollouts: whole adapters
+        # stopped between rollouts: whole adapters (not inside a step: collab.training.preemption)
+        if isinstance(exception, SIGTERMException) and not preemption.mid_step(exception):
             self._save_last(trainer, pl_module)
 
 
@@ -97,7 +99,8 @@ class RewardSummary(L.Callback):
         self.write(trainer)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self.write(trainer)
+        if not preemption.mid_step(exception):  # inside a step: the file already holds every completed rollout
+            self.write(trainer)
 
     def write(self, trainer: L.Trainer, announce: bool = True) -> None:
         """Write ``reward_summary.json`` (on every rank's call: the log folder is broadcast); ``announce``:
@@ -198,7 +201,8 @@ class EvaluationCallback(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         start = time.perf_counter()
-        with torch.no_grad(), self._decoding(pl_module):  # the batches seed themselves from self.seed
+        # the batches seed themselves from self.seed; a SIGTERM stops inside (collab.training.preemption)
+        with torch.no_grad(), self._decoding(pl_module), preemption.phase("evaluation"):
             metrics, records, _ = evaluate_records(pl_module.team, pl_module.env, tasks, self.num_samples, self.ks,
                                                    pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch,
                                                    pl_module.protocol, self.seed)

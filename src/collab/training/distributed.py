@@ -27,6 +27,8 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor
 
+from collab.training import preemption
+
 
 def world_size(module) -> int:
     """Number of training processes (1 outside a distributed run or a Trainer)."""
@@ -132,6 +134,7 @@ def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callab
     opt.zero_grad()
     strategy = module.trainer.strategy if world > 1 else None
     for j in range(n):
+        preemption.check()  # a SIGTERM stops inside an update (collab.training.preemption): nothing is saved then
         loss = parts[j]() if j < len(parts) else None
         if world > 1:
             loss = _touch(module) + (loss if loss is not None else 0.0)
@@ -143,6 +146,7 @@ def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callab
     if accept is not None and not accept():
         opt.zero_grad()
         return False
+    preemption.check()
     module.optimizer_step()
     return True
 

@@ -26,11 +26,20 @@ A resumed run logs to a new ``version_N`` folder (TensorBoard reads both; the st
 ``reward_summary.json`` continues the checkpoint's list: it covers every rollout from the first.
 
 :class:`ModelCheckpoint` makes ``last.ckpt`` hold the step a run ends at (max_steps, a stop, or
-SIGTERM), so that ``--ckpt_path .../last.ckpt`` continues from there. On SIGTERM Lightning
-(``_SignalConnector``) notes the signal and its loops stop at the end of the current rollout with
-``SIGTERMException``; the callbacks then save (checkpoint, adapters, reward summary) in
-``on_exception`` and ``collab.fit`` exits with 143 (128 + SIGTERM, the status of a process ended by
-SIGTERM, which schedulers read as "interrupted").
+SIGTERM), so that ``--ckpt_path .../last.ckpt`` continues from there. On SIGTERM
+(:mod:`collab.training.preemption`) the run has 10 s of grace to reach the end of the current step:
+then Lightning's loop stops there with ``SIGTERMException`` (under DDP on every rank at once, agreed at
+the step's end), the callbacks save (checkpoint, adapters, reward summary) in ``on_exception`` and
+``collab.fit`` prints "stopped by SIGTERM at step k; saved PATH (resume with --ckpt_path PATH)" and exits
+with 143 (128 + SIGTERM, the status of a process ended by SIGTERM, which schedulers read as
+"interrupted"). Past the grace, the next check point (a decoding step, an eval batch, a micro-batch or
+optimizer step of an update) stops the run inside the step with :class:`~collab.training.preemption.Preempted`:
+nothing is saved then (the weights may be half-updated, the random state and the task stream are
+mid-step), and the line names the resume point, the last checkpoint written at a step end: "stopped by
+SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)", or
+"no checkpoint yet". Resuming from it repeats the uninterrupted run from that step, bitwise as above.
+Whatever happens, the process ends 20 s after the signal at the latest (a watchdog), within the 30 s a
+scheduler usually leaves before SIGKILL.
 
 Files written at the end of a run are replaced whole (:func:`atomic_write_text`,
 :func:`replace_folder`): a run killed while writing (SIGKILL) leaves the previous version, never a
@@ -206,6 +215,10 @@ class ModelCheckpoint(_LightningModelCheckpoint):
             self._save_final(trainer)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        from collab.training.preemption import mid_step
+
+        if mid_step(exception):  # stopped inside a step: its weights and random state are not a step's
+            return
         if not isinstance(exception, SIGTERMException):
             return super().on_exception(trainer, pl_module, exception)
         if trainer.sanity_checking or self._last_global_step_saved == trainer.global_step:

@@ -1,0 +1,213 @@
+"""SIGTERM inside a step (issue 31, item 8): honoured within 30 s wherever the run is, in one line, exit 143.
+
+``collab.fit`` runs as a command (MAGRPO, math, the tiny model, 6-token answers) with the test hook of
+:mod:`collab.training.preemption`: ``COLLAB_SIGTERM_AT=<phase>@<n>`` sends SIGTERM to the launching
+process (rank 0) at the first check point inside the n-th evaluation, rollout or update, and writes the
+time it sent it; ``COLLAB_SIGTERM_GRACE=0`` stops at that check point (the default grace lets a step end,
+which ``tests/training/test_signals.py`` covers). Each run must end with 143 within 30 s of the signal,
+with the one line and no traceback, write no checkpoint after the signal, leave no process behind (the
+second rank under DDP), and its last checkpoint must load and (1 process) resume to the end. One launch per case: 1 process
+for the evaluation and the update, 2 gloo processes for the same two, and the rollout in this process
+(``collab.fit.main(argv)``, as a notebook calls it).
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from collab.training import preemption
+
+ROOT = Path(__file__).resolve().parents[2]
+CALLBACKS = json.dumps([
+    {"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True, "every_n_train_steps": 1}},
+    {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
+    {"class_path": "collab.training.callbacks.RewardSummary"},
+    {"class_path": "collab.training.callbacks.EvaluationCallback",
+     "init_args": {"at_start": True, "at_end": False, "num_samples": 2, "ks": [1], "seed": 7, "max_tasks": 3,
+                   "tasks_per_batch": 1}},
+])
+ARGS = ["--algo", "magrpo", "--data.env", "math", "--data.env_options", "{dataset: addition, profile: solo}",
+        "--model.base.name", "tiny", "--model.agents", json.dumps([{"sampling": {"max_new_tokens": 6}}]),
+        "--data.batch_size", "4", "--trainer.accelerator", "cpu", "--trainer.enable_model_summary", "false",
+        "--trainer.callbacks", CALLBACKS]
+LINE = re.compile(r"stopped by SIGTERM (.*?); (no checkpoint yet|last checkpoint: step (\d+) (\S+) "
+                  r"\(resume with --ckpt_path (\S+)\))$")
+
+
+def left_behind(folder: Path) -> list[int]:
+    """Processes working in ``folder`` (a run's ranks)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if Path(os.readlink(proc / "cwd")) == folder:
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+def stop_at(tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0") -> tuple[str, float, Path]:
+    """Run until the hook's SIGTERM at ``at``; the run's line, the seconds from the signal to the exit and its folder."""
+    sent = tmp / "sent"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "COLLAB_SIGTERM_AT": at,
+           "COLLAB_SIGTERM_FILE": str(sent), "COLLAB_SIGTERM_GRACE": grace}
+    ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2"] if devices == 2 else []
+    proc = subprocess.Popen([sys.executable, "-m", "collab.fit", *ARGS, *ddp, "--trainer.max_steps", str(steps),
+                             "--trainer.logger.init_args.save_dir", str(tmp / "runs")],
+                            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"no stop: {proc.communicate()[1][-3000:]}")
+    ended = time.time()
+    assert sent.exists(), f"the hook never fired: rc {proc.returncode}\n{err[-3000:]}"
+    seconds = ended - float(sent.read_text())
+    assert proc.returncode == preemption.SIGTERM_EXIT_CODE, err[-3000:]
+    assert "Traceback" not in err and "Error" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if "SIGTERM" in line]
+    assert len(lines) == 1 and (grace != "0" or LINE.fullmatch(lines[0])), err[-3000:]
+    deadline = time.monotonic() + 5
+    while left_behind(tmp) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left_behind(tmp)
+    print(f"{at} at {devices} process(es): exit {seconds:.2f} s after the signal")
+    assert seconds < 30
+    run = tmp / "runs" / "magrpo" / "version_0"
+    written = [p for p in run.rglob("*") if p.is_file() and p.suffix in (".ckpt", ".safetensors")
+               and p.stat().st_mtime > float(sent.read_text())]
+    assert grace != "0" or not written, written  # nothing saved of the stopped step
+    return lines[0], seconds, run
+
+
+def resumes(tmp: Path, line: str, step: int, monkeypatch) -> None:
+    """The line names the checkpoint of ``step``, which resumes to the end (in this process)."""
+    from collab.fit import main
+
+    match = LINE.fullmatch(line)
+    assert match and int(match.group(3)) == step and match.group(4) == match.group(5)
+    ckpt = Path(match.group(4))
+    assert torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"] == step
+    monkeypatch.chdir(tmp)
+    root = tmp / "resumed"
+    assert main([*ARGS, "--trainer.max_steps", str(step + 1), "--trainer.enable_progress_bar", "false",
+                 "--trainer.logger.init_args.save_dir", str(root), "--ckpt_path", str(ckpt)]) == 0
+    last = torch.load(root / "magrpo" / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == step + 1
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_sigterm_inside_the_first_evaluation(devices, tmp_path, one_thread):
+    line, seconds, run = stop_at(tmp_path, "evaluation", devices)
+    assert line == "stopped by SIGTERM inside the evaluation at step 0; no checkpoint yet"
+    assert not list(run.rglob("*.ckpt"))
+
+
+def test_sigterm_inside_a_rollout_in_this_process(tmp_path, monkeypatch, capsys, one_thread):
+    """``collab.fit.main(argv)`` called in a process that goes on (a notebook): SystemExit(143) with the line,
+    the signal handler and the watchdog gone afterwards (the process is not ended 20 s later)."""
+    from collab.fit import main
+
+    sent, handler = tmp_path / "sent", signal.getsignal(signal.SIGTERM)
+    for key, value in {"COLLAB_SIGTERM_AT": "rollout@2", "COLLAB_SIGTERM_FILE": str(sent), "COLLAB_SIGTERM_GRACE": "0"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main([*ARGS, "--trainer.max_steps", "4", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    seconds = time.time() - float(sent.read_text())
+    with capsys.disabled():
+        print(f"rollout@2 in this process: SystemExit {seconds:.2f} s after the signal")
+    assert stop.value.code == 143 and seconds < 30
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "SIGTERM" in line]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert lines[0].startswith("stopped by SIGTERM inside the rollout of step 2; last checkpoint: step 1 ")
+    assert signal.getsignal(signal.SIGTERM) == handler and not preemption.received()
+    for timer in [t for t in threading.enumerate() if isinstance(t, threading.Timer)]:
+        timer.join(timeout=2)
+        assert not timer.is_alive()  # the watchdog was cancelled
+    for key in ("COLLAB_SIGTERM_AT", "COLLAB_SIGTERM_FILE", "COLLAB_SIGTERM_GRACE"):
+        monkeypatch.delenv(key)
+    resumes(tmp_path, lines[0], 1, monkeypatch)
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_sigterm_inside_an_update(devices, tmp_path, monkeypatch, one_thread):
+    line, seconds, run = stop_at(tmp_path, "update@3", devices)
+    assert line.startswith("stopped by SIGTERM inside the update of step 3; last checkpoint: step 2 ")
+    summary = json.loads((run / "reward_summary.json").read_text())
+    assert summary["rollouts"] == 2  # the completed rollouts
+    if devices == 1:
+        resumes(tmp_path, line, 2, monkeypatch)
+    else:  # a step-end checkpoint of 2 processes (resuming one at any world size: tests/training/test_ddp_resume.py)
+        saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+        assert saved["global_step"] == 2 and len(saved["collab"]["rng"]) == 2
+
+
+# -- the module alone ----------------------------------------------------------------------------------
+def test_grace_lets_a_step_end_and_a_new_step_does_not_start(monkeypatch):
+    """The grace, the evaluation before training without one, no new step, and the hook's spelling."""
+    monkeypatch.setattr(preemption, "_state", preemption._State(grace=5.0))
+    with preemption.phase("rollout"):
+        preemption.check()  # no signal: nothing
+        preemption._state.received_at = time.monotonic()
+        preemption.check()  # within the grace: the step goes on
+        preemption._state.received_at -= 5.0
+        with pytest.raises(preemption.Preempted) as stop:
+            preemption.check()
+    assert (stop.value.phase, stop.value.code) == ("rollout", 143)
+    preemption._state.received_at = time.monotonic()
+    with preemption.phase("evaluation"), pytest.raises(preemption.Preempted):
+        preemption.check()  # the evaluation before the first step has nothing to reach: no grace
+    preemption._state.steps = 1
+    with preemption.phase("evaluation"):
+        preemption.check()  # a periodic evaluation: its step's checkpoint comes after it, within the grace
+    with pytest.raises(preemption.Preempted):
+        preemption.check_step()
+    with pytest.raises(preemption.UserError, match="COLLAB_SIGTERM_AT"):
+        preemption._hook("decode@0")
+    assert preemption._hook("update@3") == ("update", 3)
+
+
+def test_a_process_blocked_in_c_exits_by_the_watchdog(tmp_path):
+    """The main thread waits in C (a store's wait, as in a gloo collective) where Python runs no signal
+    handler: the wakeup-fd reader notices the signal and the watchdog ends the process with 143 and the line."""
+    child = ("import signal, time, datetime, torch.distributed as dist\n"
+             "from collab.training import preemption as p\n"
+             "p._state = p._State(hard_exit=1.0)\n"
+             "signal.signal(signal.SIGTERM, lambda *a: p.notice())\n"
+             "p._watch(p._state)\n"
+             "store = dist.TCPStore('127.0.0.1', 0, 1, True, timeout=datetime.timedelta(seconds=60))\n"
+             "print('ready', flush=True)\n"
+             "store.wait(['never'])\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", child], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)  # inside store.wait
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err[-2000:]
+    assert time.monotonic() - sent < 10
+    assert err.strip().startswith("stopped by SIGTERM at step 0 (forced: no orderly stop 1 s after the signal)"), err
+
+
+def test_two_processes_stop_together_at_the_step_end_within_the_grace(tmp_path, one_thread):
+    """With the default grace the update goes on and the step ends (the tiny model's takes a second): both
+    ranks agree at its end and save it together (each rank's random state in ``last.ckpt``)."""
+    line, seconds, run = stop_at(tmp_path, "update@3", 2, grace="")
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert line == f"stopped by SIGTERM at step 3; saved {ckpt} (resume with --ckpt_path {ckpt})"
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    assert saved["global_step"] == 3 and saved["collab"]["rollouts"] == 3 and len(saved["collab"]["rng"]) == 2
