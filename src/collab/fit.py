@@ -9,7 +9,7 @@ files and the dotted overrides, later ones winning (``--model.agent_lr 1e-5 --da
 which files it read. ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the
 uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops within 30 s, in one line and with exit code
 143: at the current step's end (saved) when it comes within 10 s, else inside the step, naming the last
-checkpoint (:mod:`collab.training.preemption`). Logs (TensorBoard), checkpoints and adapters go under
+checkpoint (:mod:`collab.preemption`). Logs (TensorBoard), checkpoints and adapters go under
 ``runs/<algo>/version_N/``, or
 ``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
 algorithm does not train on: :mod:`collab.training.checks_options`) ends in one line on stderr and exit code 2.
@@ -243,12 +243,12 @@ def fit(argv: list[str]) -> None:
         from collab.training.checks_checkpoint import guard_resume
 
         guard_resume(cli.model, ckpt)
-    from collab.training import preemption
+    from collab import preemption
     from collab.training.resume import SIGTERM_EXIT_CODE
 
     try:
         cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)
-    except BaseException as e:  # SIGTERM: after the step (saved) or inside it (collab.training.preemption)
+    except BaseException as e:  # SIGTERM: after the step (saved) or inside it (collab.preemption)
         if not preemption.stopped_by(e):
             raise
         preemption.stop(cli.trainer, e)  # the one line on rank 0; the other ranks ended
@@ -259,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:
-        if e.code == 143:  # stopped by SIGTERM (collab.training.preemption)
-            from collab.training import preemption
+        if e.code == 143:  # stopped by SIGTERM (collab.preemption)
+            from collab import preemption
 
             if argv is None:  # the command itself: skip seconds of interpreter teardown
                 preemption.exit_now()

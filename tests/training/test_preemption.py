@@ -1,7 +1,7 @@
 """SIGTERM inside a step (issue 31, item 8): honoured within 30 s wherever the run is, in one line, exit 143.
 
 ``collab.fit`` runs as a command (MAGRPO, math, the tiny model, 6-token answers) with the test hook of
-:mod:`collab.training.preemption`: ``COLLAB_SIGTERM_AT=<phase>@<n>`` sends SIGTERM to the launching
+:mod:`collab.preemption`: ``COLLAB_SIGTERM_AT=<phase>@<n>`` sends SIGTERM to the launching
 process (rank 0) at the first check point inside the n-th evaluation, rollout or update, and writes the
 time it sent it; ``COLLAB_SIGTERM_GRACE=0`` stops at that check point (the default grace lets a step end,
 which ``tests/training/test_signals.py`` covers). Each run must end with 143 within 30 s of the signal,
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from collab.training import preemption
+from collab import preemption
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLBACKS = json.dumps([
@@ -183,7 +183,7 @@ def test_a_process_blocked_in_c_exits_by_the_watchdog(tmp_path):
     """The main thread waits in C (a store's wait, as in a gloo collective) where Python runs no signal
     handler: the wakeup-fd reader notices the signal and the watchdog ends the process with 143 and the line."""
     child = ("import signal, time, datetime, torch.distributed as dist\n"
-             "from collab.training import preemption as p\n"
+             "from collab import preemption as p\n"
              "p._state = p._State(hard_exit=1.0)\n"
              "signal.signal(signal.SIGTERM, lambda *a: p.notice())\n"
              "p._watch(p._state)\n"

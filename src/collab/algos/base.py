@@ -42,7 +42,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from collab.training import preemption
+from collab import preemption
 from collab.training.distributed import global_count, global_means, minibatch_schedule, optimizer_step
 from collab.envs import Env
 from collab.errors import UserError, require
@@ -199,7 +199,7 @@ class CollabModule(L.LightningModule):
             torch.manual_seed(torch.initial_seed() + rank)
 
     def setup(self, stage: str) -> None:
-        preemption.attach(self.trainer)  # SIGTERM stops the run inside a step too (collab.training.preemption)
+        preemption.attach(self.trainer)  # SIGTERM stops the run inside a step too (collab.preemption)
 
     def training_step(self, dataloader_iter: Iterator) -> None:
         preemption.check_step()

@@ -47,7 +47,7 @@ from collab.envs.base import Env
 from collab.errors import require
 from collab.evaluation.metrics import AccuracyAtK, IoU, MajorityVoteAccuracy, PassAtK
 from collab.rollout.episodes import Episode, play
-from collab.training import preemption
+from collab import preemption
 
 DEFAULT_KS = (1, 3, 5, 10)
 

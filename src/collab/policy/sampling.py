@@ -16,7 +16,7 @@ from torch import Tensor
 from transformers.cache_utils import DynamicLayer
 
 from collab.policy.prefill import AdapterRows, prefill
-from collab.training import preemption
+from collab import preemption
 
 
 @dataclass
@@ -178,7 +178,7 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     running = list(range(batch))  # the original row of each row of the batch
     step_forward = AdapterRows(model, [adapters[i] for i in rix])
     for step in range(max(limits)):
-        preemption.check()  # a SIGTERM stops a long rollout or evaluation here (collab.training.preemption)
+        preemption.check()  # a SIGTERM stops a long rollout or evaluation here (collab.preemption)
         pol = policy_logits(logits, state["temperature"], state["allowed"])
         logp = pol.log_softmax(-1)
         sampled = sample_tokens(pol, state["top_p"], state["top_k"], slots=state["slots"], width=batch)

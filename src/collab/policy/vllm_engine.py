@@ -47,7 +47,7 @@ import torch
 
 from collab.errors import UserError, require
 from collab.policy.sampling import Completion, GenerationRequest
-from collab.training import preemption
+from collab import preemption
 
 ENGINES = ("torch", "vllm")
 
@@ -219,7 +219,7 @@ class VllmEngine:
                     seed=int(torch.randint(0, 2**62, ())), stop_token_ids=stop, detokenize=False,
                     allowed_token_ids=None if choices is None else choices.tolist(),
                 ))
-            preemption.check()  # between engine calls; inside one, the watchdog bounds the stop (collab.training.preemption)
+            preemption.check()  # between engine calls; inside one, the watchdog bounds the stop (collab.preemption)
             outs = llm.generate([TokensPrompt(prompt_token_ids=list(requests[i].prompt_ids)) for i in mine], params,
                                 lora_request=[self.requests[requests[i].agent] for i in mine], use_tqdm=False)
             for i, out in zip(mine, outs):

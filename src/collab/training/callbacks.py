@@ -16,7 +16,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from collab.training import preemption
+from collab import preemption
 from collab.training.resume import ModelCheckpoint, atomic_write_text, replace_folder  # noqa: F401 (configs name ModelCheckpoint)
 
 
@@ -53,7 +53,7 @@ class AdapterCheckpoint(L.Callback):
         self._save_last(trainer, pl_module)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        # stopped between rollouts: whole adapters (not inside a step: collab.training.preemption)
+        # stopped between rollouts: whole adapters (not inside a step: collab.preemption)
         if isinstance(exception, SIGTERMException) and not preemption.mid_step(exception):
             self._save_last(trainer, pl_module)
 
@@ -201,7 +201,7 @@ class EvaluationCallback(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         start = time.perf_counter()
-        # the batches seed themselves from self.seed; a SIGTERM stops inside (collab.training.preemption)
+        # the batches seed themselves from self.seed; a SIGTERM stops inside (collab.preemption)
         with torch.no_grad(), self._decoding(pl_module), preemption.phase("evaluation"):
             metrics, records, _ = evaluate_records(pl_module.team, pl_module.env, tasks, self.num_samples, self.ks,
                                                    pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch,

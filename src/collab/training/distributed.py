@@ -27,7 +27,7 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor
 
-from collab.training import preemption
+from collab import preemption
 
 
 def world_size(module) -> int:
@@ -134,7 +134,7 @@ def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callab
     opt.zero_grad()
     strategy = module.trainer.strategy if world > 1 else None
     for j in range(n):
-        preemption.check()  # a SIGTERM stops inside an update (collab.training.preemption): nothing is saved then
+        preemption.check()  # a SIGTERM stops inside an update (collab.preemption): nothing is saved then
         loss = parts[j]() if j < len(parts) else None
         if world > 1:
             loss = _touch(module) + (loss if loss is not None else 0.0)

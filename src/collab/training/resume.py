@@ -27,13 +27,13 @@ A resumed run logs to a new ``version_N`` folder (TensorBoard reads both; the st
 
 :class:`ModelCheckpoint` makes ``last.ckpt`` hold the step a run ends at (max_steps, a stop, or
 SIGTERM), so that ``--ckpt_path .../last.ckpt`` continues from there. On SIGTERM
-(:mod:`collab.training.preemption`) the run has 10 s of grace to reach the end of the current step:
+(:mod:`collab.preemption`) the run has 10 s of grace to reach the end of the current step:
 then Lightning's loop stops there with ``SIGTERMException`` (under DDP on every rank at once, agreed at
 the step's end), the callbacks save (checkpoint, adapters, reward summary) in ``on_exception`` and
 ``collab.fit`` prints "stopped by SIGTERM at step k; saved PATH (resume with --ckpt_path PATH)" and exits
 with 143 (128 + SIGTERM, the status of a process ended by SIGTERM, which schedulers read as
 "interrupted"). Past the grace, the next check point (a decoding step, an eval batch, a micro-batch or
-optimizer step of an update) stops the run inside the step with :class:`~collab.training.preemption.Preempted`:
+optimizer step of an update) stops the run inside the step with :class:`~collab.preemption.Preempted`:
 nothing is saved then (the weights may be half-updated, the random state and the task stream are
 mid-step), and the line names the resume point, the last checkpoint written at a step end: "stopped by
 SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)", or
@@ -61,8 +61,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as _LightningModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-SIGTERM_EXIT_CODE = 143
-"""Exit status of ``collab.fit`` after SIGTERM: 128 + 15, as a shell reports a process ended by SIGTERM."""
+from collab.preemption import SIGTERM_EXIT_CODE  # noqa: E402 (re-exported: 128 + 15, a process ended by SIGTERM)
 
 
 # -- random state ------------------------------------------------------------------------------------
@@ -215,7 +214,7 @@ class ModelCheckpoint(_LightningModelCheckpoint):
             self._save_final(trainer)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        from collab.training.preemption import mid_step
+        from collab.preemption import mid_step
 
         if mid_step(exception):  # stopped inside a step: its weights and random state are not a step's
             return

@@ -57,7 +57,9 @@ from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnect
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from collab.errors import UserError, require
-from collab.training.resume import SIGTERM_EXIT_CODE
+
+SIGTERM_EXIT_CODE = 143
+"""Exit status of ``collab.fit`` after SIGTERM: 128 + 15, as a shell reports a process ended by SIGTERM."""
 
 GRACE_S = 10.0
 """Seconds after a SIGTERM during which the current step may still reach its end (and its checkpoint)."""
@@ -194,11 +196,14 @@ def agree(module) -> None:
     """At a step's end, every rank: whether any rank got a SIGTERM (one all-reduce under DDP). If so, every
     rank sets Lightning's flag, and its loop stops after this step on every rank at once (the save's
     collectives match). One process: the signal handler set the flag already."""
-    from collab.training.distributed import global_max, world_size
-
     _state.steps += 1
-    if world_size(module) > 1 and global_max(module, int(received())):
-        module.trainer._signal_connector.received_sigterm = True
+    trainer = module.trainer
+    if trainer.world_size > 1:  # collab.training.distributed.global_max, written out: this module imports no training/
+        import torch
+
+        flag = torch.tensor([float(received())], dtype=torch.float64)
+        if float(trainer.strategy.reduce(flag, reduce_op="max")):
+            trainer._signal_connector.received_sigterm = True
 
 
 def mid_step(exception: BaseException) -> bool:
