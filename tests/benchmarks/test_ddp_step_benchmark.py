@@ -3,22 +3,17 @@ lines written by the progress callback itself (so a change of the line's format 
 
 from __future__ import annotations
 
-import importlib.util
 import io
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "ddp_step.py"
+from tests.support.benchmarks import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("ddp_step_benchmark", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("ddp_step")
 
 
 def test_figures_come_from_the_progress_lines(bench):

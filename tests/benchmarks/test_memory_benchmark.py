@@ -3,20 +3,15 @@ and account their tensors as the designs say (collab: one base + adapters; refer
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"
+from tests.support.benchmarks import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("memory_benchmark", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("memory")
 
 
 def run(bench, method: str) -> dict:
