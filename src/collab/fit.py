@@ -63,6 +63,7 @@ def build_cli(algo: str, argv: list[str]):
     from collab.rollout.datamodule import RolloutDataModule
 
     from collab.training.checks_options import RUNS
+    from collab.training.distributed import DEFAULT_TIMEOUT_S
 
     hold_logs()  # under report_errors; after Lightning's import, which gives its loggers their handlers
     registry = algo_registry()
@@ -85,7 +86,7 @@ def build_cli(algo: str, argv: list[str]):
     class CollabCLI(CheckedCLI):  # collab.training.checks: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
             parser.add_argument("--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint.")
-            parser.add_argument("--distributed_timeout", type=float, default=1800.0,  # collab.training.distributed
+            parser.add_argument("--distributed_timeout", type=float, default=DEFAULT_TIMEOUT_S,  # conf/algo/*.yaml set it
                                 help="Seconds a process waits in a collective for the others before the run ends in one line.")
 
         def before_instantiate_classes(self) -> None:

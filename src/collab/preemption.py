@@ -1,39 +1,36 @@
-"""Preemption: a SIGTERM (a scheduler's notice before SIGKILL) is honoured within 30 seconds wherever the
-run is (issue 31), in one line on stderr and exit status 143.
+"""Preemption: a SIGTERM (a scheduler's notice before SIGKILL) is honoured within 30 seconds wherever the run is (issue
+31), in one line on stderr and exit status 143. Lightning looks at SIGTERM between batches, which for collab are
+whole steps (a rollout of minutes, the first evaluation more); here the run also stops inside:
 
-Lightning notes SIGTERM and its loops look at the note between batches, which for collab are whole steps
-(a rollout of minutes, the evaluation before training of more). Here the run also stops inside them:
-
-- **Check points.** :func:`check` runs at every decoding step (:func:`collab.policy.sampling.decode`),
-  every eval batch (:func:`collab.evaluation.heldout.play_records`), before every micro-batch and
-  optimizer step of an update (:func:`collab.training.distributed.optimizer_step`) and between vLLM
-  engine calls; :func:`phase` names the part of the run around them (``evaluation``, ``rollout``,
-  ``update``). A step does not start once a SIGTERM came (:func:`check_step`).
-- **Grace.** For ``grace`` seconds after the signal (10; env ``COLLAB_SIGTERM_GRACE``) the checks let the
-  current step go on: a step that ends in time stops at its end as before (:mod:`collab.training.resume`:
-  ``last.ckpt`` of that step, "stopped by SIGTERM at step k; saved ..."). Past it the next check raises
-  :class:`Preempted`. The evaluation before the first step has no step to reach: it stops at once.
-- **Consistency.** :class:`Preempted` means a step (or an evaluation) did not complete: the callbacks save
-  nothing (:func:`mid_step`): no checkpoint of half-updated weights or of a half-drawn random state, no
-  adapters, and no collective. The resume point is the last checkpoint written at a step end, named in
-  the line: ``stopped by SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with
-  --ckpt_path PATH)`` (or ``no checkpoint yet``). ``reward_summary.json`` is already whole: it is
-  rewritten after every rollout.
-- **DDP.** Rank 0 (the launched process) forwards the signal to the ranks it started. Ranks meet the check
-  points at different moments, so they agree only on the step end: one all-reduce of "a SIGTERM came" per
-  step (:func:`agree`) makes every rank stop there together and save (collectives that match). A rank that
-  stops inside a step runs no collective and destroys its process group (a peer inside a gloo all-reduce
-  then fails in milliseconds; one entering a barrier afterwards does not notice); any error after a SIGTERM
-  is read as the stop (exit 143, no traceback). Rank 0 waits for its children (:data:`CHILDREN_S` after a
-  stop inside a step, else until 2 s before the hard exit), then kills them: none is left orphaned.
-- **Hard exit.** Python runs signal handlers only between bytecodes, not while the main thread waits in a
-  gloo collective or a vLLM call: a thread reads the signal from ``signal.set_wakeup_fd`` (written by the
-  C-level handler at once), forwards it and arms a watchdog that, ``hard_exit`` seconds after the signal
-  (20; env ``COLLAB_SIGTERM_HARD_EXIT``), prints the line (rank 0, "forced"), kills the children and exits
-  with 143 (``os._exit``; files written before are whole: :mod:`collab.training.resume`).
-- **Test hook.** ``COLLAB_SIGTERM_AT=<phase>[@<n>]`` (n: the n-th time the phase begins, 1 by default) makes
-  the first :func:`check` inside it write the wall time to ``COLLAB_SIGTERM_FILE`` (when set) and send
-  SIGTERM to the run's launching process (rank 0; torchrun's agent under torchrun), as a scheduler would.
+- **Check points.** :func:`check` runs at every decoding step (:func:`collab.policy.sampling.decode`), every eval
+  batch (:func:`collab.evaluation.heldout.play_records`), before every micro-batch and optimizer step of an update
+  (:func:`collab.training.distributed.optimizer_step`) and between vLLM engine calls; :func:`phase` names the part of
+  the run around them (``evaluation``, ``rollout``, ``update``). A step does not start once a SIGTERM came
+  (:func:`check_step`).
+- **Grace.** For ``grace`` seconds after the signal (10; env ``COLLAB_SIGTERM_GRACE``) the checks let the current
+  step go on: a step that ends in time stops at its end as before (:mod:`collab.training.resume`: ``last.ckpt`` of
+  that step, "stopped by SIGTERM at step k; saved ..."). Past it the next check raises :class:`Preempted`. The
+  evaluation before the first step has no step to reach: it stops at once.
+- **Consistency.** :class:`Preempted` means a step (or an evaluation) did not complete: the callbacks save nothing
+  (:func:`mid_step`): no checkpoint of half-updated weights or of a half-drawn random state, no adapters, and no
+  collective. The resume point is the last checkpoint written at a step end, named in the line: ``stopped by SIGTERM
+  inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)`` (or ``no checkpoint
+  yet``). ``reward_summary.json`` is already whole: it is rewritten after every rollout.
+- **DDP.** Rank 0 (the launched process) forwards the signal to the ranks it started. Ranks meet the check points at
+  different moments, so they agree only on the step end: one all-reduce of "a SIGTERM came" per step (:func:`agree`)
+  makes every rank stop there together and save (collectives that match). A rank that stops inside a step runs no
+  collective and destroys its process group (a peer inside a gloo all-reduce then fails in milliseconds; one entering
+  a barrier afterwards does not notice); any error after a SIGTERM is read as the stop (exit 143, no traceback). Rank
+  0 waits for its children (:data:`CHILDREN_S` after a stop inside a step, else until 2 s before the hard exit), then
+  kills them: none is left orphaned.
+- **Hard exit.** Python runs signal handlers only between bytecodes, not while the main thread waits in a gloo
+  collective or a vLLM call: a thread reads the signal from ``signal.set_wakeup_fd`` (written by the C-level handler
+  at once), forwards it and arms a watchdog that, ``hard_exit`` seconds after the signal (20; env
+  ``COLLAB_SIGTERM_HARD_EXIT``), prints the line (rank 0, "forced"), kills the children and exits with 143
+  (``os._exit``; files written before are whole: :mod:`collab.training.resume`).
+- **Test hook.** ``COLLAB_SIGTERM_AT=<phase>[@<n>]`` (n: the n-th time the phase begins, 1 by default) makes the
+  first :func:`check` inside it write the wall time to ``COLLAB_SIGTERM_FILE`` (when set) and send SIGTERM to the
+  run's launching process (rank 0; torchrun's agent under torchrun), as a scheduler would.
 
 Before Lightning registers its handlers (while the model loads) SIGTERM keeps its default action.
 """
@@ -55,6 +52,7 @@ from typing import Any
 
 from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from collab.errors import UserError, require
 
@@ -99,6 +97,9 @@ class _State:
     noticed: threading.Lock = field(default_factory=threading.Lock)
     watchdog: threading.Timer | None = None
     wakeup: tuple[int, socket.socket, socket.socket] | None = None
+
+    def run(self):  # the attached Trainer (None before attach() or once collected)
+        return self.trainer() if self.trainer is not None else None
 
 
 _state = _State()
@@ -308,7 +309,7 @@ def notice() -> None:
         s.received_at = time.monotonic()
     if s.disarmed or not s.noticed.acquire(blocking=False):
         return
-    trainer = s.trainer() if s.trainer is not None else None
+    trainer = s.run()
     launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
     if getattr(launcher, "procs", None):
         with contextlib.suppress(Exception):
@@ -359,7 +360,7 @@ def _unwatch(s: _State) -> None:
 def _hard_exit(s: _State) -> None:
     if s.disarmed or s is not _state:
         return
-    trainer = s.trainer() if s.trainer is not None else None
+    trainer = s.run()
     try:
         if _rank_zero(trainer) and not s.announced:
             s.announced = True
@@ -384,18 +385,18 @@ def _reap(trainer, deadline: float) -> None:
 def _rank_zero(trainer) -> bool:
     if trainer is not None:
         return bool(trainer.is_global_zero)
-    return os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0"
+    return int(getattr(rank_zero_only, "rank", 0) or 0) == 0  # the launcher's: RANK, LOCAL_RANK, SLURM_PROCID
 
 
 def _step() -> int:
-    trainer = _state.trainer() if _state.trainer is not None else None
+    trainer = _state.run()
     return int(getattr(trainer, "global_step", 0) or 0) if trainer is not None else 0
 
 
 def _fire(s: _State, name: str) -> None:
     """The test hook: SIGTERM to the launching process the first time a check runs in the n-th ``name``."""
     want, n = s.hook  # type: ignore[misc]
-    if name != want or s.entered.get(name, 0) != n or not _rank_zero(s.trainer() if s.trainer is not None else None):
+    if name != want or s.entered.get(name, 0) != n or not _rank_zero(s.run()):
         return
     s.fired = True
     if s.hook_file:

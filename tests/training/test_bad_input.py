@@ -536,3 +536,19 @@ def test_the_command_line_refuses_them_before_lightning_does(value, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith(f"error: --trainer.strategy {value} is not supported") and "ddp" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "soon"])
+def test_a_collective_timeout_that_is_not_positive_is_one_line(value, tmp_path, monkeypatch, capsys):
+    """``--distributed_timeout`` (issue 31) takes seconds > 0; the packaged 1800 and the DDP tests' 10 run."""
+    from collab.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
+                 "--distributed_timeout", value])
+    err = capsys.readouterr().err.strip()
+    if value in ("0", "-5"):
+        assert code == 2 and err == f"error: --distributed_timeout must be a number of seconds > 0, got {float(value)}"
+    else:  # not a finite number: the parser's own line
+        assert code == 2 and err == f"error: --distributed_timeout: expected a number, got '{value}'"
+    assert not (tmp_path / "runs").exists()

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from collab.errors import UserError
-from collab.training.checks_resources import (GB, OVERHEAD_BYTES, Launch, Machine, base_bytes_per_param,
+from collab.training.checks_resources import (GB, KNOWN_PARAMS, OVERHEAD_BYTES, Launch, Machine, base_bytes_per_param,
                                               base_parameters, check_fits, process_bytes)
 
 
@@ -16,7 +16,21 @@ def test_a_process_holds_its_base_its_adapters_and_the_overhead():
     assert process_bytes(1_700_000_000, 2, 2, overhead=0) == 3_400_000_000 + 1_088_000_000
     assert base_bytes_per_param("bfloat16", "none") == 2 and base_bytes_per_param("float32", "none") == 4
     assert base_bytes_per_param("bfloat16", "4bit") < 1 and base_bytes_per_param("float32", "8bit") == 1
-    assert base_parameters("tiny") == 3_219_776 and base_parameters("no/such-model-here") is None
+    assert base_parameters("no/such-model-here") is None
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_PARAMS))
+def test_the_built_in_bases_counts_are_their_models(name):
+    """KNOWN_PARAMS (counted without loading, before the processes start) against the models themselves."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from collab.policy.models import TINY, load_tokenizer, model_folder, tiny_llama
+
+    with torch.device("meta"):
+        model = (tiny_llama(len(load_tokenizer(TINY))) if name == TINY else
+                 AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_folder(name))))
+    assert base_parameters(name) == sum(p.numel() for p in model.parameters()) > 0
 
 
 def test_what_fits_passes():
