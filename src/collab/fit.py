@@ -77,6 +77,9 @@ def build_cli(algo: str, argv: list[str]):
     if not is_class_path(algo):
         check_env_pair(algo, run_env(files[0], argv))
     check_old_names(argv)
+    from collab.training.sharding import alias
+
+    argv = alias(argv)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
     check_strategy(given_strategy(argv))  # before Lightning's own "fsdp requires a GPU accelerator"
     note(describe_configs(files, argv, algo))
     args = [a for f in files for a in ("--config", str(f))] + argv
@@ -195,18 +198,24 @@ def given_strategy(argv: list[str]) -> str:
 
 
 def check_strategy(strategy) -> None:
-    """Refuse the Lightning strategies that shard the base per layer (FSDP, ModelParallel, DeepSpeed): one line,
-    exit 2. ``strategy`` is a Strategy or what ``--trainer.strategy`` says. Their per-layer gathers need every
-    process to run the same forwards in the same order; collab's processes decode and score their own data
-    (docs/distributed.md, "Sharded bases", has the failures reproduced on CPU)."""
+    """Refuse Lightning's strategies that shard the base per layer (its FSDP, ModelParallel, DeepSpeed): one line,
+    exit 2, pointing to collab's own (``--trainer.strategy fsdp``: :mod:`collab.training.sharding`). ``strategy`` is a
+    Strategy or what ``--trainer.strategy`` says. Their per-layer gathers need every process to run the same
+    forwards in the same order; collab's processes decode and score their own data (docs/distributed.md,
+    "Sharded bases", has the failures reproduced on CPU)."""
+    from collab.training.sharding import NAME, ShardedBaseStrategy
+
+    if isinstance(strategy, ShardedBaseStrategy) or strategy == NAME:
+        return
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
     low = name.lower()
     if not any(k in low for k in ("deepspeed", "fsdp", "modelparallel", "model_parallel")):
         return
-    raise UserError(f"--trainer.strategy {name} is not supported: it gathers each layer of the base inside the layer's "
-                    "forward, which needs every process to run the same forwards, and collab's processes decode and "
-                    "score their own data; use --trainer.strategy ddp (each process holds its own copy of the base: "
-                    "--model.base.quantization 4bit keeps it small)")
+    raise UserError(f"--trainer.strategy {name} is not supported: Lightning's gathers each layer of the base inside the "
+                    "layer's forward, which needs every process to run the same forwards, and collab's processes decode "
+                    "and score their own data; use --trainer.strategy fsdp (collab's: the frozen base sharded across the "
+                    "processes, docs/distributed.md) or ddp (a whole base per process; --model.base.quantization 4bit "
+                    "keeps it small)")
 
 
 def print_config(algo: str, argv: list[str]) -> None:
@@ -236,6 +245,9 @@ def fit(argv: list[str]) -> None:
         print_config(algo, rest)
     cli = build_cli(algo, rest)
     check_strategy(cli.trainer.strategy)
+    from collab.training import sharding
+
+    sharding.check(cli.trainer.strategy, cli.model)
     from collab.training.distributed import prepare_processes
 
     prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"))  # fits? timeout (issue 31)

@@ -202,7 +202,10 @@ def agree(module) -> None:
     if trainer.world_size > 1:  # collab.training.distributed.global_max, written out: this module imports no training/
         import torch
 
+        from collab.policy import sharded
+
         flag = torch.tensor([float(received())], dtype=torch.float64)
+        sharded.settle()  # a sharded base: every rank's gathers served first (collab.policy.sharded)
         if float(trainer.strategy.reduce(flag, reduce_op="max")):
             trainer._signal_connector.received_sigterm = True
 

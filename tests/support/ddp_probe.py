@@ -86,6 +86,30 @@ def stall(rank: int, step: int) -> None:
         time.sleep(float(os.environ.get("COLLAB_DDP_STALL_SECONDS", "3600")))
 
 
+def live_bytes() -> int:
+    """Bytes of every tensor storage alive in this process (each storage once), found through the garbage
+    collector: a weight that sharding should have freed but that something still holds counts here."""
+    import gc
+
+    seen: dict[int, int] = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+            storage = obj.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def sharding(pl_module) -> dict | None:
+    """With a sharded base (``--trainer.strategy fsdp``): the bytes this rank keeps and the rounds it took part in."""
+    from collab.policy import sharded
+
+    g = sharded.active()
+    if g is None:
+        return None
+    return {"local": g.local_bytes(), "whole": g.whole_bytes(), "rounds": g.rounds, "gathers": g.gathers,
+            "params": sum(p.numel() * p.element_size() for p in pl_module.parameters()), "live": live_bytes()}
+
+
 class Probe(L.Callback):
     def __init__(self) -> None:
         self.tasks: list[list[str]] = []
@@ -165,5 +189,5 @@ class Probe(L.Callback):
         evaluations = [c for c in trainer.callbacks if isinstance(c, EvaluationCallback)]
         first = {"history": evaluations[0].history[0], "scores": evaluations[0].scores[0]} if evaluations else None
         out = self.out / f"rank{trainer.global_rank}.json"
-        out.write_text(json.dumps({"tasks": self.tasks, "digests": self.digests, "start": self.start, "sampling": self.sampling,
+        out.write_text(json.dumps({"sharded": sharding(pl_module), "tasks": self.tasks, "digests": self.digests, "start": self.start, "sampling": self.sampling,
                                    "step": trainer.global_step, "evaluation": first}))

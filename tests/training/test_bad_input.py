@@ -517,17 +517,43 @@ def test_there_are_at_least_60_cases():
 
 @pytest.mark.parametrize("name", ["FSDPStrategy", "ModelParallelStrategy", "DeepSpeedStrategy"])
 def test_per_layer_sharding_strategies_are_refused(name):
-    """Issue 31: Lightning's FSDP, ModelParallel and DeepSpeed strategies end in one line naming ddp."""
+    """Issue 31: Lightning's FSDP, ModelParallel and DeepSpeed strategies end in one line naming collab's fsdp and ddp."""
     from collab.errors import UserError
     from collab.fit import check_strategy
+    from collab.training.sharding import ShardedBaseStrategy
 
-    with pytest.raises(UserError, match="use --trainer.strategy ddp") as error:
+    with pytest.raises(UserError, match="use --trainer.strategy fsdp .collab's.* or ddp") as error:
         check_strategy(type(name, (), {})())
     assert "\n" not in str(error.value)
     check_strategy(type("DDPStrategy", (), {})())  # ddp passes
+    check_strategy(ShardedBaseStrategy())  # and collab's sharded base
+    check_strategy("collab_fsdp")
 
 
-@pytest.mark.parametrize("value", ["fsdp", "deepspeed_stage_3", "lightning.pytorch.strategies.ModelParallelStrategy"])
+def test_fsdp_names_collabs_sharded_base():
+    from collab.training.sharding import NAME, alias
+
+    assert alias(["--trainer.strategy", "fsdp", "--x", "fsdp"]) == ["--trainer.strategy", NAME, "--x", "fsdp"]
+    assert alias(["--trainer.strategy=fsdp"]) == [f"--trainer.strategy={NAME}"]
+    assert alias(["--trainer.strategy", "ddp"]) == ["--trainer.strategy", "ddp"]
+
+
+@pytest.mark.parametrize("extra, words", [(["--model.base.quantization", "4bit"], "--model.base.quantization is 4bit"),
+                                          (["--model.engine", "vllm"], "--model.engine vllm keeps a whole copy")])
+def test_fsdp_refuses_what_it_cannot_shard(extra, words, capsys, monkeypatch):
+    from collab.fit import main
+    from collab.policy import vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "check_engine", lambda engine: None)  # vLLM need not be installed for the check
+    code = main(["--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
+                 "--trainer.strategy", "fsdp", "--trainer.devices", "2", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len([e for e in err if e.startswith("error:")]) == 1, err
+    assert words in [e for e in err if e.startswith("error:")][0]
+
+
+@pytest.mark.parametrize("value", ["lightning.pytorch.strategies.FSDPStrategy", "deepspeed_stage_3",
+                                   "lightning.pytorch.strategies.ModelParallelStrategy"])
 def test_the_command_line_refuses_them_before_lightning_does(value, capsys):
     from collab.fit import main
 

@@ -83,6 +83,10 @@ def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
 # SLURM_* variables srun sets, which Lightning's SLURMEnvironment reads; there is no srun here)
 LAUNCHERS = {"magrpo": "torchrun", "collm_cc": "srun"}
 
+# the runs of the test below: every algorithm under ddp, and one under collab's fsdp (the frozen base sharded:
+# collab.training.sharding), an actor-critic whose critic reads through the shared, sharded base
+CASES = [*sorted(RUNS), "collm_cc+fsdp"]
+
 
 def free_port() -> int:
     import socket
@@ -92,12 +96,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def fit(algo: str, tmp: Path, extra: list[str], **probe: str) -> subprocess.CompletedProcess:
-    """A 2-process run of ``python -m collab.fit``, started as ``LAUNCHERS`` says; stdout is rank 0's."""
+def fit(algo: str, tmp: Path, extra: list[str], launcher: str | None = None, **probe: str) -> subprocess.CompletedProcess:
+    """A 2-process run of ``python -m collab.fit``, started as ``launcher`` (default: as ``LAUNCHERS`` says); stdout is
+    rank 0's."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "COLLAB_DDP_PROBE": str(tmp),
            "OMP_NUM_THREADS": "1", **probe}
     fit_args = ["-m", "collab.fit", *args(algo, tmp, extra)]
-    launcher = LAUNCHERS.get(algo, "lightning")
+    launcher = launcher or LAUNCHERS.get(algo, "lightning")
     if launcher == "torchrun":
         return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
@@ -123,14 +128,24 @@ def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, **probe: str) 
     return main(args(algo, tmp, extra))
 
 
-@pytest.mark.parametrize("algo", sorted(RUNS))
-def test_two_processes_train_in_lockstep_and_resume_on_one(algo, tmp_path, monkeypatch, one_thread):
+@pytest.mark.parametrize("case", CASES)
+def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monkeypatch, one_thread):
+    algo, _, strategy = case.partition("+")
     signal = {"COLLAB_DDP_SIGNAL": "text"} if env_of(algo) in TEXT_SIGNAL else {}
-    run = fit(algo, tmp_path, ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
-              COLLAB_DDP_SIGNAL_RANKS="0", COLLAB_DDP_CAPTURE="1", **signal)
+    run = fit(algo, tmp_path, ["--trainer.strategy", strategy or "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
+              "lightning" if strategy else None, COLLAB_DDP_SIGNAL_RANKS="0", COLLAB_DDP_CAPTURE="1", **signal)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stderr.count("config: ") == 1  # the run says once (rank 0), whatever started its processes
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    if strategy == "fsdp":  # each rank kept half of every sharded weight and freed the rest; they took part in every round
+        shards = [r["sharded"] for r in ranks]
+        print(run.stderr[run.stderr.index("fsdp: "):].splitlines()[0], shards)
+        assert shards[0]["whole"] == shards[1]["whole"] > 0 and shards[0]["rounds"] == shards[1]["rounds"] > 0
+        for s in shards:
+            assert abs(s["local"] - s["whole"] / 2) <= 0.01 * s["whole"]
+            assert s["live"] < 0.75 * (s["whole"] + s["params"]), s  # the whole weights are gone, not merely unlisted
+    else:
+        assert ranks[0]["sharded"] is None
     assert ranks[0]["step"] == ranks[1]["step"] == 2
     # bitwise the same weights on both ranks after every optimizer step; rank 0's signal moved them
     assert ranks[0]["digests"] == ranks[1]["digests"] and len(ranks[0]["digests"]) >= 1

@@ -153,7 +153,9 @@ class CollabModule(L.LightningModule):
         self.env = env
         base = self.base
         if base.device == "auto" and self._trainer is not None:
-            base = replace(base, device=str(self.trainer.strategy.root_device))
+            strategy = self.trainer.strategy
+            load = getattr(strategy, "load_device", None)  # a sharded base loads on the CPU (collab.training.sharding)
+            base = replace(base, device=load() if load else str(strategy.root_device))
         self.team = AgentTeam(self.team_specs(env), base)
         if self.engine == "vllm":
             self.team.engine = VllmEngine(self.team, self.engine_options)

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from collab.envs.base import Env, EnvState, Message
 from collab.errors import require
-from collab.policy.team import train_adapters_only
+from collab.policy.team import recompute_with_forward_adapters, train_adapters_only
 
 MODES = ("centralized", "decentralized")
 KINDS = ("v", "q")
@@ -190,6 +190,9 @@ class Critics(nn.Module):
             self.keys.append(key)
         for model in list(team.models.values()) + list(self.own.values()):
             train_adapters_only(model)
+        if team.base_config.gradient_checkpointing:  # a critic's own base: recomputed with its forward's adapter too
+            for model in self.own.values():
+                recompute_with_forward_adapters(model)
         self.heads = nn.ModuleList(ValueHead(self.model(j).config.hidden_size) for j in range(n))
 
     def __len__(self) -> int:

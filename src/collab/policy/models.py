@@ -128,10 +128,16 @@ def _smollm2_gguf_dir() -> Path:
     return folder
 
 
+def _complete(folder: Path) -> bool:
+    """Whether ``folder`` holds a whole converted model: config, weights and tokenizer."""
+    return all((folder / f).is_file() for f in ("config.json", "tokenizer.json")) and any(folder.glob("*.safetensors"))
+
+
 def _smollm2_folder() -> Path:
-    """A folder with SmolLM2 as safetensors + tokenizer, made once from the GGUF file."""
+    """A folder with SmolLM2 as safetensors + tokenizer, made once from the GGUF file (a folder left incomplete,
+    e.g. by a process killed while writing it, is replaced: else every process would convert again)."""
     target = cache_dir() / "smollm2-135m-instruct"
-    if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
+    if _complete(target):
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -148,7 +154,15 @@ def _smollm2_folder() -> Path:
     tokenizer.save_pretrained(tmp)
     try:
         tmp.rename(target)
-    except OSError:  # another process finished first
+    except OSError:  # another process finished first, or an incomplete folder is in the way
+        if not _complete(target):
+            stale = Path(tempfile.mkdtemp(dir=target.parent, prefix=".stale-"))
+            try:
+                target.rename(stale / "old")
+                tmp.rename(target)
+            except OSError:  # a third process replaced it meanwhile
+                pass
+            shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 

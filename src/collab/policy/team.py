@@ -148,6 +148,8 @@ class AgentTeam(nn.Module):
                 self.models[key].add_adapter(name, lora)
         for model in self.models.values():
             train_adapters_only(model)
+            if base.gradient_checkpointing:
+                recompute_with_forward_adapters(model)
         self.choice_ids = [self._choice_ids(i) for i in range(len(agents))]
         self.engine = None
         """``None``: :meth:`generate` decodes with collab's own loop; a :class:`~collab.policy.vllm_engine.VllmEngine`:
@@ -329,6 +331,48 @@ class AgentTeam(nn.Module):
                 raise UserError(f"no adapter for {name} in {folder} (expected {path})")
         for i, (name, path) in enumerate(zip(self.names, paths)):
             set_peft_model_state_dict(self.model_of(i), load_file(path), adapter_name=name)
+
+
+def recompute_with_forward_adapters(model) -> None:
+    """Gradient checkpointing of a peft model whose recomputation uses the adapters its forward used.
+
+    A checkpointed layer's forward is recomputed inside the backward, with the modules' state at *that* time. A
+    call that computes several agents' log-probs on one base sets each agent's adapter in turn
+    (``set_adapter``) before the loss's one backward, so every recomputed layer would run the *last* agent's
+    adapter: gradients off by more than their own size (tests/policy/test_team.py). Here every checkpointed
+    forward records each LoRA layer's active adapter and disabled flag, and its recomputation runs under them
+    (``torch.utils.checkpoint``'s ``context_fn``, non-reentrant)."""
+    from contextlib import contextmanager, nullcontext
+
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    cache: dict[tuple, list] = {}
+
+    def layers() -> list:  # adapters added later (a critic's) may add LoRA layers
+        key = tuple(model.peft_config)
+        if key not in cache:
+            cache.clear()
+            cache[key] = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+        return cache[key]
+
+    @contextmanager
+    def as_in_forward(state):
+        found = layers()
+        saved = [(m._active_adapter, m._disable_adapters) for m in found]
+        for m, (active, disabled) in zip(found, state):
+            m._active_adapter, m._disable_adapters = active, disabled
+        try:
+            yield
+        finally:
+            for m, (active, disabled) in zip(found, saved):
+                m._active_adapter, m._disable_adapters = active, disabled
+
+    def context_fn():
+        state = [(m._active_adapter, m._disable_adapters) for m in layers()]
+        return nullcontext(), as_in_forward(state)
+
+    model.base_model.model.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": context_fn})
 
 
 def train_adapters_only(model: nn.Module) -> None:

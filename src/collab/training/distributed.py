@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from collab import preemption
+from collab.policy import sharded
 
 
 def world_size(module) -> int:
@@ -40,6 +41,7 @@ def global_sum(module, values: Tensor | float | Sequence[float]) -> Tensor:
     """``values`` summed over the ranks (a float64 CPU tensor; a copy, never the input)."""
     t = torch.as_tensor(values, dtype=torch.float64).clone()
     if world_size(module) > 1:
+        sharded.settle()  # a sharded base: serve the others' gathers first (collab.policy.sharded)
         t = module.trainer.strategy.reduce(t, reduce_op="sum")
     return t
 
@@ -49,6 +51,7 @@ def global_max(module, value: int) -> int:
     if world_size(module) == 1:
         return int(value)
     t = torch.tensor([float(value)], dtype=torch.float64)
+    sharded.settle()
     return int(module.trainer.strategy.reduce(t, reduce_op="max").item())
 
 
@@ -106,6 +109,7 @@ def global_means(module, stats: dict[str, float]) -> dict[str, float]:
     import torch.distributed as dist
 
     keys: list[list[str]] = [[] for _ in range(world_size(module))]
+    sharded.settle()
     dist.all_gather_object(keys, sorted(stats))
     union = sorted(set().union(*keys))
     sums = global_sum(module, [[float(stats[k]), 1.0] if k in stats else [0.0, 0.0] for k in union])
@@ -133,22 +137,40 @@ def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callab
         return True
     opt.zero_grad()
     strategy = module.trainer.strategy if world > 1 else None
+    shards = sharded.active()
     for j in range(n):
         preemption.check()  # a SIGTERM stops inside an update (collab.preemption): nothing is saved then
         loss = parts[j]() if j < len(parts) else None
         if world > 1:
             loss = _touch(module) + (loss if loss is not None else 0.0)
-            sync = nullcontext() if j == n - 1 else strategy.block_backward_sync()
+            sync = nullcontext() if j == n - 1 and shards is None else strategy.block_backward_sync()
             with sync:
                 module.manual_backward(loss * world)
         elif loss is not None:
             module.manual_backward(loss)
+    if shards is not None:  # a sharded base: the ranks' backward passes gather layers in rounds of their own, so the
+        average_gradients(module)  # gradients are averaged after them, not inside DDP's backward (it could wait there)
     if accept is not None and not accept():
         opt.zero_grad()
         return False
     preemption.check()
     module.optimizer_step()
     return True
+
+
+def average_gradients(module) -> None:
+    """DDP's gradient average, as one all-reduce after the backward passes (a sharded base: every rank settled
+    first): each trainable gradient divided by the world size, then summed over the ranks."""
+    import torch.distributed as dist
+
+    sharded.settle()
+    params = [p for p in module.parameters() if p.requires_grad and p.grad is not None]
+    if not params:
+        return
+    flat = torch.cat([p.grad.reshape(-1) for p in params]) / world_size(module)
+    dist.all_reduce(flat)
+    for p, g in zip(params, torch.split(flat, [p.numel() for p in params])):
+        p.grad.copy_(g.view_as(p.grad))
 
 
 # -- timeouts: a collective that goes wrong ends in one line, never a hang (issue 31) -------------------
