@@ -541,10 +541,10 @@ def test_fsdp_names_collabs_sharded_base():
 @pytest.mark.parametrize("extra, words", [(["--model.base.quantization", "4bit"], "--model.base.quantization is 4bit"),
                                           (["--model.engine", "vllm"], "--model.engine vllm keeps a whole copy")])
 def test_fsdp_refuses_what_it_cannot_shard(extra, words, capsys, monkeypatch):
+    from collab.algos import base
     from collab.fit import main
-    from collab.policy import vllm_engine
 
-    monkeypatch.setattr(vllm_engine, "check_engine", lambda engine: None)  # vLLM need not be installed for the check
+    monkeypatch.setattr(base, "check_engine", lambda engine: None)  # vLLM need not be installed for the check
     code = main(["--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
                  "--trainer.strategy", "fsdp", "--trainer.devices", "2", *extra])
     err = capsys.readouterr().err.strip().splitlines()
