@@ -12,18 +12,11 @@ taken once more with gradient checkpointing (each layer's forward recomputed ins
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _team():
@@ -78,10 +71,9 @@ def checkpointing(team, on: bool) -> None:
     team.train()
 
 
-def _worker(rank: int, port: int, folder: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _worker(rank: int, folder: str) -> None:
+    torch.set_num_threads(1)  # a file rendezvous: no port to race for
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
     try:
         from collab.policy import sharded
 
@@ -111,7 +103,7 @@ def _worker(rank: int, port: int, folder: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory, tiny_tokenizer):
     folder = tmp_path_factory.mktemp("sharded")
-    mp.start_processes(_worker, args=(_port(), str(folder)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_worker, args=(str(folder),), nprocs=2, join=True, start_method="spawn")
     return [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
 
 

@@ -256,6 +256,9 @@ class AgentTeam(nn.Module):
         return (out, ent) if entropy else out
 
     def _logprobs_on_base(self, key, agents, prompts, completions, reference, entropy=False) -> list[tuple[Tensor, Tensor | None]]:
+        from contextlib import nullcontext
+
+        from collab.policy.head import hidden_states, output_head
         from collab.policy.prefill import pad_left, shared_prefix_forward
         from collab.policy.sampling import action_mask, policy_logits
 
@@ -269,22 +272,28 @@ class AgentTeam(nn.Module):
             [i for i, a in enumerate(agents) if a == b] for b in sorted(set(agents))
         ]
         result: list[Tensor | None] = [None] * len(agents)
+        chunked = output_head(model) is not None  # the head applied in chunks of tokens (collab.policy.head)
         for g in groups:
             # Only the completion positions need logits (the vocabulary projection dominates).
             keep = max(len(completions[i]) for i in g) + 1
-            if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
-                with adapters_disabled(model):
-                    logits = shared_prefix_forward(lambda _, **inputs: model(**inputs), prompts, completions,
-                                                   ["reference"] * len(g), pad, self.device, logits_to_keep=keep)[0].logits
-            elif mixed:
-                with eval_mode(model):
-                    logits = shared_prefix_forward(per_row_forward(model), prompts, completions,
-                                                   [self.names[a] for a in agents], pad, self.device,
-                                                   logits_to_keep=keep)[0].logits
-            else:
-                input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, self.device)
-                model.set_adapter(self.names[agents[g[0]]])
-                logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+            with hidden_states(model) if chunked else nullcontext() as head:  # chunked: logits are the hidden states
+                if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
+                    with adapters_disabled(model):
+                        logits = shared_prefix_forward(lambda _, **inputs: model(**inputs), prompts, completions,
+                                                       ["reference"] * len(g), pad, self.device, logits_to_keep=keep)[0].logits
+                elif mixed:
+                    with eval_mode(model):
+                        logits = shared_prefix_forward(per_row_forward(model), prompts, completions,
+                                                       [self.names[a] for a in agents], pad, self.device,
+                                                       logits_to_keep=keep)[0].logits
+                else:
+                    input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, self.device)
+                    model.set_adapter(self.names[agents[g[0]]])
+                    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                   logits_to_keep=keep).logits
+            if chunked:
+                self._score_hidden(logits, head, g, agents, completions, entropy, result)
+                continue
             for j, i in enumerate(g):
                 n = len(completions[i])
                 a = agents[i]
@@ -299,6 +308,31 @@ class AgentTeam(nn.Module):
         if not (mixed or reference):
             train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
         return result  # type: ignore[return-value]
+
+    def _score_hidden(self, hidden: Tensor, head, group: list[int], agents: list[int], completions: list[list[int]],
+                      entropy: bool, result: list) -> None:
+        """The group's per-token log-probs (and entropies) from its final hidden states (row j of ``hidden`` is
+        item ``group[j]``), through the output head in chunks (:func:`collab.policy.head.token_logprobs`)."""
+        from collab.policy.head import token_logprobs
+        from collab.policy.sampling import action_mask
+
+        lengths = [len(completions[i]) for i in group]
+        rows = torch.cat([hidden[j, -n - 1:-1] for j, n in enumerate(lengths)])
+        device = rows.device
+        targets = torch.as_tensor([t for i in group for t in completions[i]], dtype=torch.long, device=device)
+        temperature = torch.as_tensor([self.specs[agents[i]].sampling.temperature for i, n in zip(group, lengths)
+                                       for _ in range(n)], dtype=torch.float, device=device)
+        masks = None
+        closed = sorted({agents[i] for i in group if self.choice_ids[agents[i]] is not None})
+        if closed:  # closed action vocabularies: one mask per agent, an index per token
+            vocab = getattr(head, "out_features", None) or head.weight.shape[0]
+            allowed = torch.stack([action_mask(self.choice_ids[a], vocab, device) for a in closed])
+            which = torch.as_tensor([closed.index(agents[i]) if agents[i] in closed else -1
+                                     for i, n in zip(group, lengths) for _ in range(n)], dtype=torch.long, device=device)
+            masks = (allowed, which)
+        logp, ent = token_logprobs(rows, head, targets, temperature, masks, entropy)
+        for i, lp, e in zip(group, torch.split(logp, lengths), torch.split(ent, lengths) if entropy else [None] * len(group)):
+            result[i] = (lp, e)
 
     # -- persistence -------------------------------------------------------------------------------
     def save_adapters(self, folder: str | Path) -> None:
