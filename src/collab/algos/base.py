@@ -37,7 +37,7 @@ import copy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -98,10 +98,13 @@ class CollabModule(L.LightningModule):
     """Passes over each rollout's experience (the algorithms take it as an option)."""
     minibatch_size: int | None = None
     """Items per optimizer update; None: the whole experience."""
+    forwards_per_token = 1
+    """LLM forwards with gradients over an item's tokens in its loss (``micro_batch_tokens: auto`` sizes for them):
+    the agents'; actor-critics add their LLM critic's."""
 
     def __init__(self, *, base: BaseConfig, agents: list[AgentSpec] | None, agent_lr: float, max_new_tokens: int,
-                 max_grad_norm: float, log_samples_every: int, micro_batch_tokens: int | None, engine: str,
-                 engine_options: dict | None) -> None:
+                 max_grad_norm: float, log_samples_every: int, micro_batch_tokens: int | Literal["auto"] | None,
+                 micro_batch_memory_gb: float | None, engine: str, engine_options: dict | None) -> None:
         """Every option is keyword-only and has no default here: ``conf/algo/NAME.yaml`` holds each value once
         (``python -m collab.fit`` reads it; :func:`collab.algos.from_config` builds a module from it in Python).
 
@@ -114,7 +117,10 @@ class CollabModule(L.LightningModule):
             log_samples_every: Log sample texts to TensorBoard every N rollouts.
             micro_batch_tokens: Padded tokens (items x largest item's prompt + response tokens) per
                 forward/backward within an update: each minibatch's gradient is accumulated over parts of
-                at most this size (at least one item each), the same gradient in bounded memory. None: one pass.
+                at most this size (at least one item each), the same gradient in bounded memory. ``auto``: sized
+                once per run from a memory budget (:mod:`collab.training.memory`). None: one pass.
+            micro_batch_memory_gb: The budget of ``auto`` micro-batches' activations in GiB; None: 1/16 of the RAM
+                (at most 1 GiB) on a CPU, 1/4 of the GPU's memory on a GPU.
             engine: Who samples the rollouts: ``torch`` (collab's batched multi-LoRA decoding loop) or ``vllm``
                 (one vLLM engine per base, one LoRA adapter per agent, synced after every update; see
                 :mod:`collab.policy.vllm_engine`). Training always runs in PyTorch.
@@ -124,15 +130,20 @@ class CollabModule(L.LightningModule):
         super().__init__()
         require(agent_lr > 0 and agent_lr != float("inf"), f"model.agent_lr must be > 0, got {agent_lr}")
         require(max_new_tokens >= 1, f"model.max_new_tokens must be >= 1, got {max_new_tokens}")
-        require(micro_batch_tokens is None or micro_batch_tokens >= 1,
-                f"model.micro_batch_tokens must be >= 1 or null, got {micro_batch_tokens}")
+        require(micro_batch_tokens is None or micro_batch_tokens == "auto" or (
+            isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 1),
+            f"model.micro_batch_tokens must be >= 1, auto or null, got {micro_batch_tokens}")
+        require(micro_batch_memory_gb is None or (isinstance(micro_batch_memory_gb, (int, float))
+                                                  and 0 < micro_batch_memory_gb < float("inf")),
+                f"model.micro_batch_memory_gb must be > 0 (GiB) or null, got {micro_batch_memory_gb}")
         check_agents(agents)
         require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         require(engine == "vllm" or not engine_options, "model.engine_options are settings of --model.engine vllm; "
                 f"the engine is {engine!r}")
         self.engine, self.engine_options = engine, vllm_options(engine_options) if engine == "vllm" else None
         check_engine(engine)
-        self.micro_batch_tokens = micro_batch_tokens
+        self.micro_batch_tokens, self.micro_batch_memory_gb = micro_batch_tokens, micro_batch_memory_gb
+        self._auto_tokens: int | None = None  # micro_batch_tokens: auto, decided once per run (saved in checkpoints)
         self.base = base
         self.base.validate()
         self.agent_specs = agents
@@ -255,7 +266,22 @@ class CollabModule(L.LightningModule):
     def micro_batches(self, minibatch: list) -> list[list[int]]:
         """The minibatch in parts of at most ``micro_batch_tokens`` padded tokens (one item at least), as
         positions in the minibatch."""
-        return token_budget_chunks([item.tokens for item in minibatch], self.micro_batch_tokens)
+        return token_budget_chunks([item.tokens for item in minibatch], self.micro_tokens())
+
+    def micro_tokens(self) -> int | None:
+        """``micro_batch_tokens``, with ``auto`` measured on the team the first time (then kept, and saved)."""
+        if self.micro_batch_tokens != "auto":
+            return self.micro_batch_tokens
+        if self._auto_tokens is None:
+            import sys
+
+            from collab.training.memory import auto_tokens
+
+            self._auto_tokens, line = auto_tokens(self.team, self.team.device, self.micro_batch_memory_gb,
+                                                  self.forwards_per_token)
+            if self._trainer is None or self.trainer.is_global_zero:
+                print(line, file=sys.stderr, flush=True)
+        return self._auto_tokens
 
     def parts(self, minibatch: list, scale: Normalizers, stats: dict[str, float]) -> list[Callable[[], torch.Tensor]]:
         """The minibatch's loss as one callable per micro-batch (what :func:`~collab.training.distributed.optimizer_step`
@@ -328,10 +354,12 @@ class CollabModule(L.LightningModule):
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["collab"] = {"rollouts": self.rollouts, "agents": [s.role for s in self.team.specs],
-                                "rng": gather_per_rank(rng_state(self.device))}
+                                "rng": gather_per_rank(rng_state(self.device)), "micro_batch_tokens": self._auto_tokens}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("collab", {})
         self.rollouts = state.get("rollouts", 0)
+        if self.micro_batch_tokens == "auto" and state.get("micro_batch_tokens"):  # the size the run decided
+            self._auto_tokens = int(state["micro_batch_tokens"])
         rank = self.trainer.global_rank if self._trainer is not None else 0
         self._resume_rng = pick_rank(state["rng"], rank, "random state") if state.get("rng") else None

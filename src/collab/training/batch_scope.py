@@ -18,6 +18,7 @@ SCOPES: dict[str, str] = {
     "data.batch_size": "global: tasks per step over all processes (each of N plays batch_size / N)",
     "model.minibatch_size": "per process: items of this process's share per optimizer update",
     "model.micro_batch_tokens": "per process: padded tokens per forward/backward",
+    "model.micro_batch_memory_gb": "per process: the activations budget of auto micro-batches",
     "max_tasks": "global: eval tasks over all processes, each scored once",
     "tasks_per_batch": "per process: eval tasks one process decodes together",
 }

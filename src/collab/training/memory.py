@@ -1,0 +1,82 @@
+"""Micro-batches bounded by memory (``--model.micro_batch_tokens auto``, issue 33).
+
+An update's forward/backward keeps, per token, the activations its backward needs: a fixed number of bytes
+for a given model, adapters, dtype and checkpointing (the output head's logits are not among them:
+:mod:`collab.policy.head`). ``auto`` measures that number once, at the start of a run, on the team itself: one
+probe forward of :data:`PROBE_TOKENS` tokens through the agents' log-probs with autograd's saved-tensor hooks
+counting what is saved for the backward (:func:`bytes_per_token`), times :data:`SAFETY` for what a backward
+allocates besides, times the forwards an item's loss takes over its tokens (2 where an LLM critic reads them
+too). The micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
+``--model.micro_batch_memory_gb``, or by default 1/16 of the machine's RAM, at most 1 GiB, on a CPU, and 1/4
+of the GPU's memory on a GPU: the machine's total memory, not what is free at the moment, so that a run's
+micro-batches do not depend on the load. The size is decided once per run and saved in the checkpoint; a
+resumed run keeps it. Splitting a minibatch into micro-batches does not change its gradient (the losses are
+divided by the minibatch's counts: ``tests/algos/test_skeleton.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+PROBE_TOKENS = 64
+"""Tokens of the probe forward (half prompt, half completion)."""
+SAFETY = 1.5
+"""Headroom over the measured saved-for-backward bytes: the backward's own buffers (a layer's activation
+gradients, the head's chunk), the allocator's slack."""
+CPU_FRACTION, CPU_CAP = 1 / 16, 2**30
+GPU_FRACTION = 1 / 4
+
+
+def total_ram() -> int:
+    """The machine's RAM in bytes (what the kernel reports; the cgroup's limit when lower)."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            ram = min(ram, int(limit))
+    except OSError:
+        pass
+    return ram
+
+
+def budget_bytes(device: torch.device, memory_gb: float | None) -> int:
+    """Bytes for one micro-batch's activations: ``memory_gb`` when given, else a fraction of the device's total
+    memory (module docstring)."""
+    if memory_gb is not None:
+        return int(memory_gb * 2**30)
+    if device.type == "cuda":
+        return int(GPU_FRACTION * torch.cuda.get_device_properties(device).total_memory)
+    return int(min(CPU_FRACTION * total_ram(), CPU_CAP))
+
+
+def bytes_per_token(team) -> float:
+    """Bytes saved for the backward per token of the agents' log-probs forward, measured on a probe sequence
+    (each storage counted once; nothing is trained: the graph is dropped unused)."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    half = PROBE_TOKENS // 2
+    prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = team.logprobs(0, [prompt], [completion])
+    del out
+    frozen = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
+    return sum(n for ptr, n in seen.items() if ptr not in frozen) / PROBE_TOKENS
+
+
+def auto_tokens(team, device: torch.device, memory_gb: float | None, forwards: int = 1) -> tuple[int, str]:
+    """The micro-batch size in padded tokens for the budget, and a line saying how it was decided."""
+    per_token = bytes_per_token(team) * SAFETY * forwards
+    budget = budget_bytes(device, memory_gb)
+    tokens = max(1, int(budget // max(per_token, 1.0)))
+    where = "--model.micro_batch_memory_gb" if memory_gb is not None else (
+        "1/4 of the GPU's memory" if device.type == "cuda" else "1/16 of the RAM, at most 1 GiB")
+    return tokens, (f"micro-batches: {tokens} padded tokens ({per_token / 2**10:.0f} KiB a token x {tokens} "
+                    f"within {budget / 2**30:.2f} GiB, {where})")

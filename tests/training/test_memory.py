@@ -1,0 +1,66 @@
+"""Micro-batches sized from a memory budget (collab.training.memory, ``micro_batch_tokens: auto``, issue 33)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from collab.training import memory
+
+
+@pytest.fixture(scope="module")
+def teams():
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec, AgentTeam
+
+    return {gc: AgentTeam([AgentSpec(role="a")], BaseConfig(name="tiny", gradient_checkpointing=gc)) for gc in (False, True)}
+
+
+def test_bytes_per_token_are_the_activations_saved_for_the_backward(teams):
+    plain, checkpointed = (memory.bytes_per_token(teams[gc]) for gc in (False, True))
+    # the tiny Llama: 2 layers of hidden 64, intermediate 128; a float32 layer saves some tens of values per token
+    assert 2 * 64 * 4 < plain < 2 * 64 * 4 * 100
+    assert checkpointed < plain  # checkpointing keeps each layer's input only
+    # no weight counts (the output head alone is 49,152 x 64 x 4 bytes, 188 times a token's bytes here)
+    assert plain * memory.PROBE_TOKENS < 49_152 * 64 * 4
+
+
+def test_the_size_fits_the_budget(teams):
+    team = teams[False]
+    per_token = memory.bytes_per_token(team) * memory.SAFETY * 2
+    tokens, line = memory.auto_tokens(team, torch.device("cpu"), 0.01, forwards=2)
+    budget = 0.01 * 2**30
+    assert tokens * per_token <= budget < (tokens + 1) * per_token
+    assert line.startswith(f"micro-batches: {tokens} padded tokens") and "--model.micro_batch_memory_gb" in line
+
+
+def test_the_default_budget_is_a_share_of_the_total_memory(monkeypatch):
+    monkeypatch.setattr(memory, "total_ram", lambda: 8 * 2**30)
+    assert memory.budget_bytes(torch.device("cpu"), None) == 2**29  # 1/16 of 8 GiB
+    monkeypatch.setattr(memory, "total_ram", lambda: 64 * 2**30)
+    assert memory.budget_bytes(torch.device("cpu"), None) == 2**30  # at most 1 GiB
+    assert memory.budget_bytes(torch.device("cpu"), 2.5) == int(2.5 * 2**30)
+
+
+def test_a_run_decides_once_and_its_checkpoint_keeps_the_size(monkeypatch, capsys):
+    from collab.algos import from_config
+
+    module = from_config("magrpo", base={"name": "tiny"}, agents=None, micro_batch_tokens="auto", micro_batch_memory_gb=0.05)
+    from collab.envs import make_env
+
+    module.build(make_env("math", dataset="addition", profile="solo"))
+    calls = []
+    measure = memory.auto_tokens
+    monkeypatch.setattr(memory, "auto_tokens", lambda *a: calls.append(a) or measure(*a))
+    size = module.micro_tokens()
+    assert module.micro_tokens() == size > 1 and len(calls) == 1  # measured once
+    assert capsys.readouterr().err.count("micro-batches: ") == 1
+    checkpoint = {"state_dict": {}}
+    monkeypatch.setattr("collab.algos.base.gather_per_rank", lambda obj: [obj])
+    module.on_save_checkpoint(checkpoint)
+    assert checkpoint["collab"]["micro_batch_tokens"] == size
+    resumed = from_config("magrpo", base={"name": "tiny"}, agents=None, micro_batch_tokens="auto",
+                          micro_batch_memory_gb=0.05)
+    resumed.on_load_checkpoint(checkpoint)
+    monkeypatch.setattr(memory, "auto_tokens", lambda *a: pytest.fail("a resumed run measured again"))
+    assert resumed.micro_tokens() == size
