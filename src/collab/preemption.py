@@ -196,16 +196,14 @@ def check_step() -> None:
 def agree(module) -> None:
     """At a step's end, every rank: whether any rank got a SIGTERM (one all-reduce under DDP). If so, every
     rank sets Lightning's flag, and its loop stops after this step on every rank at once (the save's
-    collectives match). One process: the signal handler set the flag already."""
+    collectives match). One process: the signal handler set the flag already. With a sharded base the caller
+    settles the gathers first (:func:`collab.policy.sharded.settle`)."""
     _state.steps += 1
     trainer = module.trainer
     if trainer.world_size > 1:  # collab.training.distributed.global_max, written out: this module imports no training/
         import torch
 
-        from collab.policy import sharded
-
         flag = torch.tensor([float(received())], dtype=torch.float64)
-        sharded.settle()  # a sharded base: every rank's gathers served first (collab.policy.sharded)
         if float(trainer.strategy.reduce(flag, reduce_op="max")):
             trainer._signal_connector.received_sigterm = True
 

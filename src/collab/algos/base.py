@@ -43,6 +43,7 @@ import lightning as L
 import torch
 
 from collab import preemption
+from collab.policy import sharded
 from collab.training.distributed import global_count, global_means, minibatch_schedule, optimizer_step
 from collab.envs import Env
 from collab.errors import UserError, require
@@ -229,6 +230,7 @@ class CollabModule(L.LightningModule):
                 batch = self.prepare(experience)
             metrics = self.update(batch)
         self.log_rollout(experience, {**batch.metrics, **metrics})
+        sharded.settle()  # a sharded base: every rank's gathers served before the step's last collective
         preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
 
     def update(self, batch: Batch) -> dict[str, float]:
