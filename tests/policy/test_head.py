@@ -61,16 +61,11 @@ def test_chunk_size_from_the_byte_budget():
     assert chunk_tokens(10**12) == 1
 
 
-def saved_bytes(fn) -> int:
-    """Bytes autograd saves for the backward while ``fn`` runs (each storage once)."""
-    seen: dict[int, int] = {}
+def saved_bytes(fn) -> tuple[int, object]:
+    """Bytes autograd saves for the backward while ``fn`` runs (each storage once), and ``fn()``."""
+    from collab.training.memory import saved_for_backward
 
-    def pack(t):
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
+    seen, out = saved_for_backward(fn)
     return sum(seen.values()), out
 
 

@@ -25,6 +25,7 @@ from collab.rollout.experience import Batch, Experience, Normalizers, Transition
 
 class ActorCritic(CollabModule):
     forwards_per_token = 2  # the agents' log-probs and the LLM critic's values over the same tokens
+
     def __init__(self, *, critic: str, critic_spec: CriticSpec, critic_lr: float, gamma: float, clip: float,
                  num_epochs: int, minibatch_size: int | None, **kwargs) -> None:
         """

@@ -32,6 +32,11 @@ POST_OPS = ("final_logit_softcapping", "logits_scaling", "logit_scale", "output_
 the head): such a model takes the full-logits path."""
 
 
+def vocab_size(head: nn.Module) -> int:
+    """Rows of the output head (a ``Linear``'s ``out_features``, else its weight's first dimension)."""
+    return getattr(head, "out_features", None) or head.weight.shape[0]
+
+
 def chunk_tokens(vocab: int, budget: int = CHUNK_BYTES) -> int:
     """Tokens per chunk so that one chunk's float32 logits fit in ``budget`` bytes (at least 1)."""
     return max(1, budget // (4 * max(vocab, 1)))
@@ -85,8 +90,7 @@ def token_logprobs(hidden: Tensor, head: nn.Module, targets: Tensor, temperature
     ``policy_logits(head(h).float(), T, mask).log_softmax(-1)`` at the targets; gradients flow to ``hidden``."""
     from collab.policy.sampling import policy_logits
 
-    vocab = getattr(head, "out_features", None) or head.weight.shape[0]
-    chunk = chunk or chunk_tokens(vocab)
+    chunk = chunk or chunk_tokens(vocab_size(head))
 
     def mask_of(s: int, e: int) -> Tensor | None:
         if masks is None:

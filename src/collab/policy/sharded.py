@@ -123,10 +123,10 @@ class Gatherer:
         offset, shape = self.members[key][member]
         return held[1][offset:offset + shape.numel()].view(shape)
 
-    def drop(self, key: int | None = None) -> None:
-        """Free the unit held for the forward (when it is ``key``; None: whichever)."""
+    def drop(self, key: int) -> None:
+        """Free the unit held for the forward when it is ``key``."""
         held = self.held["forward"]
-        if held is not None and (key is None or held[0] == key):
+        if held is not None and held[0] == key:
             self.held["forward"] = None
 
     def settle(self) -> None:

@@ -313,7 +313,7 @@ class AgentTeam(nn.Module):
                       entropy: bool, result: list) -> None:
         """The group's per-token log-probs (and entropies) from its final hidden states (row j of ``hidden`` is
         item ``group[j]``), through the output head in chunks (:func:`collab.policy.head.token_logprobs`)."""
-        from collab.policy.head import token_logprobs
+        from collab.policy.head import token_logprobs, vocab_size
         from collab.policy.sampling import action_mask
 
         lengths = [len(completions[i]) for i in group]
@@ -325,8 +325,7 @@ class AgentTeam(nn.Module):
         masks = None
         closed = sorted({agents[i] for i in group if self.choice_ids[agents[i]] is not None})
         if closed:  # closed action vocabularies: one mask per agent, an index per token
-            vocab = getattr(head, "out_features", None) or head.weight.shape[0]
-            allowed = torch.stack([action_mask(self.choice_ids[a], vocab, device) for a in closed])
+            allowed = torch.stack([action_mask(self.choice_ids[a], vocab_size(head), device) for a in closed])
             which = torch.as_tensor([closed.index(agents[i]) if agents[i] in closed else -1
                                      for i, n in zip(group, lengths) for _ in range(n)], dtype=torch.long, device=device)
             masks = (allowed, which)

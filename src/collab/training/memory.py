@@ -52,9 +52,9 @@ def budget_bytes(device: torch.device, memory_gb: float | None) -> int:
     return int(min(CPU_FRACTION * total_ram(), CPU_CAP))
 
 
-def bytes_per_token(team) -> float:
-    """Bytes saved for the backward per token of the agents' log-probs forward, measured on a probe sequence
-    (each storage counted once; nothing is trained: the graph is dropped unused)."""
+def saved_for_backward(fn):
+    """``(storages, out)``: ``out = fn()`` and the bytes of each storage autograd saved for the backward while it
+    ran (data pointer -> bytes, each storage once)."""
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor):
@@ -62,13 +62,19 @@ def bytes_per_token(team) -> float:
         seen[storage.data_ptr()] = storage.nbytes()
         return t
 
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return seen, out
+
+
+def bytes_per_token(team) -> float:
+    """Bytes saved for the backward per token of the agents' log-probs forward, measured on a probe sequence
+    (nothing is trained: the graph is dropped unused)."""
     half = PROBE_TOKENS // 2
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = team.logprobs(0, [prompt], [completion])
-    del out
-    frozen = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
-    return sum(n for ptr, n in seen.items() if ptr not in frozen) / PROBE_TOKENS
+    seen, _ = saved_for_backward(lambda: team.logprobs(0, [prompt], [completion]))
+    weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
+    return sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS
 
 
 def auto_tokens(team, device: torch.device, memory_gb: float | None, forwards: int = 1) -> tuple[int, str]:
