@@ -324,3 +324,53 @@ def test_collm_cc_learns_a_sparse_terminal_reward_through_its_critic():
     probs = prob_of_first_option(module, env)  # the turn-0 policy, at h_0
     assert all(p > 0.75 for p in probs), (probs, returns)
     assert math.isfinite(sum(returns))
+
+
+# -- each critic's and each actor's term a backward pass of its own (issue 33) ----------------------------
+@pytest.mark.parametrize("algo", ["collm_cc", "collm_dc", "ippo"])
+def test_separate_terms_give_the_gradient_of_the_one_pass_loss_with_one_forward_alive_at_a_time(algo):
+    """``parts`` runs critic j's term, then the actor terms of the agents it advises, as separate backward
+    passes: the gradient of ``loss`` (the same terms, one backward) and its statistics, while the largest
+    part saves for its backward one LLM forward's activations, not the critic's and every agent's together."""
+    from collab.training.memory import saved_for_backward
+
+    env = FixedRewardEnv()
+    module = from_config(algo, agents=None, base=TINY)
+    module.build(env)
+    module.micro_batch_tokens = None  # one micro-batch: the split is the terms' alone
+    items = one_episode(module, env, count=2)
+    batch = module.prepare(Experience(items))
+    scale = module.normalizers(batch.items, batch, 0)
+    params = [p for group in module.param_groups() for p in group["params"]]
+
+    def grads():
+        out = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+        for p in params:
+            p.grad = None
+        return out
+
+    weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    saved_bytes = lambda seen: sum(n for ptr, n in seen.items() if ptr not in weights)  # noqa: E731
+    seen, (loss, stats) = saved_for_backward(lambda: module.loss(batch.items, scale))
+    whole_bytes = saved_bytes(seen)
+    loss.backward()
+    whole = grads()
+    part_stats: dict[str, float] = {}
+    parts = module.parts(batch.items, scale, part_stats)
+    assert len(parts) == len(module.critics) + len(module.team)  # critic 0 [, its agents], critic 1 ...
+    part_bytes = []
+    for part in parts:
+        seen, part_loss = saved_for_backward(part)
+        part_bytes.append(saved_bytes(seen))
+        part_loss.backward()
+    split = grads()
+    assert any(g.abs().sum() > 0 for g in whole)
+    for a, b in zip(whole, split):  # another summation order: float32 noise relative to each tensor's scale
+        assert torch.allclose(a, b, atol=1e-5 * float(a.abs().max()) + 1e-12, rtol=1e-5)
+    assert set(part_stats) == set(stats)
+    for key, value in stats.items():
+        assert part_stats[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert sum(part_bytes) == pytest.approx(whole_bytes, rel=0.05)  # the same activations, saved in turn
+    # each part carries one forward (a critic's or an agent's), none the others' too: measured on the tiny team,
+    # collm_cc 7.8 (its critic reads the joint history) + 2.3 + 2.3 MB of one pass's 12.4 MB
+    assert min(part_bytes) > 0.1 * whole_bytes and max(part_bytes) < 0.7 * whole_bytes, (part_bytes, whole_bytes)

@@ -9,9 +9,19 @@ rate) and the critics (``critic_lr``) together: the critic is updated once per m
 
 The actor loss is the PPO-clipped form of equations 2 and 4 (rho clipped to [1 - eps, 1 + eps] with
 eps = ``clip``), each agent's loss the mean over its samples, summed over agents (as MAGRPO).
+
+A micro-batch's loss is a sum of separate terms: each critic's (its values, the TD targets or GAE returns it is
+fitted to, and the advantages of the agents it advises) and each agent's actor term. The update runs them as
+separate forward/backward passes, critic j's first and then the actor terms of the agents it advises
+(:meth:`ActorCritic.parts`): the gradient of the sum either way, but one LLM forward's activations alive at a
+time instead of every agent's and the critic's together, which is what bounds a step's memory when one
+transition is already larger than the micro-batch budget (issue 33: CoLLM-CC's default transition holds two
+agents' responses and a 384-token critic input).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 
@@ -24,7 +34,6 @@ from collab.rollout.experience import Batch, Experience, Normalizers, Transition
 
 
 class ActorCritic(CollabModule):
-    forwards_per_token = 2  # the agents' log-probs and the LLM critic's values over the same tokens
 
     def __init__(self, *, critic: str, critic_spec: CriticSpec, critic_lr: float, gamma: float, clip: float,
                  num_epochs: int, minibatch_size: int | None, **kwargs) -> None:
@@ -66,22 +75,70 @@ class ActorCritic(CollabModule):
         return Batch(experience.items)
 
     # -- loss --------------------------------------------------------------------------------------
-    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's actor + critic losses (means over its transitions), weighted by its share of the
-        minibatch of all ranks (``scale.count``: the global transition count)."""
+    def advised(self, j: int) -> list[int]:
+        """The agents whose actors critic ``j`` weighs: every agent (a centralized critic) or agent j."""
+        return list(range(len(self.team))) if self.critic_mode == "centralized" else [j]
+
+    def critic_term(self, micro: list[Transition], scale: Normalizers, j: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Critic ``j``'s loss on the micro-batch (its share of the mean over critics: divided by their number),
+        the advantages ``[B, len(advised(j))]`` its agents' actors are weighted by (no gradient), and its
+        statistics (means over the micro-batch; the loss's own value is logged by the caller)."""
         raise NotImplementedError
 
-    def actor_loss(self, minibatch: list[Transition], advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Clipped policy-gradient loss; ``advantages[b, i]`` weighs agent i's response in transition b."""
-        n = len(self.team)
-        agents = [i for _ in minibatch for i in range(n)]
-        completions = [c for tr in minibatch for c in tr.actions]
-        token_logprobs = self.team.logprobs(agents, [c.prompt_ids for c in completions], [c.completion_ids for c in completions])
+    def actor_term(self, micro: list[Transition], agent: int, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Agent ``agent``'s clipped policy-gradient loss, the mean over the micro-batch's transitions, each
+        response weighted by ``advantages[b]``."""
+        completions = [tr.actions[agent] for tr in micro]
+        token_logprobs = self.team.logprobs([agent] * len(micro), [c.prompt_ids for c in completions],
+                                            [c.completion_ids for c in completions])
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old = torch.tensor([c.logprob for c in completions], dtype=logprobs.dtype, device=logprobs.device)
-        adv = advantages.detach().reshape(-1).to(logprobs)
-        per_sample = clipped_surrogate(logprobs, old, adv, self.clip).view(len(minibatch), n)
-        return per_sample.mean(0).sum(), ratio_stats(logprobs, old, self.clip)
+        per_sample = clipped_surrogate(logprobs, old, advantages.detach().reshape(-1).to(logprobs), self.clip)
+        return per_sample.mean(), ratio_stats(logprobs, old, self.clip)
+
+    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's actor + critic losses (means over its transitions; the actors' summed over agents,
+        the critics' averaged over critics), weighted by its share of the minibatch of all ranks (``scale.count``:
+        the global transition count): the sum of :meth:`parts`' terms, in one backward."""
+        stats: dict[str, float] = {}
+        total = sum(term() for term in self.terms(micro, scale, stats, 1.0))
+        return total, stats
+
+    def parts(self, minibatch: list[Transition], scale: Normalizers, stats: dict[str, float]):
+        """Every micro-batch's terms as separate backward passes (the module docstring): critic j's, then the
+        actor terms of the agents it advises. ``train/loss`` is their sum: the minibatch's loss."""
+        return [term for chunk in self.micro_batches(minibatch)
+                for term in self.terms([minibatch[i] for i in chunk], scale.select(chunk), stats,
+                                       len(chunk) / len(minibatch))]
+
+    def terms(self, micro: list[Transition], scale: Normalizers, stats: dict[str, float], share: float) -> list:
+        """Callables, each returning one term of the micro-batch's loss (already weighted by
+        ``len(micro) / scale.count``) and adding its statistics to ``stats`` with weight ``share`` (the micro-batch's
+        part of the minibatch): loss values summed, other statistics averaged over critics and over agents."""
+        weight = len(micro) / scale.count
+        advantages: dict[int, torch.Tensor] = {}
+        n_critics, n_agents = len(self.critics), len(self.team)
+
+        def add(values: dict[str, float], mean_over: int) -> None:
+            for key, value in values.items():
+                stats[key] = stats.get(key, 0.0) + share * value / mean_over
+
+        def critic(j: int) -> torch.Tensor:
+            loss, advantages[j], critic_stats = self.critic_term(micro, scale, j)
+            add(critic_stats, n_critics)
+            add({"train/critic_loss": float(loss.detach())}, 1)
+            stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach()) * weight
+            return loss * weight
+
+        def actor(j: int, k: int, agent: int) -> torch.Tensor:
+            loss, actor_stats = self.actor_term(micro, agent, advantages[j][:, k])
+            add(actor_stats, n_agents)
+            add({"train/actor_loss": float(loss.detach())}, 1)
+            stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach()) * weight
+            return loss * weight
+
+        return [term for j in range(n_critics)
+                for term in [partial(critic, j)] + [partial(actor, j, k, i) for k, i in enumerate(self.advised(j))]]
 
     def rewards_of(self, minibatch: list[Transition]) -> torch.Tensor:
         """``[B, n_critics]``: each critic's reward; a centralized critic learns the team's mean reward. An

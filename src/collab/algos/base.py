@@ -49,6 +49,7 @@ from collab.envs import Env
 from collab.errors import UserError, require
 from collab.policy.models import BaseConfig
 from collab.training.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
+from collab.training.memory import release
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
@@ -99,9 +100,6 @@ class CollabModule(L.LightningModule):
     """Passes over each rollout's experience (the algorithms take it as an option)."""
     minibatch_size: int | None = None
     """Items per optimizer update; None: the whole experience."""
-    forwards_per_token = 1
-    """LLM forwards with gradients over an item's tokens in its loss (``micro_batch_tokens: auto`` sizes for them):
-    the agents'; actor-critics add their LLM critic's."""
 
     def __init__(self, *, base: BaseConfig, agents: list[AgentSpec] | None, agent_lr: float, max_new_tokens: int,
                  max_grad_norm: float, log_samples_every: int, micro_batch_tokens: int | Literal["auto"] | None,
@@ -228,7 +226,9 @@ class CollabModule(L.LightningModule):
             preemption.check()
             with torch.no_grad():
                 batch = self.prepare(experience)
+            release()  # the rollout's KV caches back to the OS before the update's activations (training.memory)
             metrics = self.update(batch)
+            release()
         self.log_rollout(experience, {**batch.metrics, **metrics})
         sharded.settle()  # a sharded base: every rank's gathers served before the step's last collective
         preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
@@ -279,8 +279,7 @@ class CollabModule(L.LightningModule):
 
             from collab.training.memory import auto_tokens
 
-            self._auto_tokens, line = auto_tokens(self.team, self.team.device, self.micro_batch_memory_gb,
-                                                  self.forwards_per_token)
+            self._auto_tokens, line = auto_tokens(self.team, self.team.device, self.micro_batch_memory_gb)
             if self._trainer is None or self.trainer.is_global_zero:
                 print(line, file=sys.stderr, flush=True)
         return self._auto_tokens

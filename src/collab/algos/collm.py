@@ -12,6 +12,9 @@ Per minibatch of transitions: V(h_t) with gradients, V(h_{t+1}) without (the TD 
 constant; 0 after the episode's last turn, which ends the episode whether the environment terminated
 it or the turn limit did: collab's episodes are finite-horizon tasks), the actor loss with delta as
 the advantage (PPO-clipped ratio, Appendix C's advantage clip), the critic loss, one optimizer step.
+Each critic's term and each agent's actor term are separate backward passes
+(:meth:`~collab.algos.actor_critic.ActorCritic.parts`); ``train/explained_variance`` is then the mean of
+the critics' own.
 Advantages are not normalized: the TD error already has the reward's scale, as in the paper.
 
 With ``critic_spec.kind: q`` the critic is Q(h_t, a_t): its target is r_t + gamma Q(h_{t+1}, a_{t+1})
@@ -29,29 +32,25 @@ from collab.rollout.experience import Normalizers, Transition
 
 
 class CoLLM(ActorCritic):
-    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
-        """Eq. 4's actor loss weighted by the TD errors (Q(h_t, a_t) for a Q-critic) and Eq. 5's critic loss
-        (Eq. 2 and 3 per agent for CoLLM-DC), means over the micro-batch, weighted by its share of the micro."""
+    def critic_term(self, micro: list[Transition], scale: Normalizers, j: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Critic j's Eq. 5 loss (Eq. 3 for CoLLM-DC's critic of agent j), its share of the mean over critics,
+        and Eq. 4's actor weights of the agents it advises: the TD errors (Q(h_t, a_t) for a Q-critic)."""
         critics, q = self.critics, self.critic_spec.kind == "q"
         values = critics.state_values([tr.state for tr in micro],
-                                      [[c.text for c in tr.actions] for tr in micro] if q else None)
+                                      [[c.text for c in tr.actions] for tr in micro] if q else None, critic=j)
         next_values = torch.zeros_like(values)
         live = [b for b, tr in enumerate(micro) if not tr.done]
         if live:
             with torch.no_grad():
                 nxt = critics.state_values([micro[b].next_state for b in live],
-                                           [micro[b].next_actions for b in live] if q else None)
+                                           [micro[b].next_actions for b in live] if q else None, critic=j)
             next_values[live] = nxt
-        rewards = self.rewards_of(micro)
+        rewards = self.rewards_of(micro)[:, j:j + 1]
         targets = td_targets(rewards, next_values, self.dones(micro, values.device), self.gamma)
         deltas = (targets - values).detach()
         weights = values.detach() if q else deltas
-        n = len(self.team)
-        advantages = weights.expand(-1, n) if weights.shape[-1] == 1 else weights
-        actor, stats = self.actor_loss(micro, advantages)
-        critic = value_loss(values, targets)
-        stats.update({"train/actor_loss": float(actor.detach()), "train/critic_loss": float(critic.detach()),
-                      "train/value_mean": float(values.detach().mean()), "train/td_error_mean": float(deltas.mean()),
-                      "train/td_error_abs": float(deltas.abs().mean()),
-                      "train/explained_variance": explained_variance(values, targets)})
-        return (actor + critic) * (len(micro) / scale.count), stats
+        advantages = weights.expand(-1, len(self.advised(j)))
+        stats = {"train/value_mean": float(values.detach().mean()), "train/td_error_mean": float(deltas.mean()),
+                 "train/td_error_abs": float(deltas.abs().mean()),
+                 "train/explained_variance": explained_variance(values, targets)}
+        return value_loss(values, targets) / len(critics), advantages, stats

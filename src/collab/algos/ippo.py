@@ -9,7 +9,8 @@ Advantages and value targets are fixed once per rollout with GAE(gamma, lambda) 
 turns, from the critics' values at rollout time (MARFT, Algorithm 1 line 12); every minibatch
 then takes the PPO-clipped actor loss with those advantages (normalized over the minibatch when
 ``normalize_advantages``) and the critic loss against the GAE returns, clipped around the rollout-time
-values when ``value_clip`` is set. Table 8: lr 3e-5 (actors and critics), gamma 1.0, clip 0.2,
+values when ``value_clip`` is set (each critic's term and each agent's actor term a backward pass of its
+own: :meth:`~collab.algos.actor_critic.ActorCritic.parts`). Table 8: lr 3e-5 (actors and critics), gamma 1.0, clip 0.2,
 1 PPO epoch, GAE on; lambda is not given there: 0.95 here.
 """
 
@@ -69,18 +70,16 @@ class IPPO(ActorCritic):
         advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
         return Normalizers(global_count(self, len(minibatch)), advantages=advantages)
 
-    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
-        """The PPO-clipped actor loss with the (normalized) GAE advantages and the (clipped) critic loss against
-        the GAE returns, means over the micro-batch, weighted by its share of the minibatch."""
-        advantages = torch.stack([tr.advantages for tr in micro])                          # [B, n]
-        returns = torch.stack([tr.returns for tr in micro])
-        old_values = torch.stack([tr.values for tr in micro])
-        actor, stats = self.actor_loss(micro, torch.stack(scale.advantages))
-        values = self.critics.state_values([tr.state for tr in micro])
+    def critic_term(self, micro: list[Transition], scale: Normalizers, j: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Critic j's (clipped) loss against agent j's GAE returns, its share of the mean over critics, and
+        agent j's (normalized) GAE advantages for its actor term."""
+        advantages = torch.stack([tr.advantages[j] for tr in micro])                     # [B]
+        returns = torch.stack([tr.returns[j] for tr in micro])[:, None]
+        old_values = torch.stack([tr.values[j] for tr in micro])[:, None]
+        values = self.critics.state_values([tr.state for tr in micro], critic=j)          # [B, 1]
         clip = self.value_clip
         critic = value_loss(values, returns, old_values if clip else None, clip if clip else None)
-        stats.update({"train/actor_loss": float(actor.detach()), "train/critic_loss": float(critic.detach()),
-                      "train/value_mean": float(values.detach().mean()), "train/adv_mean": float(advantages.mean()),
-                      "train/adv_abs": float(advantages.abs().mean()),
-                      "train/explained_variance": explained_variance(values, returns)})
-        return (actor + critic) * (len(micro) / scale.count), stats
+        stats = {"train/value_mean": float(values.detach().mean()), "train/adv_mean": float(advantages.mean()),
+                 "train/adv_abs": float(advantages.abs().mean()),
+                 "train/explained_variance": explained_variance(values, returns)}
+        return critic / len(self.critics), torch.stack([a[j] for a in scale.advantages])[:, None], stats

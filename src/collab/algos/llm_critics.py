@@ -213,14 +213,15 @@ class Critics(nn.Module):
         return [p for n, p in self.model(j).named_parameters() if "lora_" in n and tag in n] + head
 
     # -- inputs ------------------------------------------------------------------------------------
-    def inputs(self, state: EnvState, actions: Sequence[str] | None = None) -> list[tuple[int, list[Message]]]:
-        """``(critic index, chat)`` of every critic that values ``state`` (one if centralized, n if not)."""
+    def inputs(self, state: EnvState, actions: Sequence[str] | None = None, critic: int | None = None) -> list[tuple[int, list[Message]]]:
+        """``(critic index, chat)`` of every critic that values ``state`` (one if centralized, n if not), or of
+        critic ``critic`` alone."""
         env, spec = self.env, self.spec
         acts = actions if spec.kind == "q" else None
         if self.mode == "centralized":
             return [(0, centralized_input(state, self.roles, env.horizon, env.reward_max, acts, spec.global_info))]
         return [(i, decentralized_input(state, i, env.horizon, env.reward_max, acts[i] if acts else None, spec.global_info))
-                for i in range(len(self))]
+                for i in (range(len(self)) if critic is None else [critic])]
 
     # -- values ------------------------------------------------------------------------------------
     def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
@@ -253,11 +254,13 @@ class Critics(nn.Module):
                 rows[b] = self.heads[critic[b]](hidden[r])
         return torch.stack(rows).float()
 
-    def state_values(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]] | None = None) -> Tensor:
-        """``[len(states), len(self)]``: every critic's value of every state (with gradients)."""
-        pairs = [p for k, s in enumerate(states) for p in self.inputs(s, actions[k] if actions else None)]
+    def state_values(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]] | None = None,
+                     critic: int | None = None) -> Tensor:
+        """``[len(states), len(self)]``: every critic's value of every state (with gradients); ``[len(states), 1]``:
+        critic ``critic``'s alone."""
+        pairs = [p for k, s in enumerate(states) for p in self.inputs(s, actions[k] if actions else None, critic)]
         values = self.values([j for j, _ in pairs], [chat for _, chat in pairs])
-        return values.view(len(states), len(self))
+        return values.view(len(states), len(self) if critic is None else 1)
 
 
 def _checkpointed_last_hidden(model, names: list[str], inputs: dict) -> Tensor:

@@ -18,6 +18,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from collab import preemption
 from collab.training.resume import ModelCheckpoint, atomic_write_text, replace_folder  # noqa: F401 (configs name ModelCheckpoint)
+from collab.training.memory import release
 
 
 class AdapterCheckpoint(L.Callback):
@@ -207,6 +208,7 @@ class EvaluationCallback(L.Callback):
                                                    pl_module.max_new_tokens, pl_module.device, self.tasks_per_batch,
                                                    pl_module.protocol, self.seed)
         pl_module.train(was_training)
+        release()  # the evaluation's KV caches back to the OS before training goes on (collab.training.memory)
         seconds = time.perf_counter() - start
         self.score = self.score or record_score_key(records)
         scores = record_scores(records, self.score)  # every task's, in task order, on every process

@@ -5,8 +5,8 @@ for a given model, adapters, dtype and checkpointing (the output head's logits a
 :mod:`collab.policy.head`). ``auto`` measures that number once, at the start of a run, on the team itself: one
 probe forward of :data:`PROBE_TOKENS` tokens through the agents' log-probs with autograd's saved-tensor hooks
 counting what is saved for the backward (:func:`bytes_per_token`), times :data:`SAFETY` for what a backward
-allocates besides, times the forwards an item's loss takes over its tokens (2 where an LLM critic reads them
-too). The micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
+allocates besides. (An actor-critic's LLM critic reads about as many tokens as the agents: it is a backward pass
+of its own, :meth:`collab.algos.actor_critic.ActorCritic.parts`, so it needs no room beside theirs.) The micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
 ``--model.micro_batch_memory_gb``, or by default 1/16 of the machine's RAM, at most 1 GiB, on a CPU, and 1/4
 of the GPU's memory on a GPU: the machine's total memory, not what is free at the moment, so that a run's
 micro-batches do not depend on the load. The size is decided once per run and saved in the checkpoint; a
@@ -16,6 +16,8 @@ divided by the minibatch's counts: ``tests/algos/test_skeleton.py``).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 
 import torch
@@ -77,12 +79,41 @@ def bytes_per_token(team) -> float:
     return sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS
 
 
-def auto_tokens(team, device: torch.device, memory_gb: float | None, forwards: int = 1) -> tuple[int, str]:
+def auto_tokens(team, device: torch.device, memory_gb: float | None) -> tuple[int, str]:
     """The micro-batch size in padded tokens for the budget, and a line saying how it was decided."""
-    per_token = bytes_per_token(team) * SAFETY * forwards
+    per_token = bytes_per_token(team) * SAFETY
     budget = budget_bytes(device, memory_gb)
     tokens = max(1, int(budget // max(per_token, 1.0)))
     where = "--model.micro_batch_memory_gb" if memory_gb is not None else (
         "1/4 of the GPU's memory" if device.type == "cuda" else "1/16 of the RAM, at most 1 GiB")
     return tokens, (f"micro-batches: {tokens} padded tokens ({per_token / 2**10:.0f} KiB a token x {tokens} "
                     f"within {budget / 2**30:.2f} GiB, {where})")
+
+
+_LIBC = None
+
+
+def release() -> bool:
+    """Give the C allocator's free memory back to the operating system (glibc's ``malloc_trim(0)``); ``False``
+    where the C library has none (not glibc).
+
+    A CPU tensor freed by PyTorch goes back to glibc's heap, which keeps its pages: a rollout's KV cache, an
+    evaluation's batch or an update's activations stay in the process's resident memory after they are freed,
+    and the next phase, whose tensors have other sizes, fits only part of its own into those holes. Called
+    between phases (after a rollout, after an update, after an evaluation: :mod:`collab.algos.base`,
+    :mod:`collab.training.callbacks`) it makes a run's peak the largest phase's, not the phases' sum of
+    fragments (docs/models.md, "Memory"). It costs a walk of the heap and the page faults of memory used again:
+    well under a second a step on the embedded model."""
+    global _LIBC
+    if _LIBC is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _LIBC = ctypes.CDLL(name) if name else False
+        except OSError:
+            _LIBC = False
+        if _LIBC is not False and not hasattr(_LIBC, "malloc_trim"):
+            _LIBC = False
+    if _LIBC is False:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
