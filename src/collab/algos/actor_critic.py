@@ -13,7 +13,7 @@ eps = ``clip``), each agent's loss the mean over its samples, summed over agents
 A micro-batch's loss is a sum of separate terms: each critic's (its values, the TD targets or GAE returns it is
 fitted to, and the advantages of the agents it advises) and each agent's actor term. The update runs them as
 separate forward/backward passes, critic j's first and then the actor terms of the agents it advises
-(:meth:`ActorCritic.parts`): the gradient of the sum either way, but one LLM forward's activations alive at a
+(:meth:`ActorCritic.terms`): the gradient of the sum either way, but one LLM forward's activations alive at a
 time instead of every agent's and the critic's together, which is what bounds a step's memory when one
 transition is already larger than the micro-batch budget (issue 33: CoLLM-CC's default transition holds two
 agents' responses and a 384-token critic input).
@@ -25,7 +25,7 @@ from functools import partial
 
 import torch
 
-from collab.algos.base import CollabModule
+from collab.algos.base import CollabModule, add_term
 from collab.algos.llm_critics import MODES, CriticSpec, Critics, check_critic_spec
 from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, ratio_stats
@@ -99,43 +99,28 @@ class ActorCritic(CollabModule):
     def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's actor + critic losses (means over its transitions; the actors' summed over agents,
         the critics' averaged over critics), weighted by its share of the minibatch of all ranks (``scale.count``:
-        the global transition count): the sum of :meth:`parts`' terms, in one backward."""
+        the global transition count): the sum of :meth:`terms`, in one backward."""
         stats: dict[str, float] = {}
         total = sum(term() for term in self.terms(micro, scale, stats, 1.0))
         return total, stats
 
-    def parts(self, minibatch: list[Transition], scale: Normalizers, stats: dict[str, float]):
-        """Every micro-batch's terms as separate backward passes (the module docstring): critic j's, then the
-        actor terms of the agents it advises. ``train/loss`` is their sum: the minibatch's loss."""
-        return [term for chunk in self.micro_batches(minibatch)
-                for term in self.terms([minibatch[i] for i in chunk], scale.select(chunk), stats,
-                                       len(chunk) / len(minibatch))]
-
     def terms(self, micro: list[Transition], scale: Normalizers, stats: dict[str, float], share: float) -> list:
-        """Callables, each returning one term of the micro-batch's loss (already weighted by
-        ``len(micro) / scale.count``) and adding its statistics to ``stats`` with weight ``share`` (the micro-batch's
-        part of the minibatch): loss values summed, other statistics averaged over critics and over agents."""
+        """The micro-batch's loss as separate backward passes (the module docstring): critic j's term, then the
+        actor terms of the agents it advises, each weighted by ``len(micro) / scale.count``; their statistics
+        averaged over critics and over agents, their losses (``train/critic_loss``, ``train/actor_loss``) summed."""
         weight = len(micro) / scale.count
         advantages: dict[int, torch.Tensor] = {}
         n_critics, n_agents = len(self.critics), len(self.team)
 
-        def add(values: dict[str, float], mean_over: int) -> None:
-            for key, value in values.items():
-                stats[key] = stats.get(key, 0.0) + share * value / mean_over
-
         def critic(j: int) -> torch.Tensor:
             loss, advantages[j], critic_stats = self.critic_term(micro, scale, j)
-            add(critic_stats, n_critics)
-            add({"train/critic_loss": float(loss.detach())}, 1)
-            stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach()) * weight
-            return loss * weight
+            values = {key: value / n_critics for key, value in critic_stats.items()}
+            return add_term(stats, share, loss * weight, {**values, "train/critic_loss": float(loss.detach())})
 
         def actor(j: int, k: int, agent: int) -> torch.Tensor:
             loss, actor_stats = self.actor_term(micro, agent, advantages[j][:, k])
-            add(actor_stats, n_agents)
-            add({"train/actor_loss": float(loss.detach())}, 1)
-            stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach()) * weight
-            return loss * weight
+            values = {key: value / n_agents for key, value in actor_stats.items()}
+            return add_term(stats, share, loss * weight, {**values, "train/actor_loss": float(loss.detach())})
 
         return [term for j in range(n_critics)
                 for term in [partial(critic, j)] + [partial(actor, j, k, i) for k, i in enumerate(self.advised(j))]]

@@ -90,6 +90,15 @@ def token_budget_chunks(lengths: list[int], budget: int | None) -> list[list[int
     return chunks
 
 
+def add_term(stats: dict[str, float], share: float, loss: torch.Tensor, values: dict[str, float]) -> torch.Tensor:
+    """Add one backward pass's statistics to the minibatch's ``stats``, ``share`` (its micro-batch's part of the
+    minibatch) times each, and its loss (already scaled to the minibatch) to ``train/loss``; returns ``loss``."""
+    for key, value in values.items():
+        stats[key] = stats.get(key, 0.0) + share * value
+    stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach())
+    return loss
+
+
 class CollabModule(L.LightningModule):
     """Base LightningModule of the algorithms."""
 
@@ -285,18 +294,23 @@ class CollabModule(L.LightningModule):
         return self._auto_tokens
 
     def parts(self, minibatch: list, scale: Normalizers, stats: dict[str, float]) -> list[Callable[[], torch.Tensor]]:
-        """The minibatch's loss as one callable per micro-batch (what :func:`~collab.training.distributed.optimizer_step`
-        runs backward on), each divided by the minibatch's global ``scale``; each part adds its statistics to
-        ``stats``, weighted by its share of the minibatch (``train/loss``: the parts' sum, the minibatch's loss)."""
-        return [partial(self._part, [minibatch[i] for i in chunk], scale.select(chunk), stats, len(chunk) / len(minibatch))
-                for chunk in self.micro_batches(minibatch)]
+        """The minibatch's loss as callables (what :func:`~collab.training.distributed.optimizer_step` runs backward
+        on, one pass each): every micro-batch's :meth:`terms`, each divided by the minibatch's global ``scale``;
+        each adds its statistics to ``stats``, weighted by its share of the minibatch (``train/loss``: the parts'
+        sum, the minibatch's loss)."""
+        return [term for chunk in self.micro_batches(minibatch)
+                for term in self.terms([minibatch[i] for i in chunk], scale.select(chunk), stats,
+                                       len(chunk) / len(minibatch))]
+
+    def terms(self, micro: list, scale: Normalizers, stats: dict[str, float], share: float) -> list[Callable[[], torch.Tensor]]:
+        """The micro-batch's loss as backward passes (``share``: its part of the minibatch). Default: one,
+        :meth:`loss`; the algorithms whose item holds several agents' responses split it into a term per critic
+        and per agent (:meth:`collab.algos.actor_critic.ActorCritic.terms`, :meth:`collab.algos.marft.MARFT.terms`)."""
+        return [partial(self._part, micro, scale, stats, share)]
 
     def _part(self, micro: list, scale: Normalizers, stats: dict[str, float], share: float) -> torch.Tensor:
         loss, part_stats = self.loss(micro, scale)
-        for key, value in part_stats.items():
-            stats[key] = stats.get(key, 0.0) + share * value
-        stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach())
-        return loss
+        return add_term(stats, share, loss, part_stats)
 
     def loss(self, micro: list, scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's part of the minibatch's loss (already divided by the global ``scale``, whose per-item

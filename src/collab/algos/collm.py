@@ -13,7 +13,7 @@ constant; 0 after the episode's last turn, which ends the episode whether the en
 it or the turn limit did: collab's episodes are finite-horizon tasks), the actor loss with delta as
 the advantage (PPO-clipped ratio, Appendix C's advantage clip), the critic loss, one optimizer step.
 Each critic's term and each agent's actor term are separate backward passes
-(:meth:`~collab.algos.actor_critic.ActorCritic.parts`); ``train/explained_variance`` is then the mean of
+(:meth:`~collab.algos.actor_critic.ActorCritic.terms`); ``train/explained_variance`` is then the mean of
 the critics' own.
 Advantages are not normalized: the TD error already has the reward's scale, as in the paper.
 

@@ -10,8 +10,8 @@ turns, from the critics' values at rollout time (MARFT, Algorithm 1 line 12); ev
 then takes the PPO-clipped actor loss with those advantages (normalized over the minibatch when
 ``normalize_advantages``) and the critic loss against the GAE returns, clipped around the rollout-time
 values when ``value_clip`` is set (each critic's term and each agent's actor term a backward pass of its
-own: :meth:`~collab.algos.actor_critic.ActorCritic.parts`). Table 8: lr 3e-5 (actors and critics), gamma 1.0, clip 0.2,
-1 PPO epoch, GAE on; lambda is not given there: 0.95 here.
+own: :meth:`~collab.algos.actor_critic.ActorCritic.terms`). Table 8: lr 3e-5 (actors and critics), gamma 1.0,
+clip 0.2, 1 PPO epoch, GAE on; lambda is not given there: 0.95 here.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ optimizer step per minibatch on
 
 (the variant's PPO-clip loss, the mean entropy of the agents' policies on their own responses, the
 optionally clipped, optionally Huber value loss of the central head; means over the minibatch). The critic's
-term and each agent's actor term are backward passes of their own (:meth:`MARFT.parts`: one agent's forward
+term and each agent's actor term are backward passes of their own (:meth:`MARFT.terms`: one agent's forward
 alive at a time), the gradient of the sum.
 
 Options where the paper is silent or gives a choice:
@@ -34,7 +34,7 @@ from typing import Union
 
 import torch
 
-from collab.algos.base import CollabModule
+from collab.algos.base import CollabModule, add_term
 from collab.training.distributed import global_count, global_mean, normalize_pieces
 from collab.errors import require_ranges
 from collab.policy.mlp_head import CriticHead, base_features
@@ -154,19 +154,12 @@ class MARFT(CollabModule):
     summed_stats = ("train/tokens",)
     """Statistics that count (summed over the agents' terms), not average."""
 
-    def parts(self, minibatch: list[Transition], scale: Normalizers, stats: dict[str, float]):
-        """Each micro-batch's critic term, then each trained agent's actor term, as backward passes of their own:
-        a transition holds every agent's response, and one agent's forward is then alive at a time (issue 33).
-        The gradient of :meth:`loss`'s one pass: its actor loss and entropy are means over the agents' samples
-        (MARFT-A: responses, MARFT-T: tokens), so agent i's term is weighted by its share of them."""
-        return [term for chunk in self.micro_batches(minibatch)
-                for term in self.terms([minibatch[i] for i in chunk], scale.select(chunk), stats,
-                                       len(chunk) / len(minibatch))]
-
     def terms(self, micro: list[Transition], scale: Normalizers, stats: dict[str, float], share: float) -> list:
-        """The micro-batch's loss as callables (critic, then agent by agent), each weighted by
-        ``len(micro) / scale.count`` and adding its statistics to ``stats`` (weight ``share``: the micro-batch's
-        part of the minibatch; an agent's statistics by its share of the samples)."""
+        """The micro-batch's critic term, then each trained agent's actor term, as backward passes of their own: a
+        transition holds every agent's response, and one agent's forward is then alive at a time (issue 33). The
+        gradient of :meth:`loss`'s one pass: its actor loss and entropy are means over the agents' samples
+        (MARFT-A: responses, MARFT-T: tokens), so agent i's term (and its statistics) is weighted by its share
+        of them; each term is weighted by ``len(micro) / scale.count``."""
         agents = scale.agents or []
         pieces = [[] for _ in agents]  # agent k's advantages, transition by transition (scale's are concatenated)
         for tr, adv in zip(micro, scale.advantages or []):
@@ -177,23 +170,18 @@ class MARFT(CollabModule):
                 start += n
         samples = [sum(len(a) for a in piece) for piece in pieces]
         if agents and not sum(samples):  # no response token at all (MARFT-T): the one-pass loss's zero actor term
-            return [partial(self._part, micro, scale, stats, share)]
+            return super().terms(micro, scale, stats, share)
         weight = len(micro) / scale.count
-
-        def add(values: dict[str, float], w: float, loss: torch.Tensor) -> torch.Tensor:
-            for key, value in values.items():
-                stats[key] = stats.get(key, 0.0) + share * (value if key in self.summed_stats else w * value)
-            stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach()) * weight
-            return loss * weight
 
         def critic() -> torch.Tensor:
             loss, critic_stats = self.critic_loss(micro)
-            return add(critic_stats, 1.0, self.value_coef * loss)
+            return add_term(stats, share, self.value_coef * loss * weight, critic_stats)
 
         def actor(k: int) -> torch.Tensor:
             loss, entropy, actor_stats = self.actor_loss(micro, [agents[k]], torch.cat(pieces[k]))
             w = samples[k] / sum(samples)
-            return add(actor_stats, w, (loss - self.entropy_coef * entropy) * w)
+            values = {key: value if key in self.summed_stats else w * value for key, value in actor_stats.items()}
+            return add_term(stats, share, (loss - self.entropy_coef * entropy) * w * weight, values)
 
         return [critic] + [partial(actor, k) for k in range(len(agents)) if samples[k]]
 

@@ -6,7 +6,8 @@ for a given model, adapters, dtype and checkpointing (the output head's logits a
 probe forward of :data:`PROBE_TOKENS` tokens through the agents' log-probs with autograd's saved-tensor hooks
 counting what is saved for the backward (:func:`bytes_per_token`), times :data:`SAFETY` for what a backward
 allocates besides. (An actor-critic's LLM critic reads about as many tokens as the agents: it is a backward pass
-of its own, :meth:`collab.algos.actor_critic.ActorCritic.parts`, so it needs no room beside theirs.) The micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
+of its own, :meth:`collab.algos.actor_critic.ActorCritic.terms`, so it needs no room beside theirs.) The
+micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
 ``--model.micro_batch_memory_gb``, or by default 1/16 of the machine's RAM, at most 1 GiB, on a CPU, and 1/4
 of the GPU's memory on a GPU: the machine's total memory, not what is free at the moment, so that a run's
 micro-batches do not depend on the load. The size is decided once per run and saved in the checkpoint; a
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 import torch
@@ -90,7 +92,14 @@ def auto_tokens(team, device: torch.device, memory_gb: float | None) -> tuple[in
                     f"within {budget / 2**30:.2f} GiB, {where})")
 
 
-_LIBC = None
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none."""
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
 
 
 def release() -> bool:
@@ -104,16 +113,8 @@ def release() -> bool:
     :mod:`collab.training.callbacks`) it makes a run's peak the largest phase's, not the phases' sum of
     fragments (docs/models.md, "Memory"). It costs a walk of the heap and the page faults of memory used again:
     well under a second a step on the embedded model."""
-    global _LIBC
-    if _LIBC is None:
-        name = ctypes.util.find_library("c")
-        try:
-            _LIBC = ctypes.CDLL(name) if name else False
-        except OSError:
-            _LIBC = False
-        if _LIBC is not False and not hasattr(_LIBC, "malloc_trim"):
-            _LIBC = False
-    if _LIBC is False:
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    _LIBC.malloc_trim(0)
+    trim(0)
     return True
