@@ -1,9 +1,7 @@
 import os
-import warnings
 
 import pytest
 
-warnings.filterwarnings("ignore", message=".*kernels.*")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -12,7 +10,15 @@ def pytest_configure(config):
     (``torch.set_num_threads(N)`` once at start; unset: torch's default, one per core). Float32
     results through the model change in their last bits with the thread count (another summation
     order), so the suite is meant to pass at any N: run it at 1 and at 2+ to check a tolerance.
-    Tests that use the ``one_thread`` fixture still drop to one thread for their own duration."""
+    Tests that use the ``one_thread`` fixture still drop to one thread for their own duration.
+
+    The warnings that libraries raise about their own code, which ``import collab`` ignores, are ignored in
+    every test too: pytest sets its own filters around each collection and test (and shows every
+    DeprecationWarning), over those of a module imported earlier."""
+    from collab.training.checks import LIBRARY_WARNINGS
+
+    for category, message, module in LIBRARY_WARNINGS:
+        config.addinivalue_line("filterwarnings", f"ignore:{message}:{category.__name__}:{module}")
     threads = os.environ.get("COLLAB_TEST_THREADS")
     if threads:
         import torch  # lazily: collecting or running torch-free tests does not import it

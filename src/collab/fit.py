@@ -17,7 +17,9 @@ algorithm does not train on: :mod:`collab.training.checks_options`) ends in one 
 Progress: on a terminal a rich bar counts optimizer steps out of ``max_steps`` with the reward and
 tokens/s; when stdout is not a terminal (a cluster job, a CI log) one plain line per rollout instead
 (:func:`collab.training.callbacks.progress_callback`). ``--trainer.enable_progress_bar false`` turns both off;
-a progress bar named in the config's callbacks replaces them.
+a progress bar named in the config's callbacks replaces them. Lightning's model summary table is off
+(``--trainer.enable_model_summary true`` prints it), and with stdout not a terminal so are its information
+lines ("GPU available: ...") and transformers' progress bars (:func:`collab.training.checks.command_output`).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def build_cli(algo: str, argv: list[str]):
     try:
         return CollabCLI(module_class, RolloutDataModule, subclass_mode_model=False, run=False, args=args,
                          save_config_kwargs={"overwrite": True}, parser_kwargs={"exit_on_error": False},
-                         trainer_defaults={"default_root_dir": RUNS})
+                         trainer_defaults={"default_root_dir": RUNS, "enable_model_summary": False})
     except ArgumentError as e:  # jsonargparse's multi-line report, as one line that keeps the reason
         options = option_names(("model", module_class), ("data", RolloutDataModule), ("trainer", Trainer))
         raise UserError(parser_error(str(e), args, options)) from None
@@ -124,62 +126,35 @@ def add_progress_callback(trainer_config: dict) -> None:
         trainer_config["callbacks"] = callbacks + [progress_callback()]
 
 
-# Lightning warnings that are expected with collab's design (manual optimization, pulling the
-# rollout from the dataloader iterator, frozen eval-mode bases) and say nothing to a user.
-_EXPECTED_WARNINGS = (
-    r".*dataloader_iter.*",
-    r".*module\(s\) in eval mode.*",
-    r"Using ModelCheckpoint with manual optimization",  # collab checkpoints after its updates, as intended
-    r".*is_gradient_checkpointing.*",
-    r".*LeafSpec.*",
-    r".*does not have many workers.*",
-    r"LightningCLI's args parameter is intended.*",  # collab passes the conf file and the user's args itself
-)
-
-
-def _quiet() -> None:
-    import logging
-    import warnings
-
-    for pattern in _EXPECTED_WARNINGS:
-        warnings.filterwarnings("ignore", message=pattern)
-    # Lightning advertises its cloud logger at every start; collab logs to TensorBoard.
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-        lambda record: "litlogger" not in record.getMessage())
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-
-
 def report_errors(job) -> int:
     """Run ``job()``; a user error (ours or jsonargparse's) becomes one ``error:`` line and exit code 2.
 
-    Lightning's start-up messages are held (from :func:`build_cli` on) until the run starts
-    (:mod:`collab.training.checks`): a bad input found before then prints its line alone."""
-    from collab.training.checks import parser_error, release_logs, request_hold
+    Lightning's start-up messages are held (from :func:`build_cli` on) until the run starts, and left out
+    when stdout is not a terminal (:func:`collab.training.checks.command_output`): a bad input found before
+    then prints its line alone."""
+    from collab.training.checks import command_output, parser_error, release_logs
 
-    _quiet()
-    request_hold()
-    try:
-        job()
-    except UserError as e:
-        release_logs(show=False)
-        print(f"error: {_single_line(e)}", file=sys.stderr)
-        return 2
-    except Exception as e:  # jsonargparse reports bad arguments as ArgumentError
-        if type(e).__name__ == "ArgumentError" or type(e).__module__.startswith("jsonargparse"):
+    with command_output():  # on exit: the held messages shown (a bug) or dropped, the libraries' settings back
+        try:
+            job()
+        except UserError as e:
             release_logs(show=False)
-            print(f"error: {parser_error(str(e)) if str(e).strip() else type(e).__name__}", file=sys.stderr)
+            print(f"error: {_single_line(e)}", file=sys.stderr)
             return 2
-        cause = e.__cause__ or e.__context__
-        while cause is not None:
-            if isinstance(cause, UserError):
+        except Exception as e:  # jsonargparse reports bad arguments as ArgumentError
+            if type(e).__name__ == "ArgumentError" or type(e).__module__.startswith("jsonargparse"):
                 release_logs(show=False)
-                print(f"error: {_single_line(cause)}", file=sys.stderr)
+                print(f"error: {parser_error(str(e)) if str(e).strip() else type(e).__name__}", file=sys.stderr)
                 return 2
-            cause = cause.__cause__ or cause.__context__
-        release_logs()  # a bug: what Lightning said before it helps
-        raise
-    finally:
-        release_logs()
+            cause = e.__cause__ or e.__context__
+            while cause is not None:
+                if isinstance(cause, UserError):
+                    release_logs(show=False)
+                    print(f"error: {_single_line(cause)}", file=sys.stderr)
+                    return 2
+                cause = cause.__cause__ or cause.__context__
+            release_logs()  # a bug: what Lightning said before it helps
+            raise
     return 0
 
 

@@ -338,7 +338,7 @@ def _watch(s: _State) -> None:
     s.wakeup = (old, reader, writer)
 
     def read() -> None:
-        with contextlib.suppress(OSError):
+        with reader, contextlib.suppress(OSError):  # closed when _unwatch closes the writer
             while data := reader.recv(64):
                 if signal.SIGTERM in data and s is _state:
                     notice()

@@ -63,8 +63,10 @@ def train(algo: str, seed: int, steps: int, batch_size: int = 8) -> tuple[float,
     return before, solve_at_turn_1(module, env)
 
 
-# (algo, optimizer steps, tasks per rollout): MAGRPO's tree already holds K = 4 joint actions per node
-@pytest.mark.parametrize("algo,steps,batch_size", [("magrpo", 10, 2), ("collm_cc", 40, 8), ("collm_dc", 40, 8),
+# (algo, optimizer steps, tasks per rollout): MAGRPO's tree already holds K = 4 joint actions per node. CoLLM-CC's
+# centralized critic first dips (seed 0 at 40 steps: 0.31 -> 0.19 on an AVX-512 Xeon, above 0.6 on an earlier CPU;
+# seed 2: 0.21 -> 0.04) before it climbs: 80 steps reach 0.76 and 0.72 (seeds 0, 2), 2026-11-26.
+@pytest.mark.parametrize("algo,steps,batch_size", [("magrpo", 10, 2), ("collm_cc", 80, 8), ("collm_dc", 40, 8),
                                                    ("ippo", 20, 8), ("marft_a", 20, 8), ("marft_t", 20, 8)])
 def test_learns_to_solve_at_turn_1(algo, steps, batch_size, one_thread):
     before, after = train(algo, seed=0, steps=steps, batch_size=batch_size)

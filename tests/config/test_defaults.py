@@ -10,7 +10,6 @@ from collab.algos import algo_registry, from_config
 from collab.errors import UserError
 
 ALGOS = sorted(algo_registry())
-pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI.s args parameter")
 ATTRIBUTE = {"num_generations": "k", "critic": "critic_mode", "agents": "agent_specs"}
 """Options the modules keep under another attribute name."""
 

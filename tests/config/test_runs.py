@@ -17,7 +17,6 @@ from collab.algos import algo_registry
 from tests.training.test_cli import ROOT, TINY, fit
 
 PRESETS = sorted((ROOT / "conf" / "presets").glob("*.yaml"))
-pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI.s args parameter")
 
 
 def test_every_config_is_seeded():

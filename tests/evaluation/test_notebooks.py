@@ -227,6 +227,16 @@ def test_cooperation_notebook(tiny_runs, kernel_env, monkeypatch):
     assert png.stat().st_size > 10_000 and png_size(png)[0] > 600
 
 
+def test_comparison_notebook(tiny_grid, kernel_env, monkeypatch):
+    """On the tiny grid of ``python -m collab.compare`` (conftest.py): the runs, the summary, both figures."""
+    figures = kernel_env / "figures"
+    monkeypatch.setenv("COLLAB_COMPARE", str(tiny_grid.out))
+    text = "".join(execute("comparison", kernel_env, tiny_grid.out, figures, monkeypatch))
+    assert "6 runs in" in text and "Budget: 2 rollouts per training run" in text and "grpo (control)" in text
+    for name in ("comparison_heldout.png", "comparison_curves.png"):
+        assert png_size(figures / name)[0] > 300
+
+
 def test_notebooks_without_runs(kernel_env, monkeypatch):
     """An empty runs folder: a note instead of the reward figure; the schemes of the hand-written samples."""
     empty, figures = kernel_env / "empty", kernel_env / "figures"

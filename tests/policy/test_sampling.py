@@ -164,7 +164,7 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
         ids_, mask, positions = pad_left(prompts, pad, team.device)
         from transformers import DynamicCache
         one = sharing.per_row_forward(model)(names, input_ids=ids_, attention_mask=mask, position_ids=positions,
-                                          past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+                                          **{sharing.cache_key(): DynamicCache()}, use_cache=True, logits_to_keep=1)
     assert sharing.shared_prefixes(prompts, names)[1] == [80, 90]  # each agent's head is prefilled once
     assert torch.allclose(shared.logits[:, -1], one.logits[:, -1], atol=1e-4, rtol=1e-4)
     requests = [GenerationRequest(a, p, 2) for a, p in zip(agents, prompts)]

@@ -28,7 +28,8 @@ pytest.importorskip("vllm")
 from collab.policy.models import BaseConfig, load_tokenizer  # noqa: E402
 from collab.policy.sampling import GenerationRequest  # noqa: E402
 from collab.policy.team import AgentSpec, AgentTeam, LoraSpec, SamplingSpec  # noqa: E402
-from collab.policy.vllm_engine import VllmEngine, VllmOptions, export_base  # noqa: E402
+from collab.policy.vllm_engine import VllmEngine, VllmOptions, export_base, logprob_gap  # noqa: E402
+from collab.errors import UserError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FORCED = 1234
@@ -179,6 +180,8 @@ def test_both_engines_give_well_formed_completions_whose_logprobs_are_the_traini
         again = team.logprobs([c.agent for c in cs], [c.prompt_ids for c in cs], [c.completion_ids for c in cs])
     for c, lp in zip(cs, again):
         torch.testing.assert_close(torch.tensor(c.logprobs), lp.float(), rtol=1e-4, atol=1e-4 * lp.abs().max().item())
+    if engine:  # vLLM's own log-probs are kept where comparable: agent 1 samples with top-p 0.9
+        assert all((c.engine_logprobs is None) == (c.agent == 1) for c in cs)
 
 
 def test_vllm_sampling_is_repeatable_under_a_seed_and_varies_across_seeds(sampling_team):
@@ -230,18 +233,19 @@ def test_updated_adapters_reach_vllm_before_the_next_rollout(team):
     for p in team.adapter_parameters(0):
         p.grad = torch.ones_like(p)
     engine.sync(team)
-    old = engine.exported[0][1]
+    old = engine.synced[0]
     optimizer.step()
     assert engine.sync(team) == [0]
     llm = engine.llms[team.base_of[0]]
-    assert old not in llm.llm_engine.list_loras() and not Path(engine.folder / f"agent0-{old}").exists()
-    assert engine.exported[0][1] > old
+    new = engine.synced[0]
+    assert old.lora_id not in llm.llm_engine.list_loras() and not old.folder.exists()
+    assert new.version == old.version + 1 and new.lora_id in llm.llm_engine.list_loras()
 
 
 def test_closed_action_vocabularies_become_allowed_tokens(sampling_model):
     specs = [AgentSpec(choices=["A", "B"]), AgentSpec(choices=[" yes", " no"])]
     team = team_of(sampling_model, specs)
-    engine = VllmEngine(team, VllmOptions(max_model_len=512))
+    engine = team.engine = VllmEngine(team, VllmOptions(max_model_len=512))
     try:
         prompt = prompts(team)[0]
         torch.manual_seed(0)
@@ -256,6 +260,7 @@ def test_closed_action_vocabularies_become_allowed_tokens(sampling_model):
             assert math.isclose(sum(math.exp(float(lp[0])) for lp in pair), 1.0, rel_tol=1e-5)
             for c in out:
                 assert math.isclose(c.logprobs[0], float(pair[allowed.index(c.completion_ids[0])][0]), rel_tol=1e-4)
+                assert logprob_gap(c.engine_logprobs, c.logprobs) <= AGREEMENT  # vLLM's: also under the closed vocabulary
     finally:
         engine.close()
 
@@ -287,6 +292,145 @@ def test_export_base_writes_the_training_base_without_adapters(engine_model, tmp
         torch.testing.assert_close(exported(ids).logits, original(ids).logits)
 
 
+# -- adapter versions and vLLM's log-probs against the trainer's ----------------------------------------------
+
+AGREEMENT = 1e-5
+"""Largest :func:`logprob_gap` allowed between vLLM's log-probs and the trainer's (float32 on both sides; measured
+in docs/engines.md). Adapters that differ, and each update below, move the log-probs by far more than this."""
+
+
+@pytest.fixture(scope="module")
+def agreement_team(sampling_model):
+    """Two agents that sample untruncated (temperatures 1 and 0.7, so vLLM's log-probs are comparable) with
+    different random nonzero LoRA B, and a vLLM engine."""
+    specs = [AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8)),
+             AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7))]
+    team = team_of(sampling_model, specs)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in (p for agent in range(len(team)) for p in team.adapter_parameters(agent)):
+            if p.shape[1] == 8:  # LoRA B: (out, r); zero at init
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    team.engine = VllmEngine(team, VllmOptions(max_model_len=512))
+    yield team
+    team.engine.close()
+
+
+def trainer_logprobs(team, completions, agents=None, reference=False) -> list[list[float]]:
+    with torch.no_grad():
+        lps = team.logprobs(agents or [c.agent for c in completions], [c.prompt_ids for c in completions],
+                            [c.completion_ids for c in completions], reference=reference)
+    return [lp.float().tolist() for lp in lps]
+
+
+def update(team, completions, lr: float = 0.05) -> None:
+    """One AdamW step of every agent on a REINFORCE-like loss (raise the log-probs of its samples)."""
+    params = [p for agent in range(len(team)) for p in team.adapter_parameters(agent)]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    lps = team.logprobs([c.agent for c in completions], [c.prompt_ids for c in completions],
+                        [c.completion_ids for c in completions])
+    (-torch.stack([lp.sum() for lp in lps]).mean()).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def test_vllm_logprobs_agree_with_the_trainers_per_agent_after_every_adapter_sync(agreement_team):
+    team, engine = agreement_team, agreement_team.engine
+    gaps, apart = [], []  # agreement; distances of what a stale or wrong adapter would give
+    for version in range(3):  # the initial adapters, then after each of two updates
+        torch.manual_seed(version)
+        cs = [c for c in flat(team.generate(requests(team), max_new_tokens=8)) if c.completion_ids]
+        assert {c.agent for c in cs} == {0, 1}
+        assert all(c.adapter_version == version for c in cs)
+        assert {a: held.version for a, held in engine.synced.items()} == {0: version, 1: version}
+        again = trainer_logprobs(team, cs)  # recomputed here, independently of the engine's rescoring
+        base = trainer_logprobs(team, cs, reference=True)
+        swapped = trainer_logprobs(team, cs, agents=[1 - c.agent for c in cs])
+        for agent in (0, 1):
+            mine = [j for j, c in enumerate(cs) if c.agent == agent]
+            gap = max(logprob_gap(cs[j].engine_logprobs, again[j]) for j in mine)
+            gaps.append(gap)
+            assert gap <= AGREEMENT, (version, agent, gap)
+            # the test can fail: the base's and the other agent's log-probs of the same tokens are far off
+            for other in (base, swapped):
+                apart.append(max(logprob_gap(cs[j].engine_logprobs, other[j]) for j in mine))
+                assert apart[-1] > 100 * AGREEMENT
+        metrics = engine.metrics()
+        assert metrics["engine/adapter_version/agent0"] == metrics["engine/adapter_version/agent1"] == version
+        assert metrics["engine/logprob_gap"] <= AGREEMENT
+        if version < 2:
+            update(team, cs)
+            moved = trainer_logprobs(team, cs)  # so does an adapter one update old
+            for a in (0, 1):
+                apart.append(max(logprob_gap(c.logprobs, m) for c, m in zip(cs, moved) if c.agent == a))
+                assert apart[-1] > 100 * AGREEMENT
+    print(f"\nvLLM-trainer log-prob gap per (sync, agent): {', '.join(f'{g:.1e}' for g in gaps)}; "
+          f"base, other agent, one update older: {min(apart):.1e} at least")
+
+
+def test_a_stale_adapter_is_an_error_until_it_is_synced(agreement_team):
+    team, engine = agreement_team, agreement_team.engine
+    engine.sync(team)
+    before = {a: held.version for a, held in engine.synced.items()}
+    engine.auto_sync = False
+    try:
+        with torch.no_grad():
+            team.adapter_parameters(0)[0].data.add_(0.1)  # a write the version counters do not see: the norms do
+        with pytest.raises(RuntimeError, match=f"vLLM holds version {before[0]} of agent0's adapter, but agent0's weights changed"):
+            team.generate(requests(team), max_new_tokens=4)
+        with pytest.raises(RuntimeError, match="agent0"):  # only agent 0 asked for: still stale
+            team.generate([GenerationRequest(0, prompts(team)[0])], max_new_tokens=4)
+        outs = team.generate([GenerationRequest(1, prompts(team)[0], 2)], max_new_tokens=4)  # agent 1 is current
+        assert all(c.adapter_version == before[1] for c in outs[0])
+        assert engine.sync(team) == [0]
+        cs = flat(team.generate(requests(team), max_new_tokens=4))
+        assert {(c.agent, c.adapter_version) for c in cs} == {(0, before[0] + 1), (1, before[1])}
+    finally:
+        engine.auto_sync = True
+
+
+def test_an_adapter_missing_from_vllm_is_an_error_never_the_base(agreement_team):
+    team, engine = agreement_team, agreement_team.engine
+    engine.sync(team)
+    held = engine.synced[1]
+    llm = engine.llms[team.base_of[1]].llm_engine
+    with pytest.raises(UserError, match="names agent 2; the team's agents are 0-1"):
+        team.generate([GenerationRequest(2, prompts(team)[0])], max_new_tokens=4)
+    engine.auto_sync = False
+    try:
+        llm.remove_lora(held.lora_id)  # vLLM lost it behind the engine's back
+        with pytest.raises(RuntimeError, match=f"vLLM no longer holds version {held.version} of agent1's adapter"):
+            team.generate(requests(team), max_new_tokens=4)
+    finally:
+        engine.auto_sync = True
+    cs = flat(team.generate(requests(team), max_new_tokens=4))  # with auto_sync, reloaded as the next version
+    assert {c.adapter_version for c in cs if c.agent == 1} == {held.version + 1}
+    assert engine.synced[1].lora_id in llm.list_loras()
+
+
+def test_rollouts_record_the_adapter_version_that_sampled_them(agreement_team):
+    from collab.envs import make_env
+    from collab.rollout.episodes import play
+    from collab.rollout.experience import decisions, transitions
+    from collab.rollout.tree import tree_batch
+
+    team, engine = agreement_team, agreement_team.engine
+    env = make_env("writing")
+    tasks = env.tasks("train")[:1]
+    engine.sync(team)
+    versions = {a: held.version for a, held in engine.synced.items()}
+    episodes = [ep for eps in play(team, env, tasks, num_samples=2, max_new_tokens=4) for ep in eps]
+    recorded = [c.adapter_version for tr in transitions(episodes) for c in tr.actions]
+    assert recorded == [versions[0], versions[1]] * 2
+    rewards = [torch.zeros(len(ep.steps), env.n_agents) for ep in episodes]
+    assert {(d.member, d.adapter_version) for d in decisions(episodes, rewards)} <= set(versions.items())
+    with torch.no_grad():
+        p = team.adapter_parameters(1)[0]
+        p.add_(0.1)  # an update of agent 1: its next rollout is sampled by the next version
+    experience = tree_batch(team, env, tasks, k=2, max_new_tokens=4)
+    assert {(d.member, d.adapter_version) for d in experience.items} == {(0, versions[0]), (1, versions[1] + 1)}
+
+
 def fit(tmp: Path, algo: str, extra: list[str]) -> Path:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
     out = subprocess.run([sys.executable, "-m", "collab.fit", "--algo", algo, "--model.engine", "vllm",
@@ -313,7 +457,8 @@ CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoin
 @pytest.mark.parametrize("algo,extra", [
     ("magrpo", ["--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "2"]),
     ("marft_a", ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}",
-                 "--data.batch_size", "2", "--model.agents", json.dumps([{"sampling": {"max_new_tokens": 6}}] * 2)]),
+                 "--data.batch_size", "2",  # top-p 1 (the config's is 0.9): vLLM's log-probs are compared at every rollout
+                 "--model.agents", json.dumps([{"sampling": {"max_new_tokens": 6, "top_p": 1.0}}] * 2)]),
     ("magrpo", ["--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "2",
                 "--trainer.strategy", "ddp", "--trainer.devices", "2"]),  # an engine per process (gloo)
 ], ids=["magrpo", "marft_a", "magrpo_ddp"])
@@ -326,6 +471,15 @@ def test_two_agent_runs_train_with_the_vllm_engine(sampling_model, tmp_path, alg
     # the first rollout exported both adapters; each later rollout re-exported those the updates changed
     assert s["engine/adapter_syncs"][0] == 2
     assert s["engine/adapter_syncs"][-1] > 2
+    # each agent's adapter version: 0 at the first rollout, bumped by the syncs after updates
+    assert s["engine/adapter_version/agent0"][0] == s["engine/adapter_version/agent1"][0] == 0
+    assert s["engine/adapter_version/agent0"][-1] + s["engine/adapter_version/agent1"][-1] >= 1
+    # untruncated agents (marft_a's here): vLLM's log-probs agreed with the trainer's at every rollout; top-p 0.9
+    # (magrpo's config): not comparable, not logged
+    if algo == "marft_a":
+        assert len(s["engine/logprob_gap"]) == len(s["reward/return"]) and max(s["engine/logprob_gap"]) <= AGREEMENT
+    else:
+        assert "engine/logprob_gap" not in s
 
 
 def test_prompts_beyond_one_scheduler_step_are_sampled_whole(sampling_team):

@@ -150,6 +150,10 @@ CASES = [
         option="model.agents[0].lora.dropout", valid=r"in \[0, 1\)"),
     fit("lora_targets", "--algo", "magrpo", *TINY, *agents("{lora: {target_modules: []}}"),
         option="model.agents[0].lora.target_modules", valid=r"non-empty list of layer names"),
+    fit("lora_targets_unknown", "--algo", "magrpo", *TINY, *agents("{lora: {target_modules: [nosuch]}}"),
+        option="model.agents[0].lora.target_modules",
+        valid=r"no layer 'nosuch' in tiny \(LlamaForCausalLM\); its linear layers: q_proj k_proj v_proj o_proj "
+              r"gate_proj up_proj down_proj lm_head"),
     fit("temperature", "--algo", "magrpo", *TINY, *agents("{sampling: {temperature: -1}}"),
         option="model.agents[0].sampling.temperature", valid=r">= 0 \(0: greedy\)"),
     fit("top_p_high", "--algo", "magrpo", *TINY, *agents("{sampling: {top_p: 2}}"),

@@ -7,7 +7,8 @@ import pytest
 
 from collab.errors import UserError
 from collab.training.checks_resources import (GB, KNOWN_PARAMS, OVERHEAD_BYTES, Launch, Machine, base_bytes_per_param,
-                                              base_parameters, check_fits, process_bytes)
+                                              base_parameters, check_fits, process_bytes,
+                                              team_process_bytes)
 
 
 def test_a_process_holds_its_base_its_adapters_and_the_overhead():
@@ -18,6 +19,20 @@ def test_a_process_holds_its_base_its_adapters_and_the_overhead():
     assert base_bytes_per_param("bfloat16", "4bit") < 1 and base_bytes_per_param("float32", "8bit") == 1
     assert base_parameters("no/such-model-here") is None
 
+
+
+def test_a_mixed_team_process_holds_every_base_once_with_its_own_agents():
+    """Each process of a two-base team loads both bases: their weights and their agents' adapters add up, with one
+    overhead (the estimate of the default base alone would be short by a whole model)."""
+    from collab.policy.models import BaseConfig
+
+    base = BaseConfig(name="smollm2-135m-instruct", dtype="bfloat16")
+    small, tiny = KNOWN_PARAMS["smollm2-135m-instruct"], KNOWN_PARAMS["tiny"]
+    assert team_process_bytes(base, 2) == process_bytes(small, 2, 2)
+    assert team_process_bytes(base, [None, None]) == process_bytes(small, 2, 2)
+    mixed = team_process_bytes(base, [None, "tiny", "tiny"])
+    assert mixed == OVERHEAD_BYTES + process_bytes(small, 2, 1, overhead=0) + process_bytes(tiny, 2, 2, overhead=0)
+    assert team_process_bytes(base, [None, "no/such-model-here"]) is None  # a size not at hand: not checked
 
 @pytest.mark.parametrize("name", sorted(KNOWN_PARAMS))
 def test_the_built_in_bases_counts_are_their_models(name):

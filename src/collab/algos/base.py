@@ -176,6 +176,8 @@ class CollabModule(L.LightningModule):
             load = getattr(strategy, "load_device", None)  # a sharded base loads on the CPU (collab.training.sharding)
             base = replace(base, device=load() if load else str(strategy.root_device))
         self.team = AgentTeam(self.team_specs(env), base)
+        if self._trainer is None or self.trainer.is_global_zero:  # what LoRA adapts on each base, once per run
+            print(self.team.targets_report(), flush=True)
         if self.engine == "vllm":
             self.team.engine = VllmEngine(self.team, self.engine_options)
         self.build_extra(env)
@@ -189,6 +191,7 @@ class CollabModule(L.LightningModule):
 
     def configure_model(self) -> None:
         self.build(self.trainer.datamodule.env)
+        self.train()  # the bases load in eval mode; training runs in train mode (sampling, evaluation: eval)
 
     def param_groups(self) -> list[dict[str, Any]]:
         assert self.team is not None
@@ -346,8 +349,8 @@ class CollabModule(L.LightningModule):
         # every rank has its own rollout: log each scalar's mean over the ranks (the global mean, the ranks
         # playing equal shares of the step's tasks); the same values on every rank
         engine = self.team.engine
-        if engine is not None:  # what handing the updated adapters to vLLM cost so far
-            metrics = {**metrics, "engine/adapter_syncs": float(engine.syncs), "engine/sync_s": engine.sync_seconds}
+        if engine is not None:  # adapter exports so far, their versions, vLLM's log-prob agreement
+            metrics = {**metrics, **engine.metrics()}
         scalars = global_means(self, {**experience.stats, **metrics, "rollout/count": float(self.rollouts)})
         bar = {"reward": scalars.get("reward/return", float("nan")),
                "tok_s": scalars.get("rollout/tokens_per_s", float("nan"))}

@@ -20,6 +20,12 @@ the first turn). ``kind="q"`` adds the joint action a_t (centralized) or the age
 ``share_agent_adapter`` (decentralized only) is the parameter-sharing variant of Appendix B: critic i
 reads through agent i's own adapter and only its head is separate, so the actor and critic losses
 both move that adapter (the paper warns of gradient interference).
+
+In a team of several bases (agents with their own ``base``) the centralized critic lives on agent 0's base
+(``critic_spec.base`` picks another) and decentralized critic i on agent i's, the base whose model it
+values. A critic's input is text (the agents' dialogs, rendered), encoded with its own base's tokenizer and
+chat template, so agents of other vocabularies need nothing more (docs/models.md, "Teams of several
+architectures").
 """
 
 from __future__ import annotations
@@ -45,8 +51,8 @@ GLOBAL_INFO = "You are at turn = {turn} over a {num_turns}-turn episode.\nYour l
 class CriticLora:
     r: int = 8
     alpha: int = 16
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """As an agent's (:class:`collab.policy.team.LoraSpec`): ``all-linear`` is every linear layer of the decoder."""
 
 
 @dataclass
@@ -153,9 +159,10 @@ class Critics(nn.Module):
 
     def __init__(self, team, env: Env, mode: str = "centralized", spec: CriticSpec | None = None) -> None:
         super().__init__()
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
         from collab.policy.models import BaseConfig, load_model, load_tokenizer
+        from collab.policy.team import lora_config, model_layers
 
         spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
@@ -168,8 +175,9 @@ class Critics(nn.Module):
         n = 1 if mode == "centralized" else len(team)
         self.own = nn.ModuleDict()  # the critic's own base, when it has one
         self.names, self.keys = [], []
-        lora = LoraConfig(r=spec.lora.r, lora_alpha=spec.lora.alpha, lora_dropout=0.0,
-                          target_modules=list(spec.lora.target_modules), bias="none", task_type="CAUSAL_LM")
+        def lora(layers, where: str):  # the critic's LoRA on one base (its target names resolved there)
+            return lora_config(layers, spec.lora, "model.critic_spec.lora.target_modules", where)
+
         for j in range(n):
             if spec.share_agent_adapter:
                 name, key = team.names[j], team.base_of[j]
@@ -177,15 +185,17 @@ class Critics(nn.Module):
                 name = f"critic{j}"
                 if spec.base is None:
                     key = team.base_of[0 if mode == "centralized" else j]
-                    team.models[key].add_adapter(name, lora)
+                    team.models[key].add_adapter(name, lora(team.layers[key], team.base_names[key]))
                 else:
                     key = "critic_base"
                     if key not in self.own:
                         base = BaseConfig(**{**asdict(team.base_config), "name": spec.base})
-                        self.own[key] = get_peft_model(load_model(base), lora, adapter_name=name)
+                        model = load_model(base)
+                        self.own_layers = model_layers(model)
+                        self.own[key] = get_peft_model(model, lora(self.own_layers, spec.base), adapter_name=name)
                         self.tokenizer_own = load_tokenizer(spec.base)
                     else:
-                        self.own[key].add_adapter(name, lora)
+                        self.own[key].add_adapter(name, lora(self.own_layers, spec.base))
             self.names.append(name)
             self.keys.append(key)
         for model in list(team.models.values()) + list(self.own.values()):

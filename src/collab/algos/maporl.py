@@ -13,7 +13,8 @@ sampled debate) is
 Prepare. Per-token rewards (Section 3.2) r(q, s_ta^{1:x}) = 1(x = |s_ta|) R(q, s_ta) - lambda_KL KL_x
 (:func:`collab.objectives.token_rewards`, which says which KL estimate and why). Each team member has a
 value head V(i^x_ta; theta_vta): an MLP (:class:`~collab.policy.mlp_head.CriticHead`) on its frozen base's last
-hidden state (adapters off) at every position that chooses a response token, computed once per rollout.
+hidden state (adapters off) at every position that chooses a response token, computed once per rollout (in a
+team of several bases, on the member's own base, in its own tokens: :func:`~collab.policy.mlp_head.team_features`).
 GAE (``token_gamma``, ``gae_lambda``) runs over each response's tokens, terminal at its last token: R
 already holds the future turns, so one (turn, agent) response is one PPO episode, as the paper's V_ta.
 

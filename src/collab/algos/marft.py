@@ -94,7 +94,12 @@ class MARFT(CollabModule):
 
     @property
     def critic_model(self):
-        """The frozen base the critic reads: the first agent's (every agent's, in a homogeneous team)."""
+        """The frozen base the critic reads: the first agent's (every agent's, in a homogeneous team).
+
+        In a team of several bases the one head still reads one base, agent 0's, so that every decision point is
+        valued in one feature space: MARFT-A re-encodes the other agents' observations from their text with this
+        base's tokenizer and chat template (:meth:`MARFTA.observation_ids <collab.algos.marft_a.MARFTA.observation_ids>`);
+        MARFT-T, whose values are read at each token of a response, refuses such a team."""
         return self.team.model_of(0)
 
     def param_groups(self):
@@ -125,6 +130,7 @@ class MARFT(CollabModule):
         return Batch(experience.items, {"train/early_stop": 0.0, "train/actors_updated": float(len(agents))}, agents)
 
     def features(self, prompts, completions=None):
+        """:func:`base_features` of rows already in the critic base's tokens (agent 0's tokenizer: its pad id)."""
         return base_features(self.critic_model, self.team.tokenizer_of(0).pad_token_id, prompts, completions)
 
     # -- update ------------------------------------------------------------------------------------

@@ -60,7 +60,9 @@ class MARFTA(MARFT):
         return self.scheduled(experience)
 
     def observation_ids(self, experience: Experience[Transition]) -> list[list[int]]:
-        """Each (transition, agent)'s observation as token ids of the critic's base, in row order."""
+        """Each (transition, agent)'s observation as token ids of the critic's base, in row order: an agent on the
+        critic's base gives its own prompt ids; another agent's observation (its chat, as text) is encoded again
+        with the critic base's tokenizer and chat template, since its ids belong to another vocabulary."""
         from collab.policy.models import encode_chat
 
         key, tokenizer, episodes = self.team.base_of[0], self.team.tokenizer_of(0), experience.episodes

@@ -32,9 +32,12 @@ from collab.rollout.experience import Batch, Experience, Transition
 class MARFTT(MARFT):
     def build_extra(self, env) -> None:
         super().build_extra(env)
-        if len(set(self.team.base_of)) > 1:
-            raise UserError("marft_t reads token-level values in the agents' own tokens, so every agent must share "
-                            "one base model; use marft_a for a team with several bases")
+        if len(set(self.team.base_of)) > 1:  # the critic's tokens would not line up with another tokenizer's
+            names = list(dict.fromkeys(spec.base or self.base.name for spec in self.team.specs))
+            raise UserError(f"marft_t values every token of every agent's response with one critic, in the agents' own "
+                            f"tokens, so every agent must share one base; model.agents name {len(names)} bases "
+                            f"({', '.join(names)}): give them one base, or use marft_a (a value per response) for a team "
+                            f"of several bases")
 
     @torch.no_grad()
     def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:

@@ -17,8 +17,9 @@ a third of the base layer's product (``benchmarks/decode_flops.py``: 18% of a de
 adapter in the batch: no mask). It equals the batched product up to float rounding; multi-token
 forwards (the prefill, the update's teacher-forced forward) keep the batched route.
 
-Layers without an adapter for some row contribute nothing for that row. DoRA and other LoRA variants
-are not covered: :func:`supported` tells, and callers fall back to peft's own path.
+Layers without an adapter for some row contribute nothing for that row. A layer called on the batch's
+tokens flattened to ``(rows * tokens, in)`` (Qwen2-MoE's shared expert) reads them as ``(rows, tokens, in)``.
+DoRA and other LoRA variants are not covered: :func:`supported` tells, and callers fall back to peft's own path.
 """
 
 from __future__ import annotations
@@ -88,6 +89,16 @@ def _concatenated(layer, row_adapters: list[str]):
     return A, B, (row[:, None] == owner[None, :]).to(A.dtype)
 
 
+def _unflatten(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``(rows * tokens, in)`` back to ``(rows, tokens, in)``: a mixture of experts' block runs its shared expert
+    (Qwen2-MoE) on the batch's tokens flattened row by row. A layer that sees a subset of the tokens (an expert's)
+    has no row to take an adapter from: such layers are not adapted (:func:`collab.policy.team.lora_targets`)."""
+    if x.shape[0] % rows:
+        raise RuntimeError(f"a LoRA layer got {x.shape[0]} token rows, not a multiple of the batch's {rows} rows: "
+                           "a mixed-adapter batch cannot adapt a layer that sees some of the tokens (an expert's)")
+    return x.reshape(rows, x.shape[0] // rows, x.shape[-1])
+
+
 @contextmanager
 def per_row_adapters(model: nn.Module, row_adapters: list[str]):
     """Within the block, row b of every forward through ``model`` uses adapter ``row_adapters[b]``.
@@ -106,6 +117,8 @@ def per_row_adapters(model: nn.Module, row_adapters: list[str]):
 
             def forward(x, *args, _layer=layer, _built=built, **kwargs):
                 y = _layer.base_layer(x, *args, **kwargs)
+                if x.dim() == 2 and x.shape[0] != len(row_adapters):  # tokens flattened (a mixture of experts' block)
+                    x = _unflatten(x, len(row_adapters))
                 one_token = x.dim() == 2 or x.shape[1] == 1
                 route = (one_token, torch.is_grad_enabled())
                 if route not in _built:
@@ -117,7 +130,7 @@ def per_row_adapters(model: nn.Module, row_adapters: list[str]):
                     return y + delta.reshape(y.shape).to(y.dtype)
                 A, B = _built[route]
                 delta = torch.bmm(torch.bmm(x.to(A.dtype), A.transpose(1, 2)), B.transpose(1, 2))
-                return y + delta.to(y.dtype)
+                return y + delta.reshape(y.shape).to(y.dtype)
 
             layer.forward = forward
             patched.append(layer)

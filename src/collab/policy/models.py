@@ -200,9 +200,23 @@ def encode_chat(tokenizer, messages) -> list[int]:
     return list(out)
 
 
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '### ' + message['role'] | capitalize + ':\n' + message['content'] }}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
+    "{{ '\n\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '### Assistant:\n' }}{% endif %}"
+)
+"""The chat template of a base whose tokenizer has none (GPT-2, Pythia and other base models): each message as
+``### Role:`` (System, User, Assistant), a newline and its text, then a blank line; an assistant's text ends with
+the end token, which is where a response stops. Plain text, so that it needs no special tokens in any vocabulary."""
+
+
 @lru_cache(maxsize=8)
 def load_tokenizer(name: str = DEFAULT_BASE):
-    """The tokenizer of a base (cached per process; left padding for batched generation)."""
+    """The tokenizer of a base (cached per process; left padding for batched generation). A tokenizer without a
+    pad token pads with its end token; one without a chat template gets :data:`DEFAULT_CHAT_TEMPLATE`."""
     from transformers import AutoTokenizer
 
     try:
@@ -212,6 +226,8 @@ def load_tokenizer(name: str = DEFAULT_BASE):
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
     return tokenizer
 
 
@@ -245,8 +261,33 @@ def _quantization_config(config: BaseConfig):
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
+def checkpointing_enable(model, kwargs: dict) -> None:
+    """transformers' activation checkpointing of ``model``, ``kwargs`` going to ``torch.utils.checkpoint``:
+    ``activation_checkpointing_enable`` where transformers has it (it deprecates ``gradient_checkpointing_enable``
+    with a FutureWarning), the older name before (5.19)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def without_dropout(model: torch.nn.Module) -> None:
+    """Switch off a base's own dropout (GPT-2's 0.1 on embeddings, attention and residuals; a config's
+    ``attention_dropout``): its ``nn.Dropout`` layers and the dropout rates its modules read get 0. Lightning puts
+    the whole team in train mode, which would turn them on: the teacher-forced log-probs of an update would then
+    be noisy, unlike the behaviour log-probs of sampling (the ratio would not start at 1), and the reference
+    policy with them. TRL's trainers do the same. LoRA's own dropout (``lora.dropout``) is added later and kept."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
+
+
 def load_model(config: BaseConfig):
-    """A causal LM for ``config``, on its device, frozen, in eval mode."""
+    """A causal LM for ``config``, on its device, frozen, in eval mode, without dropout (:func:`without_dropout`)."""
     from transformers import AutoModelForCausalLM
 
     config.validate()
@@ -274,6 +315,7 @@ def load_model(config: BaseConfig):
             raise UserError(f"cannot load model {config.name!r}: {str(e).splitlines()[0]}") from None
         if quant is None:
             model = model.to(device)
+    without_dropout(model)
     if config.quantization != "none":
         from peft import prepare_model_for_kbit_training
 
@@ -286,7 +328,7 @@ def load_model(config: BaseConfig):
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=config.gradient_checkpointing)
     elif config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpointing_enable(model, {"use_reentrant": False})
         model.enable_input_require_grads()
     model.requires_grad_(False)
     model.eval()

@@ -10,8 +10,31 @@ run each such start once per adapter (:func:`shared_prefixes`) and repeat its KV
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from torch import Tensor
+
+
+@cache
+def cache_key() -> str:
+    """The name of a forward's KV-cache argument and output: ``cache`` since transformers renamed it (5.2x, which
+    warns on the old name), ``past_key_values`` before (5.19 and older)."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def shares_prefixes(model) -> bool:
+    """Whether computing a shared prompt start once is exact for ``model``: every layer attends to all the tokens
+    before it. A sliding window (Mistral, Qwen2's, Phi-3, Gemma 2 and 3, Mixtral) counts places in the cache, and
+    the padding that sharing puts between a prefix and a row's remainder would take real tokens out of it (a
+    recurrent layer would read the padding): such models run one left-padded pass, as transformers does."""
+    config = getattr(model, "config", None)
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return all(t == "full_attention" for t in types)
+    return getattr(config, "sliding_window", None) is None and getattr(config, "attention_chunk_size", None) is None
 
 
 def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor, Tensor]:
@@ -79,18 +102,18 @@ def shared_prefixes(prompts: list[list[int]], adapters: list[str], min_prefix: i
 
 def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, device):
     """Run the prompts through the model into a fresh KV cache: ``(out, attention_mask, position_ids)``
-    with ``out.logits[:, -1]`` each row's next-token logits.
+    with ``out.logits[:, -1]`` each row's next-token logits and ``out[cache_key()]`` the cache.
 
     Prompts that share a long start under one adapter (the K samples' prompt, the later turns of a
     multi-turn episode, whose histories begin with the same task prompt; the nodes of a rollout tree)
-    prefill that start once (:func:`shared_prefix_forward`).
+    prefill that start once (:func:`shared_prefix_forward`) when the model allows (:func:`shares_prefixes`).
     """
     return shared_prefix_forward(per_row_forward(model), prompts, [[] for _ in prompts], adapters, pad, device,
-                                 use_cache=True, logits_to_keep=1)
+                                 share=shares_prefixes(model), use_cache=True, logits_to_keep=1)
 
 
 def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list[int]], adapters: list[str], pad: int,
-                          device, **kwargs):
+                          device, share: bool = True, **kwargs):
     """``forward(row_adapters, **inputs)`` over the rows ``prompts[r] + suffixes[r]``, each group of prompts'
     shared start computed once: ``(out, attention_mask, position_ids)``, each row's positions ending at
     the right edge as in one left-padded pass.
@@ -101,18 +124,23 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
     padding sits between prefix and remainder, masked out, with position ids continuing from the prefix.
     A suffix (a completion) never joins a prefix: each row keeps at least its prompt's last token, whose
     logits score the suffix's first token. Shares when that skips at least ``MIN_PREFIX_SAVING`` of the
-    prompt tokens; otherwise one pass over the left-padded rows. ``kwargs`` go to the last forward
-    (``use_cache``, ``logits_to_keep``).
+    prompt tokens, and ``share`` (:func:`shares_prefixes`); otherwise one pass over the left-padded rows.
+    ``kwargs`` go to the last forward (``use_cache``, ``logits_to_keep``).
+
+    The cache is a ``DynamicCache`` without the model's config: every layer keeps all its keys, and the layers
+    with a sliding window apply it through the attention mask the model builds from its config, which gives
+    the attention of transformers' sliding-window cache layers (tests/policy/test_architectures.py).
     """
     from transformers import DynamicCache
 
+    key = cache_key()
     seqs = [list(p) + list(s) for p, s in zip(prompts, suffixes)]
     group_of, lengths = shared_prefixes(prompts, adapters)
     counts = torch.bincount(torch.tensor(group_of), minlength=len(lengths)).tolist()
     saved = sum((c - 1) * n for c, n in zip(counts, lengths))
-    if saved < MIN_PREFIX_SAVING * sum(len(p) for p in prompts):
+    if not share or saved < MIN_PREFIX_SAVING * sum(len(p) for p in prompts):
         ids, mask, positions = pad_left(seqs, pad, device)
-        cache = {"past_key_values": DynamicCache()} if kwargs.get("use_cache") else {}
+        cache = {key: DynamicCache()} if kwargs.get("use_cache") else {}
         return forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **cache, **kwargs), mask, positions
     heads = [prompts[group_of.index(g)][:n] for g, n in enumerate(lengths)]
     head_adapters = [adapters[group_of.index(g)] for g in range(len(lengths))]
@@ -120,7 +148,7 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
     if any(heads):
         ids, head_mask, positions = pad_left(heads, pad, device)
         cache = forward(head_adapters, input_ids=ids, attention_mask=head_mask, position_ids=positions,
-                        past_key_values=cache, use_cache=True, logits_to_keep=1).past_key_values
+                        **{key: cache}, use_cache=True, logits_to_keep=1)[key]
         rows = torch.tensor(group_of, device=device)
         cache.batch_select_indices(rows)
         head_mask = head_mask[rows]
@@ -131,7 +159,7 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
     start = torch.tensor([lengths[g] for g in group_of], device=device)[:, None]
     positions = tail_positions + start
     mask = torch.cat([head_mask, tail_mask], dim=-1)
-    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, **kwargs)
+    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **{key: cache}, **kwargs)
     return out, mask, positions
 
 

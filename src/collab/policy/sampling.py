@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import DynamicLayer
 
-from collab.policy.prefill import AdapterRows, prefill
+from collab.policy.prefill import AdapterRows, cache_key, prefill
 from collab import preemption
 
 
@@ -40,6 +40,10 @@ class Completion:
     """Behaviour log-prob of each completion token under the agent's policy when it was sampled."""
     finished: bool = True
     """False when the response was cut at the length limit."""
+    adapter_version: int | None = None
+    """The version of the agent's adapter that sampled it (``--model.engine vllm``: bumped at each export of
+    changed weights, :mod:`collab.policy.vllm_engine`); ``None``: collab's own loop, which samples from the
+    live weights."""
 
     @property
     def logprob(self) -> float:
@@ -152,7 +156,7 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     out, mask, positions = prefill(model, [r.prompt_ids for r in rows], adapters, pad, device)
     # Repeat each prompt's cache and last logits for its n samples.
     index = torch.repeat_interleave(torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device))
-    cache = out.past_key_values
+    cache = out[cache_key()]
     cache.batch_select_indices(index)
     logits = out.logits[index, -1].float()
     rix = index.tolist()
@@ -203,8 +207,8 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
         state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], dim=-1)
         state["positions"] = state["positions"] + 1
         out = step_forward(input_ids=nxt[:, None], attention_mask=state["mask"], position_ids=state["positions"],
-                           past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                           **{cache_key(): cache}, use_cache=True)
+        cache = out[cache_key()]
         logits = out.logits[:, -1].float()
     step_forward.close()
     results: list[list[Completion]] = [[] for _ in rows]

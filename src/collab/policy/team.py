@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,9 +27,14 @@ import torch
 from torch import Tensor, nn
 
 from collab.errors import UserError, require
-from collab.policy.models import BaseConfig, encode_chat, load_model, load_tokenizer
+from collab.policy.models import (TINY, BaseConfig, checkpointing_enable, encode_chat, load_model, load_tokenizer,
+                                  model_folder)
 from collab.policy.prefill import per_row_forward
 from collab.policy.sampling import Completion, GenerationRequest, decode
+
+
+ALL_LINEAR = "all-linear"
+"""``target_modules`` entry that stands for every linear layer of the decoder (:func:`lora_targets`)."""
 
 
 @dataclass
@@ -41,10 +47,10 @@ class LoraSpec:
     """Scaling numerator: the update is scaled by alpha / r."""
     dropout: float = 0.0
     """Dropout on the adapter input. Non-zero values turn off mixed-adapter training forwards."""
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
-    """Names of the linear layers that get an adapter."""
+    target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR])
+    """The layers that get an adapter: layer names (the last part of a module's path, as peft matches them), or
+    ``all-linear`` (the default): every linear layer of the decoder, whatever the architecture calls it
+    (:func:`lora_targets`)."""
 
 
 @dataclass
@@ -89,7 +95,8 @@ def check_lora(lora, where: str) -> None:
     require(_number(dropout) and 0 <= dropout < 1, f"{where}.dropout must be in [0, 1), got {dropout!r}")
     modules = lora.target_modules
     require(isinstance(modules, (list, tuple)) and len(modules) > 0 and all(isinstance(m, str) and m for m in modules),
-            f"{where}.target_modules must be a non-empty list of layer names (e.g. [q_proj, v_proj]), got {modules!r}")
+            f"{where}.target_modules must be a non-empty list of layer names (e.g. [all-linear] or [q_proj, v_proj]), "
+            f"got {modules!r}")
 
 
 def check_agents(agents: list[AgentSpec] | None, option: str = "model.agents") -> None:
@@ -112,12 +119,147 @@ def check_agents(agents: list[AgentSpec] | None, option: str = "model.agents") -
                 f"{where}.choices must be a non-empty list of actions or null, got {spec.choices!r}")
 
 
+def _conv1d(module: nn.Module) -> bool:
+    """GPT-2's ``Conv1D``: a linear layer whose weight is stored transposed."""
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(module, Conv1D)
+
+
+def _linear(module: nn.Module) -> bool:
+    """An ``nn.Linear`` (bitsandbytes' 4- and 8-bit layers are subclasses) or GPT-2's ``Conv1D``."""
+    return isinstance(module, nn.Linear) or _conv1d(module)
+
+
+def _in_layer(path: str) -> str:
+    """A module's path inside its decoder layer: ``model.layers.3.mlp.gate`` -> ``mlp.gate``."""
+    return re.sub(r"^.*?\.\d+\.", "", path)
+
+
+@dataclass
+class Layers:
+    """The layers of a causal LM that LoRA could reach, by role (:func:`model_layers`); paths as in the model."""
+
+    linear: list[str] = field(default_factory=list)
+    """Linear layers of the decoder (attention, MLP, a shared expert's MLP): what ``all-linear`` adapts."""
+    head: list[str] = field(default_factory=list)
+    """The output head (left out: it is as large as the vocabulary, and collab computes it in chunks)."""
+    routers: list[str] = field(default_factory=list)
+    """The gates of mixtures of experts, which choose each token's experts (and Qwen2-MoE's shared expert's weight)."""
+    experts: list[str] = field(default_factory=list)
+    """The experts modules of mixtures of experts."""
+    expert_linear: list[str] = field(default_factory=list)
+    """Linear layers inside experts (transformers 4's per-expert ``nn.Linear``; 5's experts are 3-D parameters)."""
+    conv1d: list[str] = field(default_factory=list)
+    """The linear layers that are GPT-2's ``Conv1D`` (weights stored transposed)."""
+    modules: list[str] = field(default_factory=list)
+    """Every module's path (what a target name may match)."""
+
+    def names(self, paths: list[str]) -> list[str]:
+        """The distinct last parts of ``paths``, in order."""
+        return list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in paths))
+
+
+def model_layers(model: nn.Module) -> Layers:
+    """Sort a causal LM's (not yet adapted) linear layers by role. A mixture of experts is a module with an
+    ``experts`` child (Mixtral's and Qwen2-MoE's sparse blocks); its other childless children (``gate``,
+    Qwen2-MoE's ``shared_expert_gate``) are its routers, and a module under its experts is an expert's."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    moe = [p for p, m in model.named_modules() if isinstance(getattr(m, "experts", None), nn.Module)]
+    out = Layers()
+    for path, m in model.named_modules():
+        out.modules.append(path)
+        block = next((b for b in moe if b and path.startswith(f"{b}.")), None)
+        rest = path[len(block) + 1:].split(".") if block else []
+        if m is head:
+            out.head.append(path)
+        elif rest[:1] == ["experts"]:
+            if len(rest) == 1:
+                out.experts.append(path)
+            elif _linear(m):
+                out.expert_linear.append(path)
+        elif len(rest) == 1 and not any(True for _ in m.children()) and any(True for _ in m.parameters()):
+            out.routers.append(path)
+        elif _linear(m):
+            out.linear.append(path)
+        if _conv1d(m):
+            out.conv1d.append(path)
+    return out
+
+
+def _matches(path: str, name: str) -> bool:
+    """Whether peft's target name ``name`` picks the module at ``path`` (the path itself or its end)."""
+    return path == name or path.endswith(f".{name}")
+
+
+@dataclass
+class Targets:
+    """What one agent's ``target_modules`` adapts on its base (:func:`lora_targets`): the arguments of peft's
+    ``LoraConfig``."""
+
+    target_modules: list[str]
+    exclude_modules: list[str]
+    """Routers and experts' layers that share a name with a target (``exclude_modules``)."""
+    fan_in_fan_out: bool
+    """GPT-2's ``Conv1D`` among the targets: its weight is stored transposed (peft's ``fan_in_fan_out``)."""
+
+
+def lora_targets(layers: Layers, requested: list[str], option: str, where: str) -> Targets:
+    """peft's target list for ``requested`` (an agent's ``target_modules``) on a model of ``layers``.
+
+    ``all-linear`` is every linear layer of the decoder (:attr:`Layers.linear`) by name: Llama's ``q_proj`` ...
+    ``down_proj``, Phi-3's fused ``qkv_proj`` and ``gate_up_proj``, GPT-NeoX's ``query_key_value`` ...,
+    GPT-2's ``Conv1D`` layers ``c_attn``, ``c_proj``, ``c_fc``. It is peft's own ``all-linear`` (which leaves
+    out the output head) less the routers and experts of mixtures of experts:
+
+    - a router picks each token's experts: adapting it changes which experts run, not how (and Qwen2-MoE's
+      ``shared_expert_gate`` has one output, fewer than a LoRA rank);
+    - transformers 5 stores all experts of a layer as 3-D parameters, which LoRA on linear layers does not
+      reach. peft's ``target_parameters`` adds an adapter's update to such a parameter for a whole forward:
+      one adapter per forward, where collab's batches mix the agents row by row
+      (:mod:`collab.policy.lora_batch`) and an expert sees only its tokens, without their rows.
+
+    The attention and the dense layers (a shared expert's included) are adapted in every family. Resolving the
+    shorthand here rather than in peft keeps the saved adapter's ``target_modules`` a list of names, as vLLM
+    and other tools read them. Other entries are layer names as peft matches them (a module's path or its
+    end); a name that matches no module is a UserError naming the model's linear layers.
+    """
+    names: list[str] = []
+    for entry in requested:
+        if entry == ALL_LINEAR:
+            names += layers.names(layers.linear)
+        elif not any(_matches(p, entry) for p in layers.modules):
+            every = layers.names(layers.linear + layers.head + layers.routers + layers.expert_linear)
+            raise UserError(f"{option}: no layer {entry!r} in {where}; its linear layers: {' '.join(every)} "
+                            f"(or {ALL_LINEAR}: all but {' '.join(layers.names(layers.head)) or 'the head'})")
+        else:
+            names.append(entry)
+    names = list(dict.fromkeys(names))
+    # all-linear's names may also name a left-out module (transformers 4's experts are Llama-like MLPs)
+    left_out = layers.routers + layers.expert_linear + layers.head if ALL_LINEAR in requested else []
+    exclude = [p for p in left_out if any(_matches(p, n) for n in names if n not in requested)]
+    conv1d = any(_matches(p, n) for p in layers.conv1d for n in names)
+    return Targets(names, exclude, conv1d)
+
+
+def lora_config(layers: Layers, lora, option: str, where: str):
+    """peft's ``LoraConfig`` for a :class:`LoraSpec` (or any object with ``r``, ``alpha``, ``target_modules`` and
+    optionally ``dropout``) on a model of ``layers`` (:func:`lora_targets`); ``option`` and ``where`` name the
+    setting and the model in errors."""
+    from peft import LoraConfig
+
+    targets = lora_targets(layers, list(lora.target_modules), option, where)
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=getattr(lora, "dropout", 0.0),
+                      target_modules=targets.target_modules, exclude_modules=targets.exclude_modules or None,
+                      fan_in_fan_out=targets.fan_in_fan_out, bias="none", task_type="CAUSAL_LM")
+
+
 class AgentTeam(nn.Module):
     """n agents as LoRA adapters over shared bases."""
 
     def __init__(self, agents: list[AgentSpec], base: BaseConfig = BaseConfig()) -> None:
         super().__init__()
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
         if not agents:
             raise UserError("a team needs at least one agent")
@@ -128,24 +270,34 @@ class AgentTeam(nn.Module):
         self.base_of: list[str] = []  # agent -> key into self.models
         self.models = nn.ModuleDict()
         self.tokenizers: dict[str, Any] = {}
+        self.base_names: dict[str, str] = {}
+        """Each base's name (``model.base.name`` or an agent's ``base``)."""
+        self.layers: dict[str, Layers] = {}
+        """Each base's linear layers by role (:func:`model_layers`), as loaded (before any adapter)."""
         bases: dict[str, str] = {}
-        for name, spec in zip(self.names, self.specs):
+        for i, (name, spec) in enumerate(zip(self.names, self.specs)):
             base_name = spec.base or base.name
+            model = None
             if base_name not in bases:
                 key = f"base{len(bases)}"
                 bases[base_name] = key
+                self.base_names[key] = base_name
                 self.tokenizers[key] = load_tokenizer(base_name)
+                model = load_model(BaseConfig(**{**asdict(base), "name": base_name}))
+                self.layers[key] = model_layers(model)
             key = bases[base_name]
             self.base_of.append(key)
-            lora = LoraConfig(
-                r=spec.lora.r, lora_alpha=spec.lora.alpha, lora_dropout=spec.lora.dropout,
-                target_modules=list(spec.lora.target_modules), bias="none", task_type="CAUSAL_LM",
-            )
-            if key not in self.models:
-                model = load_model(BaseConfig(**{**asdict(base), "name": base_name}))
-                self.models[key] = get_peft_model(model, lora, adapter_name=name)
-            else:
-                self.models[key].add_adapter(name, lora)
+            option, where = f"model.agents[{i}].lora.target_modules", f"{base_name} ({self._architecture(key, model)})"
+            lora = lora_config(self.layers[key], spec.lora, option, where)
+            try:
+                if model is not None:
+                    self.models[key] = get_peft_model(model, lora, adapter_name=name)
+                else:
+                    self.models[key].add_adapter(name, lora)
+            except ValueError as e:  # a name peft cannot adapt (a norm, a whole block)
+                layers = self.layers[key]
+                raise UserError(f"{option}: {str(e).splitlines()[0]}; the linear layers of {where}: "
+                                f"{' '.join(layers.names(layers.linear + layers.head))}") from None
         for model in self.models.values():
             train_adapters_only(model)
             if base.gradient_checkpointing:
@@ -171,6 +323,45 @@ class AgentTeam(nn.Module):
         if self.turn_agents is None:
             return role
         return self.turn_agents[min(turn, len(self.turn_agents) - 1)][role]
+
+    def _architecture(self, key: str, model=None) -> str:
+        """The class name of base ``key``'s transformers model (``LlamaForCausalLM``)."""
+        model = model if model is not None else self.models[key].get_base_model()
+        return type(model).__name__
+
+    def targets_report(self) -> str:
+        """What LoRA adapts on each base, one line per base (per distinct target set when its agents differ):
+        ``LoRA targets (base0, LlamaForCausalLM): q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
+        (30 layers x 7)``, and for a mixture of experts what is not adapted (:func:`lora_targets`). Printed
+        once at the start of a run."""
+        from peft.tuners.lora import LoraLayer
+
+        lines = []
+        for key, model in self.models.items():
+            agents = [i for i in range(len(self)) if self.base_of[i] == key]
+            adapted: dict[tuple[str, ...], list[int]] = {}
+            for i in agents:
+                paths = [p for p, m in model.get_base_model().named_modules()
+                         if isinstance(m, LoraLayer) and self.names[i] in m.lora_A]
+                adapted.setdefault(tuple(paths), []).append(i)
+            for paths, who in adapted.items():
+                names = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in paths))
+                per_layer: dict[str, int] = {}
+                for p in paths:
+                    block = p[: len(p) - len(_in_layer(p))]
+                    per_layer[block] = per_layer.get(block, 0) + 1
+                counts = set(per_layer.values())
+                size = f"{len(per_layer)} layers x {counts.pop()}" if len(counts) == 1 else f"{len(paths)} modules"
+                label = key + ("" if len(adapted) == 1 else ", " + " ".join(self.names[i] for i in who))
+                line = f"LoRA targets ({label}, {self._architecture(key)}): {' '.join(names)} ({size})"
+                layers = self.layers[key]
+                if layers.experts:
+                    routers = " ".join(dict.fromkeys(_in_layer(p) for p in layers.routers))
+                    experts = " ".join(dict.fromkeys(_in_layer(p) for p in layers.experts))
+                    kind = "" if layers.expert_linear else " (3-D parameters)"
+                    line += f"; not adapted: routers {routers}, experts {experts}{kind}"
+                lines.append(line)
+        return "\n".join(lines)
 
     def model_of(self, agent: int):
         return self.models[self.base_of[agent]]
@@ -259,7 +450,7 @@ class AgentTeam(nn.Module):
         from contextlib import nullcontext
 
         from collab.policy.head import hidden_states, output_head
-        from collab.policy.prefill import pad_left, shared_prefix_forward
+        from collab.policy.prefill import pad_left, shared_prefix_forward, shares_prefixes
         from collab.policy.sampling import action_mask, policy_logits
 
         model = self.models[key]
@@ -273,6 +464,7 @@ class AgentTeam(nn.Module):
         ]
         result: list[Tensor | None] = [None] * len(agents)
         chunked = output_head(model) is not None  # the head applied in chunks of tokens (collab.policy.head)
+        share = shares_prefixes(model)
         for g in groups:
             # Only the completion positions need logits (the vocabulary projection dominates).
             keep = max(len(completions[i]) for i in g) + 1
@@ -280,11 +472,12 @@ class AgentTeam(nn.Module):
                 if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
                     with adapters_disabled(model):
                         logits = shared_prefix_forward(lambda _, **inputs: model(**inputs), prompts, completions,
-                                                       ["reference"] * len(g), pad, self.device, logits_to_keep=keep)[0].logits
+                                                       ["reference"] * len(g), pad, self.device, share=share,
+                                                       logits_to_keep=keep)[0].logits
                 elif mixed:
                     with eval_mode(model):
                         logits = shared_prefix_forward(per_row_forward(model), prompts, completions,
-                                                       [self.names[a] for a in agents], pad, self.device,
+                                                       [self.names[a] for a in agents], pad, self.device, share=share,
                                                        logits_to_keep=keep)[0].logits
                 else:
                     input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, self.device)
@@ -340,7 +533,12 @@ class AgentTeam(nn.Module):
             self.save_adapter(i, Path(folder) / name)
 
     def save_adapter(self, agent: int, out: str | Path) -> None:
-        """Write one agent's adapter as a peft folder (what peft, vLLM and :meth:`load_adapters` read)."""
+        """Write one agent's adapter as a peft folder (what peft, vLLM and :meth:`load_adapters` read). Its
+        ``base_model_name_or_path`` is where the base loads from (:func:`~collab.policy.models.model_folder`: a
+        hub id or an absolute folder), so that ``AutoPeftModelForCausalLM.from_pretrained(out)`` finds it; the
+        random ``tiny`` base has none (null)."""
+        import copy
+
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
@@ -349,7 +547,9 @@ class AgentTeam(nn.Module):
         out.mkdir(parents=True, exist_ok=True)
         state = get_peft_model_state_dict(model, adapter_name=name)
         save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, out / "adapter_model.safetensors")
-        model.peft_config[name].save_pretrained(out)
+        config = copy.copy(model.peft_config[name])
+        config.base_model_name_or_path = base_location(self.base_names[self.base_of[agent]])
+        config.save_pretrained(out)
         (out / "agent.json").write_text(json.dumps(asdict(self.specs[agent]), indent=2))
 
     def load_adapters(self, folder: str | Path) -> None:
@@ -364,6 +564,15 @@ class AgentTeam(nn.Module):
                 raise UserError(f"no adapter for {name} in {folder} (expected {path})")
         for i, (name, path) in enumerate(zip(self.names, paths)):
             set_peft_model_state_dict(self.model_of(i), load_file(path), adapter_name=name)
+
+
+def base_location(name: str) -> str | None:
+    """What ``from_pretrained`` loads base ``name`` from: a hub id, or a local folder as an absolute path (None for
+    the random ``tiny`` model, which no folder holds)."""
+    if name == TINY:
+        return None
+    folder = model_folder(name)
+    return str(Path(folder).resolve()) if Path(folder).exists() else folder
 
 
 def recompute_with_forward_adapters(model) -> None:
@@ -404,8 +613,7 @@ def recompute_with_forward_adapters(model) -> None:
         state = [(m._active_adapter, m._disable_adapters) for m in layers()]
         return nullcontext(), as_in_forward(state)
 
-    model.base_model.model.gradient_checkpointing_enable(
-        gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": context_fn})
+    checkpointing_enable(model.base_model.model, {"use_reentrant": False, "context_fn": context_fn})
 
 
 def train_adapters_only(model: nn.Module) -> None:

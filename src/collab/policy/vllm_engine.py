@@ -12,12 +12,27 @@
   (temperature, top-p, top-k, length; a closed action vocabulary becomes ``allowed_token_ids`` with one
   token), ``n`` samples per prompt and a seed drawn from torch's generator, so a seeded run is repeatable.
   Automatic prefix caching stands in for collab's shared-prefix prefill.
-* **Adapters after an update.** Before every :meth:`generate` the engine compares each agent's LoRA
-  tensors with what it last exported (their storage and in-place version counters, which every
-  optimizer step and checkpoint load bump: no hashing); a changed adapter is written as a peft folder
-  under ``adapter_dir`` (default ``/dev/shm``, a tmpfs, when it exists) and registered under a new
-  integer id, and the previous id is removed from the engine. :attr:`VllmEngine.sync_seconds` and
-  :attr:`VllmEngine.syncs` count what that costs.
+* **Adapters after an update, and their versions.** Before every :meth:`generate` the engine compares each
+  agent's LoRA tensors with what it last exported: their storage and in-place version counters (which every
+  optimizer step and checkpoint load bump) and their norms (which also see a write through ``.data``, which
+  the counters miss). A changed adapter is written as a peft folder under ``adapter_dir`` (default
+  ``/dev/shm``, a tmpfs, when it exists) and loaded into the engine as the agent's next **version** (0 for
+  the first export, +1 at each export after an update), under a LoRA name ``agentI-vV`` and an integer id
+  that encodes both (``1 + agent + version x agents``): vLLM caches adapters by id, so a new version is a
+  new id and can never be served from a cached older copy; the previous version is removed from the engine.
+  :attr:`VllmEngine.sync_seconds` and :attr:`VllmEngine.syncs` count what that costs.
+* **Generation never uses weights other than the trainer's current ones without saying so.** After the sync
+  (:attr:`VllmEngine.auto_sync`; off, a changed adapter is an error instead of an export), :meth:`VllmEngine.check`
+  ends the call with a one-line error unless, for every requested agent, vLLM holds (``list_loras``) the
+  version exported from the agent's current weights: a missing or stale adapter never falls back to the base.
+  Every :class:`~collab.policy.sampling.Completion` records the ``adapter_version`` that sampled it (and so do
+  the rollout's decisions and transitions); :meth:`VllmEngine.metrics` logs each agent's version.
+* **Agreement is measured on every rollout.** For agents that sample without top-p or top-k truncation, vLLM
+  reports the log-prob of each sampled token under the distribution it sampled from (``logprobs_mode =
+  processed_logprobs``: after the temperature and the action vocabulary, as the trainer's), kept as
+  :attr:`VllmCompletion.engine_logprobs`; ``engine/logprob_gap`` logs the largest :func:`logprob_gap` against
+  the trainer's. A stale or wrong adapter shows up there as a gap of the size of an update (docs/engines.md).
+  A truncated agent's vLLM log-probs are renormalised over the kept tokens, the trainer's are not: not compared.
 * **Behaviour log-probs are recomputed by the training model** (teacher-forced, no gradient, the
   shared-prompt forward of the update) instead of taken from vLLM: the engine's kernels round
   differently, and PPO/GRPO ratios ``pi / pi_old`` must be exactly 1 before the first step of an
@@ -117,6 +132,37 @@ def export_base(peft_model, tokenizer, folder: Path) -> Path:
     return folder
 
 
+@dataclass
+class VllmCompletion(Completion):
+    """A completion sampled by vLLM."""
+
+    engine_logprobs: list[float] | None = None
+    """The log-prob vLLM reported for each token (its processed distribution: temperature and action vocabulary
+    applied); ``None`` for an agent with top-p or top-k truncation, whose vLLM log-probs are renormalised over the
+    kept tokens and so not comparable with :attr:`logprobs`, the trainer's."""
+
+
+@dataclass
+class Synced:
+    """The adapter of one agent that vLLM holds."""
+
+    version: int
+    lora_id: int
+    folder: Path
+    state: tuple
+    """:meth:`VllmEngine.state` of the weights it was exported from."""
+
+
+def logprob_gap(engine: list[float], trainer: list[float]) -> float:
+    """How far vLLM's log-probs of a completion are from the trainer's: the largest difference relative to the
+    completion's largest log-prob magnitude, at least 1 nat (an absolute difference for near-certain tokens,
+    whose log-probs are rounding noise around 0)."""
+    if not trainer:
+        return 0.0
+    scale = max(1.0, max(abs(b) for b in trainer))
+    return max(abs(a - b) for a, b in zip(engine, trainer)) / scale
+
+
 class VllmEngine:
     """vLLM engines for an :class:`~collab.policy.team.AgentTeam` (see the module docstring)."""
 
@@ -133,9 +179,13 @@ class VllmEngine:
         self.folder = Path(tempfile.mkdtemp(prefix="collab-vllm-", dir=root))
         weakref.finalize(self, shutil.rmtree, self.folder, True)  # at exit at the latest: /dev/shm is memory
         self.llms = {}
-        self.exported: dict[int, tuple] = {}  # agent -> (fingerprint, lora id, folder)
-        self.requests: dict[int, object] = {}  # agent -> LoRARequest
-        self._next_id = 1
+        self.synced: dict[int, Synced] = {}
+        """Per agent, the adapter version vLLM holds."""
+        self.requests: dict[int, object] = {}  # agent -> its LoRARequest
+        self.auto_sync = True
+        """:meth:`generate` exports changed adapters first; ``False``: it raises on a stale one instead (for a caller
+        that syncs at points of its choosing with :meth:`sync`)."""
+        self._gap: float | None = None  # the largest logprob_gap since metrics() last read it
         self.syncs = 0
         """Adapters written to the engine so far."""
         self.sync_seconds = 0.0
@@ -147,7 +197,7 @@ class VllmEngine:
                     model=self._base_folder(team, key), enable_lora=True, max_loras=len(agents),
                     max_lora_rank=max(_lora_rank(team.specs[i].lora.r) for i in agents),
                     dtype=team.base_config.dtype, seed=team.base_config.seed, enable_prefix_caching=True,
-                    max_model_len=self.options.max_model_len,
+                    max_model_len=self.options.max_model_len, logprobs_mode="processed_logprobs",
                     gpu_memory_utilization=self.options.gpu_memory_utilization, enforce_eager=self.options.enforce_eager,
                     # CPU: a seeded request whose prefill is split over scheduler steps makes vLLM 0.32 rewind its
                     # generator's offset, which CPU generators lack (RuntimeError); whole prefills avoid it
@@ -169,38 +219,89 @@ class VllmEngine:
         """Identity and in-place version of every LoRA tensor of ``agent`` (changes with each update)."""
         return tuple((p.data_ptr(), p._version) for p in team.adapter_parameters(agent))
 
-    def sync(self, team) -> list[int]:
-        """Give the engine every adapter that changed since it last saw it; returns those agents."""
+    @staticmethod
+    def state(team, agent: int) -> tuple:
+        """What identifies ``agent``'s current weights: :meth:`fingerprint` and every LoRA tensor's norm. The norms
+        see writes that bypass the version counters (``p.data.copy_(...)``); the counters see updates too small
+        to move a float32 norm. One fused kernel and one transfer per agent."""
+        params = [p.detach() for p in team.adapter_parameters(agent)]
+        norms = torch.stack(torch._foreach_norm(params)).tolist() if params else []
+        return VllmEngine.fingerprint(team, agent), tuple(norms)
+
+    def sync(self, team, states: dict[int, tuple] | None = None) -> list[int]:
+        """Load into the engine the next version of every adapter that changed since it was last exported (or
+        that the engine no longer holds); returns those agents. ``states``: :meth:`state` of each agent, when the
+        caller has it already."""
         from vllm.lora.request import LoRARequest
 
         start = time.perf_counter()
+        loaded = {key: llm.llm_engine.list_loras() for key, llm in self.llms.items()}
         changed = []
         for agent in range(len(team)):
-            fp = self.fingerprint(team, agent)
-            previous = self.exported.get(agent)
-            if previous is not None and previous[0] == fp:
+            state = states[agent] if states else self.state(team, agent)
+            previous = self.synced.get(agent)
+            if previous is not None and previous.state == state and previous.lora_id in loaded[team.base_of[agent]]:
                 continue
-            lora_id, self._next_id = self._next_id, self._next_id + 1
-            folder = self.folder / f"{team.names[agent]}-{lora_id}"
+            version = 0 if previous is None else previous.version + 1
+            name = f"{team.names[agent]}-v{version}"
+            lora_id = 1 + agent + version * len(team)  # unique per (agent, version): vLLM never reuses a cached copy
+            folder = self.folder / name
             team.save_adapter(agent, folder)
-            self.requests[agent] = LoRARequest(f"{team.names[agent]}-{lora_id}", lora_id, str(folder))
-            if previous is not None:
-                self.llms[team.base_of[agent]].llm_engine.remove_lora(previous[1])
-                shutil.rmtree(previous[2], ignore_errors=True)
-            self.exported[agent] = (fp, lora_id, folder)
+            engine = self.llms[team.base_of[agent]].llm_engine
+            if previous is not None:  # first: the engine has one slot per agent
+                del self.synced[agent], self.requests[agent]
+                engine.remove_lora(previous.lora_id)
+                shutil.rmtree(previous.folder, ignore_errors=True)
+            request = LoRARequest(name, lora_id, str(folder))
+            if not engine.add_lora(request):  # loaded now: a bad adapter fails here, not mid-rollout
+                raise RuntimeError(f"vLLM did not load version {version} of {team.names[agent]}'s adapter from {folder}")
+            self.synced[agent] = Synced(version, lora_id, folder, state)
+            self.requests[agent] = request
             changed.append(agent)
         if changed:
             self.syncs += len(changed)
             self.sync_seconds += time.perf_counter() - start
         return changed
 
+    def check(self, team, agents, states: dict[int, tuple] | None = None) -> None:
+        """Raise unless vLLM holds, for each of ``agents``, the adapter version exported from its current weights."""
+        loaded = {key: llm.llm_engine.list_loras() for key, llm in self.llms.items()}
+        for agent in sorted(set(agents)):
+            name, held = team.names[agent], self.synced.get(agent)
+            if held is None:
+                raise RuntimeError(f"vLLM holds no adapter for {name}: call VllmEngine.sync(team) before generating "
+                                   "(it would otherwise sample from the base)")
+            if held.state != (states[agent] if states else self.state(team, agent)):
+                raise RuntimeError(f"vLLM holds version {held.version} of {name}'s adapter, but {name}'s weights "
+                                   "changed since: call VllmEngine.sync(team) before generating (auto_sync is off)")
+            if held.lora_id not in loaded[team.base_of[agent]]:
+                raise RuntimeError(f"vLLM no longer holds version {held.version} of {name}'s adapter "
+                                   f"(LoRA id {held.lora_id}); call VllmEngine.sync(team) again")
+
+    def metrics(self) -> dict[str, float]:
+        """Scalars for the rollout's log: adapter exports and their seconds so far, each agent's adapter version,
+        and the largest :func:`logprob_gap` since the last call (when some agent's were compared)."""
+        out = {"engine/adapter_syncs": float(self.syncs), "engine/sync_s": self.sync_seconds}
+        for agent, held in sorted(self.synced.items()):
+            out[f"engine/adapter_version/agent{agent}"] = float(held.version)
+        if self._gap is not None:
+            out["engine/logprob_gap"], self._gap = self._gap, None
+        return out
+
     # -- acting ------------------------------------------------------------------------------------
     def generate(self, team, requests: list[GenerationRequest], max_new_tokens: int) -> list[list[Completion]]:
-        """Sample ``request.n`` responses for every request (the contract of ``AgentTeam.generate``)."""
+        """Sample ``request.n`` responses for every request (the contract of ``AgentTeam.generate``), each with
+        the adapter version that sampled it."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        self.sync(team)
+        for r in requests:
+            if not (isinstance(r.agent, int) and 0 <= r.agent < len(team)):
+                raise UserError(f"a generation request names agent {r.agent!r}; the team's agents are 0-{len(team) - 1}")
+        states = {agent: self.state(team, agent) for agent in range(len(team))}
+        if self.auto_sync:
+            self.sync(team, states)
+        self.check(team, [r.agent for r in requests], states)
         results: list[list[Completion] | None] = [None] * len(requests)
         for key, llm in self.llms.items():
             mine = [i for i, r in enumerate(requests) if team.base_of[r.agent] == key]
@@ -218,6 +319,7 @@ class VllmEngine:
                     max_tokens=1 if choices is not None else (s.max_new_tokens or max_new_tokens),
                     seed=int(torch.randint(0, 2**62, ())), stop_token_ids=stop, detokenize=False,
                     allowed_token_ids=None if choices is None else choices.tolist(),
+                    logprobs=0 if _untruncated(s) else None,  # 0: the sampled token's only
                 ))
             preemption.check()  # between engine calls; inside one, the watchdog bounds the stop (collab.preemption)
             outs = llm.generate([TokensPrompt(prompt_token_ids=list(requests[i].prompt_ids)) for i in mine], params,
@@ -225,11 +327,17 @@ class VllmEngine:
             for i, out in zip(mine, outs):
                 r = requests[i]
                 choices = team.choice_ids[r.agent]
-                results[i] = [Completion(r.agent, list(r.prompt_ids), list(o.token_ids),
-                                         tokenizer.decode(list(o.token_ids), skip_special_tokens=True), [],
-                                         o.finish_reason == "stop" or (choices is not None and len(o.token_ids) > 0))
-                              for o in out.outputs]
-        rescore(team, [c for out in results for c in out])  # type: ignore[union-attr]
+                results[i] = [VllmCompletion(
+                    r.agent, list(r.prompt_ids), list(o.token_ids), tokenizer.decode(list(o.token_ids), skip_special_tokens=True),
+                    [], o.finish_reason == "stop" or (choices is not None and len(o.token_ids) > 0),
+                    adapter_version=self.synced[r.agent].version,
+                    engine_logprobs=None if o.logprobs is None else [pos[t].logprob for pos, t in zip(o.logprobs, o.token_ids)],
+                ) for o in out.outputs]
+        completions = [c for out in results for c in out]  # type: ignore[union-attr]
+        rescore(team, completions)
+        gaps = [logprob_gap(c.engine_logprobs, c.logprobs) for c in completions if c.engine_logprobs is not None]
+        if gaps:
+            self._gap = max(gaps + ([self._gap] if self._gap is not None else []))
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
@@ -260,6 +368,11 @@ def process_state_kept():
         torch.set_rng_state(states[2])
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
+
+
+def _untruncated(sampling) -> bool:
+    """Whether an agent samples from its whole (temperature-scaled) distribution: no top-p, no top-k."""
+    return sampling.top_p >= 1 and sampling.top_k <= 0
 
 
 def _lora_rank(r: int) -> int:

@@ -66,6 +66,8 @@ class Decision:
     group: int = -1
     """The history node it was drawn at (MAGRPO: siblings share it)."""
     text: str = ""
+    adapter_version: int | None = None
+    """The version of the member's adapter that sampled it (``Completion.adapter_version``; ``None``: the torch engine)."""
 
     @property
     def old_logprob(self) -> float:
@@ -208,7 +210,8 @@ def decisions(episodes: Sequence[Episode], rewards: Sequence[Tensor], member_of=
     ``rewards[e][t, a]`` (episode e's ``[T, A]`` table); ``member_of(t, a)``: the team member that acted
     (default: agent a)."""
     return [Decision(member_of(t, a) if member_of else a, a, t, list(c.prompt_ids), list(c.completion_ids),
-                     torch.tensor(c.logprobs, dtype=torch.float32), float(table[t, a]), text=c.text)
+                     torch.tensor(c.logprobs, dtype=torch.float32), float(table[t, a]), text=c.text,
+                     adapter_version=c.adapter_version)
             for ep, table in zip(episodes, rewards) for t, joint in enumerate(ep.completions) if t >= from_turn
             for a, c in enumerate(joint) if len(c.completion_ids)]
 

@@ -172,7 +172,8 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
                 for j, c in enumerate(node.samples[i]):
                     tokens += len(c.completion_ids)
                     samples.append(Decision(i, i, node.depth, c.prompt_ids, c.completion_ids, torch.tensor(c.logprobs),
-                                            returns=float(values[j]), group=group, text=c.text))
+                                            returns=float(values[j]), group=group, text=c.text,
+                                            adapter_version=c.adapter_version))
                 group += 1
                 for reward in node.rewards:
                     scalars[f"reward/turn{node.depth}/agent{i}"].append(reward[i])

@@ -5,10 +5,12 @@ exactly one line on stderr (``error: ...``) naming the option and what would be 
 traceback, and nothing written over (a checkpoint or log already there stays as it was). This module
 holds the parts of it that are not a single ``require`` next to an option:
 
-- :func:`hold_logs` / :func:`release_logs`: Lightning's start-up messages ("Seed set to 0", "GPU
-  available: ...", the model summary) and the warnings shown meanwhile are kept back until the run
-  really starts (``on_fit_start``, after the team is built and a checkpoint restored); a bad input
-  found before then discards them;
+- :func:`command_output` / :func:`hold_logs` / :func:`release_logs`: Lightning's start-up messages and
+  the warnings shown meanwhile are kept back until the run really starts (``on_fit_start``, after the
+  team is built and a checkpoint restored); a bad input found before then discards them. When stdout
+  is not a terminal, Lightning's information lines ("GPU available: ...", "LOCAL_RANK: ...") and
+  transformers' progress bars are not shown at all: a log holds collab's own lines;
+- :func:`ignore_library_warnings`: the few warnings that a library raises about its own code;
 - :func:`parser_error`: jsonargparse's multi-line reports (a value of the wrong type, a Union that
   does not validate, malformed YAML) as one line that keeps the reason;
 - :class:`CheckedCLI`: the ``LightningCLI`` checks of the trainer options (``max_steps``, an
@@ -22,7 +24,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+import sys
+import warnings
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,9 @@ class _Hold(logging.Handler):
 _held: tuple[_Hold, list[tuple[logging.Logger, list[logging.Handler], bool]], Any] | None = None
 _requested = False
 _notes: list[str] = []
+_undo: list[Callable[[], None]] = []
+"""What :func:`hold_logs` changed for the whole command (logger levels, progress bars), put back by
+:func:`command_output`."""
 
 
 def note(line: str) -> None:
@@ -72,15 +80,59 @@ def request_hold() -> None:
     _requested = True
 
 
+@contextmanager
+def command_output():
+    """Around a command-line entry (``collab.fit``, ``collab.evaluate``): Lightning's start-up messages held
+    (:func:`hold_logs`, from ``build_cli`` on), and on exit everything put back as it was, so that a notebook or
+    a test that calls ``main`` goes on with Lightning's and transformers' own settings."""
+    request_hold()
+    try:
+        yield
+    finally:
+        release_logs()
+        while _undo:
+            _undo.pop()()
+
+
+class _NoTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:  # Lightning advertises its cloud logger at every start
+        return "litlogger" not in record.getMessage()
+
+
+def _plain_output() -> None:
+    """A command's settings of the libraries' own output, each undone by :func:`command_output`: no
+    advertisement of Lightning's cloud logger (collab logs to TensorBoard) nor bitsandbytes' notices; and when
+    stdout is not a terminal (a cluster job, a CI log, a pipe), no information lines from Lightning ("GPU
+    available: False, used: False", "TPU available", "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES", "Seed set to 0",
+    "`Trainer.fit` stopped") and no progress bars from transformers ("Loading weights"): the log holds collab's
+    own lines (the configs read, each rollout's line, the results) and the libraries' warnings."""
+    rank_zero, bnb = logging.getLogger("lightning.pytorch.utilities.rank_zero"), logging.getLogger("bitsandbytes")
+    tip, level = _NoTip(), bnb.level
+    rank_zero.addFilter(tip)
+    bnb.setLevel(logging.ERROR)
+    _undo.extend([lambda: rank_zero.removeFilter(tip), lambda: bnb.setLevel(level)])
+    if sys.stdout.isatty():
+        return
+    for name in _LIGHTNING_LOGGERS:  # Lightning's import set them to INFO: after it, their warnings only
+        logger = logging.getLogger(name)
+        _undo.append(lambda logger=logger, level=logger.level: logger.setLevel(level))
+        logger.setLevel(logging.WARNING)
+    from transformers.utils import logging as transformers_logging  # imported already: build_cli loaded the algos
+
+    if transformers_logging.is_progress_bar_enabled():
+        transformers_logging.disable_progress_bar()
+        _undo.append(transformers_logging.enable_progress_bar)
+
+
 def hold_logs() -> None:
     """When :func:`request_hold` was called: keep Lightning's log messages and the warnings shown
-    meanwhile (``No seed found``...) back, in order, until :func:`release_logs`. Call it after
-    Lightning is imported (its import gives its loggers their handlers)."""
+    meanwhile (``No seed found``...) back, in order, until :func:`release_logs`, and set the libraries'
+    output for the command (:func:`_plain_output`). Call it after Lightning is imported (its import gives
+    its loggers their handlers and levels)."""
     global _held
     if _held is not None or not _requested:
         return
-    import warnings
-
+    _plain_output()
     hold, saved = _Hold(), []
     show_warning = warnings.showwarning
 
@@ -112,8 +164,6 @@ def release_logs(show: bool = True) -> None:
         print("\n".join(notes), file=sys.stderr, flush=True)
     if _held is None:
         return
-    import warnings
-
     (hold, saved, show_warning), _held = _held, None
     for logger, handlers, propagate in saved:
         logger.removeHandler(hold)
@@ -352,6 +402,42 @@ def check_trainer(config) -> None:
                             f"available here: {', '.join(available)}")
 
 
+# -- the libraries' warnings about their own code ------------------------------------------------------
+LIBRARY_WARNINGS = (
+    # peft's PeftModel reads transformers' deprecated property (peft 0.21 with transformers 5.2x); peft's call, and
+    # the warning names no caller
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated", r"transformers\.modeling_utils"),
+    # Lightning 2.6 builds torch's LeafSpec, which torch deprecates (2.13 here), for every dataloader of every fit
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"lightning\.pytorch\.utilities\._pytree"),
+    # training_step(dataloader_iter) is collab's choice: nothing is fetched ahead, so a rollout's tasks are drawn
+    # when it starts and a checkpoint's task stream is where the run is (collab.rollout.datamodule); Lightning
+    # warns at every fit that the signature is experimental
+    (UserWarning, r"You are using the `dataloader_iter` step flavor",
+     r"lightning\.pytorch\.trainer\.configuration_validator"),
+    (UserWarning, r"Found `dataloader_iter` argument in the `training_step`", r"lightning\.pytorch\.loops\.utilities"),
+    # ... and, on a machine with 3 or more cores per device, that its DataLoader has no worker processes: the
+    # tasks are drawn in the process whose task stream the checkpoint holds. (A plain iterable instead of the
+    # DataLoader would not be checked, but iterating a DataLoader draws a seed from torch's generator, so every
+    # run's sampling would change: the quick start's first rollout reward 0.25 -> 0.125.)
+    (UserWarning, r"The 'train_dataloader' does not have many workers",
+     r"lightning\.pytorch\.trainer\.connectors\.data_connector"),
+    # LightningCLI 2.6 calls jsonargparse's methods deprecated in 4.49 (add_instantiator, instantiate_classes,
+    # dump's skip_none), and jsonargparse adds a notice of how it counts them
+    (DeprecationWarning, r"\s*(By default only one JsonargparseDeprecationWarning|``ArgumentParser\.add_instantiator`` "
+                         r"was deprecated|``instantiate_classes`` was deprecated|skip_none parameter was deprecated)",
+     r"lightning\.pytorch\.cli"),
+)
+"""(category, message, module) of each warning that a library raises about its own code, or about a design of
+collab's that is on purpose: nothing a user of collab can act on. Each matches one message raised from one
+library module, so the same message from anywhere else (collab's own code, a user's) still shows."""
+
+
+def ignore_library_warnings() -> None:
+    """Ignore :data:`LIBRARY_WARNINGS` (``import collab`` does; adding them again changes nothing)."""
+    for category, message, module in LIBRARY_WARNINGS:
+        warnings.filterwarnings("ignore", message, category, module)
+
+
 def _lightning_cli():
     from lightning.pytorch.cli import LightningCLI
 
@@ -359,6 +445,11 @@ def _lightning_cli():
         """``LightningCLI`` with collab's checks: the trainer options before the Trainer is built (no
         traceback from its constructor), Lightning's configuration errors as one line, and Lightning's
         start-up messages shown when the run starts (:func:`release_callback`)."""
+
+        def parse_arguments(self, parser, args) -> None:
+            # Lightning warns when both ``args`` and a command line are given, against a mix-up: collab's entries
+            # always pass ``args`` (the packaged configs' --config, then the command line), read from sys.argv
+            self.config = parser.parse_args(args)
 
         def before_instantiate_classes(self) -> None:
             super().before_instantiate_classes()

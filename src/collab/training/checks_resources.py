@@ -131,10 +131,12 @@ def check_fits(launch: Launch, machine: Machine) -> None:
                     f"at most {fit} fit here (--trainer.devices {fit}), or add machines with --trainer.num_nodes")
 
 
-def check_launch(trainer, base, agents: int = 2) -> None:
+def check_launch(trainer, base, agents: int | list[str | None] = 2) -> None:
     """:func:`check_fits` for a Lightning ``trainer`` about to start its processes, each loading ``base``
     (a :class:`~collab.policy.models.BaseConfig`) for ``agents`` agents (the roles' default when the config
-    names none: 2). Only where this process launches the others (Lightning's own launchers)."""
+    names none: 2), or, when ``agents`` lists each agent's own base (``None``: ``base.name``), every distinct
+    base of a mixed team with its agents (each process loads all of them). Only where this process launches
+    the others (Lightning's own launchers)."""
     strategy = trainer.strategy
     launcher = getattr(strategy, "launcher", None)
     environment = getattr(strategy, "cluster_environment", None)
@@ -142,6 +144,16 @@ def check_launch(trainer, base, agents: int = 2) -> None:
         return
     accelerator = "cpu" if type(trainer.accelerator).__name__ == "CPUAccelerator" else (
         "gpu" if type(trainer.accelerator).__name__ == "CUDAAccelerator" else "other")
-    params = base_parameters(base.name)
-    estimate = process_bytes(params, base_bytes_per_param(base.dtype, base.quantization), agents) if params else None
-    check_fits(Launch(trainer.num_devices, accelerator, estimate), this_machine())
+    check_fits(Launch(trainer.num_devices, accelerator, team_process_bytes(base, agents)), this_machine())
+
+
+def team_process_bytes(base, agents: int | list[str | None] = 2) -> int | None:
+    """:func:`process_bytes` of a team (arguments as :func:`check_launch`'s): each distinct base once, with its own
+    agents' adapters, and one overhead; None when some base's size is not at hand."""
+    names = [name or base.name for name in agents] if isinstance(agents, list) else [base.name] * agents
+    per_param = base_bytes_per_param(base.dtype, base.quantization)
+    counts = {name: base_parameters(name) for name in dict.fromkeys(names)}
+    if not all(counts.values()):
+        return None
+    return OVERHEAD_BYTES + sum(process_bytes(params, per_param, names.count(name), overhead=0)
+                                for name, params in counts.items())

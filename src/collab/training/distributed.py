@@ -259,6 +259,6 @@ def prepare_processes(trainer, module, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
     collective one line (:func:`timeout_callback`)."""
     from collab.training.checks_resources import check_launch
 
-    check_launch(trainer, module.base, len(module.agent_specs or ()) or 2)
+    check_launch(trainer, module.base, [spec.base for spec in module.agent_specs] if module.agent_specs else 2)
     set_timeout(trainer.strategy, timeout_s)
     trainer.callbacks.insert(0, timeout_callback(timeout_s))

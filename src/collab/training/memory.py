@@ -73,12 +73,16 @@ def saved_for_backward(fn):
 
 def bytes_per_token(team) -> float:
     """Bytes saved for the backward per token of the agents' log-probs forward, measured on a probe sequence
-    (nothing is trained: the graph is dropped unused)."""
+    (nothing is trained: the graph is dropped unused); in a team of several bases, the largest base's (one
+    probe through the first agent on each)."""
     half = PROBE_TOKENS // 2
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
-    seen, _ = saved_for_backward(lambda: team.logprobs(0, [prompt], [completion]))
     weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
-    return sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS
+    per_base = []
+    for agent in [team.base_of.index(key) for key in dict.fromkeys(team.base_of)]:
+        seen, _ = saved_for_backward(lambda: team.logprobs(agent, [prompt], [completion]))
+        per_base.append(sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS)
+    return max(per_base)
 
 
 def auto_tokens(team, device: torch.device, memory_gb: float | None) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""Coding collaboration: an auxiliary and a main coder solve a problem together (CoLLM, 5.1, E.2, F.2).
+r"""Coding collaboration: an auxiliary and a main coder solve a problem together (CoLLM, 5.1, E.2, F.2).
 
 The auxiliary agent writes a helper ``aux(...)``; the main agent writes the problem's entry point and
 may call ``aux``. Their code is cleaned (:mod:`~collab.envs.coding.static`), concatenated after the

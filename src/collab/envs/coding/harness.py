@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collab.envs.coding.tasks import display
+from collab.envs.coding.tasks import display, parse_tests
 from collab.sandbox import Limits, Pool, Result
 
 __all__ = ["TestReport", "diagnose", "run_many", "run_task_tests", "test_program"]
@@ -121,7 +121,7 @@ def test_program(task: dict[str, Any], code: str, i: int) -> str:
     """The program for test ``i``: prelude, imports, helpers, ``code``, setup, then test ``i`` in a
     ``check(candidate)`` function called with the entry point, its asserts rewritten (module docstring)."""
     block = task["tests"][i]
-    stmts = ast.parse(block).body
+    stmts = parse_tests(block).body
     sources: list[str] = []
     check = ast.parse("def _collab_check(candidate):\n    pass\n").body[0]
     check.body = _instrument(stmts, block, sources)
@@ -268,7 +268,7 @@ def _fail_block(stderr: str) -> str | None:
 
 
 def _last_statement(test: str) -> str:
-    body = ast.parse(test).body
+    body = parse_tests(test).body
     return display(test, body[-1]) if body else test
 
 

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The GPU path checked in one command, on a machine with a CUDA GPU:
+#
+#   bash scripts/gpu_check.sh [--out REPORT.md] [--quick] [--cpu-smoke]
+#
+# 1. Installs what is missing, offline-tolerantly: collab itself (pip install -e . --no-deps; where even that
+#    fails, PYTHONPATH=src), collab's requirements that do not import, and the optional bitsandbytes (QLoRA)
+#    and vllm (the vLLM engine). Each from the wheels in $COLLAB_WHEELS when set (pip --no-index --find-links),
+#    else from the package index when it answers. torch is held at the installed build (a package that needs
+#    another torch is not installed, rather than replacing the CUDA build). What could not be installed is
+#    listed in the report with pip's reason; nothing here stops the run.
+# 2. Runs the GPU tests: pytest -m gpu (tests/policy/test_gpu.py).
+# 3. Runs benchmarks/gpu_check.py (a Qwen2-1.5B-shaped team with random weights, bf16: rollout tokens/s against
+#    HF generate, a MAGRPO and a MARFT-A step, QLoRA, vLLM, the largest base that fits), which writes the
+#    markdown report (default gpu_check.md): device, versions, date, the set-up notes, the tests' summary,
+#    every figure, and a "Could not run" list with the reasons.
+#
+# --quick: less of each benchmark part. --cpu-smoke: no GPU needed and nothing installed: the benchmark's logic
+# at a tiny shape on the CPU (its figures are not measurements).
+# Exit status: 0 when the GPU tests passed and every benchmark part that could run did; 1 otherwise; 2 on bad
+# options, or without CUDA outside --cpu-smoke. $PYTHON picks the interpreter (default python3).
+set -uo pipefail
+PY=${PYTHON:-python3}
+REPORT=gpu_check.md
+ARGS=()
+SMOKE=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --out)
+            [ $# -ge 2 ] || { echo "error: --out needs a file name (e.g. --out gpu_check.md)" >&2; exit 2; }
+            REPORT=$2; shift 2 ;;
+        --quick) ARGS+=(--quick); shift ;;
+        --cpu-smoke|--dry-run) ARGS+=(--cpu-smoke); SMOKE=1; shift ;;
+        -h|--help) sed -n '2,21p' "$0" | cut -c3-; exit 0 ;;
+        *) echo "error: unknown option $1; valid: --out REPORT.md, --quick, --cpu-smoke" >&2; exit 2 ;;
+    esac
+done
+case $REPORT in /*) ;; *) REPORT=$PWD/$REPORT ;; esac  # relative to where it was called from
+case ${COLLAB_WHEELS:-/} in /*) ;; *) COLLAB_WHEELS=$PWD/$COLLAB_WHEELS ;; esac
+cd "$(dirname "$0")/.." || exit 2
+HERE=$(pwd -P)
+
+if ! read -r TORCH CUDA < <("$PY" -c "import torch; print(torch.__version__, int(torch.cuda.is_available()))" 2>/dev/null)
+then
+    echo "error: $PY cannot import torch; install the torch build for this machine's CUDA first (docs/install.md)" >&2
+    exit 2
+fi
+if [ $SMOKE = 0 ] && [ "$CUDA" != 1 ]; then
+    echo "error: torch $TORCH sees no CUDA device here; run on a GPU machine, or pass --cpu-smoke" >&2
+    exit 2
+fi
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+NOTES=$WORK/setup.md
+: > "$NOTES"
+note() { echo "- $*" >> "$NOTES"; echo "gpu_check: $*" >&2; }
+echo "torch==$TORCH" > "$WORK/constraints.txt"
+note "torch $TORCH (held at this build by every install below)"
+
+pip_try() {  # pip_try LABEL PIP-OPTIONS... SPEC; on failure appends "LABEL: pip's last error line; " to $WORK/why
+    local label=$1
+    shift
+    timeout 600 "$PY" -m pip install -q --disable-pip-version-check -c "$WORK/constraints.txt" "$@" > "$WORK/pip.log" 2>&1 \
+        && return 0
+    echo -n "$label: $(grep -E 'ERROR|[Ee]rror' "$WORK/pip.log" | tail -n 1 | cut -c1-200); " >> "$WORK/why"
+    return 1
+}
+pip_install() {  # pip_install SPEC: from $COLLAB_WHEELS when set, else (or then) from the package index
+    : > "$WORK/why"
+    if [ -n "${COLLAB_WHEELS:-}" ]; then
+        pip_try "wheels in $COLLAB_WHEELS" --no-index --find-links "$COLLAB_WHEELS" "$1" && return 0
+    fi
+    pip_try "package index" --timeout 15 --retries 1 "$1"
+}
+why() { sed 's/; $//' "$WORK/why"; }
+
+# 1. collab itself, from this checkout; then its requirements (setup.cfg's) and the optional packages
+WHERE=$("$PY" -c "import collab, os; print(os.path.realpath(os.path.dirname(collab.__file__)))" 2>/dev/null)
+if [ "$WHERE" = "$HERE/src/collab" ]; then
+    note "collab: imports from this checkout"
+elif [ -n "$WHERE" ]; then
+    export PYTHONPATH="$HERE/src${PYTHONPATH:+:$PYTHONPATH}"
+    note "collab: another copy imports from $WHERE; this checkout's is used (PYTHONPATH=src)"
+elif [ $SMOKE = 0 ] && "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . \
+        > "$WORK/pip.log" 2>&1; then
+    note "collab: installed from this checkout (pip install -e . --no-deps)"
+else
+    export PYTHONPATH="$HERE/src${PYTHONPATH:+:$PYTHONPATH}"
+    note "collab: not installed (pip install -e . skipped or failed); PYTHONPATH=src"
+fi
+
+REQUIREMENTS='
+import configparser, re
+config = configparser.ConfigParser()
+config.read("setup.cfg")
+for line in config["options"]["install_requires"].split("\n"):
+    spec = line.strip()
+    name = re.split(r"[\[<>=!~ ]", spec)[0]
+    if name and name not in ("torch", "bitsandbytes"):
+        print(spec, name.replace("-", "_"))
+print("bitsandbytes bitsandbytes")
+print("vllm vllm")
+'
+"$PY" -c "$REQUIREMENTS" > "$WORK/requirements"
+while read -r spec module <&3; do
+    if v=$("$PY" -c "import $module; print(getattr($module, '__version__', '?'))" 2>/dev/null); then
+        case $module in bitsandbytes|vllm) note "$module $v" ;; esac
+    elif [ $SMOKE = 1 ]; then
+        note "not installed: $spec (--cpu-smoke installs nothing)"
+    elif pip_install "$spec"; then
+        note "installed $spec"
+    else
+        note "not installed: $spec: $(why)"
+    fi
+done 3< "$WORK/requirements"
+
+# 2. the GPU tests
+mapfile -t TESTS < <(grep -rl --include='*.py' "pytest.mark.gpu" tests | sort)
+if "$PY" -c "import pytest" 2>/dev/null; then
+    "$PY" -m pytest -q -m gpu -p no:cacheprovider "${TESTS[@]}" > "$WORK/pytest.log" 2>&1
+    STATUS=$?
+    tail -n 3 "$WORK/pytest.log" >&2
+else
+    echo "pytest is not installed: the GPU tests did not run" > "$WORK/pytest.log"
+    STATUS=5
+fi
+
+# 3. the benchmark, which writes the report
+"$PY" benchmarks/gpu_check.py --out "$REPORT" --setup "$NOTES" --tests-log "$WORK/pytest.log" --tests-status "$STATUS" \
+    ${ARGS[@]+"${ARGS[@]}"}
+BENCH=$?
+echo "gpu_check: report in $REPORT (GPU tests: exit $STATUS; benchmark: exit $BENCH)" >&2
+[ "$STATUS" = 0 ] || exit 1
+exit "$BENCH"

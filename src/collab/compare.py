@@ -1,0 +1,253 @@
+"""``python -m collab.compare --algos A [B ...] --rollouts N | --tokens N [options] [config overrides]``.
+
+A grid of algorithms x envs x seeds trained at one budget, with the controls on the same eval split: the
+single-agent GRPO control (``grpo``: MAGRPO with one agent doing every role, the same budget) and the prompt
+baselines (``single``, ``parallel``, ``pipeline``, ``discussion``; untrained). Each run is one subprocess
+(:mod:`collab.evaluation.grid`: ``collab.fit``, or ``collab.evaluate --baseline``) with seed k as
+``--seed_everything k --data.seed k``; the overrides (``--model.base.name tiny --config small.yaml``) go to
+every run.
+
+    python -m collab.compare --algos magrpo ippo --envs writing --seeds 0 1 2 --rollouts 10
+    python -m collab.compare --algos magrpo --envs writing coding --seeds 0 1 --tokens 200000 --controls grpo single
+
+Options: ``--algos``, ``--envs`` (default writing), ``--seeds`` (default 0 1 2), ``--rollouts N`` or ``--tokens
+N`` (the budget of every training run: rollouts, or generated tokens), ``--controls`` (default all five;
+``--controls`` alone: none), ``--eval_samples`` (sampled episodes per eval task, default 2), ``--eval_tasks``
+(the first N eval tasks; default all), ``--tasks_per_batch`` (default 4), ``--output`` (default
+``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
+``--retry_failed`` (run the failed runs again).
+
+It writes under ``--output``: ``results.csv`` (one row per run: held-out score before and after, gain, budget
+used, wall time, generated tokens, peak memory), ``steps.csv`` (every logged metric of every trained run, per
+step and rollout), ``comparison.md`` (mean ± SE over seeds, the paired difference against ``grpo`` with a 95%
+confidence interval, wall time, tokens, peak memory; the budget stated), ``curves.png`` (the training reward
+against rollouts, mean and 95% band over seeds, one panel per env), ``compare.log`` (one plain line per run),
+``records/`` (a run's record: its presence means done) and ``cells/`` (each run's folder and log).
+
+Resumable: started again with the same options it skips every run with a record and runs the rest (a run
+killed midway restarts from scratch); more algos, envs or seeds extend the grid, other settings (budget,
+evaluation, overrides) are refused. Progress: ``run i of N`` with the time left, redrawn on a terminal, plain
+lines otherwise (and always in ``compare.log``). A bad grid (unknown algorithm or env, an algorithm that
+does not train on an env, a bad override) ends in one ``error:`` line, exit code 2, before any run starts.
+Exit code 1 when a run failed (its log named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from collab.errors import UserError
+from collab.evaluation import grid
+from collab.evaluation.grid import BASELINES, CONTROL, Cell, Settings
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line (a UserError), not argparse's usage block and exit
+        raise UserError(message.removeprefix("argument ") + " (python -m collab.compare --help: docs/evaluation.md)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m collab.compare", add_help=False)
+    p.add_argument("--algos", nargs="+", default=[])
+    p.add_argument("--envs", nargs="+", default=["writing"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--rollouts", type=int, default=None)
+    p.add_argument("--tokens", type=int, default=None)
+    p.add_argument("--controls", nargs="*", default=[CONTROL, *BASELINES])
+    p.add_argument("--eval_samples", type=int, default=2)
+    p.add_argument("--eval_tasks", type=int, default=None)
+    p.add_argument("--tasks_per_batch", type=int, default=4)
+    p.add_argument("--output", default="runs/compare")
+    p.add_argument("--max_runs", type=int, default=None)
+    p.add_argument("--retry_failed", action="store_true")
+    return p
+
+
+class Progress:
+    """``run i of N`` lines with the time left, to ``compare.log`` always and to stdout: redrawn in place on a
+    terminal (with the current run's elapsed time), one plain line each otherwise. The time left is the
+    remaining runs' mean wall time of their kind (trained or baseline) from the records so far."""
+
+    def __init__(self, log: Path, stream=None) -> None:
+        self.log, self.stream = log, stream or sys.stdout
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.walls: dict[str, list[float]] = {"train": [], "baseline": []}
+
+    def add(self, record: dict) -> None:
+        self.walls["baseline" if record["kind"] == "baseline" else "train"].append(float(record["wall_s"]))
+
+    def left(self, remaining: list[Cell]) -> str:
+        every = [w for ws in self.walls.values() for w in ws]
+        if not every:
+            return "time left unknown"
+        mean = {k: sum(ws) / len(ws) if ws else sum(every) / len(every) for k, ws in self.walls.items()}
+        seconds = sum(mean["baseline" if c.kind == "baseline" else "train"] for c in remaining)
+        return f"about {_clock(seconds)} left"
+
+    def line(self, text: str, transient: bool = False) -> None:
+        if not transient:
+            with self.log.open("a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+        if self.tty:
+            self.stream.write("\r\033[K" + text + ("" if transient else "\n"))
+            self.stream.flush()
+        elif not transient:
+            print(text, file=self.stream, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def check_settings(out: Path, settings: Settings) -> None:
+    """The grid's shared settings in ``<out>/grid.json``: written the first time, then they must not change
+    (the records would mix budgets or evaluations); the cells may."""
+    path = out / "grid.json"
+    mine = {"budget": settings.budget(), "eval_samples": settings.eval_samples, "eval_tasks": settings.eval_tasks,
+            "tasks_per_batch": settings.tasks_per_batch, "overrides": list(settings.overrides)}
+    if path.is_file():
+        theirs = json.loads(path.read_text())
+        changed = [k for k in mine if theirs.get(k) != mine[k]]
+        if changed:
+            raise UserError(f"{out} holds a grid with other settings ({', '.join(f'{k} {theirs.get(k)!r}' for k in changed)}, "
+                            f"now {', '.join(repr(mine[k]) for k in changed)}); give another --output or remove {out}")
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(mine, indent=1))
+
+
+def run(argv: list[str]) -> int:
+    options, overrides = parser().parse_known_args(argv)
+    settings = Settings(options.rollouts, options.tokens, options.eval_samples, options.eval_tasks,
+                        options.tasks_per_batch, tuple(overrides))
+    grid.check_names(options.algos, options.controls, options.envs, options.seeds, settings)
+    if options.max_runs is not None and options.max_runs < 0:
+        raise UserError(f"--max_runs must be >= 0, got {options.max_runs}")
+    cells = grid.plan(options.algos, options.controls, options.envs, options.seeds)
+    out = Path(options.output)
+    with tempfile.TemporaryDirectory() as tmp:  # every run built (not run) before the first starts
+        extra = grid.check_cells(cells, settings, Path(tmp))
+    from collab.training.checks import release_logs
+
+    release_logs(show=False)  # the builds' Lightning messages: not this command's
+    check_settings(out, settings)
+    progress = Progress(out / "compare.log")
+    records = {c: grid.read_record(out, c) for c in cells}
+    for record in records.values():
+        if record:
+            progress.add(record)
+    todo = [c for c in cells if records[c] is None or (options.retry_failed and records[c]["returncode"] != 0)]
+    progress.line(f"grid: {len(cells)} runs ({len(cells) - len(todo)} done before), budget {settings.budget()}, "
+                  f"output {out}")
+    started = 0
+    for i, cell in enumerate(cells, 1):
+        if cell not in todo:
+            code = records[cell]["returncode"]
+            progress.line(f"run {i} of {len(cells)}: {cell.name} " + ("done before" if code == 0 else
+                          f"failed before (exit {code}; --retry_failed runs it again)"))
+            continue
+        if options.max_runs is not None and started >= options.max_runs:
+            progress.line(f"stopped after {started} runs (--max_runs); {len(todo)} left: start again to finish")
+            break
+        started += 1
+        todo.remove(cell)
+        progress.line(f"run {i} of {len(cells)}: {cell.name} ({progress.left([cell, *todo])})")
+        record = _run_with_clock(progress, i, len(cells), cell, settings, out, extra[(cell.method, cell.env)], todo)
+        records[cell] = record
+        progress.add(record)
+        how = "done" if record["returncode"] == 0 else f"FAILED (exit {record['returncode']}, log {grid.cell_dir(out, cell) / 'log.txt'})"
+        progress.line(f"run {i} of {len(cells)}: {cell.name} {how} in {_clock(record['wall_s'])}, "
+                      f"held-out {_score(record)}; {progress.left(todo)}")
+    write_outputs(out, [r for r in (records[c] for c in cells) if r], settings)
+    failed = [c.name for c in cells if records[c] and records[c]["returncode"] != 0]
+    return 1 if failed else 0
+
+
+def _score(record: dict) -> str:
+    score = record.get("score")
+    return "n/a" if score is None else f"{score:.4f}"
+
+
+def _run_with_clock(progress: Progress, i: int, n: int, cell: Cell, settings: Settings, out: Path, extra, todo) -> dict:
+    """Run the cell; on a terminal redraw its line every second with the elapsed and the time left."""
+    import threading
+    from dataclasses import asdict
+
+    stop = threading.Event()
+    start = time.perf_counter()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            elapsed = time.perf_counter() - start
+            progress.line(f"run {i} of {n}: {cell.name} {_clock(elapsed)} ({progress.left([cell, *todo])})", transient=True)
+
+    clock = threading.Thread(target=tick, daemon=True)
+    if progress.tty:
+        clock.start()
+    try:
+        return asdict(grid.run_cell(cell, settings, out, extra))
+    finally:
+        stop.set()
+
+
+def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
+    """results.csv, steps.csv, comparison.md and curves.png from the records so far."""
+    from collab.evaluation import comparison
+
+    rows = comparison.result_rows(records)
+    comparison.write_csv(out / "results.csv", rows, comparison.RESULT_COLUMNS)
+    steps = []
+    for record in records:
+        if record.get("run_dir") and Path(record["run_dir"]).is_dir():
+            from collab.evaluation.analysis import read_scalars
+
+            steps += comparison.step_rows(record, read_scalars(record["run_dir"]))
+    comparison.write_csv(out / "steps.csv", steps, comparison.STEP_COLUMNS)
+    tasks = f"the first {settings.eval_tasks}" if settings.eval_tasks else "all"
+    evaluation = (f"{tasks} tasks of each env's eval split x {settings.eval_samples} sampled episodes, seed k for seed k; "
+                  "score: accuracy (solved) where the env reports it, else the episode return")
+    failed = [f"{r['method']}-{r['env']}-{r['seed']} (exit {r['returncode']})" for r in records if r["returncode"] != 0]
+    markdown = comparison.render_grid_markdown(comparison.summarize(rows), settings.budget(), evaluation, CONTROL, failed)
+    (out / "comparison.md").write_text(markdown)
+    figure = None
+    if steps:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        figure = comparison.grid_figure(steps)
+    if figure is not None:
+        figure.savefig(out / "curves.png", dpi=120, bbox_inches="tight")
+    print(markdown + f"\nwritten: {out / 'results.csv'}, {out / 'steps.csv'}, {out / 'comparison.md'}"
+          + (f", {out / 'curves.png'}" if figure is not None else ""), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from collab.fit import report_errors
+
+    code = [0]
+
+    def job() -> None:
+        code[0] = run(list(sys.argv[1:] if argv is None else argv))
+
+    def stop(signum, frame):  # SIGTERM: end the current run's subprocess (grid.run_cell), leave no record
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return report_errors(job) or code[0]
+    except KeyboardInterrupt:
+        print("stopped: the run in progress was ended and left no record; start the same command again to finish "
+              "the grid", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

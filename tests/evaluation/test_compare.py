@@ -1,0 +1,219 @@
+"""``python -m collab.compare``: a tiny grid end to end (outputs, resume, budget, the control's one agent), a bad
+grid refused in one line before anything runs, and the summary's statistics by hand.
+
+The grid (``tiny_grid`` in conftest.py) is MAGRPO, the grpo control and the parallel baseline on writing with
+seeds 0 and 1 at 2 rollouts: six subprocesses of the tiny model.
+"""
+
+import csv
+import math
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from tests.support.notebook_kernel import png_size
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# The tiny grid.
+
+def test_grid_resumes_and_redoes_nothing(tiny_grid):
+    first, second, third = tiny_grid.mtimes
+    assert tiny_grid.codes == [0, 0, 0]
+    assert list(first) == ["grpo-writing-0.json"]  # --max_runs 1: one run, then the outputs
+    assert any("stopped after 1 runs (--max_runs); 5 left" in line for line in tiny_grid.logs[0])
+    assert len(second) == 6 and second["grpo-writing-0.json"] == first["grpo-writing-0.json"]  # not redone
+    assert third == second  # the third start ran nothing
+    started = tiny_grid.logs[1][len(tiny_grid.logs[0]):]
+    assert any(line.endswith("run 1 of 6: grpo-writing-0 done before") for line in started)
+    assert sum(" done in " in line for line in started) == 5
+    last = tiny_grid.logs[2][len(tiny_grid.logs[1]):]
+    assert sum(line.endswith(" done before") for line in last) == 6 and not any(" done in " in line for line in last)
+    assert not (tiny_grid.out / "cells" / "magrpo-writing-0" / "stale.txt").exists()  # restarted from scratch
+
+
+def test_grid_results(tiny_grid):
+    rows = _rows(tiny_grid.out / "results.csv")
+    assert [(r["method"], r["kind"], r["seed"]) for r in rows] == [
+        (m, k, s) for s in "01" for m, k in (("grpo", "control"), ("magrpo", "algorithm"), ("parallel", "baseline"))]
+    for r in rows:
+        assert r["returncode"] == "0" and r["env"] == "writing"
+        assert (r["eval_problems"], r["eval_samples"]) == ("2", "2")  # the same eval split for every method
+        assert float(r["peak_rss_bytes"]) > 100 * 2**20 and float(r["wall_s"]) > 0
+        assert math.isfinite(float(r["score"]))
+        if r["kind"] == "baseline":
+            assert r["rollouts"] == r["tokens"] == r["run_dir"] == ""
+        else:  # the budget: 2 rollouts of 1 task, K = 2, 8 tokens per agent (the control: one agent, 16)
+            assert r["rollouts"] == r["steps"] == "2" and 0 < int(r["tokens"]) <= 2 * 2 * 16
+    steps = _rows(tiny_grid.out / "steps.csv")
+    assert {(r["method"], r["seed"]) for r in steps} == {("grpo", "0"), ("grpo", "1"), ("magrpo", "0"), ("magrpo", "1")}
+    for r in rows[:2] + rows[3:5]:
+        mine = [s for s in steps if (s["method"], s["seed"]) == (r["method"], r["seed"])]
+        assert sorted(s["rollout"] for s in mine if s["tag"] == "reward/return") == ["1", "2"]  # stopped by the budget
+        evals = {s["rollout"]: float(s["value"]) for s in mine if s["tag"] == "eval/score"}
+        assert set(evals) == {"0", "2"}  # before and after training
+        assert evals["2"] == pytest.approx(float(r["score"]), rel=1e-6, abs=1e-9)
+        assert evals["0"] == pytest.approx(float(r["before"]), rel=1e-6, abs=1e-9)
+        agents = {s["tag"] for s in mine if s["tag"].startswith("reward/turn0/agent")}
+        assert agents == ({"reward/turn0/agent0"} if r["method"] == "grpo" else {"reward/turn0/agent0", "reward/turn0/agent1"})
+
+
+def test_grid_table_and_curves(tiny_grid):
+    rows = _rows(tiny_grid.out / "results.csv")
+    score = {(r["method"], r["seed"]): float(r["score"]) for r in rows}
+    text = (tiny_grid.out / "comparison.md").read_text()
+    assert text.startswith("Budget: 2 rollouts per training run")
+    lines = {line.split(" | ")[0].removeprefix("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert {"grpo (control)", "magrpo", "parallel"} <= set(lines)
+    number = r"([-+]?\d+\.\d+)"
+    for method in ("magrpo", "parallel"):  # the paired difference, by hand (printed to 4 decimals)
+        diffs = [score[(method, s)] - score[("grpo", s)] for s in "01"]
+        mean = sum(diffs) / 2
+        half = 12.706 * abs(diffs[0] - diffs[1]) / 2  # t(0.975, 1) x sample std / sqrt(2)
+        found = re.search(rf"\| {number} \[{number}, {number}\] \|", lines[method])
+        assert [float(x) for x in found.groups()] == pytest.approx([mean, mean - half, mean + half], abs=6e-5)
+    found = re.search(rf"\| {number} ± {number} \(n=2\) \|", lines["magrpo"])
+    spread = abs(score[("magrpo", "0")] - score[("magrpo", "1")]) / 2  # SE of two values
+    assert [float(x) for x in found.groups()] == pytest.approx([(score[("magrpo", "0")] + score[("magrpo", "1")]) / 2, spread],
+                                                               abs=6e-5)
+    width, height = png_size(tiny_grid.out / "curves.png")
+    assert width > 300 and height > 200
+
+
+# A bad grid: one line, exit code 2, nothing run.
+
+@pytest.mark.parametrize("args, message", [
+    (["--algos", "nosuch", "--rollouts", "1"], "unknown algo 'nosuch'; valid: collm_cc"),
+    (["--algos", "maporl", "--envs", "writing", "--rollouts", "1"], "--algo maporl does not train on env 'writing'; it supports: debate"),
+    (["--algos", "magrpo", "--envs", "nowhere", "--rollouts", "1"], "unknown env 'nowhere'; valid: coding"),
+    (["--algos", "magrpo", "--controls", "solo", "--rollouts", "1"], "unknown control 'solo'; valid: discussion, grpo"),
+    (["--algos", "grpo", "--rollouts", "1"], "grpo is a control, not an algorithm: give it in --controls"),
+    (["--algos", "magrpo"], "give the budget: --rollouts N or --tokens N"),
+    (["--algos", "magrpo", "--rollouts", "1", "--tokens", "5"], "give the budget: --rollouts N or --tokens N"),
+    (["--algos", "magrpo", "--rollouts", "1", "--seeds", "0", "0"], "--seeds must be distinct"),
+    (["--algos", "magrpo", "--rollouts", "1", "--seed_everything", "3"], "--seed_everything is set by collab.compare"),
+    (["--algos", "magrpo", "--rollouts", "1", "--model.base.name", "tiny", "--model.nosuch", "1"], "nosuch"),
+])
+def test_bad_grid_is_one_line(tmp_path, capsys, args, message):
+    from collab.compare import main
+
+    out = tmp_path / "out"
+    assert main(args + ["--output", str(out), "--controls", "grpo"] * ("--controls" not in args)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()  # refused before anything ran or was written
+
+
+def test_changed_settings_are_refused(tiny_grid, capsys):
+    from collab.compare import main
+
+    assert main(["--algos", "magrpo", "--rollouts", "3", "--controls", "grpo", "--output", str(tiny_grid.out),
+                 "--model.base.name", "tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a grid with other settings" in err[0]
+
+
+# The statistics and the budget, by hand.
+
+def test_summary_pairs_seeds_against_the_control():
+    from collab.evaluation.comparison import render_grid_markdown, summarize
+
+    def row(method, seed, score, code=0, **more):
+        return {"method": method, "kind": "", "env": "writing", "seed": seed, "returncode": code, "score": score,
+                "wall_s": 10.0, "tokens": 100, "peak_rss_bytes": 2**30 * (1 + seed), **more}
+
+    rows = [row("grpo", 0, 0.5), row("grpo", 1, 0.6), row("grpo", 2, 0.7),
+            row("magrpo", 0, 0.6), row("magrpo", 1, 0.9), row("magrpo", 2, 0.8), row("magrpo", 3, 0.0),  # seed 3: unpaired
+            row("ippo", 0, None, code=1), row("ippo", 1, 0.4)]
+    by = {e["method"]: e for e in summarize(rows)}
+    m = by["magrpo"]
+    assert m["n"] == 4 and m["pairs"] == 3 and m["failed"] == 0
+    diffs = [0.1, 0.3, 0.1]
+    sd = math.sqrt(sum((d - sum(diffs) / 3) ** 2 for d in diffs) / 2)
+    assert m["diff"] == pytest.approx(sum(diffs) / 3)
+    assert m["diff_high"] - m["diff"] == pytest.approx(4.303 * sd / math.sqrt(3))  # t(0.975, 2)
+    assert m["score"] == pytest.approx(2.3 / 4) and m["peak_rss_bytes"] == 4 * 2**30
+    i = by["ippo"]
+    assert (i["n"], i["failed"], i["pairs"], i["diff"], i["diff_low"]) == (1, 1, 1, pytest.approx(-0.2), None)
+    assert by["grpo"]["diff"] is None and [e["method"] for e in summarize(rows)] == ["grpo", "magrpo", "ippo"]
+    text = render_grid_markdown(summarize(rows), "3 rollouts", "2 tasks", failed=["ippo-writing-0 (exit 1)"])
+    assert "| ippo | 0.4000 (n=1) | -0.2000 (1 seed) | 10 s | 100 | 2.00 GiB |" in text
+    assert text.startswith("Budget: 3 rollouts per training run") and "Failed runs (left out): ippo-writing-0" in text
+
+
+def test_budget_stops_at_rollouts_or_tokens():
+    import torch
+
+    from collab.errors import UserError
+    from collab.evaluation.grid import Budget
+
+    trainer = SimpleNamespace(callback_metrics={"rollout/tokens": torch.tensor(30.0)}, world_size=2, should_stop=False)
+    tokens = Budget(tokens=100)
+    for expected in (False, True):  # 60 then 120 tokens (30 per process, 2 processes)
+        tokens.on_train_batch_end(trainer, None, None, None, 0)
+        assert trainer.should_stop is expected
+    trainer.should_stop = False
+    rollouts = Budget(rollouts=3)
+    for expected in (False, False, True):
+        rollouts.on_train_batch_end(trainer, None, None, None, 0)
+        assert trainer.should_stop is expected
+    with pytest.raises(UserError):
+        Budget(rollouts=1, tokens=1)
+
+
+def test_plan_orders_and_dedupes():
+    from collab.evaluation.grid import Cell, plan
+
+    cells = plan(["magrpo", "ippo", "magrpo"], ["single", "grpo"], ["writing", "writing"], [0, 1])
+    assert [c.name for c in cells[:4]] == ["grpo-writing-0", "magrpo-writing-0", "ippo-writing-0", "single-writing-0"]
+    assert len(cells) == 8 and cells[4] == Cell("grpo", "writing", 1)
+    assert [c.kind for c in cells[:4]] == ["control", "algorithm", "algorithm", "baseline"]
+
+
+def test_one_agent_control_takes_the_summed_length():
+    from collab.evaluation.grid import one_agent
+
+    agents = [{"role": "a", "lora": {"r": 4}, "sampling": {"temperature": 0.7, "max_new_tokens": 8}},
+              {"role": "b", "lora": {"r": 8}, "sampling": {"temperature": 0.9, "max_new_tokens": 24}}]
+    option, value = one_agent(agents)
+    import json
+
+    assert option == "--model.agents"
+    assert json.loads(value) == [{"lora": {"r": 4}, "sampling": {"temperature": 0.7, "max_new_tokens": 32}}]
+    agents[1]["sampling"]["max_new_tokens"] = None
+    assert json.loads(one_agent(agents)[1])[0]["sampling"]["max_new_tokens"] is None
+    assert one_agent(None) == []
+
+
+def test_progress_lines(tmp_path):
+    """On a terminal the running line is redrawn in place and kept out of the log; otherwise plain lines only."""
+    import io
+
+    from collab.compare import Progress
+    from collab.evaluation.grid import Cell
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream in (Terminal(), io.StringIO()):
+        log = tmp_path / f"{type(stream).__name__}.log"
+        progress = Progress(log, stream)
+        assert progress.left([Cell("magrpo", "writing", 0)]) == "time left unknown"
+        progress.add({"kind": "algorithm", "wall_s": 90.0})
+        progress.add({"kind": "baseline", "wall_s": 10.0})
+        cells = [Cell("magrpo", "writing", 1), Cell("grpo", "writing", 1), Cell("single", "writing", 1)]
+        assert progress.left(cells) == "about 3:10 left"  # two trained runs of 90 s, a baseline of 10 s
+        progress.line("run 2 of 4: magrpo-writing-1 0:05 (about 3:10 left)", transient=True)
+        progress.line("run 2 of 4: magrpo-writing-1 done in 1:30")
+        assert log.read_text().count("\n") == 1 and log.read_text().endswith("run 2 of 4: magrpo-writing-1 done in 1:30\n")
+        if stream.isatty():
+            assert stream.getvalue() == ("\r\033[Krun 2 of 4: magrpo-writing-1 0:05 (about 3:10 left)"
+                                         "\r\033[Krun 2 of 4: magrpo-writing-1 done in 1:30\n")
+        else:
+            assert stream.getvalue() == "run 2 of 4: magrpo-writing-1 done in 1:30\n"
