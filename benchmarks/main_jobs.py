@@ -23,32 +23,10 @@ import threading
 import time
 from pathlib import Path
 
+from collab.evaluation.grid import tree_rss  # resident bytes of a process and its children
+
 ALGOS = ["magrpo", "collm_cc", "collm_dc", "ippo", "maporl", "marft_a", "marft_t"]
 CAP_GIB = 3.0
-
-
-def tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and every process below it."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    tree, frontier = {root}, [root]
-    while frontier:
-        frontier = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
-        tree.update(frontier)
-    total = 0
-    for pid in tree:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
-        except (OSError, StopIteration):
-            pass
-    return total
 
 
 def run(algo: str, extra: list[str], root: Path) -> dict:
