@@ -19,11 +19,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from collab.evaluation.grid import tree_rss  # resident bytes of a process and its children
+from collab.evaluation.grid import TreePeak, tree_rss  # resident bytes of a process and its children
 
 ALGOS = ["magrpo", "collm_cc", "collm_dc", "ippo", "maporl", "marft_a", "marft_t"]
 CAP_GIB = 3.0
@@ -33,21 +32,12 @@ def run(algo: str, extra: list[str], root: Path) -> dict:
     cmd = [sys.executable, "-m", "collab.fit", "--algo", algo, "--trainer.default_root_dir", str(root), *extra]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = [0]
-
-    def sample() -> None:
-        while proc.poll() is None:
-            peak[0] = max(peak[0], tree_rss(proc.pid))
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, _ = proc.communicate()
-    sampler.join()
+    with TreePeak(proc) as peak:
+        out, _ = proc.communicate()
     seconds = time.perf_counter() - start
     held = re.search(r"held-out .*?: before (.*?), after (.*?), gain (.*)", out)
     micro = re.search(r"micro-batches: (\d+) padded tokens", out)
-    return {"algo": algo, "rc": proc.returncode, "seconds": seconds, "tree_gib": peak[0] / 2**30,
+    return {"algo": algo, "rc": proc.returncode, "seconds": seconds, "tree_gib": peak.bytes / 2**30,
             "micro": micro.group(1) if micro else "-",
             "held_out": " / ".join(held.groups()) if held else "-", "tail": out[-2000:] if proc.returncode else ""}
 

@@ -289,6 +289,28 @@ def tree_rss(root: int) -> int:
     return total
 
 
+class TreePeak:
+    """``with TreePeak(proc) as peak:`` samples the resident bytes of ``proc`` (a ``Popen``) and its children every
+    ``every`` seconds in a thread while the process runs; ``peak.bytes`` is the largest sum seen. The block should end
+    with the process (``wait``/``communicate``): leaving it joins the sampler."""
+
+    def __init__(self, proc, every: float = 0.05) -> None:
+        self.proc, self.every, self.bytes = proc, every, 0
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while self.proc.poll() is None:
+            self.bytes = max(self.bytes, tree_rss(self.proc.pid))
+            time.sleep(self.every)
+
+    def __enter__(self) -> "TreePeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._thread.join()
+
+
 @dataclass
 class Record:
     """What a cell left: how it ended, its cost and its held-out figures (``score`` after training)."""
@@ -329,24 +351,15 @@ def run_cell(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> Rec
     start = time.perf_counter()
     with open(folder / "log.txt", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
-        peak = [0]
-
-        def sample() -> None:
-            while proc.poll() is None:
-                peak[0] = max(peak[0], tree_rss(proc.pid))
-                time.sleep(0.05)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            proc.wait()
-        except BaseException:  # Ctrl-C or SIGTERM of the grid: stop the cell too, leave no record
-            proc.terminate()
-            proc.wait()
-            raise
-        sampler.join()
+        with TreePeak(proc) as peak:
+            try:
+                proc.wait()
+            except BaseException:  # Ctrl-C or SIGTERM of the grid: stop the cell too, leave no record
+                proc.terminate()
+                proc.wait()
+                raise
     record = Record(cell.method, cell.kind, cell.env, cell.seed, proc.returncode, time.perf_counter() - start,
-                    peak[0], cmd)
+                    peak.bytes, cmd)
     fill(record, folder)
     from collab.training.resume import atomic_write_text
 
