@@ -162,7 +162,7 @@ class Critics(nn.Module):
         from peft import get_peft_model
 
         from collab.policy.models import BaseConfig, load_model, load_tokenizer
-        from collab.policy.team import lora_config, model_layers
+        from collab.policy.targets import lora_config, model_layers
 
         spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")

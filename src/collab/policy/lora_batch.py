@@ -92,7 +92,7 @@ def _concatenated(layer, row_adapters: list[str]):
 def _unflatten(x: torch.Tensor, rows: int) -> torch.Tensor:
     """``(rows * tokens, in)`` back to ``(rows, tokens, in)``: a mixture of experts' block runs its shared expert
     (Qwen2-MoE) on the batch's tokens flattened row by row. A layer that sees a subset of the tokens (an expert's)
-    has no row to take an adapter from: such layers are not adapted (:func:`collab.policy.team.lora_targets`)."""
+    has no row to take an adapter from: such layers are not adapted (:func:`collab.policy.targets.lora_targets`)."""
     if x.shape[0] % rows:
         raise RuntimeError(f"a LoRA layer got {x.shape[0]} token rows, not a multiple of the batch's {rows} rows: "
                            "a mixed-adapter batch cannot adapt a layer that sees some of the tokens (an expert's)")
