@@ -42,18 +42,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from collab.errors import UserError
+from collab.errors import OneLineParser, UserError
 from collab.evaluation import grid
 from collab.evaluation.grid import BASELINES, CONTROL, Cell, Settings
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line (a UserError), not argparse's usage block and exit
-        raise UserError(message.removeprefix("argument ") + " (python -m collab.compare --help: docs/evaluation.md)")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m collab.compare", add_help=False)
+    p = OneLineParser(prog="python -m collab.compare", add_help=False,
+                      hint="python -m collab.compare --help: docs/evaluation.md")
     p.add_argument("--algos", nargs="+", default=[])
     p.add_argument("--envs", nargs="+", default=["writing"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

@@ -7,6 +7,8 @@ code 2; no traceback. Everything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import argparse
+import re
 from collections.abc import Iterable
 
 
@@ -67,3 +69,20 @@ def class_from_path(path: str, base: type, option: str, builtins: Iterable[str])
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise UserError(f"{option} {path}: {name} is not a {base.__module__}.{base.__name__} subclass; {valid}")
     return cls
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for collab's commands (``collab.evaluate``, ``collab.export``, ``collab.compare``): a bad argument is
+    one :class:`UserError` line (for a bad number, what is expected; then ``hint``, e.g. where the options are
+    documented) instead of argparse's usage block and its own exit."""
+
+    def __init__(self, *args, hint: str = "", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hint = hint
+
+    def error(self, message: str):
+        message = message.removeprefix("argument ")
+        kind = re.search(r"invalid (int|float) value", message)
+        if kind:
+            message += f"; expected {'an integer' if kind.group(1) == 'int' else 'a number'}"
+        raise UserError(message + (f" ({self.hint})" if self.hint else ""))

@@ -31,23 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
-from collab.errors import UserError, require, unknown
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line (a UserError), not argparse's usage block and exit
-        message = message.removeprefix("argument ")
-        kind = re.search(r"invalid (int|float) value", message)
-        raise UserError(message + (f"; expected {'an integer' if kind.group(1) == 'int' else 'a number'}" if kind else ""))
+from collab.errors import OneLineParser, UserError, require, unknown
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m collab.evaluate", add_help=False)
+    p = OneLineParser(prog="python -m collab.evaluate", add_help=False)
     p.add_argument("--ckpt_path", default=None)
     p.add_argument("--adapters", default=None)
     p.add_argument("--num_samples", type=int, default=10)

@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from collab.errors import UserError, require
+from collab.errors import OneLineParser, UserError, require
 
 HUB_IDS = {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 """collab's names of embedded bases -> the hub id of the same model."""
@@ -45,9 +45,8 @@ EXAMPLE = "runs/magrpo/version_0"
 
 
 def _parser():
-    from collab.evaluate import _Parser  # argparse whose errors are one-line UserErrors
 
-    p = _Parser(prog="python -m collab.export", add_help=False)
+    p = OneLineParser(prog="python -m collab.export", add_help=False)
     p.add_argument("run_dir")
     p.add_argument("out")
     p.add_argument("--adapters", default="last")
