@@ -66,13 +66,26 @@ def test_every_pair_builds_or_is_refused():
     assert len(built) + len(refused) == 49 and refused == [("maporl", e) for e in ENVS if e != "debate"]
 
 
-def test_the_default_env_keeps_its_algorithms_choice():
-    """marft_a trains math on small_addition with the duo profile, one attempt (as before the split); on
-    writing its data options are the writing env's, not math's."""
-    assert algo_config("marft_a")["data"] == {"env": "math", "env_options": {"dataset": "small_addition", "profile": "duo"},
-                                              "num_turns": 1, "batch_size": 8, "shuffle": True, "seed": 0}
-    assert algo_config("marft_a", "writing")["data"]["env_options"] == {}
-    assert algo_config("marft_t")["data"]["env_options"] == {"dataset": "addition", "profile": "duo"}
+MATH_DEFAULTS = ["collm_cc", "collm_dc", "ippo", "magrpo", "marft_a", "marft_t"]
+"""The algorithms whose default is one task (issue 32): the math env's small sums, one attempt, a duo team."""
+
+
+@pytest.mark.parametrize("algo", MATH_DEFAULTS)
+def test_the_default_env_keeps_its_algorithms_choice(algo):
+    """Each of these trains math on small_addition with the duo profile, one attempt, and MARFT-A's team (the
+    Reasoner at 1e-4, the Actor at 1e-3 (MARFT-A) or 3e-4 (the others), 32 and 24 tokens); on writing its data options are the writing
+    env's and its agents the algorithm file's, not math's."""
+    config = algo_config(algo)
+    assert config["data"]["env"] == "math" and config["data"]["num_turns"] == 1
+    assert config["data"]["env_options"] == {"dataset": "small_addition", "profile": "duo"}
+    team = [(a["lr"], a["sampling"]["max_new_tokens"]) for a in config["model"]["agents"]]
+    assert team == [(1.0e-4, 32), (1.0e-3 if algo == "marft_a" else 3.0e-4, 24)], algo
+    writing = algo_config(algo, "writing")
+    assert writing["data"]["env_options"] == {} and writing["data"]["env"] == "writing"
+    if algo.startswith("marft"):
+        return
+    assert [a["sampling"]["max_new_tokens"] for a in writing["model"]["agents"]] == [48, 96]
+    assert all("lr" not in a for a in writing["model"]["agents"])
 
 
 @pytest.mark.parametrize("env", ["math", "writing"])

@@ -113,4 +113,4 @@ def test_the_wheel_ships_the_configs(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert yaml.safe_load(result.stdout)["model"]["agent_lr"] == 1e-3
     assert result.stderr.strip().splitlines()[-1] == (f"config: {installed / 'collab' / 'conf' / 'algo' / 'magrpo.yaml'}"
-                                                      " + env/writing.yaml")
+                                                      " + env/math.yaml + algo/magrpo/math.yaml")

@@ -37,6 +37,7 @@ model:
     - sampling: {temperature: 0.7, top_p: 0.9, top_k: 0, max_new_tokens: 8}
   num_generations: 2
 data:
+  env: writing
   batch_size: 1
 """
 CODING = """

@@ -223,7 +223,7 @@ CASES = [
     fit("jsonl_line", "--algo", "magrpo", *TINY, "--data.env_options", "{dataset: posts.jsonl}",
         option="posts.jsonl: line 2", valid=r"expected one JSON object per line",
         files={"posts.jsonl": '{"prompt": "a post"}\n{"prompt": "broken\n'}),
-    fit("record_field", "--algo", "magrpo", *TINY, "--data.env_options", "{dataset: posts.jsonl}",
+    fit("record_field", "--algo", "magrpo", *TINY, "--data.env", "writing", "--data.env_options", "{dataset: posts.jsonl}",
         option="record 1 has no 'prompt' field", valid=r"it has: title.*required: prompt",
         files={"posts.jsonl": '{"prompt": "a post"}\n{"title": "no text here"}\n'}),
     fit("dataset_missing", "--algo", "magrpo", *TINY, "--data.env_options", "{dataset: nosuch.jsonl}",

@@ -74,8 +74,8 @@ def test_magrpo_needs_two_generations(tmp_path):
 def test_corpus_record_without_text_field(tmp_path):
     data = tmp_path / "posts.jsonl"
     data.write_text(json.dumps({"prompt": "a post"}) + "\n" + json.dumps({"title": "no text here"}) + "\n")
-    line = one_error_line(fit("--algo", "magrpo", "--data.env_options", json.dumps({"dataset": str(data)}), *TINY,
-                              cwd=tmp_path))
+    line = one_error_line(fit("--algo", "magrpo", "--data.env", "writing", "--data.env_options", json.dumps({"dataset": str(data)}),
+                              *TINY, cwd=tmp_path))
     assert "record 1" in line and "'prompt'" in line and "title" in line
 
 
