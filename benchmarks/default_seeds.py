@@ -4,7 +4,7 @@
     python benchmarks/default_seeds.py --algos collm_cc ippo --seeds 0 1 2 3 4 --jobs 2 --out runs/default_seeds
 
 Each run is a subprocess writing ``OUT/ALGO/seed_K.log`` (and its run folder under ``OUT/ALGO/seed_K``); a seed
-whose log already holds the held-out line is not run again (resumable). ``--jobs 2`` runs two at a time with
+whose run folder already holds its held-out figures (``reward_summary.json``) is not run again (resumable). ``--jobs 2`` runs two at a time with
 one thread each (the tuning setting on 2 cores); ``--jobs 1`` one at a time with every thread (the setting of
 the 10-minute figure). Writes ``OUT/seeds.csv`` (one row per run) and ``OUT/seeds.md`` (per algorithm: every
 seed's before, after and paired gain, then the mean gain over seeds with its standard error and how many seeds
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 import re
@@ -24,25 +25,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-HELD_OUT = re.compile(r"held-out (?P<metric>[\w@ ]+?) \((?P<n>\d+) (?P<split>\w+) problems?, (?P<how>[^)]*)\): "
-                      r"before (?P<before>[-\d.]+) ± (?P<before_se>[-\d.]+), after (?P<after>[-\d.]+) ± "
-                      r"(?P<after_se>[-\d.]+), gain (?P<gain>[-+\d.]+) ± (?P<gain_se>[-\d.]+)")
 WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?P<t>[\d:.]+)")
 RSS = re.compile(r"Maximum resident set size \(kbytes\): (?P<kb>\d+)")
 
 
 def held_out(log: Path) -> dict | None:
-    """The run's held-out figures, wall time and peak RSS from its log, or None when it has no held-out line."""
-    if not log.exists():
+    """The run's held-out figures (the ``held_out`` entry of its ``reward_summary.json``, as
+    :func:`collab.evaluation.grid.fill` reads a grid cell's) with the wall time and peak RSS that
+    ``/usr/bin/time -v`` wrote to its log; None when the run has no held-out figures yet."""
+    summaries = sorted(log.with_suffix("").glob("*/version_*/reward_summary.json"))
+    held = json.loads(summaries[-1].read_text()).get("held_out") if summaries else None
+    if not held:
         return None
-    text = log.read_text(errors="replace")
-    match = None
-    for match in HELD_OUT.finditer(text):
-        pass
-    if match is None:
-        return None
-    row = {k: match[k] for k in ("metric", "n", "how")}
-    row.update({k: float(match[k]) for k in ("before", "before_se", "after", "after_se", "gain", "gain_se")})
+    row = {"metric": "accuracy" if held["score"] == "solved" else held["score"], "n": held["problems"],
+           "how": "greedy" if held["greedy"] else f"{held['samples']} samples"}
+    row.update({k: held[k] for k in ("before", "before_se", "after", "after_se", "gain", "gain_se")})
+    text = log.read_text(errors="replace") if log.exists() else ""
     wall, rss = WALL.search(text), RSS.search(text)
     if wall:
         parts = [float(p) for p in wall["t"].split(":")]
