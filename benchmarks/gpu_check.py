@@ -354,9 +354,13 @@ class StepClock:
                     "seconds": time.perf_counter() - clock.start, "at_start": clock.at_start,
                     "peak": torch.cuda.max_memory_allocated() if clock.cuda else None,
                     "rollout": float(metrics["rollout/seconds"]) if "rollout/seconds" in metrics else None,
-                    "tokens": float(metrics["rollout/tokens"]) if "rollout/tokens" in metrics else None})
+                    "tokens": float(metrics["rollout/tokens"]) if "rollout/tokens" in metrics else None,
+                    "trained": float(metrics["train/active_samples"]) if "train/active_samples" in metrics else None})
 
         self.callback = Callback()
+
+
+MAGRPO_KL = 0.01
 
 
 def algo_step(ctx: Context, algo: str, base, steps: int = 2) -> dict:
@@ -367,7 +371,10 @@ def algo_step(ctx: Context, algo: str, base, steps: int = 2) -> dict:
     from collab.algos import data_from_config, from_config
 
     env, tasks = {"magrpo": ("writing", 2), "marft_a": ("math", ctx.problems)}[algo]
-    options = {"num_generations": ctx.samples} if algo == "magrpo" else {}
+    # random weights give every writing sample the same reward, so no group-relative advantage is nonzero and
+    # MAGRPO's update would skip every sample (only the rollout measured): a small KL penalty makes every sample
+    # train, with the reference forward it costs
+    options = {"num_generations": ctx.samples, "kl_coef": MAGRPO_KL} if algo == "magrpo" else {}
     module = from_config(algo, base=base, agents=agent_specs(ctx, 0.7, 0.9), **options)
     data = data_from_config(algo, env=env, batch_size=tasks, seed=0)
     clock = StepClock(ctx.cuda)
@@ -385,11 +392,13 @@ def algo_step(ctx: Context, algo: str, base, steps: int = 2) -> dict:
 def step_row(label: str, s: dict) -> list:
     rollout = "-" if s["rollout"] is None else f"{s['rollout']:.2f}"
     tokens = "-" if s["tokens"] is None else f"{s['tokens']:.0f}"
-    return [label, f"{s['env']} x {s['tasks']}", f"{s['seconds']:.2f}", rollout, tokens, gib(s["at_start"]), gib(s["peak"])]
+    trained = "-" if s.get("trained") is None else f"{s['trained']:.0f}"
+    return [label, f"{s['env']} x {s['tasks']}", f"{s['seconds']:.2f}", rollout, tokens, trained, gib(s["at_start"]),
+            gib(s["peak"])]
 
 
-STEP_HEADER = ["step", "env x tasks", "seconds", "of which rollout", "rollout tokens", "GiB at start",
-               "peak GiB (CUDA)"]
+STEP_HEADER = ["step", "env x tasks", "seconds", "of which rollout", "rollout tokens", "samples trained",
+               "GiB at start", "peak GiB (CUDA)"]
 
 
 def part_steps(ctx: Context) -> None:
@@ -399,7 +408,8 @@ def part_steps(ctx: Context) -> None:
     magrpo, marft = algo_step(ctx, "magrpo", base), algo_step(ctx, "marft_a", base)
     ctx.sections["Training steps"] = [
         f"The real modules under Lightning, 2 steps each, the second reported; attention: {magrpo['attn']}. "
-        f"MAGRPO: K={ctx.samples} per agent; MARFT-A: duo profile, a Reasoner then an Actor; "
+        f"MAGRPO: K={ctx.samples} per agent, KL coefficient {MAGRPO_KL} (with random weights every reward is the "
+        f"same, so without it no sample would train); MARFT-A: duo profile, a Reasoner then an Actor; "
         f"{ctx.new_tokens} new tokens at most per response, temperature 0.7, top-p 0.9.", "",
         *table(STEP_HEADER, [step_row("MAGRPO", magrpo), step_row("MARFT-A", marft)])]
 

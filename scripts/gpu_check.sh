@@ -4,11 +4,13 @@
 #   bash scripts/gpu_check.sh [--out REPORT.md] [--quick] [--cpu-smoke]
 #
 # 1. Installs what is missing, offline-tolerantly: collab itself (pip install -e . --no-deps; where even that
-#    fails, PYTHONPATH=src), collab's requirements that do not import, and the optional bitsandbytes (QLoRA)
-#    and vllm (the vLLM engine). Each from the wheels in $COLLAB_WHEELS when set (pip --no-index --find-links),
-#    else from the package index when it answers. torch is held at the installed build (a package that needs
-#    another torch is not installed, rather than replacing the CUDA build). What could not be installed is
-#    listed in the report with pip's reason; nothing here stops the run.
+#    fails, PYTHONPATH=src), collab's requirements that do not import, the optional bitsandbytes (QLoRA) and
+#    vllm (the vLLM engine), and reasoning-gym (the math env's problems; --no-deps, as scripts/setup.sh). Each
+#    from the wheels in $COLLAB_WHEELS when set (pip --no-index --find-links; a wheel whose requirements pip
+#    cannot resolve offline is retried with --no-deps), else from the package index when it answers. torch is
+#    held at the installed build (a package that needs another torch is not installed, rather than replacing the
+#    CUDA build). What could not be installed is listed in the report with pip's reason; nothing here stops the
+#    run. On an H200 the --quick run takes about 4 minutes once installed; give a time limit well above that.
 # 2. Runs the GPU tests: pytest -m gpu (tests/policy/test_gpu.py).
 # 3. Runs benchmarks/gpu_check.py (a Qwen2-1.5B-shaped team with random weights, bf16: rollout tokens/s against
 #    HF generate, a MAGRPO and a MARFT-A step, QLoRA, vLLM, the largest base that fits), which writes the
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
             REPORT=$2; shift 2 ;;
         --quick) ARGS+=(--quick); shift ;;
         --cpu-smoke|--dry-run) ARGS+=(--cpu-smoke); SMOKE=1; shift ;;
-        -h|--help) sed -n '2,21p' "$0" | cut -c3-; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | cut -c3-; exit 0 ;;
         *) echo "error: unknown option $1; valid: --out REPORT.md, --quick, --cpu-smoke" >&2; exit 2 ;;
     esac
 done
@@ -66,12 +68,16 @@ pip_try() {  # pip_try LABEL PIP-OPTIONS... SPEC; on failure appends "LABEL: pip
     echo -n "$label: $(grep -E 'ERROR|[Ee]rror' "$WORK/pip.log" | tail -n 1 | cut -c1-200); " >> "$WORK/why"
     return 1
 }
-pip_install() {  # pip_install SPEC: from $COLLAB_WHEELS when set, else (or then) from the package index
+pip_install() {  # pip_install SPEC [--no-deps]: from $COLLAB_WHEELS when set, else (or then) from the package index
     : > "$WORK/why"
     if [ -n "${COLLAB_WHEELS:-}" ]; then
-        pip_try "wheels in $COLLAB_WHEELS" --no-index --find-links "$COLLAB_WHEELS" "$1" && return 0
+        pip_try "wheels in $COLLAB_WHEELS" --no-index --find-links "$COLLAB_WHEELS" ${2:-} "$1" && return 0
+        # a carried wheel whose requirements the machine already meets, but which pip cannot resolve offline
+        # against that machine's own builds (a torch with a local label, say): the wheel alone
+        [ -z "${2:-}" ] && pip_try "wheels in $COLLAB_WHEELS, --no-deps" --no-index --find-links "$COLLAB_WHEELS" \
+            --no-deps "$1" && return 0
     fi
-    pip_try "package index" --timeout 15 --retries 1 "$1"
+    pip_try "package index" --timeout 15 --retries 1 ${2:-} "$1"
 }
 why() { sed 's/; $//' "$WORK/why"; }
 
@@ -101,14 +107,24 @@ for line in config["options"]["install_requires"].split("\n"):
         print(spec, name.replace("-", "_"))
 print("bitsandbytes bitsandbytes")
 print("vllm vllm")
+print("reasoning-gym==0.1.25 reasoning_gym")
 '
+# reasoning-gym (the math env's problems; scripts/setup.sh) goes in without its requirements, as collab imports
+# only its generator modules: so it is looked for, not imported
+found() {  # found MODULE: prints its version when it is there
+    if [ "$1" = reasoning_gym ]; then
+        "$PY" -c "import importlib.metadata as m, importlib.util as u; assert u.find_spec('reasoning_gym'); print(m.version('reasoning-gym'))" 2>/dev/null
+    else
+        "$PY" -c "import $1; print(getattr($1, '__version__', '?'))" 2>/dev/null
+    fi
+}
 "$PY" -c "$REQUIREMENTS" > "$WORK/requirements"
 while read -r spec module <&3; do
-    if v=$("$PY" -c "import $module; print(getattr($module, '__version__', '?'))" 2>/dev/null); then
-        case $module in bitsandbytes|vllm) note "$module $v" ;; esac
+    if v=$(found "$module"); then
+        case $module in bitsandbytes|vllm|reasoning_gym) note "$module $v" ;; esac
     elif [ $SMOKE = 1 ]; then
         note "not installed: $spec (--cpu-smoke installs nothing)"
-    elif pip_install "$spec"; then
+    elif pip_install "$spec" $([ "$module" = reasoning_gym ] && echo --no-deps); then
         note "installed $spec"
     else
         note "not installed: $spec: $(why)"

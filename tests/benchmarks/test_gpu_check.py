@@ -100,7 +100,11 @@ def test_the_figures_obey_the_workload(smoke):
     assert 0 < float(steps["MAGRPO"][4]) <= 64 and 0 < float(steps["MARFT-A"][4]) <= 32
     for row in steps.values():
         assert float(row[3]) <= float(row[2])  # the rollout is part of the step
-        assert row[5] == row[6] == "-"  # no CUDA memory figures on the CPU
+        assert row[6] == row[7] == "-"  # no CUDA memory figures on the CPU
+    # with random weights every writing reward is the same: MAGRPO trains every sample (2 posts x 2 agents x K=2)
+    # only through the benchmark's KL penalty; without it the step would be a rollout alone (0 trained)
+    assert steps["MAGRPO"][5] == "8"
+    assert rows(section(smoke[1], "QLoRA 4-bit"))["MAGRPO, QLoRA"][5] == "8"
 
 
 def test_the_fit_search_counts_every_shape_by_hand_and_runs_the_tiny_one(smoke, bench):
