@@ -82,6 +82,11 @@ def test_the_default_env_keeps_its_algorithms_choice(algo):
     assert team == [(1.0e-4, 32), (1.0e-3 if algo == "marft_a" else 3.0e-4, 24)], algo
     writing = algo_config(algo, "writing")
     assert writing["data"]["env_options"] == {} and writing["data"]["env"] == "writing"
+    if algo in ("collm_cc", "collm_dc", "ippo"):
+        # CoLLM's raw TD error needs a slower critic on this task (conf/algo/collm_cc/math.yaml); IPPO normalizes
+        # its advantages and keeps 1e-3; on writing every critic keeps its algorithm file's 1e-3
+        assert config["model"]["critic_lr"] == (1.0e-3 if algo == "ippo" else 1.0e-4), algo
+        assert writing["model"]["critic_lr"] == 1.0e-3
     if algo.startswith("marft"):
         return
     assert [a["sampling"]["max_new_tokens"] for a in writing["model"]["agents"]] == [48, 96]
