@@ -392,7 +392,7 @@ def algo_step(ctx: Context, algo: str, base, steps: int = 2) -> dict:
 def step_row(label: str, s: dict) -> list:
     rollout = "-" if s["rollout"] is None else f"{s['rollout']:.2f}"
     tokens = "-" if s["tokens"] is None else f"{s['tokens']:.0f}"
-    trained = "-" if s.get("trained") is None else f"{s['trained']:.0f}"
+    trained = "-" if s["trained"] is None else f"{s['trained']:.0f}"
     return [label, f"{s['env']} x {s['tasks']}", f"{s['seconds']:.2f}", rollout, tokens, trained, gib(s["at_start"]),
             gib(s["peak"])]
 

@@ -107,24 +107,25 @@ for line in config["options"]["install_requires"].split("\n"):
         print(spec, name.replace("-", "_"))
 print("bitsandbytes bitsandbytes")
 print("vllm vllm")
-print("reasoning-gym==0.1.25 reasoning_gym")
+print("reasoning-gym==0.1.25 reasoning_gym --no-deps")
 '
-# reasoning-gym (the math env's problems; scripts/setup.sh) goes in without its requirements, as collab imports
-# only its generator modules: so it is looked for, not imported
-found() {  # found MODULE: prints its version when it is there
-    if [ "$1" = reasoning_gym ]; then
-        "$PY" -c "import importlib.metadata as m, importlib.util as u; assert u.find_spec('reasoning_gym'); print(m.version('reasoning-gym'))" 2>/dev/null
+# A line's third word, --no-deps, marks a package installed without its requirements (reasoning-gym, the math
+# env's problems: collab imports only its generator modules, as scripts/setup.sh installs it): such a package
+# is looked for, not imported, and installed with --no-deps
+found() {  # found MODULE [--no-deps]: prints its version when it is there
+    if [ -n "${2:-}" ]; then
+        "$PY" -c "import importlib.metadata as m, importlib.util as u; assert u.find_spec('$1'); print(m.version('$1'))" 2>/dev/null
     else
         "$PY" -c "import $1; print(getattr($1, '__version__', '?'))" 2>/dev/null
     fi
 }
 "$PY" -c "$REQUIREMENTS" > "$WORK/requirements"
-while read -r spec module <&3; do
-    if v=$(found "$module"); then
+while read -r spec module flags <&3; do
+    if v=$(found "$module" $flags); then
         case $module in bitsandbytes|vllm|reasoning_gym) note "$module $v" ;; esac
     elif [ $SMOKE = 1 ]; then
         note "not installed: $spec (--cpu-smoke installs nothing)"
-    elif pip_install "$spec" $([ "$module" = reasoning_gym ] && echo --no-deps); then
+    elif pip_install "$spec" $flags; then
         note "installed $spec"
     else
         note "not installed: $spec: $(why)"
