@@ -15,7 +15,8 @@ N`` (the budget of every training run: rollouts, or generated tokens), ``--contr
 ``--controls`` alone: none), ``--eval_samples`` (sampled episodes per eval task, default 2), ``--eval_tasks``
 (the first N eval tasks; default all), ``--tasks_per_batch`` (default 4), ``--output`` (default
 ``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
-``--retry_failed`` (run the failed runs again).
+``--retry_failed`` (run the failed runs again), ``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS``
+= cores / N unless set: their wall times then share the machine, which the table says).
 
 It writes under ``--output``: ``results.csv`` (one row per run: held-out score before and after, gain, budget
 used, wall time, generated tokens, peak memory), ``steps.csv`` (every logged metric of every trained run, per
@@ -36,10 +37,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 from collab.errors import OneLineParser, UserError
@@ -62,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="runs/compare")
     p.add_argument("--max_runs", type=int, default=None)
     p.add_argument("--retry_failed", action="store_true")
+    p.add_argument("--jobs", type=int, default=1)
     return p
 
 
@@ -70,8 +76,8 @@ class Progress:
     terminal (with the current run's elapsed time), one plain line each otherwise. The time left is the
     remaining runs' mean wall time of their kind (trained or baseline) from the records so far."""
 
-    def __init__(self, log: Path, stream=None) -> None:
-        self.log, self.stream = log, stream or sys.stdout
+    def __init__(self, log: Path, stream=None, jobs: int = 1) -> None:
+        self.log, self.stream, self.jobs = log, stream or sys.stdout, jobs
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.walls: dict[str, list[float]] = {"train": [], "baseline": []}
 
@@ -83,7 +89,7 @@ class Progress:
         if not every:
             return "time left unknown"
         mean = {k: sum(ws) / len(ws) if ws else sum(every) / len(every) for k, ws in self.walls.items()}
-        seconds = sum(mean["baseline" if c.kind == "baseline" else "train"] for c in remaining)
+        seconds = sum(mean["baseline" if c.kind == "baseline" else "train"] for c in remaining) / self.jobs
         return f"about {_clock(seconds)} left"
 
     def line(self, text: str, transient: bool = False) -> None:
@@ -125,6 +131,8 @@ def run(argv: list[str]) -> int:
     grid.check_names(options.algos, options.controls, options.envs, options.seeds, settings)
     if options.max_runs is not None and options.max_runs < 0:
         raise UserError(f"--max_runs must be >= 0, got {options.max_runs}")
+    if options.jobs < 1:
+        raise UserError(f"--jobs must be >= 1 (runs at once), got {options.jobs}")
     cells = grid.plan(options.algos, options.controls, options.envs, options.seeds)
     out = Path(options.output)
     with tempfile.TemporaryDirectory() as tmp:  # every run built (not run) before the first starts
@@ -133,7 +141,7 @@ def run(argv: list[str]) -> int:
 
     release_logs(show=False)  # the builds' Lightning messages: not this command's
     check_settings(out, settings)
-    progress = Progress(out / "compare.log")
+    progress = Progress(out / "compare.log", jobs=options.jobs)
     records = {c: grid.read_record(out, c) for c in cells}
     for record in records.values():
         if record:
@@ -141,25 +149,43 @@ def run(argv: list[str]) -> int:
     todo = [c for c in cells if records[c] is None or (options.retry_failed and records[c]["returncode"] != 0)]
     progress.line(f"grid: {len(cells)} runs ({len(cells) - len(todo)} done before), budget {settings.budget()}, "
                   f"output {out}")
-    started = 0
+    queue = []  # (i, cell) to run now, in grid order
     for i, cell in enumerate(cells, 1):
         if cell not in todo:
             code = records[cell]["returncode"]
             progress.line(f"run {i} of {len(cells)}: {cell.name} " + ("done before" if code == 0 else
                           f"failed before (exit {code}; --retry_failed runs it again)"))
-            continue
-        if options.max_runs is not None and started >= options.max_runs:
-            progress.line(f"stopped after {started} runs (--max_runs); {len(todo)} left: start again to finish")
-            break
-        started += 1
-        todo.remove(cell)
-        progress.line(f"run {i} of {len(cells)}: {cell.name} ({progress.left([cell, *todo])})")
-        record = _run_with_clock(progress, i, len(cells), cell, settings, out, extra[(cell.method, cell.env)], todo)
-        records[cell] = record
-        progress.add(record)
-        how = "done" if record["returncode"] == 0 else f"FAILED (exit {record['returncode']}, log {grid.cell_dir(out, cell) / 'log.txt'})"
-        progress.line(f"run {i} of {len(cells)}: {cell.name} {how} in {_clock(record['wall_s'])}, "
-                      f"held-out {_score(record)}; {progress.left(todo)}")
+        elif options.max_runs is None or len(queue) < options.max_runs:
+            queue.append((i, cell))
+    running = grid.Running(options.jobs)
+    threads = None if options.jobs == 1 or "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // options.jobs)
+    lock = threading.Lock()
+
+    def one(i: int, cell: Cell) -> None:
+        with lock:
+            todo.remove(cell)
+            progress.line(f"run {i} of {len(cells)}: {cell.name} ({progress.left([cell, *todo])})")
+        record = _run_with_clock(progress, i, len(cells), cell, settings, out, extra[(cell.method, cell.env)], todo,
+                                 running, threads)
+        with lock:
+            records[cell] = record
+            progress.add(record)
+            how = "done" if record["returncode"] == 0 else f"FAILED (exit {record['returncode']}, log {grid.cell_dir(out, cell) / 'log.txt'})"
+            progress.line(f"run {i} of {len(cells)}: {cell.name} {how} in {_clock(record['wall_s'])}, "
+                          f"held-out {_score(record)}; {progress.left(todo)}")
+
+    with ThreadPoolExecutor(options.jobs) as pool:
+        futures = [pool.submit(one, i, cell) for i, cell in queue]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:  # Ctrl-C or SIGTERM: end every running cell, start no other, leave no record
+            running.stop()
+            for future in futures:
+                future.cancel()
+            raise
+    if len(todo) > 0 and options.max_runs is not None:
+        progress.line(f"stopped after {len(queue)} runs (--max_runs); {len(todo)} left: start again to finish")
     write_outputs(out, [r for r in (records[c] for c in cells) if r], settings)
     failed = [c.name for c in cells if records[c] and records[c]["returncode"] != 0]
     return 1 if failed else 0
@@ -170,11 +196,9 @@ def _score(record: dict) -> str:
     return "n/a" if score is None else f"{score:.4f}"
 
 
-def _run_with_clock(progress: Progress, i: int, n: int, cell: Cell, settings: Settings, out: Path, extra, todo) -> dict:
-    """Run the cell; on a terminal redraw its line every second with the elapsed and the time left."""
-    import threading
-    from dataclasses import asdict
-
+def _run_with_clock(progress: Progress, i: int, n: int, cell: Cell, settings: Settings, out: Path, extra, todo,
+                    running: grid.Running, threads: int | None) -> dict:
+    """Run the cell; on a terminal, one run at a time, redraw its line every second with the elapsed and the time left."""
     stop = threading.Event()
     start = time.perf_counter()
 
@@ -184,10 +208,10 @@ def _run_with_clock(progress: Progress, i: int, n: int, cell: Cell, settings: Se
             progress.line(f"run {i} of {n}: {cell.name} {_clock(elapsed)} ({progress.left([cell, *todo])})", transient=True)
 
     clock = threading.Thread(target=tick, daemon=True)
-    if progress.tty:
+    if progress.tty and running.jobs == 1:
         clock.start()
     try:
-        return asdict(grid.run_cell(cell, settings, out, extra))
+        return asdict(grid.run_cell(cell, settings, out, extra, running, threads))
     finally:
         stop.set()
 
@@ -210,6 +234,10 @@ def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
                   "score: accuracy (solved) where the env reports it, else the episode return")
     failed = [f"{r['method']}-{r['env']}-{r['seed']} (exit {r['returncode']})" for r in records if r["returncode"] != 0]
     markdown = comparison.render_grid_markdown(comparison.summarize(rows), settings.budget(), evaluation, CONTROL, failed)
+    shared = sorted({int(r.get("jobs", 1)) for r in records} - {1})
+    if shared:
+        markdown += (f"\nWall times: runs made {' or '.join(map(str, shared))} at once (--jobs) shared the machine's "
+                     f"cores; compare them with runs made the same way.\n")
     (out / "comparison.md").write_text(markdown)
     figure = None
     if steps:

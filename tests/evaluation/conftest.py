@@ -26,7 +26,7 @@ def _mtimes(out) -> dict[str, int]:
 @pytest.fixture(scope="session")
 def tiny_grid(tmp_path_factory):
     """The grid run three times: stopped after its first run (``--max_runs 1``, as if killed), with a stale
-    folder of a run killed midway added; started again (the other five runs); and once more (nothing to do).
+    folder of a run killed midway added; started again (the other five runs, two at a time: ``--jobs 2``); and once more (nothing to do).
     ``out`` is its output folder; ``codes`` the three exit codes; ``mtimes`` the records' after each start;
     ``logs`` the log's lines after each start."""
     from collab.compare import main
@@ -36,7 +36,7 @@ def tiny_grid(tmp_path_factory):
     out = work / "compare"
     args = GRID + ["--output", str(out), "--config", str(work / "small.yaml")]
     codes, mtimes, logs = [], [], []
-    for i, extra in enumerate((["--max_runs", "1"], [], [])):
+    for i, extra in enumerate((["--max_runs", "1"], ["--jobs", "2"], [])):
         if i == 1:  # a run killed midway leaves its folder without a record: it restarts from scratch
             stale = out / "cells" / "magrpo-writing-0" / "stale.txt"
             stale.parent.mkdir(parents=True)

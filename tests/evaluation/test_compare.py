@@ -35,6 +35,29 @@ def test_grid_resumes_and_redoes_nothing(tiny_grid):
     last = tiny_grid.logs[2][len(tiny_grid.logs[1]):]
     assert sum(line.endswith(" done before") for line in last) == 6 and not any(" done in " in line for line in last)
     assert not (tiny_grid.out / "cells" / "magrpo-writing-0" / "stale.txt").exists()  # restarted from scratch
+    jobs = {r["seed"] + r["method"]: r["jobs"] for r in _rows(tiny_grid.out / "results.csv")}
+    assert jobs.pop("0grpo") == "1" and set(jobs.values()) == {"2"}  # the second start ran two at a time
+    assert "runs made 2 at once (--jobs) shared the machine's cores" in (tiny_grid.out / "comparison.md").read_text()
+
+
+def test_a_stopped_grid_ends_its_runs_and_records_nothing(tmp_path):
+    """Ctrl-C or SIGTERM of the grid (``Running.stop``): every running cell's process is ended, and a cell that
+    starts afterwards (``--jobs``: queued) raises before running, leaving no record."""
+    import subprocess
+    import sys
+
+    from collab.evaluation import grid
+
+    running = grid.Running(jobs=2)
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    for proc in procs:
+        running.start(proc)
+    running.stop()
+    assert [proc.wait(timeout=30) for proc in procs] == [-15, -15]
+    cell = grid.Cell("grpo", "writing", 0)
+    with pytest.raises(KeyboardInterrupt):
+        grid.run_cell(cell, grid.Settings(rollouts=1, tokens=None), tmp_path, [], running)
+    assert not grid.record_path(tmp_path, cell).exists() and not grid.cell_dir(tmp_path, cell).exists()
 
 
 def test_grid_results(tiny_grid):
@@ -96,6 +119,7 @@ def test_grid_table_and_curves(tiny_grid):
     (["--algos", "magrpo"], "give the budget: --rollouts N or --tokens N"),
     (["--algos", "magrpo", "--rollouts", "1", "--tokens", "5"], "give the budget: --rollouts N or --tokens N"),
     (["--algos", "magrpo", "--rollouts", "1", "--seeds", "0", "0"], "--seeds must be distinct"),
+    (["--algos", "magrpo", "--rollouts", "1", "--jobs", "0"], "--jobs must be >= 1 (runs at once), got 0"),
     (["--algos", "magrpo", "--rollouts", "1", "--seed_everything", "3"], "--seed_everything is set by collab.compare"),
     (["--algos", "magrpo", "--rollouts", "1", "--model.base.name", "tiny", "--model.nosuch", "1"], "nosuch"),
 ])

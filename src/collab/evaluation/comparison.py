@@ -216,7 +216,7 @@ def update_table(csv_path: str | Path, row: Mapping[str, str]) -> tuple[list[dic
 
 # -- the grid of python -m collab.compare ----------------------------------------------------------------------
 RESULT_COLUMNS = ("method", "kind", "env", "seed", "returncode", "score", "score_se", "before", "gain", "gain_se",
-                  "score_key", "eval_problems", "eval_samples", "rollouts", "steps", "tokens", "wall_s",
+                  "score_key", "eval_problems", "eval_samples", "rollouts", "steps", "tokens", "wall_s", "jobs",
                   "peak_rss_bytes", "run_dir")
 """``results.csv``: one row per run (a :class:`collab.evaluation.grid.Record`); ``score`` is the held-out score
 after training (a baseline's: untrained), ``before`` the same before training."""

@@ -335,22 +335,57 @@ class Record:
     rollouts: int | None = None
     steps: int | None = None
     tokens: int | None = None
+    jobs: int = 1
     metrics: dict = field(default_factory=dict)
 
 
-def run_cell(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> Record:
-    """Run ``cell`` from an empty folder (its output to ``<cell>/log.txt``), sampling the process tree's
-    resident memory every 50 ms; write and return its record."""
+class Running:
+    """The cells' subprocesses running now (several with ``--jobs``). ``stop()`` (the grid's Ctrl-C or SIGTERM)
+    ends them all; a cell ended so, or not started yet, raises KeyboardInterrupt in :func:`run_cell` and leaves no
+    record. ``jobs``: how many run at once (in each record: their wall times shared the machine)."""
+
+    def __init__(self, jobs: int = 1) -> None:
+        self.jobs = jobs
+        self.procs: set = set()
+        self.stopped = False
+        self._lock = threading.Lock()
+
+    def start(self, proc) -> None:
+        with self._lock:
+            self.procs.add(proc)
+            if self.stopped:
+                proc.terminate()
+
+    def end(self, proc) -> None:
+        with self._lock:
+            self.procs.discard(proc)
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            procs = list(self.procs)
+        for proc in procs:
+            proc.terminate()
+
+
+def run_cell(cell: Cell, settings: Settings, out: Path, extra: list[str], running: Running | None = None,
+             threads: int | None = None) -> Record:
+    """Run ``cell`` from an empty folder (its output to ``<cell>/log.txt``; ``threads``: its ``OMP_NUM_THREADS``),
+    sampling the process tree's resident memory every 50 ms; write and return its record."""
     import shutil
 
+    running = running or Running()
+    if running.stopped:
+        raise KeyboardInterrupt
     folder = cell_dir(out, cell)
     shutil.rmtree(folder, ignore_errors=True)  # a cell killed before its record: from scratch
     folder.mkdir(parents=True)
     cmd = command(cell, settings, out, extra)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     start = time.perf_counter()
     with open(folder / "log.txt", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        running.start(proc)
         with TreePeak(proc) as peak:
             try:
                 proc.wait()
@@ -358,8 +393,12 @@ def run_cell(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> Rec
                 proc.terminate()
                 proc.wait()
                 raise
+            finally:
+                running.end(proc)
+    if running.stopped:  # ended by the grid's stop: no record, the cell runs again next time
+        raise KeyboardInterrupt
     record = Record(cell.method, cell.kind, cell.env, cell.seed, proc.returncode, time.perf_counter() - start,
-                    peak.bytes, cmd)
+                    peak.bytes, cmd, jobs=running.jobs)
     fill(record, folder)
     from collab.training.resume import atomic_write_text
 
