@@ -8,6 +8,7 @@ seeds 0 and 1 at 2 rollouts: six subprocesses of the tiny model.
 import csv
 import math
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -241,3 +242,41 @@ def test_progress_lines(tmp_path):
                                          "\r\033[Krun 2 of 4: magrpo-writing-1 done in 1:30\n")
         else:
             assert stream.getvalue() == "run 2 of 4: magrpo-writing-1 done in 1:30\n"
+
+
+# The grids of conf/compare: their documented command builds every run.
+
+COMPARE_CONFIGS = sorted((Path(__file__).resolve().parents[2] / "conf" / "compare").glob("*.yaml"))
+
+
+def _documented_command(path: Path) -> list[str]:
+    """The ``python -m collab.compare ...`` command in the file's header comment (with its continuation lines)."""
+    lines = [line.lstrip("#").strip() for line in path.read_text().splitlines() if line.startswith("#")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("python -m collab.compare"))
+    words = []
+    for line in lines[start:]:
+        words += line.rstrip("\\").split()
+        if not line.endswith("\\"):
+            break
+    return words[3:]
+
+
+@pytest.mark.parametrize("path", COMPARE_CONFIGS, ids=[p.stem for p in COMPARE_CONFIGS])
+def test_compare_configs_build_every_run(path, tmp_path, capsys):
+    """The documented grid with one seed, its runs built (not run: ``--max_runs 0``) on the tiny model: every
+    algorithm and control takes the config's overrides."""
+    import shlex
+
+    from collab.compare import main
+
+    args = _documented_command(path)
+    assert "--config" in args and "--algos" in args and "--output" in args
+    args[args.index("--config") + 1] = str(path)
+    seeds = args.index("--seeds") + 1
+    end = next(i for i in range(seeds, len(args)) if not args[i].isdigit())
+    args[seeds:end] = ["0"]
+    args[args.index("--output") + 1] = str(tmp_path / "out")
+    assert main(args + ["--max_runs", "0", "--model.base.name", "tiny"]) == 0, shlex.join(args)
+    out = capsys.readouterr().out
+    assert "grid: " in out and "stopped after 0 runs" in out
+    assert not list((tmp_path / "out" / "records").glob("*.json"))
