@@ -78,7 +78,7 @@ def test_fresh_module_gives_every_token_its_answers_reward(seven):
     torch.manual_seed(0)
     env = seven_env(seven)
     module = from_config("maporl", base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=5)) for _ in range(2)],
-                    token_gamma=1.0, gae_lambda=1.0, kl_coef=0.5)
+                    token_gamma=1.0, gae_lambda=1.0, kl_coef=0.5, train_from_turn=1)
     module.build(env)
     batch = module.prepare(module.rollout(env.tasks("train")[:2]))
     responses = batch.items
@@ -143,7 +143,7 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
 
 def test_kl_to_the_reference_grows_once_the_adapters_move(seven):
     env = seven_env(seven)
-    module = from_config("maporl", base=TINY, agents=one_token(2), agent_lr=5e-2, num_epochs=2)
+    module = from_config("maporl", base=TINY, agents=one_token(2), agent_lr=5e-2, num_epochs=2, train_from_turn=1)
     module.build(env)
     logged = []
     original = module.prepare
@@ -176,7 +176,7 @@ def test_maporl_debaters_learn_the_right_answer(seven):
 
     Seeds 0-4: mean return of the first 5 rollouts 1.38-1.50, of the last 5 1.68-1.84."""
     module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", seed=0), agents=one_token(2), agent_lr=2e-2,
-                    num_epochs=2, kl_coef=0.0)
+                    num_epochs=2, kl_coef=0.0, per_turn=False, train_from_turn=1)
     returns, _ = train(module, env=seven_env(seven), seed=0, steps=40, batch_size=8)
     assert statistics.mean(returns[-5:]) > statistics.mean(returns[:5]) + 0.15, returns
     assert statistics.mean(returns[-5:]) > 1.65, returns
@@ -206,7 +206,8 @@ def test_qlora_base_rollout_and_update(seven):
     """Section 4.2's setting on the CPU: a 4-bit (NF4, bitsandbytes) base with LoRA agents; the reference is the
     quantized base with adapters off, the value heads read its features, and one update moves the adapters."""
     env = seven_env(seven)
-    module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", quantization="4bit"), agents=one_token(2), agent_lr=1e-2)
+    module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", quantization="4bit"), agents=one_token(2), agent_lr=1e-2,
+                         per_turn=False, train_from_turn=1)
     module.build(env)
     assert any("4bit" in type(m).__name__ for m in module.team.model_of(0).modules())
     before = [adapters(module, m) for m in range(2)]
@@ -332,12 +333,13 @@ def test_format_penalty_replaces_the_score_before_definition_1(seven):
     -10, so every Definition 1 reward is -10; without the penalty the rewards stay in [0, 1]."""
     env = seven_env(seven)
     torch.manual_seed(0)
-    module = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2)
+    module = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2,
+                         train_from_turn=1)
     module.build(env)
     experience = module.rollout(env.tasks("train")[:2])
     assert [r.reward for r in experience.items] == [pytest.approx(-10.0)] * 8
     assert experience.stats["train/malformed"] == 1.0
-    plain = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0)  # "7" and "3" both parse: no penalty
+    plain = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, train_from_turn=1)  # "7" and "3" both parse: no penalty
     plain.build(env)
     experience = plain.rollout(env.tasks("train")[:2])
     assert experience.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in experience.items)
@@ -349,7 +351,7 @@ def test_rollout_trains_only_the_played_turns(seven):
     """With the env's stop_on_consensus, a debate whose turn-1 answers agree has one played turn: only its 2 answers
     are trained, with the rewards of the extended table (agreement on 7: 1 each; on 3: 0 each)."""
     env = DebateEnv(dataset=seven, agents=2, horizon=2, train_split="[0:4]", eval_split="[0:4]", stop_on_consensus=True)
-    module = from_config("maporl", base=TINY, agents=one_token(2))
+    module = from_config("maporl", base=TINY, agents=one_token(2), train_from_turn=1)
     module.build(env)
     torch.manual_seed(0)
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train"), 1, 4)]

@@ -109,7 +109,7 @@ def test_maporl_learns_to_agree_on_the_right_answer_at_turn_1(seven, one_thread)
     env = debate(seven)
     agents = [AgentSpec(choices=["7", "3"], sampling=SamplingSpec(temperature=0.5)) for _ in range(2)]
     module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", seed=0), agents=agents, gamma=GAMMA, per_turn=True,
-                    agent_lr=2e-2, num_epochs=2, kl_coef=0.0, critic_hidden=[32], critic_lr=1e-2)
+                    train_from_turn=1, agent_lr=2e-2, num_epochs=2, kl_coef=0.0, critic_hidden=[32], critic_lr=1e-2)
     module.build(env)
     before = p_right_at_turn_1(module, env)
     assert all(0.3 < p < 0.7 for p in before), before  # the start is a coin flip: the rise below is learned
