@@ -16,7 +16,9 @@ N`` (the budget of every training run: rollouts, or generated tokens), ``--contr
 (the first N eval tasks; default all), ``--tasks_per_batch`` (default 4), ``--output`` (default
 ``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
 ``--retry_failed`` (run the failed runs again), ``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS``
-= cores / N unless set: their wall times then share the machine, which the table says).
+= cores / N unless set: their wall times then share the machine, which the table says), ``--score KEY`` (the
+held-out score: an info key of the env's last step, e.g. ``majority@2`` on debate; default: accuracy where the env
+reports ``solved``, else the episode return).
 
 It writes under ``--output``: ``results.csv`` (one row per run: held-out score before and after, gain, budget
 used, wall time, generated tokens, peak memory), ``steps.csv`` (every logged metric of every trained run, per
@@ -68,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max_runs", type=int, default=None)
     p.add_argument("--retry_failed", action="store_true")
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--score", default=None)
     return p
 
 
@@ -113,7 +116,7 @@ def check_settings(out: Path, settings: Settings) -> None:
     (the records would mix budgets or evaluations); the cells may."""
     path = out / "grid.json"
     mine = {"budget": settings.budget(), "eval_samples": settings.eval_samples, "eval_tasks": settings.eval_tasks,
-            "tasks_per_batch": settings.tasks_per_batch, "overrides": list(settings.overrides)}
+            "tasks_per_batch": settings.tasks_per_batch, "overrides": list(settings.overrides), "score": settings.score}
     if path.is_file():
         theirs = json.loads(path.read_text())
         changed = [k for k in mine if theirs.get(k) != mine[k]]
@@ -127,7 +130,7 @@ def check_settings(out: Path, settings: Settings) -> None:
 def run(argv: list[str]) -> int:
     options, overrides = parser().parse_known_args(argv)
     settings = Settings(options.rollouts, options.tokens, options.eval_samples, options.eval_tasks,
-                        options.tasks_per_batch, tuple(overrides))
+                        options.tasks_per_batch, tuple(overrides), options.score)
     grid.check_names(options.algos, options.controls, options.envs, options.seeds, settings)
     if options.max_runs is not None and options.max_runs < 0:
         raise UserError(f"--max_runs must be >= 0, got {options.max_runs}")
@@ -230,8 +233,9 @@ def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
             steps += comparison.step_rows(record, read_scalars(record["run_dir"]))
     comparison.write_csv(out / "steps.csv", steps, comparison.STEP_COLUMNS)
     tasks = f"the first {settings.eval_tasks}" if settings.eval_tasks else "all"
-    evaluation = (f"{tasks} tasks of each env's eval split x {settings.eval_samples} sampled episodes, seed k for seed k; "
-                  "score: accuracy (solved) where the env reports it, else the episode return")
+    scored = (f"score: {settings.score} (--score)" if settings.score else
+              "score: accuracy (solved) where the env reports it, else the episode return")
+    evaluation = f"{tasks} tasks of each env's eval split x {settings.eval_samples} sampled episodes, seed k for seed k; {scored}"
     failed = [f"{r['method']}-{r['env']}-{r['seed']} (exit {r['returncode']})" for r in records if r["returncode"] != 0]
     markdown = comparison.render_grid_markdown(comparison.summarize(rows), settings.budget(), evaluation, CONTROL, failed)
     shared = sorted({int(r.get("jobs", 1)) for r in records} - {1})

@@ -244,6 +244,22 @@ def test_progress_lines(tmp_path):
             assert stream.getvalue() == "run 2 of 4: magrpo-writing-1 done in 1:30\n"
 
 
+def test_a_named_score_reaches_the_evaluation_and_the_baselines_record(tmp_path):
+    """--score KEY: the trained runs' evaluation callback scores by KEY, and a baseline's record reads eval/KEY."""
+    from collab.evaluation import grid
+
+    settings = grid.Settings(rollouts=1, tokens=None, score="majority@2")
+    callbacks = grid.callbacks_config(grid.Cell("maporl", "debate", 3), settings)["trainer"]["callbacks"]
+    (evaluation,) = [c for c in callbacks if c["class_path"].endswith("EvaluationCallback")]
+    assert evaluation["init_args"]["score"] == "majority@2" and evaluation["init_args"]["seed"] == 3
+    (tmp_path / "metrics.json").write_text('{"eval/return": 1.25, "eval/majority@2": 0.375, "eval/problems": 64}')
+    record = grid.Record("parallel", "baseline", "debate", 3, 0, 1.0, 0, [])
+    grid.fill(record, tmp_path, "majority@2")
+    assert (record.score, record.score_key, record.eval_problems) == (0.375, "majority@2", 64)
+    grid.fill(record, tmp_path)  # no score named: the return (debate reports no solved)
+    assert (record.score, record.score_key) == (1.25, "return")
+
+
 # The grids of conf/compare: their documented command builds every run.
 
 COMPARE_CONFIGS = sorted((Path(__file__).resolve().parents[2] / "conf" / "compare").glob("*.yaml"))

@@ -106,6 +106,7 @@ class Settings:
     eval_tasks: int | None = None
     tasks_per_batch: int = 4
     overrides: tuple[str, ...] = ()
+    score: str | None = None  # an info key of the env's last step (``majority@2``); None: solved, else the return
 
     def budget(self) -> str:
         return f"{self.rollouts} rollouts" if self.rollouts else f"{self.tokens} generated tokens"
@@ -230,7 +231,8 @@ def record_path(out: Path, cell: Cell) -> Path:
 def callbacks_config(cell: Cell, settings: Settings) -> dict:
     """The trainer options of a trained cell (its ``--config``): the grid's callbacks, no step limit."""
     evaluation = {"at_start": True, "greedy": False, "num_samples": settings.eval_samples, "seed": cell.seed,
-                  "ks": [1], "max_tasks": settings.eval_tasks, "tasks_per_batch": settings.tasks_per_batch}
+                  "ks": [1], "max_tasks": settings.eval_tasks, "tasks_per_batch": settings.tasks_per_batch,
+                  "score": settings.score}
     return {"trainer": {"max_steps": -1, "enable_checkpointing": False, "callbacks": [
         {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
         {"class_path": "collab.training.callbacks.RewardSummary", "init_args": {"window": 3}},
@@ -399,24 +401,25 @@ def run_cell(cell: Cell, settings: Settings, out: Path, extra: list[str], runnin
         raise KeyboardInterrupt
     record = Record(cell.method, cell.kind, cell.env, cell.seed, proc.returncode, time.perf_counter() - start,
                     peak.bytes, cmd, jobs=running.jobs)
-    fill(record, folder)
+    fill(record, folder, settings.score)
     from collab.training.resume import atomic_write_text
 
     atomic_write_text(record_path(out, cell), json.dumps(asdict(record), indent=1))
     return record
 
 
-def fill(record: Record, folder: Path) -> None:
+def fill(record: Record, folder: Path, score: str | None = None) -> None:
     """The held-out figures and counts of a finished cell: a trained run's ``reward_summary.json``, a
-    baseline's metrics (the score: ``eval/pass@1`` where the env reports solved, else ``eval/return``:
-    what the evaluation callback's ``eval/score`` is for equal samples per task)."""
+    baseline's metrics (the score: ``eval/<score>`` when the grid names one, else ``eval/pass@1`` where the env
+    reports solved, else ``eval/return``: what the evaluation callback's ``eval/score`` is for equal samples per
+    task)."""
     if record.returncode != 0:
         return
     if record.kind == "baseline":
         path = folder / "metrics.json"
         if path.is_file():
             metrics = json.loads(path.read_text())
-            key = "eval/pass@1" if "eval/pass@1" in metrics else "eval/return"
+            key = f"eval/{score}" if score else ("eval/pass@1" if "eval/pass@1" in metrics else "eval/return")
             record.metrics, record.score, record.score_key = metrics, metrics.get(key), key.removeprefix("eval/")
             record.eval_problems, record.eval_samples = metrics.get("eval/problems"), metrics.get("eval/samples")
         return
