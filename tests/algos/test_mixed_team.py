@@ -231,7 +231,8 @@ RUNS = {
     "magrpo": ["--data.env", "writing", "--model.num_generations", "2"],
     "marft_a": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
     "ippo": ["--data.env", "matrix", "--data.env_options", "{}", "--data.num_turns", "2"],
-    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2"],
+    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2",
+               "--model.per_turn", "false", "--model.train_from_turn", "1"],  # one adapter per agent, every turn trained
 }
 
 
