@@ -39,7 +39,8 @@ PROBE = ("COLLAB_DDP_PROBE", "COLLAB_DDP_SIGNAL_RANKS", "COLLAB_DDP_CAPTURE", "C
 
 RUNS = {  # one update per rollout (num_epochs 1, minibatch null in both configs): steps = rollouts
     "marft_a": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
-    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2"],
+    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2",
+               "--model.per_turn", "false", "--model.train_from_turn", "1"],  # one adapter per agent, every turn trained
 }
 CALLBACKS = json.dumps([  # the step-2 checkpoint is kept (step=2.ckpt) beside last.ckpt
     {"class_path": "collab.training.callbacks.ModelCheckpoint",
