@@ -17,8 +17,8 @@ N`` (the budget of every training run: rollouts, or generated tokens), ``--contr
 ``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
 ``--retry_failed`` (run the failed runs again), ``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS``
 = cores / N unless set: their wall times then share the machine, which the table says), ``--score KEY`` (the
-held-out score: an info key of the env's last step, e.g. ``majority@2`` on debate; default: accuracy where the env
-reports ``solved``, else the episode return).
+held-out score: an info key of the env's last step, e.g. ``majority@2`` on debate, checked on every env of the grid
+before anything runs; default: accuracy where the env reports ``solved``, else the episode return).
 
 It writes under ``--output``: ``results.csv`` (one row per run: held-out score before and after, gain, budget
 used, wall time, generated tokens, peak memory), ``steps.csv`` (every logged metric of every trained run, per

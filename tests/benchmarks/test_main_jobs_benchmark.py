@@ -28,3 +28,31 @@ def test_the_tree_rss_counts_the_children():
         child.wait()
     assert child_alone > 200 * 2**20  # the bytearray is written (zeroed), so resident
     assert with_child - alone > 0.9 * child_alone  # this process's own RSS moves a little between the readings
+
+
+def spawning(code: str) -> str:
+    """A process that starts ``code`` as its child and passes on the child's first line."""
+    return ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', " + repr(code) + "], "
+            "stdout=subprocess.PIPE, text=True); sys.stdout.write(child.stdout.readline()); sys.stdout.flush(); "
+            "time.sleep(60)")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_the_children_files_and_the_proc_scan_find_the_same_tree(monkeypatch):
+    """A chain of three processes (the last holds 200 MiB): the walk through /proc/<pid>/task/<tid>/children
+    finds all three, as the scan of every process's parent (the fallback where the kernel has no children
+    files) does."""
+    from collab.evaluation import grid
+
+    parent = subprocess.Popen([sys.executable, "-c", spawning(spawning(HOLD))], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        walked = grid._process_tree(parent.pid)
+        monkeypatch.setattr(grid, "_children", lambda pid: None)
+        scanned = grid._process_tree(parent.pid)
+        rss = grid.tree_rss(parent.pid)
+    finally:
+        os.killpg(parent.pid, 9)
+        parent.wait()
+    assert len(walked) == 3 and walked == scanned and parent.pid in walked
+    assert rss > 200 * 2**20  # the last process's bytearray counts

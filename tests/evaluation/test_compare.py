@@ -123,6 +123,8 @@ def test_grid_table_and_curves(tiny_grid):
     (["--algos", "magrpo", "--rollouts", "1", "--jobs", "0"], "--jobs must be >= 1 (runs at once), got 0"),
     (["--algos", "magrpo", "--rollouts", "1", "--seed_everything", "3"], "--seed_everything is set by collab.compare"),
     (["--algos", "magrpo", "--rollouts", "1", "--model.base.name", "tiny", "--model.nosuch", "1"], "nosuch"),
+    (["--algos", "magrpo", "--envs", "debate", "--rollouts", "1", "--score", "majority@9"],
+     "--score 'majority@9' is not reported by env 'debate'; it reports: accuracy, agent_accuracy, answered, majority@1, majority@2, return"),
 ])
 def test_bad_grid_is_one_line(tmp_path, capsys, args, message):
     from collab.compare import main

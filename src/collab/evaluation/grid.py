@@ -198,10 +198,30 @@ def check_cells(cells: list[Cell], settings: Settings, out: Path) -> dict[tuple[
             built[cell.env] = cli
             extra[key] = one_agent(cli.config["model"]["agents"])
         cli = build_cli(algo_of(cell), fit_args(cell, settings, out, extra.get(key, [])))
-        if cell.method == "magrpo":
+        if cell.method == "magrpo" or cell.env not in built:
             built[cell.env] = cli
         extra.setdefault(key, [])
+    if settings.score:
+        for env_name, cli in built.items():
+            keys = score_keys(cli.datamodule.env)
+            if settings.score not in keys:
+                raise UserError(f"--score {settings.score!r} is not reported by env {env_name!r}; it reports: "
+                                f"{', '.join(sorted(keys))}")
     return extra
+
+
+def score_keys(env) -> set[str]:
+    """What ``--score`` may name on ``env``: ``return`` and the info keys of an episode's last step, found by one
+    episode on the first eval task (the first training task where the env has no eval split) in which every
+    agent answers with an empty response."""
+    tasks = env.tasks("eval") or env.tasks("train")
+    state = env.reset(tasks[0])
+    for _ in range(env.horizon):
+        step = env.step_batch([state], [[""] * env.n_agents])[0]
+        if step.done:
+            break
+        state = step.state
+    return {"return", *step.info}
 
 
 def one_agent(agents) -> list[str]:
@@ -267,10 +287,41 @@ def command(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> list
 
 
 # -- running a cell -----------------------------------------------------------------------------------------
-def tree_rss(root: int) -> int:
-    """Resident bytes of process ``root`` and every process below it (Linux ``/proc``; 0 elsewhere)."""
+def _children(pid: int) -> list[int] | None:
+    """The child processes of ``pid`` from ``/proc/<pid>/task/<tid>/children`` (a read per thread of ``pid``);
+    ``None`` where the kernel has no such files."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # ended
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return out
+
+
+def _process_tree(root: int) -> set[int]:
+    """``root`` and every process below it: the children files where the kernel has them, else one scan of
+    every process's parent in ``/proc``."""
+    tree, frontier = {root}, [root]
+    while frontier:
+        below = [_children(pid) for pid in frontier]
+        if any(b is None for b in below):
+            break
+        frontier = [c for b in below for c in b if c not in tree]
+        tree.update(frontier)
+    else:
+        return tree
     parents: dict[int, int] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
@@ -281,12 +332,19 @@ def tree_rss(root: int) -> int:
     while frontier:
         frontier = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
         tree.update(frontier)
-    total = 0
-    for pid in tree:
+    return tree
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and every process below it (Linux ``/proc``; 0 elsewhere)."""
+    if not os.path.isdir("/proc"):
+        return 0
+    page, total = os.sysconf("SC_PAGE_SIZE"), 0
+    for pid in _process_tree(root):
         try:
-            with open(f"/proc/{pid}/status") as f:
-                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
-        except (OSError, StopIteration):
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
             pass
     return total
 
