@@ -5,7 +5,7 @@ from dataclasses import replace
 import torch
 
 from collab.algos import from_config
-from collab.algos.base import token_budget_chunks
+from collab.training.memory import token_budget_chunks
 from collab.algos.magrpo import MAGRPO
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, SamplingSpec
@@ -21,6 +21,10 @@ def test_token_budget_chunks_by_hand():
     assert token_budget_chunks([4, 4, 4, 4], 12) == [[0, 1, 2], [3]]
     assert token_budget_chunks([20, 1], 8) == [[0], [1]]  # a row over the budget goes alone
     assert token_budget_chunks([], 8) == []
+    # items of several rows (a decoding request's n samples): rows x longest item within the budget
+    assert token_budget_chunks([3, 5, 2, 4], 20, rows=[2, 2, 4, 1]) == [[0, 1], [2, 3]]  # 4 x 5, then 5 x 4
+    assert token_budget_chunks([3, 5, 2, 4], 19, rows=[2, 2, 4, 1]) == [[0], [1], [2], [3]]
+    assert token_budget_chunks([3, 3, 3], 18, rows=[2, 2, 2]) == [[0, 1, 2]]
 
 
 def test_micro_batches_accumulate_the_same_gradient():

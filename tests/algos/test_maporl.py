@@ -136,9 +136,21 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train")[:1], 1, 4)]
     assert len(episodes[0].completions) == 2
 
+    # the turn-1 members are frozen at build: no gradient (nothing for DDP to synchronise), not in the optimizer
+    trainable = lambda m: {p.requires_grad for p in [*module.team.adapter_parameters(m), *module.value_heads[m].parameters()]}  # noqa: E731
+    assert [trainable(m) for m in range(4)] == [{False}, {False}, {True}, {True}]
+    optimized = {id(p) for g in module.param_groups() for p in g["params"]}
+    assert all(id(p) not in optimized for m in (0, 1) for p in [*module.team.adapter_parameters(m), *module.value_heads[m].parameters()])
+    # the auto micro-batch probe runs through a trained member (a frozen one's forward saves nothing for a backward)
+    from collab.training.memory import bytes_per_token
+    shared = from_config("maporl", base=TINY, agents=one_token(2), per_turn=False, train_from_turn=2)
+    shared.build(env)
+    assert bytes_per_token(module.team) == pytest.approx(bytes_per_token(shared.team), rel=1e-9)
+    assert bytes_per_token(module.team) > 0
     before = [adapters(module, m) for m in range(4)]
     train(module, env=env, seed=0, steps=2, batch_size=2)
     assert [moved(before[m], module, m) for m in range(4)] == [False, False, True, True]
+    assert [trainable(m) for m in range(4)] == [{False}, {False}, {True}, {True}]  # still, after the adapter switches
 
 
 def test_kl_to_the_reference_grows_once_the_adapters_move(seven):

@@ -177,6 +177,56 @@ def test_finished_rows_leave_the_batch_and_the_others_sample_as_if_they_were_the
         assert a.completion_ids == b.completion_ids[:3]
 
 
+# -- decoding in parts (--model.decode_memory_gb) --------------------------------------------------------
+def test_cache_bytes_per_token_by_hand():
+    """The tiny Llama: 2 layers x 2 key/value heads x 16 dimensions (64 / 4 heads), keys and values, float32."""
+    team = make_team(1.0)
+    assert team.cache_bytes_per_token(team.base_of[0]) == 2 * 2 * 16 * 2 * 4
+
+
+def test_decoding_in_parts_fits_the_budget_and_gives_the_one_batch_tokens(monkeypatch, capsys):
+    """Six requests of two agents (histories sharing each agent's opening, n = 2, 5 new tokens) in a budget of
+    6 samples of the longest prompt: every decoding batch's KV cache (samples x (longest prompt + 5) tokens x
+    512 bytes) fits, each request's samples stay together and each agent's prompts are decoded together
+    (ordered by agent and prompt), and greedy decoding gives every request the tokens and log-probs it gets
+    in one batch; the first split prints one line."""
+    import collab.policy.team as team_module
+
+    team = make_team(0.0, 0.0)
+    perturb_lora_b(team)
+    head = [prompt(team, a, f"Agent {a}: build the house of the plan, one command a line.") for a in (0, 1)]
+    tails = [prompt(team, 0, text)[-n:] for text, n in (("Red roof.", 4), ("A wide door and two windows.", 9),
+                                                          ("Stone.", 2))]
+    requests = [GenerationRequest(a, head[a] + tail, 2) for tail in tails for a in (0, 1)]  # agents interleaved
+    one = team.generate(requests, max_new_tokens=5)
+
+    batches = []
+    decode = team_module.decode
+
+    def recording(model, tokenizer, rows, adapters, settings):
+        batches.append(rows)
+        return decode(model, tokenizer, rows, adapters, settings)
+
+    monkeypatch.setattr(team_module, "decode", recording)
+    longest = max(len(r.prompt_ids) for r in requests) + 5
+    team.decode_memory = 6 * longest * 512
+    parts = team.generate(requests, max_new_tokens=5)
+    team.generate(requests, max_new_tokens=5)
+    assert len(batches) == 2 * 2  # 12 samples in parts of at most 6: two parts a call
+    for rows in batches:
+        samples, width = sum(r.n for r in rows), max(len(r.prompt_ids) for r in rows) + 5
+        assert samples * width * 512 <= team.decode_memory
+        assert len({r.agent for r in rows}) == 1  # one agent's prompts a part: their shared opening prefilled once
+    for request, a, b in zip(requests, one, parts):
+        assert [c.prompt_ids for c in b] == [request.prompt_ids] * 2
+        assert [c.completion_ids for c in a] == [c.completion_ids for c in b]
+        for x, y in zip(a, b):
+            assert x.logprobs == pytest.approx(y.logprobs, rel=RTOL, abs=TOL)
+    err = capsys.readouterr().err
+    assert err.count("decoding in parts: 12 samples") == 1 and "--model.decode_memory_gb" in err
+    assert team.decode_parts_seen == 2
+
+
 def test_teacher_forcing_computes_each_shared_prompt_once_with_the_one_pass_values_and_gradients(monkeypatch):
     """K = 4 samples per agent under one long prompt each, as a MAGRPO group: the update's forward takes
     each agent's prompt once (its cache repeated for the K rows) and gives the log-probs and LoRA

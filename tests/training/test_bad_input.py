@@ -192,6 +192,8 @@ CASES = [
         option="model.micro_batch_tokens", valid=r">= 1, auto or null"),
     fit("micro_batch_memory_gb", "--algo", "magrpo", *TINY, *MATRIX, "--model.micro_batch_memory_gb", "-1",
         option="model.micro_batch_memory_gb", valid=r"> 0 \(GiB\) or null"),
+    fit("decode_memory_gb", "--algo", "ippo", *TINY, *MATRIX, "--model.decode_memory_gb", "0",
+        option="model.decode_memory_gb", valid=r"> 0 \(GiB\) or null"),
     fit("num_epochs", "--algo", "marft_t", *TINY, "--model.num_epochs", "0", option="model.num_epochs", valid=r">= 1"),
     fit("max_new_tokens", "--algo", "magrpo", *TINY, *MATRIX, "--model.max_new_tokens", "0",
         option="model.max_new_tokens", valid=r">= 1"),

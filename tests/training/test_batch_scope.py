@@ -35,7 +35,7 @@ def test_print_config_says_global_or_per_process(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "  batch_size: 8  # global: tasks per step over all processes" in out
     assert "  minibatch_size: null  # per process:" in out and "  micro_batch_tokens: auto  # per process:" in out
-    assert "  micro_batch_memory_gb: null  # per process:" in out
+    assert "  micro_batch_memory_gb: null  # per process:" in out and "  decode_memory_gb: null  # per process:" in out
     # the annotated output is still a config: read back with --config, it prints the same values
     (tmp_path / "printed.yaml").write_text(out)
     with pytest.raises(SystemExit):

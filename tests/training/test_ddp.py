@@ -35,8 +35,8 @@ RUNS = {
     "ippo": ["--data.env", "matrix"],
     "marft_a": ["--data.env", "competitive_coding"],
     "marft_t": ["--data.env", "coding"],
-    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2",
-               "--model.per_turn", "false", "--model.train_from_turn", "1"],  # one adapter per agent, every turn trained
+    # the default's members: one adapter per (turn, agent), the turn-1 ones frozen (train_from_turn 2)
+    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2"],
 }
 
 

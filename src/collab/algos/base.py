@@ -49,7 +49,7 @@ from collab.envs import Env
 from collab.errors import UserError, require
 from collab.policy.models import BaseConfig
 from collab.training.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
-from collab.training.memory import release
+from collab.training.memory import budget_bytes, release, token_budget_chunks
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
@@ -71,23 +71,6 @@ def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
             spec.sampling = replace(spec.sampling, max_new_tokens=role.max_new_tokens)
         out.append(spec)
     return out
-
-
-def token_budget_chunks(lengths: list[int], budget: int | None) -> list[list[int]]:
-    """Consecutive index groups of ``lengths`` whose padded size (rows x longest row) stays within
-    ``budget`` tokens; a row longer than the budget is a group of its own. ``None``: one group."""
-    if budget is None:
-        return [list(range(len(lengths)))] if lengths else []
-    chunks: list[list[int]] = []
-    longest = 0
-    for i, n in enumerate(lengths):
-        if chunks and (len(chunks[-1]) + 1) * max(longest, n) <= budget:
-            chunks[-1].append(i)
-            longest = max(longest, n)
-        else:
-            chunks.append([i])
-            longest = n
-    return chunks
 
 
 def add_term(stats: dict[str, float], share: float, loss: torch.Tensor, values: dict[str, float]) -> torch.Tensor:
@@ -112,7 +95,8 @@ class CollabModule(L.LightningModule):
 
     def __init__(self, *, base: BaseConfig, agents: list[AgentSpec] | None, agent_lr: float, max_new_tokens: int,
                  max_grad_norm: float, log_samples_every: int, micro_batch_tokens: int | Literal["auto"] | None,
-                 micro_batch_memory_gb: float | None, engine: str, engine_options: dict | None) -> None:
+                 micro_batch_memory_gb: float | None, decode_memory_gb: float | None, engine: str,
+                 engine_options: dict | None) -> None:
         """Every option is keyword-only and has no default here: ``conf/algo/NAME.yaml`` holds each value once
         (``python -m collab.fit`` reads it; :func:`collab.algos.from_config` builds a module from it in Python).
 
@@ -129,6 +113,12 @@ class CollabModule(L.LightningModule):
                 once per run from a memory budget (:mod:`collab.training.memory`). None: one pass.
             micro_batch_memory_gb: The budget of ``auto`` micro-batches' activations in GiB; None: 1/16 of the RAM
                 (at most 1 GiB) on a CPU, 1/4 of the GPU's memory on a GPU.
+            decode_memory_gb: The KV cache one decoding batch may hold, in GiB: a rollout's or an evaluation's
+                requests that need more are decoded in consecutive parts (:meth:`AgentTeam.decode_parts`), so
+                long multi-turn prompts (Minecraft's 4-turn tree) do not scale the peak memory with the tree.
+                collab's own decoding loop only: vLLM sizes its cache itself (``engine_options.kv_cache_gb``).
+                None: the default of ``micro_batch_memory_gb`` (1/16 of the RAM, at most 1 GiB, on a CPU; 1/4 of
+                the GPU's memory on a GPU).
             engine: Who samples the rollouts: ``torch`` (collab's batched multi-LoRA decoding loop) or ``vllm``
                 (one vLLM engine per base, one LoRA adapter per agent, synced after every update; see
                 :mod:`collab.policy.vllm_engine`). Training always runs in PyTorch.
@@ -144,6 +134,9 @@ class CollabModule(L.LightningModule):
         require(micro_batch_memory_gb is None or (isinstance(micro_batch_memory_gb, (int, float))
                                                   and 0 < micro_batch_memory_gb < float("inf")),
                 f"model.micro_batch_memory_gb must be > 0 (GiB) or null, got {micro_batch_memory_gb}")
+        require(decode_memory_gb is None or (isinstance(decode_memory_gb, (int, float)) and not isinstance(decode_memory_gb, bool)
+                                             and 0 < decode_memory_gb < float("inf")),
+                f"model.decode_memory_gb must be > 0 (GiB) or null, got {decode_memory_gb}")
         check_agents(agents)
         require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         require(engine == "vllm" or not engine_options, "model.engine_options are settings of --model.engine vllm; "
@@ -152,6 +145,7 @@ class CollabModule(L.LightningModule):
         check_engine(engine)
         self.micro_batch_tokens, self.micro_batch_memory_gb = micro_batch_tokens, micro_batch_memory_gb
         self._auto_tokens: int | None = None  # micro_batch_tokens: auto, decided once per run (saved in checkpoints)
+        self.decode_memory_gb = decode_memory_gb
         self.base = base
         self.base.validate()
         self.agent_specs = agents
@@ -176,6 +170,7 @@ class CollabModule(L.LightningModule):
             load = getattr(strategy, "load_device", None)  # a sharded base loads on the CPU (collab.training.sharding)
             base = replace(base, device=load() if load else str(strategy.root_device))
         self.team = AgentTeam(self.team_specs(env), base)
+        self.team.decode_memory = budget_bytes(self.team.device, self.decode_memory_gb)
         if self._trainer is None or self.trainer.is_global_zero:  # what LoRA adapts on each base, once per run
             print(self.team.targets_report(), flush=True)
         if self.engine == "vllm":

@@ -105,10 +105,25 @@ class MAPoRL(CollabModule):
             self.team.turn_agents = [[t * env.n_agents + a for a in range(env.n_agents)] for t in range(env.horizon)]
         heads = [CriticHead(self.team.model_of(m).config.hidden_size, self.critic_hidden) for m in range(len(self.team))]
         self.value_heads = nn.ModuleList(heads).to(self.team.device)
+        frozen = self.untrained_members(env)  # no gradient to synchronise under DDP, nothing in the optimizer
+        self.team.freeze(frozen)
+        for m in frozen:
+            self.value_heads[m].requires_grad_(False)
+
+    def untrained_members(self, env) -> list[int]:
+        """The per-turn members of the turns before ``train_from_turn`` (theta_ta of the turns whose answers are
+        not trained: the turn-1 debaters of Experiment 1). They act with their initial adapter (LoRA B = 0: the
+        base policy) and are frozen at build. Shared adapters (``per_turn`` false) are trained at the later turns,
+        so none is frozen."""
+        if not self.per_turn:
+            return []
+        return [t * env.n_agents + a for t in range(min(self.train_from_turn - 1, env.horizon)) for a in range(env.n_agents)]
 
     def param_groups(self):
-        return super().param_groups() + [{"params": list(self.value_heads.parameters()), "lr": self.critic_lr,
-                                          "name": "value_heads"}]
+        frozen = set(self.untrained_members(self.env))
+        agents = [g for m, g in enumerate(super().param_groups()) if m not in frozen]
+        heads = [p for m, head in enumerate(self.value_heads) if m not in frozen for p in head.parameters()]
+        return agents + [{"params": heads, "lr": self.critic_lr, "name": "value_heads"}]
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:

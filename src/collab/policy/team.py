@@ -170,6 +170,14 @@ class AgentTeam(nn.Module):
         self.turn_agents: list[list[int]] | None = None
         """``turn_agents[t][i]``: the agent that plays role i at turn t (turns past the list use its last
         row); ``None``: agent i plays role i at every turn."""
+        self.decode_memory: int | None = None
+        """Bytes of KV cache one decoding batch may hold (rows x (longest prompt + longest response) tokens, at
+        the bytes a token takes on its base: :meth:`cache_bytes_per_token`); the requests of a :meth:`generate`
+        call that need more are decoded in consecutive parts, each at most this size (a request's n samples
+        stay together). ``None``: one batch per base. Set from ``--model.decode_memory_gb``."""
+        self._cache_bytes: dict[str, float] = {}
+        self.decode_parts_seen = 0
+        """Generate calls decoded in more than one part so far (the first prints a line saying so)."""
 
     # -- structure ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -230,6 +238,15 @@ class AgentTeam(nn.Module):
     def tokenizer_of(self, agent: int):
         return self.tokenizers[self.base_of[agent]]
 
+    def freeze(self, agents: list[int]) -> None:
+        """Keep the adapters of ``agents`` as they are: no gradient, whatever adapter switches later do (peft's
+        ``set_adapter`` makes the active adapter trainable; :func:`train_adapters_only` leaves these frozen)."""
+        for agent in agents:
+            model = self.model_of(agent)
+            model.collab_frozen = {*getattr(model, "collab_frozen", ()), self.names[agent]}
+        for model in self.models.values():
+            train_adapters_only(model)
+
     def adapter_parameters(self, agent: int) -> list[nn.Parameter]:
         """The trainable LoRA parameters of one agent."""
         tag = f".{self.names[agent]}."
@@ -258,7 +275,8 @@ class AgentTeam(nn.Module):
     def generate(self, requests: list[GenerationRequest], max_new_tokens: int = 128) -> list[list[Completion]]:
         """Sample ``request.n`` responses for every request; one decoding loop per distinct base.
 
-        All agents and all samples on a base share one batch (rows carry their adapter names), and
+        All agents and all samples on a base share one batch (rows carry their adapter names; parts of at
+        most :attr:`decode_memory` of KV cache when they need more: :meth:`decode_parts`), and
         the prompt of each request is prefilled once and its KV cache repeated for its n samples.
         With an :attr:`engine`, vLLM samples and the behaviour log-probs are this model's.
         """
@@ -277,12 +295,66 @@ class AgentTeam(nn.Module):
             was_training = model.training
             model.eval()
             try:
-                outs = decode(model, self.tokenizers[key], rows, [self.names[r.agent] for r in rows], settings)
+                for part in self.decode_parts(key, rows, settings):
+                    outs = decode(model, self.tokenizers[key], [rows[j] for j in part],
+                                  [self.names[rows[j].agent] for j in part], [settings[j] for j in part])
+                    for j, out in zip(part, outs):
+                        results[mine[j]] = out
             finally:
                 model.train(was_training)
-            for i, out in zip(mine, outs):
-                results[i] = out
         return results  # type: ignore[return-value]
+
+    def decode_parts(self, key: str, rows: list[GenerationRequest], settings) -> list[list[int]]:
+        """The requests ``rows`` on base ``key`` (positions in ``rows``) in parts whose KV cache fits
+        :attr:`decode_memory`: one part, in order, when they all fit.
+
+        A part's cache holds its samples (each request's ``n``) x (its longest prompt + its longest response
+        limit) tokens, as :func:`~collab.policy.sampling.decode` pads them. When they do not all fit, the
+        requests are first ordered by agent and prompt, so that prompts sharing a start (a tree's histories,
+        whose prompts begin alike) land in the same part and prefill that start once
+        (:func:`~collab.policy.prefill.prefill`), then cut into consecutive parts. Decoding in parts samples
+        from the same policy; the random draws of the rows differ from one batch's (each part draws for its
+        own rows)."""
+        if self.decode_memory is None:
+            return [list(range(len(rows)))] if rows else []
+        from collab.training.memory import token_budget_chunks
+
+        lengths = [len(r.prompt_ids) + (1 if s[4] is not None else s[3]) for r, s in zip(rows, settings)]
+        budget = max(1, int(self.decode_memory // self.cache_bytes_per_token(key)))
+        parts = token_budget_chunks(lengths, budget, [r.n for r in rows])
+        if len(parts) > 1:
+            order = sorted(range(len(rows)), key=lambda j: (rows[j].agent, rows[j].prompt_ids))
+            parts = [[order[j] for j in part] for part in
+                     token_budget_chunks([lengths[j] for j in order], budget, [rows[j].n for j in order])]
+            if self.decode_parts_seen == 0:
+                import sys
+
+                need = sum(r.n for r in rows) * max(lengths)
+                print(f"decoding in parts: {sum(r.n for r in rows)} samples x {max(lengths)} tokens of KV cache "
+                      f"({need * self.cache_bytes_per_token(key) / 2**30:.2f} GiB) is over --model.decode_memory_gb "
+                      f"({self.decode_memory / 2**30:.2f} GiB): {len(parts)} parts", file=sys.stderr, flush=True)
+            self.decode_parts_seen += 1
+        return parts
+
+    def cache_bytes_per_token(self, key: str) -> float:
+        """Bytes of KV cache one token takes on base ``key`` (every layer's keys and values), measured once on
+        a probe prompt of 8 tokens: exact for any architecture's cache layout and dtype."""
+        if key not in self._cache_bytes:
+            from collab.policy.prefill import cache_key, prefill
+
+            model, probe = self.models[key], list(range(10, 18))
+            agent = self.base_of.index(key)
+            was_training = model.training
+            model.eval()
+            try:
+                with torch.no_grad():
+                    out, _, _ = prefill(model, [probe], [self.names[agent]], self.tokenizers[key].pad_token_id,
+                                        model.get_input_embeddings().weight.device)
+            finally:
+                model.train(was_training)
+            layers = [layer for layer in out[cache_key()].layers if getattr(layer, "keys", None) is not None]
+            self._cache_bytes[key] = sum(layer.keys.nbytes + layer.values.nbytes for layer in layers) / len(probe)
+        return self._cache_bytes[key]
 
     # -- learning ----------------------------------------------------------------------------------
     def logprobs(self, agent: int | list[int], prompt_ids: list[list[int]], completion_ids: list[list[int]],
@@ -479,9 +551,11 @@ def recompute_with_forward_adapters(model) -> None:
 
 def train_adapters_only(model: nn.Module) -> None:
     """Mark every LoRA parameter of ``model`` trainable and everything else frozen (``set_adapter``
-    leaves only the active adapter trainable; this restores all of them)."""
+    leaves only the active adapter trainable; this restores all of them), except the adapters frozen by
+    :meth:`AgentTeam.freeze` (named in the model's ``collab_frozen``)."""
+    frozen = [f".{name}." for name in getattr(model, "collab_frozen", ())]
     for name, p in model.named_parameters():
-        p.requires_grad_("lora_" in name)
+        p.requires_grad_("lora_" in name and not any(tag in name for tag in frozen))
 
 
 @contextmanager

@@ -5,7 +5,8 @@ as comments on ``--print_config``'s lines (:func:`annotate`), in ``conf/`` and i
   plays its own share (every N-th task: ``batch_size / N`` each; :mod:`collab.rollout.datamodule`).
 - ``model.minibatch_size`` is **per process**: items of this process's experience per optimizer update (the
   update's normalisers are still global: :mod:`collab.training.distributed`).
-- ``model.micro_batch_tokens`` is **per process**: the padded tokens of one forward/backward (a memory bound).
+- ``model.micro_batch_tokens`` is **per process**: the padded tokens of one forward/backward (a memory bound);
+  so are ``model.micro_batch_memory_gb`` and ``model.decode_memory_gb`` (one decoding batch's KV cache).
 - The held-out evaluation's ``max_tasks`` is **global** (each eval task is scored once, by one process) and
   its ``tasks_per_batch`` **per process** (the tasks one process decodes together).
 """
@@ -19,6 +20,7 @@ SCOPES: dict[str, str] = {
     "model.minibatch_size": "per process: items of this process's share per optimizer update",
     "model.micro_batch_tokens": "per process: padded tokens per forward/backward",
     "model.micro_batch_memory_gb": "per process: the activations budget of auto micro-batches",
+    "model.decode_memory_gb": "per process: the KV cache one decoding batch may hold",
     "max_tasks": "global: eval tasks over all processes, each scored once",
     "tasks_per_batch": "per process: eval tasks one process decodes together",
 }

@@ -56,6 +56,25 @@ def budget_bytes(device: torch.device, memory_gb: float | None) -> int:
     return int(min(CPU_FRACTION * total_ram(), CPU_CAP))
 
 
+def token_budget_chunks(lengths: list[int], budget: int | None, rows: list[int] | None = None) -> list[list[int]]:
+    """Consecutive index groups of ``lengths`` whose padded size (rows x longest item) stays within ``budget``
+    tokens; item ``i`` is ``rows[i]`` rows (default 1: an update's items; a decoding request is its ``n``
+    samples). An item over the budget is a group of its own. ``None``: one group."""
+    if budget is None:
+        return [list(range(len(lengths)))] if lengths else []
+    rows = rows if rows is not None else [1] * len(lengths)
+    chunks: list[list[int]] = []
+    longest = height = 0
+    for i, (n, r) in enumerate(zip(lengths, rows)):
+        if chunks and (height + r) * max(longest, n) <= budget:
+            chunks[-1].append(i)
+            longest, height = max(longest, n), height + r
+        else:
+            chunks.append([i])
+            longest, height = n, r
+    return chunks
+
+
 def saved_for_backward(fn):
     """``(storages, out)``: ``out = fn()`` and the bytes of each storage autograd saved for the backward while it
     ran (data pointer -> bytes, each storage once)."""
@@ -74,12 +93,15 @@ def saved_for_backward(fn):
 def bytes_per_token(team) -> float:
     """Bytes saved for the backward per token of the agents' log-probs forward, measured on a probe sequence
     (nothing is trained: the graph is dropped unused); in a team of several bases, the largest base's (one
-    probe through the first agent on each)."""
+    probe through the first agent on each that trains: a frozen agent's forward saves nothing)."""
     half = PROBE_TOKENS // 2
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
     weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
     per_base = []
-    for agent in [team.base_of.index(key) for key in dict.fromkeys(team.base_of)]:
+    trains = lambda i: any(p.requires_grad for p in team.adapter_parameters(i))  # noqa: E731  (not a frozen agent's)
+    for key in dict.fromkeys(team.base_of):
+        mine = [i for i, k in enumerate(team.base_of) if k == key]
+        agent = next((i for i in mine if trains(i)), mine[0])
         seen, _ = saved_for_backward(lambda: team.logprobs(agent, [prompt], [completion]))
         per_base.append(sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS)
     return max(per_base)
