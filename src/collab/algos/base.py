@@ -131,12 +131,9 @@ class CollabModule(L.LightningModule):
         require(micro_batch_tokens is None or micro_batch_tokens == "auto" or (
             isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 1),
             f"model.micro_batch_tokens must be >= 1, auto or null, got {micro_batch_tokens}")
-        require(micro_batch_memory_gb is None or (isinstance(micro_batch_memory_gb, (int, float))
-                                                  and 0 < micro_batch_memory_gb < float("inf")),
-                f"model.micro_batch_memory_gb must be > 0 (GiB) or null, got {micro_batch_memory_gb}")
-        require(decode_memory_gb is None or (isinstance(decode_memory_gb, (int, float)) and not isinstance(decode_memory_gb, bool)
-                                             and 0 < decode_memory_gb < float("inf")),
-                f"model.decode_memory_gb must be > 0 (GiB) or null, got {decode_memory_gb}")
+        for option, gib in (("micro_batch_memory_gb", micro_batch_memory_gb), ("decode_memory_gb", decode_memory_gb)):
+            require(gib is None or (isinstance(gib, (int, float)) and not isinstance(gib, bool) and 0 < gib < float("inf")),
+                    f"model.{option} must be > 0 (GiB) or null, got {gib}")
         check_agents(agents)
         require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         require(engine == "vllm" or not engine_options, "model.engine_options are settings of --model.engine vllm; "
@@ -191,7 +188,7 @@ class CollabModule(L.LightningModule):
     def param_groups(self) -> list[dict[str, Any]]:
         assert self.team is not None
         return [{"params": self.team.adapter_parameters(i), "lr": spec.lr or self.agent_lr, "name": name}
-                for i, (spec, name) in enumerate(zip(self.team.specs, self.team.names))]
+                for i, (spec, name) in enumerate(zip(self.team.specs, self.team.names)) if not self.team.is_frozen(i)]
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.param_groups(), weight_decay=0.0)

@@ -120,10 +120,8 @@ class MAPoRL(CollabModule):
         return [t * env.n_agents + a for t in range(min(self.train_from_turn - 1, env.horizon)) for a in range(env.n_agents)]
 
     def param_groups(self):
-        frozen = set(self.untrained_members(self.env))
-        agents = [g for m, g in enumerate(super().param_groups()) if m not in frozen]
-        heads = [p for m, head in enumerate(self.value_heads) if m not in frozen for p in head.parameters()]
-        return agents + [{"params": heads, "lr": self.critic_lr, "name": "value_heads"}]
+        heads = [p for p in self.value_heads.parameters() if p.requires_grad]  # the frozen members' heads left out
+        return super().param_groups() + [{"params": heads, "lr": self.critic_lr, "name": "value_heads"}]
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:

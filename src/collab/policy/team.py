@@ -247,6 +247,10 @@ class AgentTeam(nn.Module):
         for model in self.models.values():
             train_adapters_only(model)
 
+    def is_frozen(self, agent: int) -> bool:
+        """Whether :meth:`freeze` froze ``agent``'s adapter."""
+        return self.names[agent] in getattr(self.model_of(agent), "collab_frozen", ())
+
     def adapter_parameters(self, agent: int) -> list[nn.Parameter]:
         """The trainable LoRA parameters of one agent."""
         tag = f".{self.names[agent]}."
@@ -321,15 +325,16 @@ class AgentTeam(nn.Module):
 
         lengths = [len(r.prompt_ids) + (1 if s[4] is not None else s[3]) for r, s in zip(rows, settings)]
         budget = max(1, int(self.decode_memory // self.cache_bytes_per_token(key)))
-        parts = token_budget_chunks(lengths, budget, [r.n for r in rows])
+        need = sum(r.n for r in rows) * max(lengths, default=0)  # the padded tokens of one batch
+        if need <= budget:
+            return [list(range(len(rows)))] if rows else []
+        order = sorted(range(len(rows)), key=lambda j: (rows[j].agent, rows[j].prompt_ids))
+        parts = [[order[j] for j in part] for part in
+                 token_budget_chunks([lengths[j] for j in order], budget, [rows[j].n for j in order])]
         if len(parts) > 1:
-            order = sorted(range(len(rows)), key=lambda j: (rows[j].agent, rows[j].prompt_ids))
-            parts = [[order[j] for j in part] for part in
-                     token_budget_chunks([lengths[j] for j in order], budget, [rows[j].n for j in order])]
             if self.decode_parts_seen == 0:
                 import sys
 
-                need = sum(r.n for r in rows) * max(lengths)
                 print(f"decoding in parts: {sum(r.n for r in rows)} samples x {max(lengths)} tokens of KV cache "
                       f"({need * self.cache_bytes_per_token(key) / 2**30:.2f} GiB) is over --model.decode_memory_gb "
                       f"({self.decode_memory / 2**30:.2f} GiB): {len(parts)} parts", file=sys.stderr, flush=True)

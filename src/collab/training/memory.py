@@ -98,10 +98,9 @@ def bytes_per_token(team) -> float:
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
     weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
     per_base = []
-    trains = lambda i: any(p.requires_grad for p in team.adapter_parameters(i))  # noqa: E731  (not a frozen agent's)
     for key in dict.fromkeys(team.base_of):
         mine = [i for i, k in enumerate(team.base_of) if k == key]
-        agent = next((i for i in mine if trains(i)), mine[0])
+        agent = next((i for i in mine if not team.is_frozen(i)), mine[0])
         seen, _ = saved_for_backward(lambda: team.logprobs(agent, [prompt], [completion]))
         per_base.append(sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS)
     return max(per_base)
