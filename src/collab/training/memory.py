@@ -83,7 +83,10 @@ def saved_for_backward(fn):
     def pack(t: torch.Tensor):
         storage = t.untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()
-        return t
+        # kept without its graph: an op's own output handed back as itself would make its node reference
+        # itself through the tensor's grad_fn, a cycle through C++ that Python's collector cannot see, which
+        # would keep the graph and every weight it saved alive after ``out`` is gone
+        return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
