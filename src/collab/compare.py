@@ -27,6 +27,14 @@ confidence interval, wall time, tokens, peak memory; the budget stated), ``curve
 against rollouts, mean and 95% band over seeds, one panel per env), ``compare.log`` (one plain line per run),
 ``records/`` (a run's record: its presence means done) and ``cells/`` (each run's folder and log).
 
+``--defaults`` (with ``--algos`` and ``--seeds``; no budget, env, control or evaluation option) runs each
+algorithm's main job as it is instead: ``python -m collab.fit --algo A --seed_everything k --data.seed k`` with
+the overrides and nothing else, on the env, budget and held-out evaluation of its own config, and writes, per
+algorithm, every seed's held-out score before and after training with the paired gain, then the mean gain over
+seeds with its SE and how many seeds gained (the 5-seed tables of docs/measurements.md):
+
+    python -m collab.compare --defaults --algos collm_cc ippo --seeds 0 1 2 3 4 --jobs 2 --output runs/defaults
+
 Resumable: started again with the same options it skips every run with a record and runs the rest (a run
 killed midway restarts from scratch); more algos, envs or seeds extend the grid, other settings (budget,
 evaluation, overrides) are refused. Progress: ``run i of N`` with the time left, redrawn on a terminal, plain
@@ -58,14 +66,16 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m collab.compare", add_help=False,
                       hint="python -m collab.compare --help: docs/evaluation.md")
     p.add_argument("--algos", nargs="+", default=[])
-    p.add_argument("--envs", nargs="+", default=["writing"])
+    p.add_argument("--defaults", action="store_true")
+    # None: not given (the defaults below are filled in by run(); --defaults refuses them given)
+    p.add_argument("--envs", nargs="+", default=None)  # writing
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--rollouts", type=int, default=None)
     p.add_argument("--tokens", type=int, default=None)
-    p.add_argument("--controls", nargs="*", default=[CONTROL, *BASELINES])
-    p.add_argument("--eval_samples", type=int, default=2)
+    p.add_argument("--controls", nargs="*", default=None)  # all five
+    p.add_argument("--eval_samples", type=int, default=None)  # 2
     p.add_argument("--eval_tasks", type=int, default=None)
-    p.add_argument("--tasks_per_batch", type=int, default=4)
+    p.add_argument("--tasks_per_batch", type=int, default=None)  # 4
     p.add_argument("--output", default="runs/compare")
     p.add_argument("--max_runs", type=int, default=None)
     p.add_argument("--retry_failed", action="store_true")
@@ -115,8 +125,11 @@ def check_settings(out: Path, settings: Settings) -> None:
     """The grid's shared settings in ``<out>/grid.json``: written the first time, then they must not change
     (the records would mix budgets or evaluations); the cells may."""
     path = out / "grid.json"
-    mine = {"budget": settings.budget(), "eval_samples": settings.eval_samples, "eval_tasks": settings.eval_tasks,
-            "tasks_per_batch": settings.tasks_per_batch, "overrides": list(settings.overrides), "score": settings.score}
+    if settings.defaults:
+        mine = {"budget": settings.budget(), "overrides": list(settings.overrides), "defaults": True}
+    else:
+        mine = {"budget": settings.budget(), "eval_samples": settings.eval_samples, "eval_tasks": settings.eval_tasks,
+                "tasks_per_batch": settings.tasks_per_batch, "overrides": list(settings.overrides), "score": settings.score}
     if path.is_file():
         theirs = json.loads(path.read_text())
         changed = [k for k in mine if theirs.get(k) != mine[k]]
@@ -129,14 +142,26 @@ def check_settings(out: Path, settings: Settings) -> None:
 
 def run(argv: list[str]) -> int:
     options, overrides = parser().parse_known_args(argv)
-    settings = Settings(options.rollouts, options.tokens, options.eval_samples, options.eval_tasks,
-                        options.tasks_per_batch, tuple(overrides), options.score)
-    grid.check_names(options.algos, options.controls, options.envs, options.seeds, settings)
+    if options.defaults:
+        given = [f"--{name}" for name in ("envs", "rollouts", "tokens", "controls", "eval_samples", "eval_tasks",
+                                          "tasks_per_batch", "score") if getattr(options, name) is not None]
+        if given:
+            raise UserError(f"--defaults runs each main job as it is (its own env, budget and held-out evaluation): "
+                            f"drop {', '.join(given)}, or drop --defaults for a grid at one budget")
+        settings = Settings(None, None, overrides=tuple(overrides), defaults=True)
+        cells = grid.plan_defaults(options.algos, options.seeds, settings)
+    else:
+        settings = Settings(options.rollouts, options.tokens, 2 if options.eval_samples is None else options.eval_samples,
+                            options.eval_tasks, 4 if options.tasks_per_batch is None else options.tasks_per_batch,
+                            tuple(overrides), options.score)
+        controls = [CONTROL, *BASELINES] if options.controls is None else options.controls
+        envs = ["writing"] if options.envs is None else options.envs
+        grid.check_names(options.algos, controls, envs, options.seeds, settings)
+        cells = grid.plan(options.algos, controls, envs, options.seeds)
     if options.max_runs is not None and options.max_runs < 0:
         raise UserError(f"--max_runs must be >= 0, got {options.max_runs}")
     if options.jobs < 1:
         raise UserError(f"--jobs must be >= 1 (runs at once), got {options.jobs}")
-    cells = grid.plan(options.algos, options.controls, options.envs, options.seeds)
     out = Path(options.output)
     with tempfile.TemporaryDirectory() as tmp:  # every run built (not run) before the first starts
         extra = grid.check_cells(cells, settings, Path(tmp))
@@ -232,12 +257,15 @@ def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
 
             steps += comparison.step_rows(record, read_scalars(record["run_dir"]))
     comparison.write_csv(out / "steps.csv", steps, comparison.STEP_COLUMNS)
-    tasks = f"the first {settings.eval_tasks}" if settings.eval_tasks else "all"
-    scored = (f"score: {settings.score} (--score)" if settings.score else
-              "score: accuracy (solved) where the env reports it, else the episode return")
-    evaluation = f"{tasks} tasks of each env's eval split x {settings.eval_samples} sampled episodes, seed k for seed k; {scored}"
     failed = [f"{r['method']}-{r['env']}-{r['seed']} (exit {r['returncode']})" for r in records if r["returncode"] != 0]
-    markdown = comparison.render_grid_markdown(comparison.summarize(rows), settings.budget(), evaluation, CONTROL, failed)
+    if settings.defaults:
+        markdown = comparison.render_seed_tables(rows, failed)
+    else:
+        tasks = f"the first {settings.eval_tasks}" if settings.eval_tasks else "all"
+        scored = (f"score: {settings.score} (--score)" if settings.score else
+                  "score: accuracy (solved) where the env reports it, else the episode return")
+        evaluation = f"{tasks} tasks of each env's eval split x {settings.eval_samples} sampled episodes, seed k for seed k; {scored}"
+        markdown = comparison.render_grid_markdown(comparison.summarize(rows), settings.budget(), evaluation, CONTROL, failed)
     shared = sorted({int(r.get("jobs", 1)) for r in records} - {1})
     if shared:
         markdown += (f"\nWall times: runs made {' or '.join(map(str, shared))} at once (--jobs) shared the machine's "

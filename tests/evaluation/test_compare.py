@@ -298,3 +298,69 @@ def test_compare_configs_build_every_run(path, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "grid: " in out and "stopped after 0 runs" in out
     assert not list((tmp_path / "out" / "records").glob("*.json"))
+
+
+# --defaults: each algorithm's main job as it is.
+
+def test_defaults_runs_each_main_job_on_its_own_env(tmp_path):
+    """``--defaults``: ``collab.fit --algo A`` with seed k and the overrides alone (here a config shortening the
+    job to one rollout and two eval problems); the cell's env is the job's own (magrpo's default is math), and the
+    table gives every seed's before/after/gain and the mean gain over seeds."""
+    import json
+
+    from collab.compare import main
+
+    small = tmp_path / "small.yaml"
+    evaluation = {"at_start": True, "greedy": True, "num_samples": 1, "ks": [1], "max_tasks": 2}
+    small.write_text(json.dumps({"trainer": {"max_steps": 1, "enable_checkpointing": False, "callbacks": [
+        {"class_path": "collab.training.callbacks.RewardSummary"},
+        {"class_path": "collab.training.callbacks.EvaluationCallback", "init_args": evaluation}]}}))
+    out = tmp_path / "out"
+    assert main(["--defaults", "--algos", "magrpo", "--seeds", "0", "1", "--output", str(out), "--jobs", "2",
+                 "--model.base.name", "tiny", "--config", str(small)]) == 0
+    rows = _rows(out / "results.csv")
+    assert [(r["method"], r["env"], r["seed"], r["returncode"]) for r in rows] == [
+        ("magrpo", "math", "0", "0"), ("magrpo", "math", "1", "0")]
+    assert all(r["score_key"] == "solved" and r["eval_problems"] == "2" and r["before_se"] != "" for r in rows)
+    command = json.loads((out / "records" / "magrpo-math-1.json").read_text())["command"]
+    assert command[command.index("--algo") + 1:] == [
+        "magrpo", "--model.base.name", "tiny", "--config", str(small), "--seed_everything", "1", "--data.seed", "1",
+        "--trainer.default_root_dir", str(out / "cells" / "magrpo-math-1")]
+    table = (out / "comparison.md").read_text()
+    assert "### magrpo on math: held-out accuracy (2 eval problems x 1 episodes)" in table
+    assert "Mean gain over 2 seeds" in table and "positive on" in table
+    assert json.loads((out / "grid.json").read_text())["defaults"] is True
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rollouts", "3"], "--defaults runs each main job as it is (its own env, budget and held-out evaluation): drop --rollouts"),
+    (["--envs", "writing", "--score", "return"], "drop --envs, --score, or drop --defaults"),
+    (["--data.env", "writing"], "--data.env is set by collab.compare --defaults for each run"),
+    (["--algos", "nosuch"], "unknown algo 'nosuch'; valid: collm_cc"),
+])
+def test_defaults_refuses_what_the_main_jobs_own(tmp_path, capsys, args, message):
+    from collab.compare import main
+
+    argv = ["--defaults", "--output", str(tmp_path / "out")] + args
+    if "--algos" not in args:
+        argv += ["--algos", "magrpo"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_seed_tables_by_hand():
+    """Gains +0.2, -0.1, +0.5 over three seeds: mean +0.2, SE sqrt(((0)^2 + 0.3^2 + 0.3^2) / 2 / 3) = 0.1732."""
+    from collab.evaluation.comparison import render_seed_tables
+
+    rows = [{"method": "ippo", "env": "math", "seed": str(s), "returncode": "0", "score_key": "solved",
+             "eval_problems": "64", "eval_samples": "1", "before": "0.25", "before_se": "0.05", "score": str(0.25 + g),
+             "score_se": "0.06", "gain": str(g), "gain_se": "0.1", "wall_s": "300", "peak_rss_bytes": str(2 ** 31)}
+            for s, g in enumerate([0.2, -0.1, 0.5])]
+    rows.append({**rows[0], "seed": "3", "returncode": "1", "gain": ""})
+    text = render_seed_tables(rows, ["ippo-math-3 (exit 1)"])
+    assert "### ippo on math: held-out accuracy (64 eval problems x 1 episodes)" in text
+    assert "| 1 | 0.2500 ± 0.0500 | 0.1500 ± 0.0600 | -0.1000 ± 0.1000 | -1.0 | 5.0 min | 2.00 GiB |" in text
+    assert "Mean gain over 3 seeds +0.2000 ± 0.1732 (SE over seeds; 1.2 SE); positive on 2 of 3." in text
+    assert "Failed runs (left out): ippo-math-3 (exit 1)" in text

@@ -215,7 +215,7 @@ def update_table(csv_path: str | Path, row: Mapping[str, str]) -> tuple[list[dic
 
 
 # -- the grid of python -m collab.compare ----------------------------------------------------------------------
-RESULT_COLUMNS = ("method", "kind", "env", "seed", "returncode", "score", "score_se", "before", "gain", "gain_se",
+RESULT_COLUMNS = ("method", "kind", "env", "seed", "returncode", "score", "score_se", "before", "before_se", "gain", "gain_se",
                   "score_key", "eval_problems", "eval_samples", "rollouts", "steps", "tokens", "wall_s", "jobs",
                   "peak_rss_bytes", "run_dir")
 """``results.csv``: one row per run (a :class:`collab.evaluation.grid.Record`); ``score`` is the held-out score
@@ -381,6 +381,47 @@ def render_grid_markdown(summary: Sequence[Mapping], budget: str, evaluation: st
     if failed:
         lines += ["", "Failed runs (left out): " + ", ".join(failed)]
     return "\n".join(lines) + "\n"
+
+
+def render_seed_tables(rows: Sequence[Mapping], failed: Sequence[str] = ()) -> str:
+    """``collab.compare --defaults``'s tables: per (algorithm, env), every seed's held-out score before and
+    after training (± its SE over eval problems), the paired gain ± its SE and their ratio, wall time and peak
+    memory; under it the mean gain over the seeds ± its SE across seeds (:func:`mean_se`), their ratio and how
+    many seeds gained."""
+    lines = ["Each algorithm's main job as it is: `python -m collab.fit --algo A --seed_everything k --data.seed k` "
+             "(its own env, budget and held-out evaluation; nothing else given).", ""]
+    groups: dict[tuple[str, str], list[Mapping]] = {}
+    for r in rows:
+        groups.setdefault((str(r["method"]), str(r["env"])), []).append(r)
+    order = {m: i for i, m in enumerate(ORDER)}
+    for method, env in sorted(groups, key=lambda k: (order.get(k[0], len(order)), k)):
+        mine = sorted((r for r in groups[(method, env)] if str(r.get("returncode")) == "0"
+                       and _float(r.get("gain")) is not None), key=lambda r: int(r["seed"]))
+        if not mine:
+            continue
+        key = str(mine[0].get("score_key") or "score")
+        lines += [f"### {method} on {env}: held-out {'accuracy' if key == 'solved' else key} "
+                  f"({mine[0].get('eval_problems') or '?'} eval problems x {mine[0].get('eval_samples') or '?'} "
+                  "episodes)", "",
+                  "| seed | before | after | gain (paired SE) | gain / SE | wall | peak mem |",
+                  "|---|---|---|---|---|---|---|"]
+        gains = []
+        for r in mine:
+            gain, gain_se = _float(r["gain"]), _float(r.get("gain_se"))
+            gains.append(gain)
+            ratio = f"{gain / gain_se:.1f}" if gain_se else "–"
+            lines.append(f"| {r['seed']} | {_pm(_float(r.get('before')), _float(r.get('before_se')))} "
+                         f"| {_pm(_float(r.get('score')), _float(r.get('score_se')))} | {gain:+.4f}"
+                         + (f" ± {gain_se:.4f}" if gain_se is not None else "")
+                         + f" | {ratio} | {_size(_float(r.get('wall_s')), 's')} "
+                         f"| {_size(_float(r.get('peak_rss_bytes')), 'GiB')} |")
+        mean, se = mean_se(gains)
+        spread = f" ± {se:.4f} (SE over seeds; {mean / se:.1f} SE)" if se else ""
+        lines += ["", f"Mean gain over {len(gains)} seeds {mean:+.4f}{spread}; positive on "
+                      f"{sum(g > 0 for g in gains)} of {len(gains)}.", ""]
+    if failed:
+        lines += ["Failed runs (left out): " + ", ".join(failed), ""]
+    return "\n".join(lines)
 
 
 def grid_curves(steps: Iterable[Mapping], tag: str = "reward/return") -> dict[str, dict[str, list]]:

@@ -46,6 +46,9 @@ BASELINES = ("single", "parallel", "pipeline", "discussion")
 OWNED = ("--algo", "--seed_everything", "--data.seed", "--data.env", "--trainer.default_root_dir", "--trainer.max_steps",
          "--trainer.callbacks", "--ckpt_path")
 """Options the grid sets itself: refused among the overrides."""
+OWNED_DEFAULTS = ("--algo", "--seed_everything", "--data.seed", "--data.env", "--trainer.default_root_dir", "--ckpt_path")
+"""What ``--defaults`` sets itself, or keeps as each main job has it (its env); its budget and callbacks may be
+overridden (``--trainer.max_steps 2``: every job shorter)."""
 
 
 # -- the single-agent env and the budget, named by class path in the runs' configs ---------------------------
@@ -107,8 +110,13 @@ class Settings:
     tasks_per_batch: int = 4
     overrides: tuple[str, ...] = ()
     score: str | None = None  # an info key of the env's last step (``majority@2``); None: solved, else the return
+    defaults: bool = False
+    """Each algorithm's main job as it is (``collab.compare --defaults``): its own env, budget and held-out
+    evaluation; the budget and evaluation fields above are unused."""
 
     def budget(self) -> str:
+        if self.defaults:
+            return "each main job's own (--defaults: python -m collab.fit --algo A with seed k and nothing else)"
         return f"{self.rollouts} rollouts" if self.rollouts else f"{self.tokens} generated tokens"
 
 
@@ -163,11 +171,38 @@ def check_names(algos: list[str], controls: list[str], envs: list[str], seeds: l
     require(settings.eval_samples >= 1, f"--eval_samples must be >= 1, got {settings.eval_samples}")
     require(settings.eval_tasks is None or settings.eval_tasks >= 1, f"--eval_tasks must be >= 1, got {settings.eval_tasks}")
     require(settings.tasks_per_batch >= 1, f"--tasks_per_batch must be >= 1, got {settings.tasks_per_batch}")
+    check_overrides(settings)
+
+
+def check_overrides(settings: Settings) -> None:
     for arg in settings.overrides:
         option = arg.split("=", 1)[0]
-        if option in OWNED:
+        if settings.defaults and option in OWNED_DEFAULTS:
+            raise UserError(f"{option} is set by collab.compare --defaults for each run (or is the main job's own); "
+                            "use --algos, --seeds, --output instead")
+        if not settings.defaults and option in OWNED:
             raise UserError(f"{option} is set by collab.compare for each run; use --algos, --envs, --seeds, --rollouts "
                             "or --tokens, --eval_samples, --eval_tasks, --output instead")
+
+
+def plan_defaults(algos: list[str], seeds: list[int], settings: Settings) -> list[Cell]:
+    """``--defaults``: each algorithm's main job (``python -m collab.fit --algo A``, seed k, the user's overrides
+    and nothing else) on seeds; a cell's env is the one that job trains on (its config's). Seed by seed, so that
+    a grid stopped early holds every algorithm's first seeds. The names are checked here, before anything is
+    built."""
+    from collab.algos import algo_registry
+    from collab.training.configs import config_files, run_env
+
+    registry = algo_registry()
+    require(bool(algos), "--defaults runs the main jobs of --algos: give at least one")
+    for algo in algos:
+        if algo not in registry:
+            raise unknown("algo", algo, registry)
+    require(bool(seeds) and len(set(seeds)) == len(seeds) and min(seeds) >= 0,
+            f"--seeds must be distinct non-negative integers, got {seeds}")
+    check_overrides(settings)
+    envs = {a: run_env(config_files(a, list(settings.overrides))[0], list(settings.overrides)) for a in algos}
+    return [Cell(a, envs[a], s) for s in seeds for a in dict.fromkeys(algos)]
 
 
 def check_cells(cells: list[Cell], settings: Settings, out: Path) -> dict[tuple[str, str], list[str]]:
@@ -263,8 +298,13 @@ def callbacks_config(cell: Cell, settings: Settings) -> dict:
 
 def fit_args(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> list[str]:
     """``collab.fit``'s arguments of a trained cell (without ``--algo``): the user's overrides, the grid's
-    config (written to the cell's folder), the cell's env and seed."""
+    config (written to the cell's folder), the cell's env and seed; with ``--defaults``, the overrides and the
+    seed alone."""
     folder = cell_dir(out, cell)
+    if settings.defaults:  # the main job as a researcher runs it
+        folder.mkdir(parents=True, exist_ok=True)
+        return [*settings.overrides, "--seed_everything", str(cell.seed), "--data.seed", str(cell.seed),
+                "--trainer.default_root_dir", str(folder)]
     config = folder / "grid.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(json.dumps(callbacks_config(cell, settings), indent=1))  # JSON is YAML
@@ -397,6 +437,7 @@ class Record:
     tokens: int | None = None
     jobs: int = 1
     metrics: dict = field(default_factory=dict)
+    before_se: float | None = None
 
 
 class Running:
@@ -489,6 +530,7 @@ def fill(record: Record, folder: Path, score: str | None = None) -> None:
     held = summary.get("held_out") or {}
     budget = summary.get("budget") or {}
     record.score, record.score_se, record.before = held.get("after"), held.get("after_se"), held.get("before")
+    record.before_se = held.get("before_se")
     record.gain, record.gain_se, record.score_key = held.get("gain"), held.get("gain_se"), held.get("score") or ""
     record.eval_problems, record.eval_samples = held.get("problems"), held.get("samples")
     record.rollouts, record.steps, record.tokens = budget.get("rollouts"), budget.get("steps"), budget.get("tokens")
