@@ -5,10 +5,12 @@ x 8 histories x 2 players = 32 requests of K = 2 samples each, prompts of ``--pr
 the E.3 prompt with its last turn) whose first ``prompt - 200`` tokens each player's histories share (random token
 ids; agent 0 and agent 1 interleaved, as the tree lists them). Every setting runs in a subprocess of its own
 (each peak is that process's alone: resident bytes sampled every 5 ms, minus the resident bytes before the
-call), one after the other, and prints the ratio of its time and peak to the one-batch setting of the same run.
+call), one after the other, and prints the ratio of its time and peak to the first setting of the same run (one
+batch, the prefill in one pass). Each budget runs with each ``--chunks`` setting: the prefill fed that many columns at
+a time (``collab.policy.prefill.PREFILL_CHUNK``, 512 by default; 0: one pass, as before pieces existed).
 
-    .venv/bin/python benchmarks/decode_parts.py                           # one batch, then parts of 1 GiB and 0.5 GiB
-    .venv/bin/python benchmarks/decode_parts.py --new 32 --budgets 1      # 32 new tokens, one budget
+    .venv/bin/python benchmarks/decode_parts.py                           # one batch, parts of 1 and 0.5 GiB; whole and 512
+    .venv/bin/python benchmarks/decode_parts.py --new 32 --budgets 1 --chunks 512   # 32 new tokens, one budget
     .venv/bin/python benchmarks/decode_parts.py --model tiny --prompt 300 --budgets 0.001   # a smoke run
 """
 
@@ -22,9 +24,14 @@ import threading
 import time
 
 
-def measure(model: str, prompt: int, requests: int, new: int, budget_gb: float | None) -> dict:
-    """One ``team.generate`` call in this process: seconds, peak resident bytes over the start, parts, cache bytes."""
+def measure(model: str, prompt: int, requests: int, new: int, budget_gb: float | None, chunk: int = 0) -> dict:
+    """One ``team.generate`` call in this process: seconds, peak resident bytes over the start, parts, cache bytes.
+    ``chunk``: the prefill's columns a pass (0: one pass)."""
     import torch
+
+    import collab.policy.prefill as prefill_module
+
+    saved_chunk, prefill_module.PREFILL_CHUNK = prefill_module.PREFILL_CHUNK, chunk or 1 << 30
 
     from collab.policy.models import BaseConfig
     from collab.policy.sampling import GenerationRequest
@@ -60,6 +67,7 @@ def measure(model: str, prompt: int, requests: int, new: int, budget_gb: float |
         team.generate(rows, max_new_tokens=new)
     finally:
         team_module.decode = decode
+        prefill_module.PREFILL_CHUNK = saved_chunk
     seconds = time.perf_counter() - start
     running[0] = False
     thread.join()
@@ -74,26 +82,32 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--new", type=int, default=4, help="new tokens a sample (the prefill and the cache dominate)")
     p.add_argument("--budgets", type=float, nargs="+", default=[1.0, 0.5], help="GiB of KV cache a part")
+    p.add_argument("--chunks", type=int, nargs="+", default=[0, 512],
+                   help="prefill columns a pass, each budget with each (0: one pass)")
     p.add_argument("--one", type=float, default=-1.0, help=argparse.SUPPRESS)  # internal: run one setting here
+    p.add_argument("--chunk", type=int, default=0, help=argparse.SUPPRESS)  # internal: its chunk
     args = p.parse_args()
     if args.one != -1.0:
-        print(json.dumps(measure(args.model, args.prompt, args.requests, args.new, None if args.one == 0 else args.one)))
+        print(json.dumps(measure(args.model, args.prompt, args.requests, args.new, None if args.one == 0 else args.one,
+                                 args.chunk)))
         return
     rows = []
     for budget in [0.0, *args.budgets]:
-        cmd = [sys.executable, __file__, "--model", args.model, "--prompt", str(args.prompt), "--requests",
-               str(args.requests), "--new", str(args.new), "--one", str(budget)]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        rows.append((budget, json.loads(out)))
-    base = rows[0][1]
+        for chunk in args.chunks:
+            cmd = [sys.executable, __file__, "--model", args.model, "--prompt", str(args.prompt), "--requests",
+                   str(args.requests), "--new", str(args.new), "--one", str(budget), "--chunk", str(chunk)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            rows.append((budget, chunk, json.loads(out)))
+    base = rows[0][2]
     print(f"{args.requests} requests x 2 samples x ({args.prompt} + {args.new}) tokens: {base['cache_gib']:.2f} GiB of KV "
           f"cache ({args.model})")
-    print("| setting | parts | time | peak over start | time / one batch | peak / one batch |")
-    print("|---|---|---|---|---|---|")
-    for budget, r in rows:
+    print("| setting | prefill | parts | time | peak over start | time / first | peak / first |")
+    print("|---|---|---|---|---|---|---|")
+    for budget, chunk, r in rows:
         name = "one batch" if budget == 0 else f"parts of {budget:g} GiB"
-        print(f"| {name} | {r['parts']} | {r['seconds']:.1f} s | {r['peak_bytes'] / 2**30:.2f} GiB | {r['seconds'] / base['seconds']:.2f} "
-              f"| {r['peak_bytes'] / max(base['peak_bytes'], 1):.2f} |")
+        pieces = "one pass" if chunk == 0 else f"{chunk} columns a pass"
+        print(f"| {name} | {pieces} | {r['parts']} | {r['seconds']:.1f} s | {r['peak_bytes'] / 2**30:.2f} GiB "
+              f"| {r['seconds'] / base['seconds']:.2f} | {r['peak_bytes'] / max(base['peak_bytes'], 1):.2f} |")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Token sampling: nucleus/top-k truncation and the candidate fast path."""
 
+import pytest
 import torch
 
 from collab.policy.sampling import action_mask, policy_logits, sample_tokens, truncate
@@ -172,3 +173,66 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
     monkeypatch.setattr(sharing, "MIN_PREFIX_SAVING", 2.0)  # never share
     without = [[c.completion_ids for c in out] for out in team.generate(requests)]
     assert with_sharing == without and all(len(c) == 6 for out in without for c in out)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(monkeypatch, shared):
+    """Prompts of 3 to 95 tokens, left-padded, two agents: a prefill fed 16 columns at a time (PREFILL_CHUNK; 512
+    by default) gives the next-token logits and the KV cache of one pass, up to float rounding relative to their
+    size, and greedy decoding the same tokens; the pieces are real (counted). ``shared``: three prompts open with
+    the same 70 tokens, prefilled once: the head in pieces, then the remainders in pieces after it."""
+    import collab.policy.prefill as prefill_module
+    from collab.policy.models import BaseConfig
+    from collab.policy.prefill import prefill
+    from collab.policy.sampling import GenerationRequest
+    from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
+
+    torch.manual_seed(0)
+    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=5)) for _ in range(2)],
+                     BaseConfig(name="tiny"))
+    with torch.no_grad():
+        for name, p in team.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    g = torch.Generator().manual_seed(2)
+    ids = lambda n: torch.randint(5, 500, (n,), generator=g).tolist()  # noqa: E731
+    if shared:
+        head = ids(70)
+        prompts, agents = [head + ids(5), head + ids(30), head + ids(12)], [0, 0, 0]
+    else:
+        prompts, agents = [ids(3), ids(95), ids(40), ids(52), ids(57), ids(20)], [0, 1, 0, 0, 1, 0]
+    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    names = [team.names[a] for a in agents]
+    model.eval()
+    calls = []
+    forward = prefill_module.per_row_forward
+
+    def counting(m):
+        inner = forward(m)
+
+        def call(row_adapters, **inputs):
+            calls.append(inputs["input_ids"].shape[1])
+            return inner(row_adapters, **inputs)
+
+        return call
+
+    monkeypatch.setattr(prefill_module, "per_row_forward", counting)
+    key = prefill_module.cache_key()
+    with torch.no_grad():
+        one, _, _ = prefill(model, prompts, names, pad, team.device)
+        assert calls == ([70, 30] if shared else [95])  # whole: the shared head, then the remainders; one pass
+        calls.clear()
+        monkeypatch.setattr(prefill_module, "PREFILL_CHUNK", 16)
+        pieces, _, _ = prefill(model, prompts, names, pad, team.device)
+    # shared: the 70-token head in 5 pieces, then the remainders (30 columns, after the cached 70) in 2; else the
+    # 95 columns in 6
+    assert calls == ([16, 16, 16, 16, 6, 16, 14] if shared else [16, 16, 16, 16, 16, 15]), calls
+    a, b = one.logits[:, -1], pieces.logits[:, -1]
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(a.abs().max()))
+    for layer_a, layer_b in zip(one[key].layers, pieces[key].layers):
+        assert torch.allclose(layer_a.keys, layer_b.keys, rtol=1e-4, atol=1e-5 * float(layer_a.keys.abs().max()))
+    requests = [GenerationRequest(a, p, 1) for a, p in zip(agents, prompts)]
+    chunked = [[c.completion_ids for c in out] for out in team.generate(requests)]
+    monkeypatch.setattr(prefill_module, "PREFILL_CHUNK", 512)
+    whole = [[c.completion_ids for c in out] for out in team.generate(requests)]
+    assert chunked == whole and all(len(c) == 5 for out in whole for c in out)

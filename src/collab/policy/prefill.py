@@ -50,6 +50,13 @@ def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+PREFILL_CHUNK = 512
+"""Most prompt tokens (columns) a prefill pass feeds at once: a wider prefill runs in pieces of this many columns,
+each appending to the KV cache. A pass's transient memory (attention scores, rows x heads x its columns x the
+keys so far, and the MLP's activations) grows with its width: 8 Minecraft prompts of ~1,900 tokens took ~0.8 GiB
+beside their cache in one pass (docs/models.md, "Memory"). Narrower prompts (every default but Minecraft's) run
+in one pass as before."""
+
 MIN_SHARED_PREFIX = 64
 """Shortest common prompt start (tokens) worth a prefill of its own."""
 MIN_PREFIX_SAVING = 0.25
@@ -107,8 +114,9 @@ def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, devi
     Prompts that share a long start under one adapter (the K samples' prompt, the later turns of a
     multi-turn episode, whose histories begin with the same task prompt; the nodes of a rollout tree)
     prefill that start once (:func:`shared_prefix_forward`) when the model allows (:func:`shares_prefixes`).
+    A pass wider than :data:`PREFILL_CHUNK` columns runs in pieces (:func:`in_chunks`).
     """
-    return shared_prefix_forward(per_row_forward(model), prompts, [[] for _ in prompts], adapters, pad, device,
+    return shared_prefix_forward(in_chunks(per_row_forward(model)), prompts, [[] for _ in prompts], adapters, pad, device,
                                  share=shares_prefixes(model), use_cache=True, logits_to_keep=1)
 
 
@@ -161,6 +169,32 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
     mask = torch.cat([head_mask, tail_mask], dim=-1)
     out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **{key: cache}, **kwargs)
     return out, mask, positions
+
+
+def in_chunks(forward, chunk: int | None = None):
+    """``forward(row_adapters, **inputs)`` for a prefill (``use_cache``): inputs wider than ``chunk`` columns go
+    through in consecutive pieces, each with the attention mask up to its last column (the cached columns and
+    its own) and its position ids, appending to the same cache; the last piece's output (its ``logits_to_keep``
+    logits and the whole cache) is returned. The same attention as one pass, computed piece by piece (the
+    float sums group differently: equal up to rounding, tests/policy/test_sampling.py). Other calls pass
+    through. ``chunk``: :data:`PREFILL_CHUNK` (read at each call) unless given."""
+
+    def chunked(row_adapters, *, input_ids, attention_mask, position_ids, **kwargs):
+        width, size = input_ids.shape[1], chunk or PREFILL_CHUNK
+        if not kwargs.get("use_cache") or width <= size:
+            return forward(row_adapters, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                           **kwargs)
+        key = cache_key()
+        past = attention_mask.shape[1] - width  # columns already in the cache (a shared prefix's)
+        keep = kwargs.pop("logits_to_keep", 0)
+        for start in range(0, width, size):
+            end = min(width, start + size)
+            out = forward(row_adapters, input_ids=input_ids[:, start:end], attention_mask=attention_mask[:, :past + end],
+                          position_ids=position_ids[:, start:end], logits_to_keep=keep if end == width else 1, **kwargs)
+            kwargs[key] = out[key]
+        return out
+
+    return chunked
 
 
 def per_row_forward(model):
