@@ -509,17 +509,22 @@ def run_cell(cell: Cell, settings: Settings, out: Path, extra: list[str], runnin
 
 def fill(record: Record, folder: Path, score: str | None = None) -> None:
     """The held-out figures and counts of a finished cell: a trained run's ``reward_summary.json``, a
-    baseline's metrics (the score: ``eval/<score>`` when the grid names one, else ``eval/pass@1`` where the env
-    reports solved, else ``eval/return``: what the evaluation callback's ``eval/score`` is for equal samples per
-    task)."""
+    baseline's metrics (the score: when the grid names one, the mean of that info key at the episodes' last step,
+    ``eval/env/<score>`` (else ``eval/<score>``), as the trained runs' evaluation scores it; else ``eval/pass@1``
+    where the env reports solved, else ``eval/return``: what the evaluation callback's ``eval/score`` is for
+    equal samples per task)."""
     if record.returncode != 0:
         return
     if record.kind == "baseline":
         path = folder / "metrics.json"
         if path.is_file():
             metrics = json.loads(path.read_text())
-            key = f"eval/{score}" if score else ("eval/pass@1" if "eval/pass@1" in metrics else "eval/return")
-            record.metrics, record.score, record.score_key = metrics, metrics.get(key), key.removeprefix("eval/")
+            if score:  # the mean of the env's last-step info KEY (eval/env/KEY), as the trained runs' evaluation
+                key = f"eval/env/{score}" if f"eval/env/{score}" in metrics else f"eval/{score}"
+            else:
+                key = "eval/pass@1" if "eval/pass@1" in metrics else "eval/return"
+            record.metrics, record.score = metrics, metrics.get(key)
+            record.score_key = key.removeprefix("eval/").removeprefix("env/")
             record.eval_problems, record.eval_samples = metrics.get("eval/problems"), metrics.get("eval/samples")
         return
     summaries = sorted(folder.glob("*/version_*/reward_summary.json"))
@@ -534,6 +539,20 @@ def fill(record: Record, folder: Path, score: str | None = None) -> None:
     record.gain, record.gain_se, record.score_key = held.get("gain"), held.get("gain_se"), held.get("score") or ""
     record.eval_problems, record.eval_samples = held.get("problems"), held.get("samples")
     record.rollouts, record.steps, record.tokens = budget.get("rollouts"), budget.get("steps"), budget.get("tokens")
+
+
+def refill(out: Path, record: dict, score: str | None) -> dict:
+    """A finished baseline's record with its score read again from its cell's metrics (a record written before
+    :func:`fill` read ``eval/env/KEY``: the single baseline's wrapper reports no ``eval/KEY``), rewritten when
+    the score is found."""
+    from collab.training.resume import atomic_write_text
+
+    again = Record(**{k: v for k, v in record.items() if k in Record.__dataclass_fields__})
+    fill(again, cell_dir(out, Cell(again.method, again.env, again.seed)), score)
+    if again.score is None:
+        return record
+    atomic_write_text(record_path(out, Cell(again.method, again.env, again.seed)), json.dumps(asdict(again), indent=1))
+    return asdict(again)
 
 
 def read_record(out: Path, cell: Cell) -> dict | None:
