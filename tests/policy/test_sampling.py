@@ -99,7 +99,7 @@ def test_reserved_cache_layer_matches_concatenation():
     inside its reservation and past it."""
     from transformers.cache_utils import DynamicLayer
 
-    from collab.policy.sampling import ReservedLayer
+    from collab.policy.prefill import ReservedLayer
 
     torch.manual_seed(0)
     dynamic = DynamicLayer()
@@ -113,6 +113,30 @@ def test_reserved_cache_layer_matches_concatenation():
         got = reserved.update(k, v)
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     assert reserved.get_seq_length() == 9
+
+
+def test_a_layer_reserved_ahead_fills_in_place():
+    """``ReservedLayer(capacity=n)`` (a prefill in pieces): its buffer is allocated at the first update and the
+    pieces after it are written into it, no copy of the cache (its data pointer stays), equal to concatenation;
+    past the capacity it grows."""
+    from transformers.cache_utils import DynamicLayer
+
+    from collab.policy.prefill import ReservedLayer, reserved_cache
+
+    torch.manual_seed(0)
+    dynamic, reserved = DynamicLayer(), ReservedLayer(capacity=10)
+    assert not reserved.is_initialized
+    pointers = []
+    for width in (4, 4, 2, 1):  # 10 columns fill the capacity, the 11th grows it
+        k, v = torch.randn(2, 3, width, 4), torch.randn(2, 3, width, 4)
+        expected = dynamic.update(k, v)
+        got = reserved.update(k, v)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+        pointers.append(reserved._keys.data_ptr())
+    assert pointers[0] == pointers[1] == pointers[2] != pointers[3] and reserved.get_seq_length() == 11
+    cache = reserved_cache(7)
+    cache.update(torch.randn(1, 3, 2, 4), torch.randn(1, 3, 2, 4), 0)
+    assert type(cache.layers[0]) is ReservedLayer and cache.layers[0]._keys.shape[-2] == 7
 
 
 def test_shared_prefixes_by_hand():
@@ -227,6 +251,9 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
     # shared: the 70-token head in 5 pieces, then the remainders (30 columns, after the cached 70) in 2; else the
     # 95 columns in 6
     assert calls == ([16, 16, 16, 16, 6, 16, 14] if shared else [16, 16, 16, 16, 16, 15]), calls
+    # pieces write into a cache reserved for the prompts (and the decode's room); one pass keeps dynamic layers
+    assert {type(layer).__name__ for layer in pieces[key].layers} == {"ReservedLayer"}
+    assert {type(layer).__name__ for layer in one[key].layers} == {"DynamicLayer"}
     a, b = one.logits[:, -1], pieces.logits[:, -1]
     assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(a.abs().max()))
     for layer_a, layer_b in zip(one[key].layers, pieces[key].layers):

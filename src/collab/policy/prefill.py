@@ -14,6 +14,7 @@ from functools import cache
 
 import torch
 from torch import Tensor
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 
 @cache
@@ -107,17 +108,18 @@ def shared_prefixes(prompts: list[list[int]], adapters: list[str], min_prefix: i
     return group_of, lengths
 
 
-def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, device):
+def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, device, room: int = 0):
     """Run the prompts through the model into a fresh KV cache: ``(out, attention_mask, position_ids)``
     with ``out.logits[:, -1]`` each row's next-token logits and ``out[cache_key()]`` the cache.
 
     Prompts that share a long start under one adapter (the K samples' prompt, the later turns of a
     multi-turn episode, whose histories begin with the same task prompt; the nodes of a rollout tree)
     prefill that start once (:func:`shared_prefix_forward`) when the model allows (:func:`shares_prefixes`).
-    A pass wider than :data:`PREFILL_CHUNK` columns runs in pieces (:func:`in_chunks`).
+    A pass wider than :data:`PREFILL_CHUNK` columns runs in pieces (:func:`in_chunks`) into a cache reserved for
+    the prompts and ``room`` more tokens (:func:`reserved_cache`: the decode's new tokens).
     """
     return shared_prefix_forward(in_chunks(per_row_forward(model)), prompts, [[] for _ in prompts], adapters, pad, device,
-                                 share=shares_prefixes(model), use_cache=True, logits_to_keep=1)
+                                 share=shares_prefixes(model), use_cache=True, logits_to_keep=1, room=room)
 
 
 def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list[int]], adapters: list[str], pad: int,
@@ -139,20 +141,28 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
     with a sliding window apply it through the attention mask the model builds from its config, which gives
     the attention of transformers' sliding-window cache layers (tests/policy/test_architectures.py).
     """
-    from transformers import DynamicCache
-
     key = cache_key()
+    room = kwargs.pop("room", 0)
     seqs = [list(p) + list(s) for p, s in zip(prompts, suffixes)]
     group_of, lengths = shared_prefixes(prompts, adapters)
     counts = torch.bincount(torch.tensor(group_of), minlength=len(lengths)).tolist()
     saved = sum((c - 1) * n for c, n in zip(counts, lengths))
+
+    def new_cache(widths: list[int]) -> DynamicCache:
+        # a prefill (use_cache) whose passes go in pieces (wider than PREFILL_CHUNK) writes into a cache reserved
+        # for all of them and the room; narrower ones, and the update's forwards, keep transformers' dynamic
+        # layers (the decode reserves its room after them)
+        wide = kwargs.get("use_cache") and max(widths) > PREFILL_CHUNK
+        return reserved_cache(sum(widths) + room) if wide else DynamicCache()
+
     if not share or saved < MIN_PREFIX_SAVING * sum(len(p) for p in prompts):
         ids, mask, positions = pad_left(seqs, pad, device)
-        cache = {key: DynamicCache()} if kwargs.get("use_cache") else {}
+        cache = {key: new_cache([ids.shape[1]])} if kwargs.get("use_cache") else {}
         return forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **cache, **kwargs), mask, positions
     heads = [prompts[group_of.index(g)][:n] for g, n in enumerate(lengths)]
     head_adapters = [adapters[group_of.index(g)] for g in range(len(lengths))]
-    cache = DynamicCache()
+    tails = [s[lengths[g]:] for s, g in zip(seqs, group_of)]
+    cache = new_cache([max(lengths), max(len(t) for t in tails)])
     if any(heads):
         ids, head_mask, positions = pad_left(heads, pad, device)
         cache = forward(head_adapters, input_ids=ids, attention_mask=head_mask, position_ids=positions,
@@ -162,13 +172,82 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
         head_mask = head_mask[rows]
     else:
         head_mask = torch.zeros(len(prompts), 0, dtype=torch.long, device=device)
-    tails = [s[lengths[g]:] for s, g in zip(seqs, group_of)]
     ids, tail_mask, tail_positions = pad_left(tails, pad, device)
     start = torch.tensor([lengths[g] for g in group_of], device=device)[:, None]
     positions = tail_positions + start
     mask = torch.cat([head_mask, tail_mask], dim=-1)
     out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **{key: cache}, **kwargs)
     return out, mask, positions
+
+
+def reserve(cache, extra: int) -> None:
+    """Give every layer of a prefilled ``DynamicCache`` room for ``extra`` more tokens (:class:`ReservedLayer`)."""
+    for i, layer in enumerate(cache.layers):
+        if type(layer) is DynamicLayer and layer.is_initialized:
+            cache.layers[i] = ReservedLayer(layer, extra)
+
+
+def reserved_cache(capacity: int) -> DynamicCache:
+    """An empty ``DynamicCache`` whose layers hold ``capacity`` columns in one buffer from their first update
+    (:class:`ReservedLayer`): a prefill in pieces and the decode after it write into it in place, where dynamic
+    layers would concatenate the whole cache at each piece (the old and the grown cache alive together: with
+    pieces, a one-batch call peaked 1.23x higher than in one pass; benchmarks/decode_parts.py). A transformers
+    without lazily replicated layers gets a plain ``DynamicCache``."""
+    cache = DynamicCache()
+    if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer:
+        cache.layer_class_to_replicate = lambda: ReservedLayer(capacity=capacity)
+    return cache
+
+
+class ReservedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values live in a buffer reserved ahead: for the whole decode after a
+    prefill (``ReservedLayer(layer, extra)``: the prefilled layer copied into a buffer ``extra`` columns longer),
+    or for a whole prefill in pieces and its decode (``ReservedLayer(capacity=n)``: empty, its buffer allocated
+    at the first update, sized by it).
+
+    transformers' dynamic layer concatenates the whole cache with each new token, so one decoding step
+    copies ``batch x length`` keys and values per layer: quadratic in the response length, and the
+    dominant cost of long prompts decoded in many rows (py-spy: 60% of a 4-turn Minecraft tree's
+    rollout). Here a step writes its token into the buffer in place; ``keys`` / ``values`` are views of
+    the filled part, so attention sees exactly what the dynamic layer would give it. Past the reservation it
+    grows as the dynamic layer does.
+    """
+
+    def __init__(self, layer: DynamicLayer | None = None, extra: int = 0, capacity: int = 0) -> None:
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+        if layer is not None:
+            length = layer.keys.shape[-2]
+            self._allocate(layer.keys, layer.values, length + extra)
+            self._keys[:, :, :length] = layer.keys
+            self._values[:, :, :length] = layer.values
+            self.length = length
+            self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
+
+    def _allocate(self, keys: Tensor, values: Tensor, columns: int) -> None:
+        batch, heads, _, dim = keys.shape
+        self._keys = keys.new_empty(batch, heads, columns, dim)
+        self._values = values.new_empty(batch, heads, columns, values.shape[-1])
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        """Keep only the rows ``indices`` (their reserved room included)."""
+        self._keys, self._values = self._keys[indices], self._values[indices]
+        self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self._allocate(key_states, value_states, max(self.capacity, key_states.shape[-2]))
+        end = self.length + key_states.shape[-2]
+        if end > self._keys.shape[-2]:  # past the reservation: grow as the dynamic layer does
+            self._keys = torch.cat([self.keys, key_states], dim=-2)
+            self._values = torch.cat([self.values, value_states], dim=-2)
+        else:
+            self._keys[:, :, self.length:end] = key_states
+            self._values[:, :, self.length:end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
 
 
 def in_chunks(forward, chunk: int | None = None):

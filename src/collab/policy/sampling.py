@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from transformers.cache_utils import DynamicLayer
-
-from collab.policy.prefill import AdapterRows, cache_key, prefill
+from collab.policy.prefill import AdapterRows, ReservedLayer, cache_key, prefill, reserve  # noqa: F401 (ReservedLayer: re-exported)
 from collab import preemption
 
 
@@ -153,7 +151,9 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     device = model.get_input_embeddings().weight.device
     pad = tokenizer.pad_token_id
     eos = {tokenizer.eos_token_id, pad} - {None}
-    out, mask, positions = prefill(model, [r.prompt_ids for r in rows], adapters, pad, device)
+    # each request's new tokens at most (a closed action vocabulary: one), the cache's room after the prompt
+    request_limits = [1 if settings[i][4] is not None else settings[i][3] for i in range(len(rows))]
+    out, mask, positions = prefill(model, [r.prompt_ids for r in rows], adapters, pad, device, room=max(request_limits))
     # Repeat each prompt's cache and last logits for its n samples.
     index = torch.repeat_interleave(torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device))
     cache = out[cache_key()]
@@ -161,8 +161,8 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     logits = out.logits[index, -1].float()
     rix = index.tolist()
     batch = len(rix)
-    limits = [1 if settings[i][4] is not None else settings[i][3] for i in rix]
-    reserve(cache, max(limits))
+    limits = [request_limits[i] for i in rix]
+    reserve(cache, max(limits))  # a prefill in one pass left dynamic layers; one in pieces reserved the room already
     choices = [settings[i][4] for i in rix]
     state = {
         "mask": mask[index], "positions": positions[index, -1:],
@@ -217,49 +217,3 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
         text = tokenizer.decode(tokens[b], skip_special_tokens=True)
         results[r].append(Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished))
     return results
-
-
-def reserve(cache, extra: int) -> None:
-    """Give every layer of a prefilled ``DynamicCache`` room for ``extra`` more tokens (:class:`ReservedLayer`)."""
-    for i, layer in enumerate(cache.layers):
-        if type(layer) is DynamicLayer and layer.is_initialized:
-            cache.layers[i] = ReservedLayer(layer, extra)
-
-
-class ReservedLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys and values live in a buffer reserved for the whole decode.
-
-    transformers' dynamic layer concatenates the whole cache with each new token, so one decoding step
-    copies ``batch x length`` keys and values per layer: quadratic in the response length, and the
-    dominant cost of long prompts decoded in many rows (py-spy: 60% of a 4-turn Minecraft tree's
-    rollout). Here a step writes its token into the buffer in place; ``keys`` / ``values`` are views of
-    the filled part, so attention sees exactly what the dynamic layer would give it.
-    """
-
-    def __init__(self, layer: DynamicLayer, extra: int) -> None:
-        super().__init__()
-        batch, heads, length, dim = layer.keys.shape
-        self._keys = layer.keys.new_empty(batch, heads, length + extra, dim)
-        self._values = layer.values.new_empty(batch, heads, length + extra, layer.values.shape[-1])
-        self._keys[:, :, :length] = layer.keys
-        self._values[:, :, :length] = layer.values
-        self.length = length
-        self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
-        self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
-
-    def batch_select_indices(self, indices: Tensor) -> None:
-        """Keep only the rows ``indices`` (their reserved room included)."""
-        self._keys, self._values = self._keys[indices], self._values[indices]
-        self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
-
-    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
-        end = self.length + key_states.shape[-2]
-        if end > self._keys.shape[-2]:  # past the reservation: grow as the dynamic layer does
-            self._keys = torch.cat([self.keys, key_states], dim=-2)
-            self._values = torch.cat([self.values, value_states], dim=-2)
-        else:
-            self._keys[:, :, self.length:end] = key_states
-            self._values[:, :, self.length:end] = value_states
-        self.length = end
-        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
-        return self.keys, self.values
