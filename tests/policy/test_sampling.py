@@ -158,23 +158,30 @@ def test_shared_prefixes_by_hand():
     assert shared_prefixes([[1, 2, 3, 4], [1, 2, 9, 9]], ["a", "a"], min_prefix=3) == ([0, 1], [3, 3])
 
 
+def greedy_team(max_new_tokens: int):
+    """Two greedy agents on the tiny model with distinct, non-zero adapters (LoRA B drawn from seed 0)."""
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
+
+    torch.manual_seed(0)
+    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=max_new_tokens)) for _ in range(2)],
+                     BaseConfig(name="tiny"))
+    with torch.no_grad():
+        for name, p in team.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return team
+
+
 def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch):
     """Tree-like prompts (two agents, each with three histories opening with the same long prompt): the
     prefill that shares each agent's prefix gives the next-token logits of one left-padded pass, and greedy
     decoding the same tokens."""
     import collab.policy.prefill as sharing
-    from collab.policy.models import BaseConfig
     from collab.policy.prefill import pad_left, prefill
     from collab.policy.sampling import GenerationRequest
-    from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
-    torch.manual_seed(0)
-    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=6)) for _ in range(2)],
-                     BaseConfig(name="tiny"))
-    with torch.no_grad():
-        for name, p in team.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)  # distinct, non-zero adapters
+    team = greedy_team(6)
     vocab = team.tokenizer_of(0).vocab_size
     g = torch.Generator().manual_seed(1)
     ids = lambda n: torch.randint(5, min(vocab, 500), (n,), generator=g).tolist()  # noqa: E731
@@ -206,18 +213,10 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
     size, and greedy decoding the same tokens; the pieces are real (counted). ``shared``: three prompts open with
     the same 70 tokens, prefilled once: the head in pieces, then the remainders in pieces after it."""
     import collab.policy.prefill as prefill_module
-    from collab.policy.models import BaseConfig
     from collab.policy.prefill import prefill
     from collab.policy.sampling import GenerationRequest
-    from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
-    torch.manual_seed(0)
-    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=5)) for _ in range(2)],
-                     BaseConfig(name="tiny"))
-    with torch.no_grad():
-        for name, p in team.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)
+    team = greedy_team(5)
     g = torch.Generator().manual_seed(2)
     ids = lambda n: torch.randint(5, 500, (n,), generator=g).tolist()  # noqa: E731
     if shared:
