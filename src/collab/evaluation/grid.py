@@ -46,7 +46,7 @@ BASELINES = ("single", "parallel", "pipeline", "discussion")
 OWNED = ("--algo", "--seed_everything", "--data.seed", "--data.env", "--trainer.default_root_dir", "--trainer.max_steps",
          "--trainer.callbacks", "--ckpt_path")
 """Options the grid sets itself: refused among the overrides."""
-OWNED_DEFAULTS = ("--algo", "--seed_everything", "--data.seed", "--data.env", "--trainer.default_root_dir", "--ckpt_path")
+OWNED_DEFAULTS = tuple(o for o in OWNED if o not in ("--trainer.max_steps", "--trainer.callbacks"))
 """What ``--defaults`` sets itself, or keeps as each main job has it (its env); its budget and callbacks may be
 overridden (``--trainer.max_steps 2``: every job shorter)."""
 
@@ -164,14 +164,18 @@ def check_names(algos: list[str], controls: list[str], envs: list[str], seeds: l
             raise unknown("env", env, env_names())
         for algo in algos:
             check_env_pair(algo, env)
-    require(bool(seeds) and len(set(seeds)) == len(seeds) and min(seeds) >= 0,
-            f"--seeds must be distinct non-negative integers, got {seeds}")
+    check_seeds(seeds)
     require((settings.rollouts is None) != (settings.tokens is None), "give the budget: --rollouts N or --tokens N")
     require((settings.rollouts or settings.tokens or 0) >= 1, f"the budget must be >= 1, got {settings.budget()}")
     require(settings.eval_samples >= 1, f"--eval_samples must be >= 1, got {settings.eval_samples}")
     require(settings.eval_tasks is None or settings.eval_tasks >= 1, f"--eval_tasks must be >= 1, got {settings.eval_tasks}")
     require(settings.tasks_per_batch >= 1, f"--tasks_per_batch must be >= 1, got {settings.tasks_per_batch}")
     check_overrides(settings)
+
+
+def check_seeds(seeds: list[int]) -> None:
+    require(bool(seeds) and len(set(seeds)) == len(seeds) and min(seeds) >= 0,
+            f"--seeds must be distinct non-negative integers, got {seeds}")
 
 
 def check_overrides(settings: Settings) -> None:
@@ -198,8 +202,7 @@ def plan_defaults(algos: list[str], seeds: list[int], settings: Settings) -> lis
     for algo in algos:
         if algo not in registry:
             raise unknown("algo", algo, registry)
-    require(bool(seeds) and len(set(seeds)) == len(seeds) and min(seeds) >= 0,
-            f"--seeds must be distinct non-negative integers, got {seeds}")
+    check_seeds(seeds)
     check_overrides(settings)
     envs = {a: run_env(config_files(a, list(settings.overrides))[0], list(settings.overrides)) for a in algos}
     return [Cell(a, envs[a], s) for s in seeds for a in dict.fromkeys(algos)]
