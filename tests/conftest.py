@@ -7,7 +7,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def pytest_configure(config):
     """``COLLAB_TEST_THREADS=N pytest ...`` runs the whole session on N torch intra-op threads
-    (``torch.set_num_threads(N)`` once at start; unset: torch's default, one per core). Float32
+    (``torch.set_num_threads(N)`` once at start; unset: torch's default, one per core, or one per
+    ``pytest -n`` worker, whose test subprocesses get N (or one) through OMP_NUM_THREADS too). Float32
     results through the model change in their last bits with the thread count (another summation
     order), so the suite is meant to pass at any N: run it at 1 and at 2+ to check a tolerance.
     Tests that use the ``one_thread`` fixture still drop to one thread for their own duration.
@@ -20,6 +21,12 @@ def pytest_configure(config):
     for category, message, module in LIBRARY_WARNINGS:
         config.addinivalue_line("filterwarnings", f"ignore:{message}:{category.__name__}:{module}")
     threads = os.environ.get("COLLAB_TEST_THREADS")
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        # ``pytest -n 2`` (the README's test command): two workers share the cores, so each runs on one
+        # thread (or COLLAB_TEST_THREADS), and so do the processes its tests start (OMP_NUM_THREADS, which
+        # torch reads at import); two workers of two OpenMP threads each on two cores wait on each other
+        threads = threads or "1"
+        os.environ["OMP_NUM_THREADS"] = threads
     if threads:
         import torch  # lazily: collecting or running torch-free tests does not import it
 

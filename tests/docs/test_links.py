@@ -24,7 +24,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LOGS = {"measurements.md", "comparison.md"}
 QUICK_START = [
     "bash scripts/setup.sh && .venv/bin/python -m collab.fit --algo marft_a",
-    "bash scripts/setup.sh --with-vllm && .venv/bin/python -m pytest -q",
+    "bash scripts/setup.sh --with-vllm && .venv/bin/python -m pytest -q -n 2 --dist loadfile",
 ]
 
 FENCE = re.compile(r"^(```|~~~)(\w*)\n(.*?)^\1[ \t]*$", re.S | re.M)

@@ -238,7 +238,7 @@ CASES = [
         valid=r"agent 0 cannot depend on 1; .*agent 0 may see no agent .*must be \[\]"),
     fit("dependency_later", "--algo", "marft_a", *TINY, "--data.env_options", "{profile: trio}", "--model.agents", "null",
         "--model.dependency", "[[], [0], [2]]", option="model.dependency", valid=r"agent 2 may see agents 0\.\.1 only"),
-    fit("profile_size", "--algo", "marft_a", *TINY, "--data.env_options", "{profile: trio}", option="3 roles",
+    fit("profile_size", "--algo", "marft_a", *TINY, "--data.env_options", "{profile: trio}", option="2 agents configured but env 'math' has 3 roles (reasoner, actor, verifier)",
         valid=r"give 3 agents or none"),
     # -- checkpoints (--ckpt_path of collab.fit) ----------------------------------------------------
     fit("ckpt_missing", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "nope.ckpt",

@@ -1,4 +1,5 @@
-"""``python -m collab.fit``: configs, overrides, logs, checkpoints, resumption and bad input."""
+"""``python -m collab.fit``: configs, overrides, logs, checkpoints and resumption (bad input: test_bad_input.py,
+whose cases run in forked children of one warm interpreter)."""
 
 import json
 import os
@@ -17,14 +18,6 @@ def fit(*args, cwd, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run([sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
-
-
-def one_error_line(result) -> str:
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("config", sorted(ROOT.glob("conf/algo/*.yaml")) + sorted(ROOT.glob("conf/presets/*.yaml")),
@@ -51,53 +44,13 @@ def test_overrides_reach_the_config(tmp_path):
     assert printed["data"]["env"] == "matrix" and printed["trainer"]["max_steps"] == 30
 
 
-def test_unknown_algo(tmp_path):
-    line = one_error_line(fit("--algo", "magpro", cwd=tmp_path))
-    assert "unknown algo 'magpro'" in line and "magrpo" in line
 
 
-def test_unknown_env(tmp_path):
-    line = one_error_line(fit("--algo", "magrpo", "--data.env", "chess", *TINY, cwd=tmp_path))
-    assert "unknown env 'chess'" in line and "matrix, minecraft, writing" in line
 
 
-def test_unknown_model(tmp_path):
-    line = one_error_line(fit("--algo", "magrpo", "--model.base.name", "gpt-7", cwd=tmp_path))
-    assert "unknown model 'gpt-7'" in line and "smollm2-135m-instruct" in line
 
 
-def test_magrpo_needs_two_generations(tmp_path):
-    line = one_error_line(fit("--algo", "magrpo", "--model.num_generations", "1", *TINY, cwd=tmp_path))
-    assert "num_generations >= 2" in line
 
-
-def test_corpus_record_without_text_field(tmp_path):
-    data = tmp_path / "posts.jsonl"
-    data.write_text(json.dumps({"prompt": "a post"}) + "\n" + json.dumps({"title": "no text here"}) + "\n")
-    line = one_error_line(fit("--algo", "magrpo", "--data.env", "writing", "--data.env_options", json.dumps({"dataset": str(data)}),
-                              *TINY, cwd=tmp_path))
-    assert "record 1" in line and "'prompt'" in line and "title" in line
-
-
-def test_bad_dependency(tmp_path):
-    line = one_error_line(fit("--algo", "marft_a", "--model.dependency", "[[1], []]", *TINY, cwd=tmp_path))
-    assert "agent 0 cannot depend on 1" in line
-
-
-def test_profile_of_another_size_needs_its_agents(tmp_path):
-    line = one_error_line(fit("--algo", "marft_a", "--data.env_options", "{profile: trio}", *TINY, cwd=tmp_path))
-    assert "2 agents configured but env 'math' has 3 roles (reasoner, actor, verifier)" in line
-
-
-def test_unknown_profile(tmp_path):
-    line = one_error_line(fit("--algo", "marft_t", "--data.env_options", "{profile: quartet}", *TINY, cwd=tmp_path))
-    assert "unknown profile 'quartet'" in line and "duo" in line
-
-
-def test_bad_value_type(tmp_path):
-    """A value of the wrong type: the line names the option, the type it takes and the value given."""
-    line = one_error_line(fit("--algo", "magrpo", "--model.num_generations", "four", cwd=tmp_path))
-    assert line == "error: --model.num_generations: expected an integer or null, got 'four'", line
 
 
 def test_fit_writes_logs_and_adapters_and_resumes(tmp_path):
@@ -138,10 +91,6 @@ def test_new_envs_train_from_the_command_line(algo, env, tmp_path):
     if env == "minecraft":
         assert len(scalars["reward/turn3/agent0"]) == 1  # the 4th turn was played
 
-
-def test_missing_checkpoint(tmp_path):
-    line = one_error_line(fit("--algo", "magrpo", *TINY, "--ckpt_path", "nope.ckpt", cwd=tmp_path))
-    assert "checkpoint not found: nope.ckpt" in line
 
 
 def test_default_main_job_evaluates_at_least_64_problems_before_and_after():
