@@ -144,17 +144,14 @@ def plan(algos: list[str], controls: list[str], envs: list[str], seeds: list[int
 
 def check_names(algos: list[str], controls: list[str], envs: list[str], seeds: list[int], settings: Settings) -> None:
     """The grid's names and numbers, before anything is built: one UserError naming what is wrong."""
-    from collab.algos import algo_registry
     from collab.envs import env_names
     from collab.training.checks_options import check_env_pair
 
-    registry = algo_registry()
     require(bool(algos) or bool(controls), "the grid is empty: give --algos (and/or --controls)")
     for algo in algos:
         if algo in (CONTROL, *BASELINES):
             raise UserError(f"{algo} is a control, not an algorithm: give it in --controls")
-        if algo not in registry:
-            raise unknown("algo", algo, registry)
+    check_algos(algos)
     for control in controls:
         if control not in (CONTROL, *BASELINES):
             raise unknown("control", control, (CONTROL, *BASELINES))
@@ -171,6 +168,16 @@ def check_names(algos: list[str], controls: list[str], envs: list[str], seeds: l
     require(settings.eval_tasks is None or settings.eval_tasks >= 1, f"--eval_tasks must be >= 1, got {settings.eval_tasks}")
     require(settings.tasks_per_batch >= 1, f"--tasks_per_batch must be >= 1, got {settings.tasks_per_batch}")
     check_overrides(settings)
+
+
+def check_algos(algos: list[str]) -> None:
+    """Each name an algorithm of the registry."""
+    from collab.algos import algo_registry
+
+    registry = algo_registry()
+    for algo in algos:
+        if algo not in registry:
+            raise unknown("algo", algo, registry)
 
 
 def check_seeds(seeds: list[int]) -> None:
@@ -194,14 +201,10 @@ def plan_defaults(algos: list[str], seeds: list[int], settings: Settings) -> lis
     and nothing else) on seeds; a cell's env is the one that job trains on (its config's). Seed by seed, so that
     a grid stopped early holds every algorithm's first seeds. The names are checked here, before anything is
     built."""
-    from collab.algos import algo_registry
     from collab.training.configs import config_files, run_env
 
-    registry = algo_registry()
     require(bool(algos), "--defaults runs the main jobs of --algos: give at least one")
-    for algo in algos:
-        if algo not in registry:
-            raise unknown("algo", algo, registry)
+    check_algos(algos)
     check_seeds(seeds)
     check_overrides(settings)
     envs = {a: run_env(config_files(a, list(settings.overrides))[0], list(settings.overrides)) for a in algos}
