@@ -50,3 +50,23 @@ def tiny_tokenizer():
     from collab.policy.models import load_tokenizer
 
     return load_tokenizer("tiny")
+
+
+FIRST = ("tests/training/test_ddp.py", "tests/policy/test_engines.py", "tests/training/test_bad_input.py",
+         "tests/training/test_ddp_resume.py", "tests/evaluation/test_compare.py", "tests/training/test_cli.py")
+"""The longest test files (2-5 minutes each, alone on 2 cores), which a ``pytest -n`` worker starts first."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n`` (``--dist loadfile`` hands out whole files in collection order), the longest files go
+    first: at the end of the order (tests/training is last), one of them kept one worker busy for minutes after
+    the other had run out of files. A run without ``-n`` keeps pytest's order."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    rank = {path: i for i, path in enumerate(FIRST)}
+
+    def key(item):
+        path = item.nodeid.split("::", 1)[0]
+        return rank.get(path, len(FIRST))
+
+    items.sort(key=key)  # stable: within a file, and among the other files, pytest's order
