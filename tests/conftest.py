@@ -27,6 +27,10 @@ def pytest_configure(config):
         # torch reads at import); two workers of two OpenMP threads each on two cores wait on each other
         threads = threads or "1"
         os.environ["OMP_NUM_THREADS"] = threads
+    if getattr(config.option, "loadscopereorder", None):
+        # ``--dist loadfile`` would hand out the files with the most tests first (xdist's default), which left
+        # the one long vLLM test to the end; collection order instead, with the longest files first (below)
+        config.option.loadscopereorder = False
     if threads:
         import torch  # lazily: collecting or running torch-free tests does not import it
 
@@ -58,9 +62,10 @@ FIRST = ("tests/training/test_ddp.py", "tests/policy/test_engines.py", "tests/tr
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under ``pytest -n`` (``--dist loadfile`` hands out whole files in collection order), the longest files go
-    first: at the end of the order (tests/training is last), one of them kept one worker busy for minutes after
-    the other had run out of files. A run without ``-n`` keeps pytest's order."""
+    """Under ``pytest -n`` (``--dist loadfile`` hands out whole files in collection order, as set above), the
+    longest files go first: by xdist's order (the files with most tests first) the one-test vLLM file came last
+    and kept one worker busy for minutes after the other had run out of files. A run without ``-n`` keeps
+    pytest's order."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         return
     rank = {path: i for i, path in enumerate(FIRST)}
