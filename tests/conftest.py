@@ -58,7 +58,7 @@ def tiny_tokenizer():
 
 FIRST = ("tests/training/test_ddp.py", "tests/policy/test_engines.py", "tests/training/test_bad_input.py",
          "tests/training/test_ddp_resume.py", "tests/evaluation/test_compare.py", "tests/training/test_cli.py")
-"""The longest test files (2-5 minutes each, alone on 2 cores), which a ``pytest -n`` worker starts first."""
+"""The longest test files (1.5 to 5 minutes each, alone on 2 cores), which the ``pytest -n`` workers start first."""
 
 
 def pytest_collection_modifyitems(config, items):
