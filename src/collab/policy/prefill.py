@@ -123,7 +123,7 @@ def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, devi
 
 
 def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list[int]], adapters: list[str], pad: int,
-                          device, share: bool = True, **kwargs):
+                          device, share: bool = True, room: int = 0, **kwargs):
     """``forward(row_adapters, **inputs)`` over the rows ``prompts[r] + suffixes[r]``, each group of prompts'
     shared start computed once: ``(out, attention_mask, position_ids)``, each row's positions ending at
     the right edge as in one left-padded pass.
@@ -135,14 +135,14 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
     A suffix (a completion) never joins a prefix: each row keeps at least its prompt's last token, whose
     logits score the suffix's first token. Shares when that skips at least ``MIN_PREFIX_SAVING`` of the
     prompt tokens, and ``share`` (:func:`shares_prefixes`); otherwise one pass over the left-padded rows.
-    ``kwargs`` go to the last forward (``use_cache``, ``logits_to_keep``).
+    ``kwargs`` go to the last forward (``use_cache``, ``logits_to_keep``). ``room``: the tokens a decode will add
+    after a prefill in pieces (the reserved cache's spare columns; :func:`prefill`).
 
     The cache is a ``DynamicCache`` without the model's config: every layer keeps all its keys, and the layers
     with a sliding window apply it through the attention mask the model builds from its config, which gives
     the attention of transformers' sliding-window cache layers (tests/policy/test_architectures.py).
     """
     key = cache_key()
-    room = kwargs.pop("room", 0)
     seqs = [list(p) + list(s) for p, s in zip(prompts, suffixes)]
     group_of, lengths = shared_prefixes(prompts, adapters)
     counts = torch.bincount(torch.tensor(group_of), minlength=len(lengths)).tolist()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from collab.policy.prefill import AdapterRows, ReservedLayer, cache_key, prefill, reserve  # noqa: F401 (ReservedLayer: re-exported)
+from collab.policy.prefill import AdapterRows, cache_key, prefill, reserve
 from collab import preemption
 
 
