@@ -11,6 +11,7 @@ import pytest
 
 from collab import sandbox
 from collab.sandbox import Limits, Pool, Result, run, run_tests
+from collab.sandbox.processes import own_uids
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="uid separation (signals, /proc, files) needs a root parent")
@@ -18,7 +19,8 @@ FAST = Limits(timeout_s=1.5, max_processes=16)
 
 
 def sandbox_pids() -> list[int]:
-    """Live processes (not zombies waiting for init to reap them) under the sandbox's dedicated uids."""
+    """Live processes (not zombies waiting for init to reap them) under the dedicated uids of this process's
+    sandbox runs (another pytest worker's are its own)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -27,7 +29,7 @@ def sandbox_pids() -> list[int]:
         except OSError:
             continue
         uid = int(fields["Uid"].split()[0])
-        if sandbox._UID_BASE <= uid < sandbox._UID_BASE + (1 << 28) and not fields["State"].strip().startswith("Z"):
+        if uid in own_uids() and not fields["State"].strip().startswith("Z"):
             pids.append(int(pid))
     return pids
 

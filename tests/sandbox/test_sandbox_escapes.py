@@ -22,6 +22,7 @@ import pytest
 
 from collab import sandbox
 from collab.sandbox import Limits, Pool, run
+from collab.sandbox.processes import own_uids
 
 ROOT = os.geteuid() == 0
 ISOLATED = ROOT and sandbox.network_isolated()
@@ -33,11 +34,12 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _sandbox_uid(uid: int) -> bool:
-    return sandbox._UID_BASE <= uid < sandbox._UID_BASE + (1 << 28)
+    """A uid of this process's sandbox runs (not another pytest worker's)."""
+    return uid in own_uids()
 
 
 def leftovers() -> dict[str, list]:
-    """Processes (not zombies), sockets and shared-memory segments of any sandbox uid; {} if none."""
+    """Processes (not zombies), sockets and shared-memory segments of this process's sandbox uids; {} if none."""
     found: dict[str, list] = {"processes": [], "sockets": [], "shm": [], "ipcs": [], "cgroup": []}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

@@ -96,13 +96,12 @@ from importlib.resources import files
 from collab.sandbox import cgroups
 from collab.sandbox.cgroups import memory_containment
 from collab.sandbox.limits import Limits, Result, interpreter, network_isolated, rlimits
-from collab.sandbox.processes import UID_BASE, claim_uid, collect, exited, feed, kill_uid, killpg, release_uid
+from collab.sandbox.processes import claim_uid, collect, exited, feed, kill_uid, killpg, release_uid
 
 __all__ = ["Limits", "Result", "run", "Pool", "run_tests", "network_isolated", "memory_containment"]
 
-# What the tests (tests/sandbox) reach through the package: the dedicated uid range, this process's
-# cgroups, and the cgroup discovery that run() asks (a test replaces it to take the no-cgroup path).
-_UID_BASE = UID_BASE
+# What the tests (tests/sandbox) reach through the package: this process's cgroups, and the cgroup discovery
+# that run() asks (a test replaces it to take the no-cgroup path).
 _cg_all, _cg_idle = cgroups.ALL, cgroups.IDLE
 _cgroup_parents = cgroups.cgroup_parents
 

@@ -32,7 +32,14 @@ def claim_uid() -> tuple[int, int]:
         while slot in _slots_in_use:
             slot = next(_uid_counter) % 4096
         _slots_in_use.add(slot)
-    return UID_BASE + (os.getpid() % 65536) * 4096 + slot, slot
+    return own_uids()[slot], slot
+
+
+def own_uids() -> range:
+    """The uids this process's runs take (:func:`claim_uid`): other processes' sandboxes (another pytest worker's,
+    say) have others."""
+    base = UID_BASE + (os.getpid() % 65536) * 4096
+    return range(base, base + 4096)
 
 
 def release_uid(slot: int) -> None:
