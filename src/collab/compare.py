@@ -171,9 +171,6 @@ def run(argv: list[str]) -> int:
     check_settings(out, settings)
     progress = Progress(out / "compare.log", jobs=options.jobs)
     records = {c: grid.read_record(out, c) for c in cells}
-    for cell, record in records.items():  # a baseline recorded without its score by an older fill: read again
-        if record and record["kind"] == "baseline" and record["returncode"] == 0 and record.get("score") is None:
-            records[cell] = grid.refill(out, record, settings.score)
     for record in records.values():
         if record:
             progress.add(record)

@@ -264,23 +264,17 @@ def test_a_named_score_reaches_the_evaluation_and_the_baselines_record(tmp_path)
 
 def test_the_single_baseline_is_scored_by_the_last_step_info(tmp_path):
     """The single baseline's wrapper has no votes, so its metrics hold the info key's mean alone
-    (``eval/env/majority@2``): the record reads it (on 2026-11-27 the grid recorded no score for single), and a
-    record written without it is read again from its cell when the grid starts (``refill``)."""
-    import json
-    from dataclasses import asdict
-
+    (``eval/env/majority@2``) and no ``eval/majority@2``: the record reads it (on 2026-11-27 the grid recorded no
+    score for single), not ``eval/return``."""
     from collab.evaluation import grid
 
     cell = grid.Cell("single", "debate", 0)
     folder = grid.cell_dir(tmp_path, cell)
     folder.mkdir(parents=True)
     (folder / "metrics.json").write_text('{"eval/return": 0.4375, "eval/env/majority@2": 0.21875, "eval/problems": 64}')
-    old = grid.Record("single", "baseline", "debate", 0, 0, 1.0, 0, [])  # as the older fill left it: no score
-    grid.record_path(tmp_path, cell).parent.mkdir(parents=True)
-    grid.record_path(tmp_path, cell).write_text(json.dumps(asdict(old)))
-    again = grid.refill(tmp_path, grid.read_record(tmp_path, cell), "majority@2")
-    assert (again["score"], again["score_key"], again["eval_problems"]) == (0.21875, "majority@2", 64)
-    assert grid.read_record(tmp_path, cell)["score"] == 0.21875  # rewritten
+    record = grid.Record("single", "baseline", "debate", 0, 0, 1.0, 0, [])
+    grid.fill(record, folder, "majority@2")
+    assert (record.score, record.score_key, record.eval_problems) == (0.21875, "majority@2", 64)
 
 
 # The grids of conf/compare: their documented command builds every run.

@@ -547,20 +547,6 @@ def fill(record: Record, folder: Path, score: str | None = None) -> None:
     record.rollouts, record.steps, record.tokens = budget.get("rollouts"), budget.get("steps"), budget.get("tokens")
 
 
-def refill(out: Path, record: dict, score: str | None) -> dict:
-    """A finished baseline's record with its score read again from its cell's metrics (a record written before
-    :func:`fill` read ``eval/env/KEY``: the single baseline's wrapper reports no ``eval/KEY``), rewritten when
-    the score is found."""
-    from collab.training.resume import atomic_write_text
-
-    again = Record(**{k: v for k, v in record.items() if k in Record.__dataclass_fields__})
-    fill(again, cell_dir(out, Cell(again.method, again.env, again.seed)), score)
-    if again.score is None:
-        return record
-    atomic_write_text(record_path(out, Cell(again.method, again.env, again.seed)), json.dumps(asdict(again), indent=1))
-    return asdict(again)
-
-
 def read_record(out: Path, cell: Cell) -> dict | None:
     path = record_path(out, cell)
     if not path.is_file():
