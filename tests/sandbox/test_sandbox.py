@@ -11,27 +11,11 @@ import pytest
 
 from collab import sandbox
 from collab.sandbox import Limits, Pool, Result, run, run_tests
-from collab.sandbox.processes import own_uids
+from tests.support.sandbox_procs import sandbox_pids
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="uid separation (signals, /proc, files) needs a root parent")
 FAST = Limits(timeout_s=1.5, max_processes=16)
-
-
-def sandbox_pids() -> list[int]:
-    """Live processes (not zombies waiting for init to reap them) under the dedicated uids of this process's
-    sandbox runs (another pytest worker's are its own)."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if line[:4] in ("Stat", "Uid:"))
-        except OSError:
-            continue
-        uid = int(fields["Uid"].split()[0])
-        if uid in own_uids() and not fields["State"].strip().startswith("Z"):
-            pids.append(int(pid))
-    return pids
 
 
 @pytest.fixture

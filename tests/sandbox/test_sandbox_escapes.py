@@ -23,6 +23,7 @@ import pytest
 from collab import sandbox
 from collab.sandbox import Limits, Pool, run
 from collab.sandbox.processes import own_uids
+from tests.support.sandbox_procs import sandbox_pids
 
 ROOT = os.geteuid() == 0
 ISOLATED = ROOT and sandbox.network_isolated()
@@ -40,15 +41,7 @@ def _sandbox_uid(uid: int) -> bool:
 
 def leftovers() -> dict[str, list]:
     """Processes (not zombies), sockets and shared-memory segments of this process's sandbox uids; {} if none."""
-    found: dict[str, list] = {"processes": [], "sockets": [], "shm": [], "ipcs": [], "cgroup": []}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if line[:4] in ("Stat", "Uid:"))
-        except OSError:
-            continue
-        if any(_sandbox_uid(int(u)) for u in fields["Uid"].split()) and not fields["State"].strip().startswith("Z"):
-            found["processes"].append(int(pid))
+    found: dict[str, list] = {"processes": sandbox_pids(), "sockets": [], "shm": [], "ipcs": [], "cgroup": []}
     for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
         try:
             with open(f"/proc/net/{name}") as f:
