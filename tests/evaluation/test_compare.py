@@ -1,7 +1,8 @@
-"""``python -m collab.compare``: a tiny grid end to end (outputs, resume, budget, the control's one agent), a bad
-grid refused in one line before anything runs, and the summary's statistics by hand.
+"""``python -m collab.compare``: a tiny grid end to end (outputs, resume, budget, the control's one agent, the
+comparison notebook on its output), a bad grid refused in one line before anything runs, and the summary's
+statistics by hand.
 
-The grid (``tiny_grid`` in conftest.py) is MAGRPO, the grpo control and the parallel baseline on writing with
+The grid (``tiny_grid``, a module fixture) is MAGRPO, the grpo control and the parallel baseline on writing with
 seeds 0 and 1 at 2 rollouts: six subprocesses of the tiny model.
 """
 
@@ -13,12 +14,55 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.notebook_kernel import png_size
+from tests.support.notebook_kernel import execute, kernel_env, png_size  # noqa: F401 (kernel_env: a fixture)
 
 
 def _rows(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+SMALL = """
+trainer: {accelerator: cpu}
+model:
+  base: {name: tiny}
+  agents:
+    - sampling: {temperature: 0.7, top_p: 0.9, top_k: 0, max_new_tokens: 8}
+    - sampling: {temperature: 0.7, top_p: 0.9, top_k: 0, max_new_tokens: 8}
+  num_generations: 2
+data: {batch_size: 1}
+"""
+GRID = ["--algos", "magrpo", "--envs", "writing", "--seeds", "0", "1", "--rollouts", "2", "--controls", "grpo",
+        "parallel", "--eval_tasks", "2", "--eval_samples", "2"]
+"""MAGRPO, the grpo control and the parallel baseline on writing, seeds 0 and 1: 6 runs of the tiny model."""
+
+
+def _mtimes(out) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in sorted((out / "records").glob("*.json"))}
+
+
+@pytest.fixture(scope="module")
+def tiny_grid(tmp_path_factory):
+    """The grid run three times: stopped after its first run (``--max_runs 1``, as if killed), with a stale
+    folder of a run killed midway added; started again (the other five runs, two at a time: ``--jobs 2``); and once more (nothing to do).
+    ``out`` is its output folder; ``codes`` the three exit codes; ``mtimes`` the records' after each start;
+    ``logs`` the log's lines after each start."""
+    from collab.compare import main
+
+    work = tmp_path_factory.mktemp("grid")
+    (work / "small.yaml").write_text(SMALL)
+    out = work / "compare"
+    args = GRID + ["--output", str(out), "--config", str(work / "small.yaml")]
+    codes, mtimes, logs = [], [], []
+    for i, extra in enumerate((["--max_runs", "1"], ["--jobs", "2"], [])):
+        if i == 1:  # a run killed midway leaves its folder without a record: it restarts from scratch
+            stale = out / "cells" / "magrpo-writing-0" / "stale.txt"
+            stale.parent.mkdir(parents=True)
+            stale.write_text("killed midway")
+        codes.append(main(args + extra))
+        mtimes.append(_mtimes(out))
+        logs.append((out / "compare.log").read_text().splitlines())
+    return SimpleNamespace(out=out, codes=codes, mtimes=mtimes, logs=logs)
 
 
 # The tiny grid.
@@ -275,6 +319,16 @@ def test_the_single_baseline_is_scored_by_the_last_step_info(tmp_path):
     record = grid.Record("single", "baseline", "debate", 0, 0, 1.0, 0, [])
     grid.fill(record, folder, "majority@2")
     assert (record.score, record.score_key, record.eval_problems) == (0.21875, "majority@2", 64)
+
+
+def test_comparison_notebook(tiny_grid, kernel_env, monkeypatch):
+    """On the tiny grid of ``python -m collab.compare`` (the fixture above): the runs, the summary, both figures."""
+    figures = kernel_env / "figures"
+    monkeypatch.setenv("COLLAB_COMPARE", str(tiny_grid.out))
+    text = "".join(execute("comparison", kernel_env, tiny_grid.out, figures, monkeypatch))
+    assert "6 runs in" in text and "Budget: 2 rollouts per training run" in text and "grpo (control)" in text
+    for name in ("comparison_heldout.png", "comparison_curves.png"):
+        assert png_size(figures / name)[0] > 300
 
 
 # The grids of conf/compare: their documented command builds every run.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.notebook_kernel import png_size, write_kernel
+from tests.support.notebook_kernel import execute, kernel_env, png_size  # noqa: F401 (kernel_env: a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,33 +181,6 @@ def test_runs_are_described(tiny_runs):
 
 # The notebooks.
 
-@pytest.fixture
-def kernel_env(tmp_path, monkeypatch):
-    """A ``python3`` kernelspec running this interpreter with ``src`` importable, first on ``$JUPYTER_PATH``."""
-    pytest.importorskip("matplotlib")
-    pytest.importorskip("nbformat")
-    pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
-    monkeypatch.setenv("JUPYTER_PATH", str(write_kernel(tmp_path)))
-    return tmp_path
-
-
-def execute(name: str, cwd: Path, runs: Path, figures: Path, monkeypatch) -> list[str]:
-    """Run ``notebooks/<name>.ipynb`` in ``cwd``; the text of its outputs (streams, plain text, markdown)."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    monkeypatch.setenv("COLLAB_RUNS", str(runs))
-    monkeypatch.setenv("COLLAB_FIGURES", str(figures))
-    monkeypatch.delenv("COLLAB_TABLE", raising=False)
-    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
-    return [o.text if o.output_type == "stream" else o.data.get("text/plain", "") + o.data.get("text/markdown", "")
-            for o in outputs if o.output_type in ("stream", "display_data", "execute_result")]
-
-
 def test_analysis_notebook(tiny_runs, kernel_env, monkeypatch):
     figures = kernel_env / "figures"
     text = "".join(execute("analysis", kernel_env, tiny_runs, figures, monkeypatch))
@@ -226,16 +199,6 @@ def test_cooperation_notebook(tiny_runs, kernel_env, monkeypatch):
     assert "1 coding runs with scheme tags" in text
     png = figures / "cooperation_schemes.png"
     assert png.stat().st_size > 10_000 and png_size(png)[0] > 600
-
-
-def test_comparison_notebook(tiny_grid, kernel_env, monkeypatch):
-    """On the tiny grid of ``python -m collab.compare`` (conftest.py): the runs, the summary, both figures."""
-    figures = kernel_env / "figures"
-    monkeypatch.setenv("COLLAB_COMPARE", str(tiny_grid.out))
-    text = "".join(execute("comparison", kernel_env, tiny_grid.out, figures, monkeypatch))
-    assert "6 runs in" in text and "Budget: 2 rollouts per training run" in text and "grpo (control)" in text
-    for name in ("comparison_heldout.png", "comparison_curves.png"):
-        assert png_size(figures / name)[0] > 300
 
 
 def test_notebooks_without_runs(kernel_env, monkeypatch):

@@ -1,4 +1,4 @@
-"""What the notebook tests share: a Jupyter kernel for this interpreter, and reading a PNG's size."""
+"""What the notebook tests share: a Jupyter kernel for this interpreter, running a notebook, a PNG's size."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import struct
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,3 +31,30 @@ def write_kernel(folder: Path) -> Path:
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "collab test kernel", "language": "python", "env": env}))
     return folder / "jupyter"
+
+
+@pytest.fixture
+def kernel_env(tmp_path, monkeypatch):
+    """A ``python3`` kernelspec running this interpreter with ``src`` importable, first on ``$JUPYTER_PATH``."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    monkeypatch.setenv("JUPYTER_PATH", str(write_kernel(tmp_path)))
+    return tmp_path
+
+
+def execute(name: str, cwd: Path, runs: Path, figures: Path, monkeypatch) -> list[str]:
+    """Run ``notebooks/<name>.ipynb`` in ``cwd``; the text of its outputs (streams, plain text, markdown)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("COLLAB_RUNS", str(runs))
+    monkeypatch.setenv("COLLAB_FIGURES", str(figures))
+    monkeypatch.delenv("COLLAB_TABLE", raising=False)
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    return [o.text if o.output_type == "stream" else o.data.get("text/plain", "") + o.data.get("text/markdown", "")
+            for o in outputs if o.output_type in ("stream", "display_data", "execute_result")]
