@@ -28,7 +28,7 @@ import sys
 from argparse import ArgumentError
 
 from collab.errors import UserError, class_from_path, unknown
-from collab.training.configs import config_files, describe_configs, is_class_path, run_env
+from collab.training.configs import config_files, describe_configs, is_class_path, parser_args, run_env
 
 DEFAULT_ALGO = "magrpo"
 
@@ -84,7 +84,7 @@ def build_cli(algo: str, argv: list[str]):
     argv = alias(argv)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
     check_strategy(given_strategy(argv))  # before Lightning's own "fsdp requires a GPU accelerator"
     note(describe_configs(files, argv, algo))
-    args = [a for f in files for a in ("--config", str(f))] + argv
+    args = parser_args(files, argv)  # a later model.agents replaces the earlier list whole
     given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"),
                           placeholders={"trainer.logger.init_args.save_dir": str(RUNS)})
 

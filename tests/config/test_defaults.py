@@ -64,3 +64,56 @@ def test_from_config_overrides_and_refuses():
         from_config("magrpo", advantage_clip=0.1)
     with pytest.raises(UserError, match=r"model.clipp is not an option of --algo magrpo; valid: .*clip"):
         from_config("magrpo", clipp=0.1)
+
+
+TEAM = [{"sampling": {"max_new_tokens": 7}}, {"sampling": {"max_new_tokens": 9}}]
+"""Two agents that set only their length: conf/algo/marft_a.yaml's agents set lr (1e-4, 1e-3), temperature 0.7."""
+
+
+@pytest.mark.parametrize("source", ["--config", "--model", "--model.agents", "one agent"])
+def test_a_later_team_replaces_the_packaged_team_whole(source, tmp_path, capsys):
+    """A team given after the packaged config (a ``--config`` file, a ``--model`` file, the option itself)
+    replaces the packaged agents whole, as ``from_config(agents=...)`` does: no packaged ``lr`` or temperature
+    is kept. (jsonargparse merged a list of the same length item by item: the debate grid's MARFT runs kept
+    marft_a.yaml's two rates; one agent replaced the list, so the result hung on the team's size.)"""
+    import json
+
+    import yaml
+
+    from collab.fit import print_config
+
+    team = TEAM[:1] if source == "one agent" else TEAM
+    path = tmp_path / "team.yaml"
+    if source == "--config":
+        path.write_text(yaml.safe_dump({"model": {"agents": team}}))
+        argv = ["--config", str(path)]
+    elif source == "--model":
+        path.write_text(yaml.safe_dump({"agents": team}))
+        argv = [f"--model={path}"]
+    else:
+        argv = ["--model.agents", json.dumps(team)]
+    with pytest.raises(SystemExit):
+        print_config("marft_a", argv + ["--print_config"])
+    agents = yaml.safe_load(capsys.readouterr().out)["model"]["agents"]
+    direct = [dataclasses.asdict(a) for a in from_config("marft_a", base={"name": "tiny"}, agents=team).agent_specs]
+    assert agents == direct
+    assert [(a["lr"], a["sampling"]["temperature"], a["sampling"]["max_new_tokens"]) for a in agents] == \
+        [(None, 1.0, 7), (None, 1.0, 9)][:len(team)]
+
+
+def test_parser_args_reset_the_team_before_each_source_that_sets_it(tmp_path):
+    from pathlib import Path
+
+    from collab.training.configs import parser_args
+
+    team, other = tmp_path / "team.yaml", tmp_path / "other.yaml"
+    team.write_text("model:\n  agents: [{lr: 0.1}]\n")
+    other.write_text("model:\n  agent_lr: 0.1\n")
+    packaged = [Path("algo.yaml"), team]
+    argv = ["--config", str(other), f"--config={team}", "--model.agents", "[]", "--model.agent_lr", "1",
+            "--model.agents=null"]
+    assert parser_args(packaged, argv) == [
+        "--config", "algo.yaml", "--model.agents", "null", "--config", str(team),
+        "--config", str(other), "--model.agents", "null", f"--config={team}",
+        "--model.agents", "null", "--model.agents", "[]", "--model.agent_lr", "1",
+        "--model.agents", "null", "--model.agents=null"]

@@ -72,6 +72,53 @@ def run_env(algo_config: Path | None, argv: list[str]) -> str:
     return env
 
 
+WHOLE = ("model.agents",)
+"""Options whose later value replaces the earlier one whole, as in :func:`collab.algos.configured.algo_config`
+(Python). jsonargparse merges a list of dataclasses item by item into the previous list when the two have the
+same length (and replaces it when they do not): a ``--config`` team of two debaters without ``lr`` kept the two
+rates of conf/algo/marft_a.yaml's agents (the debate grid's MARFT runs, found 2026-11-27), where a team of one
+or three agents took the defaults."""
+
+
+def parser_args(files: list[Path], argv: list[str]) -> list[str]:
+    """The parser's arguments: ``--config F`` for each packaged file, then ``argv``, with ``--OPTION null``
+    (each option of :data:`WHOLE`) before every source that sets it: a config file whose mapping holds it
+    (packaged, ``--config F``, ``--model F``) or the option itself (``--model.agents [...]``). A list given
+    later thus replaces the earlier list whole; the fields its items leave out take the dataclass defaults."""
+
+    def sets(path: str | Path, option: str, top: bool = False) -> bool:
+        section, key = option.split(".")
+        values = _yaml_of(path) if top else _yaml_of(path).get(section)
+        return isinstance(values, dict) and key in values
+
+    def resets(source: list[str]) -> list[str]:
+        return [a for option in WHOLE if _source_sets(source, option, sets) for a in (f"--{option}", "null")]
+
+    args: list[str] = []
+    for f in files:
+        args += resets(["--config", str(f)]) + ["--config", str(f)]
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        source = [arg, argv[i + 1]] if arg in ("--config", "--model") and i + 1 < len(argv) else [arg]
+        args += resets(source) + source
+        i += len(source)
+    return args
+
+
+def _source_sets(source: list[str], option: str, sets) -> bool:
+    """Whether the argument(s) ``source`` set ``option`` whole (see :func:`parser_args`)."""
+    name, _, inline = source[0].partition("=")
+    value = source[1] if len(source) > 1 else inline
+    if name == f"--{option}":
+        return True
+    if name == "--config" and value:
+        return sets(value, option)
+    if name == "--" + option.split(".")[0] and value:  # --model FILE: the section's own config file
+        return sets(value, option, top=True)
+    return False
+
+
 def is_class_path(name: str) -> bool:
     """Whether an ``--algo`` or ``--data.env`` value is a class path ``module:Class`` (a researcher's own
     algorithm or env, imported from the working directory: ``docs/extending.md``) rather than a built-in name."""
