@@ -117,3 +117,35 @@ def test_parser_args_reset_the_team_before_each_source_that_sets_it(tmp_path):
         "--config", str(other), "--model.agents", "null", f"--config={team}",
         "--model.agents", "null", "--model.agents", "[]", "--model.agent_lr", "1",
         "--model.agents", "null", "--model.agents=null"]
+
+
+def _preset_runs():
+    """(config, algo, extra argv) for every preset (its algorithm: the file name's prefix) and every grid config
+    of conf/compare (with each algorithm, on debate)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "conf"
+    names = sorted(algo_registry(), key=len, reverse=True)
+    runs = [(p, next(a for a in names if p.stem.startswith(a)), []) for p in sorted((root / "presets").glob("*.yaml"))]
+    runs += [(p, a, ["--data.env", "debate"]) for p in sorted((root / "compare").glob("*.yaml")) for a in ALGOS]
+    return [pytest.param(*run, id=f"{run[0].parent.name}/{run[0].stem}-{run[1]}") for run in runs]
+
+
+@pytest.mark.parametrize("config,algo,extra", _preset_runs())
+def test_a_config_gets_its_own_team(config, algo, extra, capsys):
+    """Every preset and grid config that names a team gets that team, its unset fields at the agent defaults:
+    before the whole-list rule the MARFT-A, MARFT-T and IPPO paper presets (agent_lr 1e-6 to 3e-5, the papers')
+    trained at the packaged small-model rates of their agents (1e-4 with 1e-3 or 3e-4)."""
+    import yaml
+
+    from collab.algos.configured import typed
+    from collab.fit import print_config
+    from collab.policy.team import AgentSpec
+
+    team = (yaml.safe_load(config.read_text()).get("model") or {}).get("agents")
+    if team is None:
+        pytest.skip(f"{config.name} keeps the algorithm's team")
+    with pytest.raises(SystemExit):
+        print_config(algo, ["--config", str(config), *extra, "--print_config"])
+    agents = yaml.safe_load(capsys.readouterr().out)["model"]["agents"]
+    assert agents == [dataclasses.asdict(typed(AgentSpec, a)) for a in team]
