@@ -167,10 +167,13 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monke
     synced, union = torch.load(tmp_path / "grads0.pt"), torch.load(replay / "grads0.pt")
     assert sorted(synced) == sorted(union) and synced
     # float32 sums in another order and over other paddings (2 rows per forward against 4) differ by up to
-    # ~2e-4 of a tensor's largest entry (IPPO, measured); a normaliser off by one rank's share is ~0.5 of it
+    # ~2e-4 of a tensor's largest entry (IPPO, measured); a normaliser off by one rank's share is ~0.5 of it.
+    # A tensor whose gradient nearly cancels (IPPO's lora_B of layer 0, 1.7e-8 at most against the model's
+    # largest entries) keeps the rounding of its terms: the floor is relative to the largest gradient entry.
+    floor = 1e-5 * max(float(g.abs().max()) for g in union.values())
     for name in union:
         scale = float(union[name].abs().max())
-        assert float((synced[name] - union[name]).abs().max()) <= 2e-3 * scale + 1e-8, name
+        assert float((synced[name] - union[name]).abs().max()) <= 2e-3 * scale + floor, (name, scale, floor)
     assert sum(float(g.abs().sum()) for g in union.values()) > 0
     # the held-out evaluation before training: every eval task scored once, the same figures on both ranks
     # and on one process (the replay run starts from the same weights), to a relative 1e-6
