@@ -86,13 +86,8 @@ def parser_args(files: list[Path], argv: list[str]) -> list[str]:
     (packaged, ``--config F``, ``--model F``) or the option itself (``--model.agents [...]``). A list given
     later thus replaces the earlier list whole; the fields its items leave out take the dataclass defaults."""
 
-    def sets(path: str | Path, option: str, top: bool = False) -> bool:
-        section, key = option.split(".")
-        values = _yaml_of(path) if top else _yaml_of(path).get(section)
-        return isinstance(values, dict) and key in values
-
     def resets(source: list[str]) -> list[str]:
-        return [a for option in WHOLE if _source_sets(source, option, sets) for a in (f"--{option}", "null")]
+        return [a for option in WHOLE if _source_sets(source, option) for a in (f"--{option}", "null")]
 
     args: list[str] = []
     for f in files:
@@ -106,17 +101,21 @@ def parser_args(files: list[Path], argv: list[str]) -> list[str]:
     return args
 
 
-def _source_sets(source: list[str], option: str, sets) -> bool:
-    """Whether the argument(s) ``source`` set ``option`` whole (see :func:`parser_args`)."""
+def _source_sets(source: list[str], option: str) -> bool:
+    """Whether the argument(s) ``source`` set ``option`` (``section.key``) whole: the option itself, a
+    ``--config`` file whose ``section`` holds ``key``, or a ``--section`` file holding ``key``."""
     name, _, inline = source[0].partition("=")
     value = source[1] if len(source) > 1 else inline
+    section, key = option.split(".")
     if name == f"--{option}":
         return True
     if name == "--config" and value:
-        return sets(value, option)
-    if name == "--" + option.split(".")[0] and value:  # --model FILE: the section's own config file
-        return sets(value, option, top=True)
-    return False
+        values = _yaml_of(value).get(section)
+    elif name == f"--{section}" and value:  # --model FILE: the section's own config file
+        values = _yaml_of(value)
+    else:
+        return False
+    return isinstance(values, dict) and key in values
 
 
 def is_class_path(name: str) -> bool:
