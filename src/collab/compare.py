@@ -15,8 +15,10 @@ N`` (the budget of every training run: rollouts, or generated tokens), ``--contr
 ``--controls`` alone: none), ``--eval_samples`` (sampled episodes per eval task, default 2), ``--eval_tasks``
 (the first N eval tasks; default all), ``--tasks_per_batch`` (default 4), ``--output`` (default
 ``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
-``--retry_failed`` (run the failed runs again), ``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS``
-= cores / N unless set: their wall times then share the machine, which the table says), ``--score KEY`` (the
+``--retry_failed`` (run the failed runs again), ``--restore RESULTS [STEPS]`` (the finished runs of an
+earlier start on another machine, from its ``results.csv`` and ``steps.csv``: :mod:`collab.evaluation.restore`),
+``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS`` = cores / N unless set: their wall times
+then share the machine, which the table says), ``--score KEY`` (the
 held-out score: an info key of the env's last step, e.g. ``majority@2`` on debate, checked on every env of the grid
 before anything runs; default: accuracy where the env reports ``solved``, else the episode return).
 
@@ -81,6 +83,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--retry_failed", action="store_true")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--score", default=None)
+    p.add_argument("--restore", nargs="+", default=None, metavar="CSV")  # RESULTS [STEPS]
     return p
 
 
@@ -168,8 +171,16 @@ def run(argv: list[str]) -> int:
     from collab.training.checks import release_logs
 
     release_logs(show=False)  # the builds' Lightning messages: not this command's
+    if options.restore is not None:  # read and checked before anything is written
+        from collab.evaluation import restore
+
+        carried = restore.restored(options.restore, cells, settings, out)
     check_settings(out, settings)
     progress = Progress(out / "compare.log", jobs=options.jobs)
+    if options.restore is not None:
+        restore.write(carried, out)
+        progress.line(f"restored {len(carried)} runs from {options.restore[0]}"
+                      + (f" (their steps from {options.restore[1]})" if len(options.restore) == 2 else " (no steps)"))
     records = {c: grid.read_record(out, c) for c in cells}
     for record in records.values():
         if record:
@@ -256,6 +267,8 @@ def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
             from collab.evaluation.analysis import read_scalars
 
             steps += comparison.step_rows(record, read_scalars(record["run_dir"]))
+        else:  # restored from another machine's CSVs (--restore), or its folder removed
+            steps += record.get("step_rows") or []
     comparison.write_csv(out / "steps.csv", steps, comparison.STEP_COLUMNS)
     failed = [f"{r['method']}-{r['env']}-{r['seed']} (exit {r['returncode']})" for r in records if r["returncode"] != 0]
     if settings.defaults:

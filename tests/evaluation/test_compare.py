@@ -189,6 +189,76 @@ def test_changed_settings_are_refused(tiny_grid, capsys):
     assert len(err) == 1 and "holds a grid with other settings" in err[0]
 
 
+# Carried to another machine: --restore RESULTS [STEPS].
+
+def _restore_args(tiny_grid, out, *extra, grid=GRID):
+    return grid + ["--output", str(out), "--config", str(tiny_grid.out.parent / "small.yaml"), "--max_runs", "0",
+                   *extra]
+
+
+def _write_rows(path, rows):
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_a_restored_grid_is_the_grid_that_ran(tiny_grid, tmp_path):
+    """The grid's results.csv and steps.csv, as on another machine (its run folders absent), restored into an
+    empty folder: all six runs restored, none run, and the same results, steps.csv, table and curves; started again
+    without --restore it still runs nothing; a seed more extends it (that seed's runs left to run); without the
+    steps the restored runs have no curves."""
+    from collab.compare import main
+
+    rows = _rows(tiny_grid.out / "results.csv")
+    results, steps = tmp_path / "results.csv", str(tiny_grid.out / "steps.csv")
+    _write_rows(results, [{**r, "run_dir": r["run_dir"] and "elsewhere/" + r["run_dir"]} for r in rows])
+    out = tmp_path / "moved"
+    assert main(_restore_args(tiny_grid, out, "--restore", str(results), steps)) == 0
+    assert len(_mtimes(out)) == 6 and not (out / "cells").exists()  # restored, nothing run
+    assert (out / "results.csv").read_text() == results.read_text()
+    for name in ("steps.csv", "comparison.md"):
+        assert (out / name).read_text() == (tiny_grid.out / name).read_text(), name
+    assert png_size(out / "curves.png") == png_size(tiny_grid.out / "curves.png")
+    log = (out / "compare.log").read_text()
+    assert f"restored 6 runs from {results} (their steps from {steps})" in log and "6 done before" in log
+    assert main(_restore_args(tiny_grid, out)) == 0 and (out / "steps.csv").read_text() == Path(steps).read_text()
+
+    wider = tmp_path / "wider"
+    seeds = GRID.index("--seeds")
+    three = GRID[:seeds + 1] + ["0", "1", "2"] + GRID[seeds + 3:]
+    assert main(_restore_args(tiny_grid, wider, "--restore", str(results), grid=three)) == 0
+    log = (wider / "compare.log").read_text()
+    assert "restored 6 runs" in log and "(no steps)" in log and "stopped after 0 runs (--max_runs); 3 left" in log
+    assert _rows(wider / "steps.csv") == [] and not (wider / "curves.png").exists()
+
+
+def test_restore_refuses_another_grids_runs_in_one_line(tiny_grid, tmp_path, capsys):
+    """A row of this grid's cells made at another evaluation stops the command before anything is written; a
+    failed row is not restored (the run runs again); a bad path or count of paths is one line too."""
+    from collab.compare import main
+
+    rows = _rows(tiny_grid.out / "results.csv")
+    edited = tmp_path / "edited.csv"
+    _write_rows(edited, [{**r, "eval_samples": "1"} if r["method"] == "parallel" and r["seed"] == "1" else r for r in rows])
+    cases = [(["--restore", str(edited)], "holds parallel-writing-1 at eval_samples 1, this grid's 2"),
+             (["--restore", str(tmp_path / "none.csv")], "none.csv is not a file"),
+             (["--restore"] + [str(edited)] * 3, "got 3 paths"),
+             (["--restore", str(edited), str(edited)], "has no column step, rollout, tag, value")]
+    for extra, message in cases:
+        out = tmp_path / "out"
+        assert main(_restore_args(tiny_grid, out, *extra)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --restore") and message in err[0], err
+        assert not out.exists()
+
+    _write_rows(edited, [{**r, "returncode": "1"} if r["method"] == "magrpo" and r["seed"] == "0" else r for r in rows])
+    out = tmp_path / "out"
+    assert main(_restore_args(tiny_grid, out, "--restore", str(edited))) == 0
+    assert "restored 5 runs" in (out / "compare.log").read_text() and "magrpo-writing-0.json" not in _mtimes(out)
+    capsys.readouterr()
+
+
 # The statistics and the budget, by hand.
 
 def test_summary_pairs_seeds_against_the_control():

@@ -1,0 +1,122 @@
+"""A grid's finished runs carried to another machine: ``python -m collab.compare ... --restore RESULTS [STEPS]``.
+
+A grid's folder (``runs/...``) stays on the machine that ran it; what travels is its ``results.csv`` (and
+``steps.csv``), committed as the grid grows (docs/comparison_grid.md). ``--restore`` turns every row of that CSV
+which is a run of this grid into the run's record, so that the grid redoes none of them and its outputs
+(table, CSVs, curves) hold them as if they had run here:
+
+- a row is a run of this grid when its method, env and seed name one of the grid's cells; other rows are ignored,
+  and so are failed rows (exit code not 0: the run runs again);
+- a row must have been made at this grid's budget and evaluation (trained rows: the rollouts of a rollout budget,
+  at least the tokens of a token budget; every row: the eval samples, the eval problems when ``--eval_tasks`` is
+  given, the score key when ``--score`` is), else the command stops in one line before anything runs: the CSV is
+  another grid's;
+- a cell that already has a record keeps it;
+- the run's per-step rows come from ``STEPS`` (``steps.csv``), kept in the record as ``step_rows``; without it the
+  restored runs have no curves. The numbers are the CSV's (6 significant digits), the record's ``command`` empty
+  and ``restored_from`` the CSV's path.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from collab.errors import UserError
+from collab.evaluation.comparison import RESULT_COLUMNS, STEP_COLUMNS
+from collab.evaluation.grid import Cell, Record, Settings, record_path
+from collab.training.resume import atomic_write_text
+
+INTS = ("seed", "returncode", "eval_problems", "eval_samples", "rollouts", "steps", "tokens", "jobs", "peak_rss_bytes")
+FLOATS = ("score", "score_se", "before", "before_se", "gain", "gain_se", "wall_s")
+
+
+def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise UserError(f"--restore: {path} is not a file; give a grid's results.csv (and its steps.csv)")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(f"--restore: {path} has no column {', '.join(missing)}; give a grid's "
+                            f"{'results' if 'score' in columns else 'steps'}.csv (columns {', '.join(columns)})")
+        return list(reader)
+
+
+def _value(path: Path, row: dict[str, str], key: str):
+    """The record's value of a CSV cell: a string column as it is, a number column's number (None when empty)."""
+    text = row[key]
+    if key not in INTS + FLOATS:
+        return text
+    if text == "":
+        return None
+    try:
+        return int(float(text)) if key in INTS else float(text)
+    except ValueError:
+        raise UserError(f"--restore: {path}: {key} of {row['method']}-{row['env']}-{row['seed']} is {text!r}, "
+                        f"not a number") from None
+
+
+def _step(path: Path, row: dict[str, str]) -> dict:
+    try:
+        return {"method": row["method"], "env": row["env"], "seed": int(row["seed"]), "step": int(row["step"]),
+                "rollout": int(row["rollout"]) if row["rollout"] != "" else "", "tag": row["tag"],
+                "value": float(row["value"])}
+    except ValueError:
+        raise UserError(f"--restore: {path}: a row of {row['method']}-{row['env']}-{row['seed']} ({row['tag']}) has "
+                        f"a step, rollout or value that is not a number") from None
+
+
+def _mismatch(record: dict, settings: Settings) -> str | None:
+    """Why this run was not made at the grid's budget and evaluation (None: it was)."""
+    if settings.defaults:
+        return None
+    wanted = [("eval_samples", settings.eval_samples)]
+    if settings.eval_tasks is not None:
+        wanted.append(("eval_problems", settings.eval_tasks))
+    if settings.score is not None:
+        wanted.append(("score_key", settings.score))
+    if record["kind"] != "baseline" and settings.rollouts is not None:
+        wanted.append(("rollouts", settings.rollouts))
+    for key, value in wanted:
+        if record.get(key) != value:
+            return f"{key} {record.get(key)!r}, this grid's {value!r}"
+    if record["kind"] != "baseline" and settings.tokens is not None and (record.get("tokens") or 0) < settings.tokens:
+        return f"tokens {record.get('tokens')!r}, under this grid's budget of {settings.tokens}"
+    return None
+
+
+def restored(paths: list[str], cells: list[Cell], settings: Settings, out: Path) -> dict[Cell, dict]:
+    """The record of every cell without one that ``paths`` (``RESULTS [STEPS]``) holds as a successful run at this
+    grid's settings (read and checked only: :func:`write` writes them)."""
+    if not 1 <= len(paths) <= 2:
+        raise UserError(f"--restore takes a grid's results.csv and optionally its steps.csv, got {len(paths)} paths")
+    results = Path(paths[0])
+    rows = _read(results, RESULT_COLUMNS)
+    steps = [_step(Path(paths[1]), row) for row in _read(Path(paths[1]), STEP_COLUMNS)] if len(paths) == 2 else []
+    by_name = {c.name: c for c in cells}
+    fields = set(Record.__dataclass_fields__)
+    chosen = {}
+    for row in rows:
+        name = f"{row['method']}-{row['env']}-{row['seed']}"
+        cell = by_name.get(name)
+        if cell is None or record_path(out, cell).exists():
+            continue
+        record = {key: _value(results, row, key) for key in RESULT_COLUMNS if key in fields}
+        if record["returncode"] != 0:
+            continue
+        why = _mismatch(record, settings)
+        if why is not None:
+            raise UserError(f"--restore: {results} holds {name} at {why}: another grid's run; give this grid's "
+                            f"results.csv or start another --output")
+        mine = [s for s in steps if (s["method"], s["env"], s["seed"]) == (cell.method, cell.env, cell.seed)]
+        chosen[cell] = {**record, "command": [], "metrics": {}, "step_rows": mine, "restored_from": str(results)}
+    return chosen
+
+
+def write(records: dict[Cell, dict], out: Path) -> None:
+    for cell, record in records.items():
+        path = record_path(out, cell)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(record, indent=1))
