@@ -240,9 +240,11 @@ def test_restore_refuses_another_grids_runs_in_one_line(tiny_grid, tmp_path, cap
 
     rows = _rows(tiny_grid.out / "results.csv")
     edited = tmp_path / "edited.csv"
+    binary = tiny_grid.out / "curves.png"
     _write_rows(edited, [{**r, "eval_samples": "1"} if r["method"] == "parallel" and r["seed"] == "1" else r for r in rows])
     cases = [(["--restore", str(edited)], "holds parallel-writing-1 at eval_samples 1, this grid's 2"),
              (["--restore", str(tmp_path / "none.csv")], "none.csv is not a file"),
+             (["--restore", str(binary)], "curves.png is not a CSV file"),
              (["--restore"] + [str(edited)] * 3, "got 3 paths"),
              (["--restore", str(edited), str(edited)], "has no column step, rollout, tag, value")]
     for extra, message in cases:

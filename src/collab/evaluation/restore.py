@@ -35,13 +35,18 @@ FLOATS = ("score", "score_se", "before", "before_se", "gain", "gain_se", "wall_s
 def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
     if not path.is_file():
         raise UserError(f"--restore: {path} is not a file; give a grid's results.csv (and its steps.csv)")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in columns if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError(f"--restore: {path} has no column {', '.join(missing)}; give a grid's "
-                            f"{'results' if 'score' in columns else 'steps'}.csv (columns {', '.join(columns)})")
-        return list(reader)
+    kind = "results" if "score" in columns else "steps"
+    try:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f"--restore: {path} is not a CSV file ({e}); give a grid's {kind}.csv") from None
+    if missing:
+        raise UserError(f"--restore: {path} has no column {', '.join(missing)}; give a grid's {kind}.csv "
+                        f"(columns {', '.join(columns)})")
+    return [{k: v or "" for k, v in row.items() if k is not None} for row in rows]  # short rows: empty cells
 
 
 def _value(path: Path, row: dict[str, str], key: str):
