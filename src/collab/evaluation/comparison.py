@@ -375,7 +375,7 @@ def render_grid_markdown(summary: Sequence[Mapping], budget: str, evaluation: st
         lines.append(_line(row))
     lines += ["", f"Held-out: mean ± SE over seeds (n runs). Δ: per seed, the method's held-out score minus the "
                   f"single-agent control's ({control}: MAGRPO with one agent doing every role, the same budget), "
-                  "mean and Student-t 95% confidence interval over the seeds. Wall: seconds per run (a baseline's: "
+                  "mean and Student-t 95% confidence interval over the seeds. Wall: mean time per run (a baseline's: "
                   "its evaluation). Tokens: generated in training per run. Peak mem: the largest peak resident "
                   "memory of a run's process tree. Baselines are untrained (collab.evaluation.baselines)."]
     if failed:
