@@ -507,9 +507,7 @@ def run_cell(cell: Cell, settings: Settings, out: Path, extra: list[str], runnin
     record = Record(cell.method, cell.kind, cell.env, cell.seed, proc.returncode, time.perf_counter() - start,
                     peak.bytes, cmd, jobs=running.jobs)
     fill(record, folder, settings.score)
-    from collab.training.resume import atomic_write_text
-
-    atomic_write_text(record_path(out, cell), json.dumps(asdict(record), indent=1))
+    write_record(out, cell, asdict(record))
     return record
 
 
@@ -545,6 +543,13 @@ def fill(record: Record, folder: Path, score: str | None = None) -> None:
     record.gain, record.gain_se, record.score_key = held.get("gain"), held.get("gain_se"), held.get("score") or ""
     record.eval_problems, record.eval_samples = held.get("problems"), held.get("samples")
     record.rollouts, record.steps, record.tokens = budget.get("rollouts"), budget.get("steps"), budget.get("tokens")
+
+
+def write_record(out: Path, cell: Cell, record: dict) -> None:
+    """The cell's record, written atomically (its presence means done)."""
+    from collab.training.resume import atomic_write_text
+
+    atomic_write_text(record_path(out, cell), json.dumps(record, indent=1))
 
 
 def read_record(out: Path, cell: Cell) -> dict | None:

@@ -20,16 +20,22 @@ which is a run of this grid into the run's record, so that the grid redoes none 
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 from collab.errors import UserError
 from collab.evaluation.comparison import RESULT_COLUMNS, STEP_COLUMNS
-from collab.evaluation.grid import Cell, Record, Settings, record_path
-from collab.training.resume import atomic_write_text
+from collab.evaluation.grid import Cell, Record, Settings, record_path, write_record
 
-INTS = ("seed", "returncode", "eval_problems", "eval_samples", "rollouts", "steps", "tokens", "jobs", "peak_rss_bytes")
-FLOATS = ("score", "score_se", "before", "before_se", "gain", "gain_se", "wall_s")
+
+def _number_type(hint) -> type | None:
+    """int or float for a Record field typed so (optional or not), None for a string field."""
+    kinds = (hint, *get_args(hint))
+    return int if int in kinds else float if float in kinds else None
+
+
+NUMBERS = {key: _number_type(hint) for key, hint in get_type_hints(Record).items() if _number_type(hint)}
+"""The results.csv columns read as numbers: Record's int and float fields."""
 
 
 def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
@@ -52,12 +58,12 @@ def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
 def _value(path: Path, row: dict[str, str], key: str):
     """The record's value of a CSV cell: a string column as it is, a number column's number (None when empty)."""
     text = row[key]
-    if key not in INTS + FLOATS:
+    if key not in NUMBERS:
         return text
     if text == "":
         return None
     try:
-        return int(float(text)) if key in INTS else float(text)
+        return int(float(text)) if NUMBERS[key] is int else float(text)
     except ValueError:
         raise UserError(f"--restore: {path}: {key} of {row['method']}-{row['env']}-{row['seed']} is {text!r}, "
                         f"not a number") from None
@@ -122,6 +128,4 @@ def restored(paths: list[str], cells: list[Cell], settings: Settings, out: Path)
 
 def write(records: dict[Cell, dict], out: Path) -> None:
     for cell, record in records.items():
-        path = record_path(out, cell)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(record, indent=1))
+        write_record(out, cell, record)
