@@ -34,7 +34,7 @@ def _number_type(hint) -> type | None:
     return int if int in kinds else float if float in kinds else None
 
 
-NUMBERS = {key: _number_type(hint) for key, hint in get_type_hints(Record).items() if _number_type(hint)}
+NUMBERS = {key: kind for key, hint in get_type_hints(Record).items() if (kind := _number_type(hint))}
 """The results.csv columns read as numbers: Record's int and float fields."""
 
 
