@@ -10,7 +10,7 @@ sharded frozen base, which also reports the weights each process keeps), without
 evaluation (only the steps are timed), one after the other in the same run. Read from the plain
 progress lines (``step k/N  reward R  tokens/s T  rollout S s  step X s``; stdout is a pipe): the step's
 wall time and the rollout's decoding throughput, which the run logs as the mean over the ranks of each
-rank's own tokens/s (``collab.training.distributed.global_means``), i.e. per rank. The first step is
+rank's own tokens/s (``collab.runtime.collectives.global_means``), i.e. per rank. The first step is
 dropped (warm-up) and medians of the rest are reported, with
 
 - ``step ratio`` = median step time at 1 process / at N (above 1: N processes finish a step sooner);
@@ -36,8 +36,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^step (\d+)/\d+\s.*$", re.M)
-FIELD = {"tokens": re.compile(r"tokens/s ([0-9.]+)"), "rollout": re.compile(r"rollout ([0-9.]+) s"),
-         "step": re.compile(r"step ([0-9.]+) s")}
+FIELD = {
+    "tokens": re.compile(r"tokens/s ([0-9.]+)"),
+    "rollout": re.compile(r"rollout ([0-9.]+) s"),
+    "step": re.compile(r"step ([0-9.]+) s"),
+}
 CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
 
 
@@ -53,12 +56,26 @@ def parse(stdout: str) -> list[dict[str, float]]:
 KEPT = re.compile(r"each keeps ([0-9.]+) of ([0-9.]+) MiB")
 
 
-def run(algo: str, steps: int, accelerator: str, devices: int, extra: list[str],
-        strategy: str = "ddp") -> tuple[list[dict[str, float]], float, str]:
+def run(
+    algo: str, steps: int, accelerator: str, devices: int, extra: list[str], strategy: str = "ddp"
+) -> tuple[list[dict[str, float]], float, str]:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "collab.fit", "--algo", algo, "--trainer.max_steps", str(steps),
-               "--trainer.accelerator", accelerator, "--trainer.callbacks", CALLBACKS,
-               "--trainer.logger.init_args.save_dir", str(Path(tmp) / "runs"), *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "collab.fit",
+            "--algo",
+            algo,
+            "--trainer.max_steps",
+            str(steps),
+            "--trainer.accelerator",
+            accelerator,
+            "--trainer.callbacks",
+            CALLBACKS,
+            "--trainer.logger.init_args.save_dir",
+            str(Path(tmp) / "runs"),
+            *extra,
+        ]
         if devices > 1:
             cmd += ["--trainer.strategy", strategy, "--trainer.devices", str(devices)]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -85,7 +102,10 @@ def main() -> None:
     p.add_argument("--strategies", nargs="+", default=["ddp"], choices=["ddp", "fsdp"])
     args, extra = p.parse_known_args()
     n = args.devices
-    print(f"{'algo':8} {'procs':>9} {'step times (s)':32} {'step':>6} {'rollout':>7} {'tok/s/rank':>10} {'wall':>6}  weights kept")
+    print(
+        f"{'algo':8} {'procs':>9} {'step times (s)':32} {'step':>6} {'rollout':>7} {'tok/s/rank':>10} {'wall':>6}  "
+        "weights kept"
+    )
     for algo in args.algos:
         figures = {}
         for devices, strategy in [(1, "-"), *((n, s) for s in args.strategies)]:
@@ -93,13 +113,17 @@ def main() -> None:
             figures[strategy] = f = {k: median(rows, k) for k in FIELD}
             times = " ".join(f"{r['step']:.1f}" for r in rows if "step" in r)
             label = f"{devices} {strategy}" if devices > 1 else "1"
-            print(f"{algo:8} {label:>9} {times:32} "
-                  f"{f['step']:6.1f} {f['rollout']:7.1f} {f['tokens']:10.1f} {wall:6.0f}  {kept}")
+            print(
+                f"{algo:8} {label:>9} {times:32} "
+                f"{f['step']:6.1f} {f['rollout']:7.1f} {f['tokens']:10.1f} {wall:6.0f}  {kept}"
+            )
         one = figures["-"]
         for strategy in args.strategies:
             many = figures[strategy]
-            print(f"{algo:8} {strategy}: step ratio 1-process / {n}-process: {one['step'] / many['step']:.2f}; "
-                  f"tokens/s ratio {n} x per-rank at {n} / 1-process: {n * many['tokens'] / one['tokens']:.2f}")
+            print(
+                f"{algo:8} {strategy}: step ratio 1-process / {n}-process: {one['step'] / many['step']:.2f}; "
+                f"tokens/s ratio {n} x per-rank at {n} / 1-process: {n * many['tokens'] / one['tokens']:.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -45,9 +45,13 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=32, help="decoding batch (default: %(default)s)")
     ap.add_argument("--tokens", type=int, default=33, help="new tokens per row (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=3, help="(default: %(default)s)")
-    ap.add_argument("--agents", type=int, default=2, help="agents (LoRA adapters) sharing the rows (default: %(default)s)")
+    ap.add_argument(
+        "--agents", type=int, default=2, help="agents (LoRA adapters) sharing the rows (default: %(default)s)"
+    )
     ap.add_argument("--temperature", type=float, default=0.7, help="(default: %(default)s, the configs' value)")
-    ap.add_argument("--top-p", type=float, default=0.9, help="(default: %(default)s, the configs'; 1 samples the whole vocabulary)")
+    ap.add_argument(
+        "--top-p", type=float, default=0.9, help="(default: %(default)s, the configs'; 1 samples the whole vocabulary)"
+    )
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     sampling = SamplingSpec(temperature=args.temperature, top_p=args.top_p)
@@ -74,13 +78,22 @@ def main(argv=None) -> None:
     config = model.config
     h, i = config.hidden_size, config.intermediate_size
     kv = config.num_key_value_heads * (getattr(config, "head_dim", None) or h // config.num_attention_heads)
-    layer = [(args.rows, h, h), (args.rows, h, kv), (args.rows, h, kv), (args.rows, h, h),
-             (args.rows, h, i), (args.rows, h, i), (args.rows, i, h)]
+    layer = [
+        (args.rows, h, h),
+        (args.rows, h, kv),
+        (args.rows, h, kv),
+        (args.rows, h, h),
+        (args.rows, h, i),
+        (args.rows, h, i),
+        (args.rows, i, h),
+    ]
     step_shapes = layer * config.num_hidden_layers + [(args.rows, h, config.vocab_size)]
     square = gflops_of_mm([(2048, 2048, 2048)], args.repeats)
     shaped = gflops_of_mm(step_shapes, args.repeats * 3)
-    print(f"model={args.model} params={params / 1e6:.1f}M threads={torch.get_num_threads()} rows={args.rows} "
-          f"(about {2 * params * args.rows / 1e9:.1f} GFLOP per decode step)")
+    print(
+        f"model={args.model} params={params / 1e6:.1f}M threads={torch.get_num_threads()} rows={args.rows} "
+        f"(about {2 * params * args.rows / 1e9:.1f} GFLOP per decode step)"
+    )
     print(f"decode loop:                 {loop:7.1f} GFLOP/s  (repeats: {' '.join(f'{r:.1f}' for r in rates)})")
     print(f"decode-shaped matmuls (mm):  {shaped:7.1f} GFLOP/s  -> the loop reaches {loop / shaped:.0%} of it")
     print(f"2048^3 matmul:               {square:7.1f} GFLOP/s  -> the loop reaches {loop / square:.0%} of it")
@@ -106,13 +119,32 @@ def main(argv=None) -> None:
 OP_GROUPS = {
     "base weights (mm, addmm, linear)": {"aten::mm", "aten::addmm", "aten::matmul", "aten::linear"},
     "LoRA (the rows' adapters)": {"aten::bmm"},  # and mm by a rank: group_of
-    "attention (sdpa)": {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
-                         "aten::scaled_dot_product_attention"},
+    "attention (sdpa)": {
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_attention_math",
+        "aten::scaled_dot_product_attention",
+    },
     "sampling (softmax, top-p, draws, log-probs)": {
-        "aten::exponential_", "aten::_softmax", "aten::_log_softmax", "aten::topk", "aten::sort", "aten::cumsum",
-        "aten::argmax", "aten::div", "aten::masked_fill", "aten::masked_fill_", "aten::gather", "aten::where",
-        "aten::rand", "aten::uniform_", "aten::searchsorted", "aten::logsumexp", "aten::sum",
-        "aten::_local_scalar_dense", "aten::item"},
+        "aten::exponential_",
+        "aten::_softmax",
+        "aten::_log_softmax",
+        "aten::topk",
+        "aten::sort",
+        "aten::cumsum",
+        "aten::argmax",
+        "aten::div",
+        "aten::masked_fill",
+        "aten::masked_fill_",
+        "aten::gather",
+        "aten::where",
+        "aten::rand",
+        "aten::uniform_",
+        "aten::searchsorted",
+        "aten::logsumexp",
+        "aten::sum",
+        "aten::_local_scalar_dense",
+        "aten::item",
+    },
 }
 """Profiler ops by what they serve in a decode step (elementwise ops of the layers fall in "everything else")."""
 

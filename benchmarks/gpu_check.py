@@ -75,19 +75,21 @@ PARTS = ("rollout", "steps", "qlora", "vllm", "fit")
 SHAPES = {
     # hidden, layers, query heads, key-value heads, intermediate, vocabulary, tied embeddings
     "tiny": (64, 2, 4, 2, 128, 4096, True),
-    "1.5B": (1536, 28, 12, 2, 8960, 151936, True),     # Qwen2-1.5B
-    "3B": (2048, 36, 16, 2, 11008, 151936, True),      # Qwen2.5-3B
-    "7B": (3584, 28, 28, 4, 18944, 152064, False),     # Qwen2-7B
-    "14B": (5120, 48, 40, 8, 13824, 152064, False),    # Qwen2.5-14B
-    "32B": (5120, 64, 40, 8, 27648, 152064, False),    # Qwen2.5-32B
-    "72B": (8192, 80, 64, 8, 29568, 152064, False),    # Qwen2-72B
+    "1.5B": (1536, 28, 12, 2, 8960, 151936, True),  # Qwen2-1.5B
+    "3B": (2048, 36, 16, 2, 11008, 151936, True),  # Qwen2.5-3B
+    "7B": (3584, 28, 28, 4, 18944, 152064, False),  # Qwen2-7B
+    "14B": (5120, 48, 40, 8, 13824, 152064, False),  # Qwen2.5-14B
+    "32B": (5120, 64, 40, 8, 27648, 152064, False),  # Qwen2.5-32B
+    "72B": (8192, 80, 64, 8, 29568, 152064, False),  # Qwen2-72B
 }
 """Qwen2 shapes by name (the published configs' sizes; their parameter counts are the published ones)."""
 FIT = ("1.5B", "3B", "7B", "14B", "32B", "72B")
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """The tokenizer's pad, turn-start and end tokens: ids 0, 1, 2 (the model's pad and EOS are 0 and 2)."""
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 class Unavailable(Exception):
@@ -99,9 +101,19 @@ def qwen2_config(shape: str, **overrides):
     from transformers import Qwen2Config
 
     hidden, layers, heads, kv, inter, vocab, tied = SHAPES[shape]
-    options = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
-                   intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tied, max_position_embeddings=32768,
-                   bos_token_id=None, pad_token_id=0, eos_token_id=2)
+    options = dict(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        tie_word_embeddings=tied,
+        max_position_embeddings=32768,
+        bos_token_id=None,
+        pad_token_id=0,
+        eos_token_id=2,
+    )
     return Qwen2Config(**{**options, **overrides})
 
 
@@ -129,14 +141,21 @@ def make_tokenizer(vocab_size: int):
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=min(vocab_size, 8192), special_tokens=list(SPECIAL), show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=min(vocab_size, 8192),
+            special_tokens=list(SPECIAL),
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     state = json.loads(bpe.to_str())
     vocab = state["model"]["vocab"]
     vocab.update({f"<unused{i}>": i for i in range(len(vocab), vocab_size)})
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)),
-                                        pad_token=SPECIAL[0], eos_token=SPECIAL[2])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(state)), pad_token=SPECIAL[0], eos_token=SPECIAL[2]
+    )
     tokenizer.chat_template = CHAT
     return tokenizer
 
@@ -195,8 +214,9 @@ def random_weights():
     import collab.policy.team as team_module
 
     load = team_module.load_model
-    team_module.load_model = lambda config: (random_model(config) if Path(config.name).is_dir() and not
-                                             has_weights(config.name) else load(config))
+    team_module.load_model = lambda config: (
+        random_model(config) if Path(config.name).is_dir() and not has_weights(config.name) else load(config)
+    )
     try:
         yield
     finally:
@@ -208,8 +228,20 @@ class Context:
     """What every part needs: the settings, the device, and the report being written (a plain class, not a
     dataclass: tests load this script without registering it as a module, which dataclasses need)."""
 
-    def __init__(self, *, shape: str, device: str, dtype: str, samples: int, new_tokens: int, repeats: int,
-                 problems: int, fit_shapes: tuple[str, ...], fit_run: tuple[str, ...], workdir: str) -> None:
+    def __init__(
+        self,
+        *,
+        shape: str,
+        device: str,
+        dtype: str,
+        samples: int,
+        new_tokens: int,
+        repeats: int,
+        problems: int,
+        fit_shapes: tuple[str, ...],
+        fit_run: tuple[str, ...],
+        workdir: str,
+    ) -> None:
         self.shape, self.device, self.dtype, self.workdir = shape, device, dtype, workdir
         self.samples, self.new_tokens, self.repeats, self.problems = samples, new_tokens, repeats, problems
         self.fit_shapes, self.fit_run = fit_shapes, fit_run
@@ -258,8 +290,10 @@ def rollout_module():
 def agent_specs(ctx: Context, temperature: float, top_p: float):
     from collab.policy.team import AgentSpec, SamplingSpec
 
-    return [AgentSpec(sampling=SamplingSpec(temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=ctx.new_tokens))
-            for _ in range(2)]
+    return [
+        AgentSpec(sampling=SamplingSpec(temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=ctx.new_tokens))
+        for _ in range(2)
+    ]
 
 
 def rollout_team(ctx: Context, name: str):
@@ -279,8 +313,10 @@ def rollout_team(ctx: Context, name: str):
             for n, p in model.named_parameters():
                 if "lora_B" in n:
                     p.normal_(0.0, 0.01)
-    prompts = [team.encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": bench.TASK}])
-               for i, s in enumerate(specs)]
+    prompts = [
+        team.encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": bench.TASK}])
+        for i, s in enumerate(specs)
+    ]
     return team, prompts
 
 
@@ -293,7 +329,7 @@ def timed_rollouts(ctx: Context, team, prompts, methods: dict) -> dict[str, list
     runs: dict[str, list[tuple[int, float]]] = {m: [] for m in methods}
     names = list(methods)
     for r in range(ctx.repeats):
-        for m in names[r % len(names):] + names[:r % len(names)]:
+        for m in names[r % len(names) :] + names[: r % len(names)]:
             torch.manual_seed(1 + r)
             sync(ctx)
             start = time.perf_counter()
@@ -306,8 +342,16 @@ def timed_rollouts(ctx: Context, team, prompts, methods: dict) -> dict[str, list
 def rollout_rows(runs: dict[str, list[tuple[int, float]]], labels: dict[str, str]) -> list[list]:
     rate = {m: statistics.median(t / s for t, s in v) for m, v in runs.items()}
     first = next(iter(rate))
-    return [[labels[m], sum(t for t, _ in v), f"{sum(s for _, s in v):.2f}", f"{rate[m]:.1f}", f"{rate[m] / rate[first]:.2f}"]
-            for m, v in runs.items()]
+    return [
+        [
+            labels[m],
+            sum(t for t, _ in v),
+            f"{sum(s for _, s in v):.2f}",
+            f"{rate[m]:.1f}",
+            f"{rate[m] / rate[first]:.2f}",
+        ]
+        for m, v in runs.items()
+    ]
 
 
 def part_rollout(ctx: Context) -> None:
@@ -316,11 +360,16 @@ def part_rollout(ctx: Context) -> None:
         team, prompts = rollout_team(ctx, base_folder(ctx.shape, ctx.workdir))
     runs = timed_rollouts(ctx, team, prompts, {"collab": bench.run_collab, "hf": bench.run_loop})
     ctx.sections["Rollout"] = [
-        f"2 agents x {ctx.samples} samples x {ctx.new_tokens} new tokens, prompts of {[len(p) for p in prompts]} tokens, "
-        f"temperature 0.8, top-p 0.95; {ctx.repeats} timed repeat(s) after a warm-up; tokens/s: the median.", "",
-        *table(["engine", "tokens", "seconds", "tokens/s", "x collab"],
-               rollout_rows(runs, {"collab": "collab team.generate (both agents batched)",
-                                   "hf": "HF generate, one agent at a time"}))]
+        f"2 agents x {ctx.samples} samples x {ctx.new_tokens} new tokens, prompts of {[len(p) for p in prompts]} "
+        f"tokens, temperature 0.8, top-p 0.95; {ctx.repeats} timed repeat(s) after a warm-up; tokens/s: the median.",
+        "",
+        *table(
+            ["engine", "tokens", "seconds", "tokens/s", "x collab"],
+            rollout_rows(
+                runs, {"collab": "collab team.generate (both agents batched)", "hf": "HF generate, one agent at a time"}
+            ),
+        ),
+    ]
     del team
     free_memory()
 
@@ -350,12 +399,18 @@ class StepClock:
                 if clock.cuda:
                     torch.cuda.synchronize()
                 metrics = trainer.callback_metrics
-                clock.steps.append({
-                    "seconds": time.perf_counter() - clock.start, "at_start": clock.at_start,
-                    "peak": torch.cuda.max_memory_allocated() if clock.cuda else None,
-                    "rollout": float(metrics["rollout/seconds"]) if "rollout/seconds" in metrics else None,
-                    "tokens": float(metrics["rollout/tokens"]) if "rollout/tokens" in metrics else None,
-                    "trained": float(metrics["train/active_samples"]) if "train/active_samples" in metrics else None})
+                clock.steps.append(
+                    {
+                        "seconds": time.perf_counter() - clock.start,
+                        "at_start": clock.at_start,
+                        "peak": torch.cuda.max_memory_allocated() if clock.cuda else None,
+                        "rollout": float(metrics["rollout/seconds"]) if "rollout/seconds" in metrics else None,
+                        "tokens": float(metrics["rollout/tokens"]) if "rollout/tokens" in metrics else None,
+                        "trained": float(metrics["train/active_samples"])
+                        if "train/active_samples" in metrics
+                        else None,
+                    }
+                )
 
         self.callback = Callback()
 
@@ -378,9 +433,17 @@ def algo_step(ctx: Context, algo: str, base, steps: int = 2) -> dict:
     module = from_config(algo, base=base, agents=agent_specs(ctx, 0.7, 0.9), **options)
     data = data_from_config(algo, env=env, batch_size=tasks, seed=0)
     clock = StepClock(ctx.cuda)
-    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="gpu" if ctx.cuda else "cpu", devices=1,
-                        callbacks=[clock.callback], default_root_dir=ctx.workdir)
+    trainer = L.Trainer(
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="gpu" if ctx.cuda else "cpu",
+        devices=1,
+        callbacks=[clock.callback],
+        default_root_dir=ctx.workdir,
+    )
     with random_weights():
         trainer.fit(module, data)
     attn = module.team.model_of(0).config._attn_implementation
@@ -393,12 +456,28 @@ def step_row(label: str, s: dict) -> list:
     rollout = "-" if s["rollout"] is None else f"{s['rollout']:.2f}"
     tokens = "-" if s["tokens"] is None else f"{s['tokens']:.0f}"
     trained = "-" if s["trained"] is None else f"{s['trained']:.0f}"
-    return [label, f"{s['env']} x {s['tasks']}", f"{s['seconds']:.2f}", rollout, tokens, trained, gib(s["at_start"]),
-            gib(s["peak"])]
+    return [
+        label,
+        f"{s['env']} x {s['tasks']}",
+        f"{s['seconds']:.2f}",
+        rollout,
+        tokens,
+        trained,
+        gib(s["at_start"]),
+        gib(s["peak"]),
+    ]
 
 
-STEP_HEADER = ["step", "env x tasks", "seconds", "of which rollout", "rollout tokens", "samples trained",
-               "GiB at start", "peak GiB (CUDA)"]
+STEP_HEADER = [
+    "step",
+    "env x tasks",
+    "seconds",
+    "of which rollout",
+    "rollout tokens",
+    "samples trained",
+    "GiB at start",
+    "peak GiB (CUDA)",
+]
 
 
 def part_steps(ctx: Context) -> None:
@@ -410,8 +489,10 @@ def part_steps(ctx: Context) -> None:
         f"The real modules under Lightning, 2 steps each, the second reported; attention: {magrpo['attn']}. "
         f"MAGRPO: K={ctx.samples} per agent, KL coefficient {MAGRPO_KL} (with random weights every reward is the "
         f"same, so without it no sample would train); MARFT-A: duo profile, a Reasoner then an Actor; "
-        f"{ctx.new_tokens} new tokens at most per response, temperature 0.7, top-p 0.9.", "",
-        *table(STEP_HEADER, [step_row("MAGRPO", magrpo), step_row("MARFT-A", marft)])]
+        f"{ctx.new_tokens} new tokens at most per response, temperature 0.7, top-p 0.9.",
+        "",
+        *table(STEP_HEADER, [step_row("MAGRPO", magrpo), step_row("MARFT-A", marft)]),
+    ]
 
 
 def part_qlora(ctx: Context) -> None:
@@ -421,19 +502,26 @@ def part_qlora(ctx: Context) -> None:
         raise Unavailable(f"bitsandbytes does not import ({type(e).__name__}: {first_line(e)})")
     from collab.policy.models import BaseConfig
 
-    base = BaseConfig(name=weights_folder(ctx.shape, ctx.workdir, ctx.dtype, ctx.device), dtype=ctx.dtype, quantization="4bit")
+    base = BaseConfig(
+        name=weights_folder(ctx.shape, ctx.workdir, ctx.dtype, ctx.device), dtype=ctx.dtype, quantization="4bit"
+    )
     s = algo_step(ctx, "magrpo", base)
     ctx.sections["QLoRA 4-bit"] = [
         f"The MAGRPO step with the base in 4-bit NF4 (double quantization, {ctx.dtype} compute), bitsandbytes "
-        f"{importlib.import_module('bitsandbytes').__version__}.", "", *table(STEP_HEADER, [step_row("MAGRPO, QLoRA", s)])]
+        f"{importlib.import_module('bitsandbytes').__version__}.",
+        "",
+        *table(STEP_HEADER, [step_row("MAGRPO, QLoRA", s)]),
+    ]
 
 
 def part_vllm(ctx: Context) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise Unavailable("vllm is not installed")
     if not ctx.cuda:
-        raise Unavailable("left out on the CPU (vLLM's CPU engine takes minutes to start; benchmarks/rollout.py "
-                          "measures it in .venv-vllm)")
+        raise Unavailable(
+            "left out on the CPU (vLLM's CPU engine takes minutes to start; benchmarks/rollout.py "
+            "measures it in .venv-vllm)"
+        )
     from collab.policy.vllm_engine import VllmEngine, VllmOptions
 
     bench = rollout_module()
@@ -443,13 +531,17 @@ def part_vllm(ctx: Context) -> None:
     started = time.perf_counter() - start
     bench.RESCORE.clear()
     runs = timed_rollouts(ctx, team, prompts, {"collab": bench.run_collab, "vllm": bench.run_vllm(engine)})
-    rescore = statistics.median(bench.RESCORE[-ctx.repeats:]) if bench.RESCORE else float("nan")
+    rescore = statistics.median(bench.RESCORE[-ctx.repeats :]) if bench.RESCORE else float("nan")
     ctx.sections["vLLM"] = [
         f"The rollout's workload through collab's vLLM engine (vllm {importlib.import_module('vllm').__version__}; "
         f"engine start {started:.1f} s, once per run), beside collab's loop on the same team; of each vLLM "
-        f"rollout, {rescore:.2f} s (median) recompute the behaviour log-probs with the training model.", "",
-        *table(["engine", "tokens", "seconds", "tokens/s", "x collab"],
-               rollout_rows(runs, {"collab": "collab team.generate", "vllm": "vLLM engine (+ rescoring)"}))]
+        f"rollout, {rescore:.2f} s (median) recompute the behaviour log-probs with the training model.",
+        "",
+        *table(
+            ["engine", "tokens", "seconds", "tokens/s", "x collab"],
+            rollout_rows(runs, {"collab": "collab team.generate", "vllm": "vLLM engine (+ rescoring)"}),
+        ),
+    ]
     del team, engine
     free_memory()
 
@@ -501,17 +593,23 @@ def part_fit(ctx: Context) -> None:
             else:
                 traceback.print_exc()
                 rows.append(row + [f"failed ({type(e).__name__})", "-", "-"])
-                ctx.missing.append(("largest base that fits", f"failed at {shape}: {type(e).__name__}: {first_line(e)}"))
+                ctx.missing.append(
+                    ("largest base that fits", f"failed at {shape}: {type(e).__name__}: {first_line(e)}")
+                )
             stopped = True
         free_memory()
         free = free_bytes(ctx)
     shown = [s for s in ctx.fit_shapes if s not in ctx.fit_run]
     if shown and not ctx.cuda:
-        ctx.missing.append(("largest base that fits", f"{', '.join(shown)} counted on the meta device only: needs CUDA"))
+        ctx.missing.append(
+            ("largest base that fits", f"{', '.join(shown)} counted on the meta device only: needs CUDA")
+        )
     ctx.sections["Largest base that fits"] = [
         f"Largest that ran one MAGRPO step (the steps part's workload, 2 agents): **{largest or 'none'}**. "
         f"Each shape is counted on the meta device first; a run is its first step (it also sizes the micro-batches).",
-        "", *table(["shape", "parameters", f"{ctx.dtype} weights GiB", "result", "step seconds", "peak GiB"], rows)]
+        "",
+        *table(["shape", "parameters", f"{ctx.dtype} weights GiB", "result", "step seconds", "peak GiB"], rows),
+    ]
 
 
 # -- the report -------------------------------------------------------------------------------------------
@@ -534,10 +632,12 @@ def header(ctx: Context, mode: str) -> list[str]:
 
     lora = LoraSpec()  # what every agent here uses
     hidden, layers, heads, kv, inter, vocab, tied = SHAPES[ctx.shape]
-    versions = ", ".join(f"{n} {version(n)}" for n in ("torch", "transformers", "peft", "lightning", "collab",
-                                                            "bitsandbytes", "vllm"))
+    versions = ", ".join(
+        f"{n} {version(n)}" for n in ("torch", "transformers", "peft", "lightning", "collab", "bitsandbytes", "vllm")
+    )
     return [
-        "# collab GPU check", "",
+        "# collab GPU check",
+        "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- device: {device}",
         f"- versions: {versions}; Python {platform.python_version()}",
@@ -559,7 +659,11 @@ def tests_section(log: str | None, status: str | None) -> list[str] | None:
     counts = re.compile(r"^=*\s*(\d+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed)|no tests ran)")
     summary = next((x.strip("= ") for x in reversed(lines) if counts.match(x)), lines[-1] if lines else "no output")
     listed = [x for x in lines if x.startswith(("FAILED", "ERROR", "SKIPPED"))]
-    return [f"`pytest -m gpu` (exit {status or '?'}): {summary}", *([""] if listed else []), *[f"- {x}" for x in listed]]
+    return [
+        f"`pytest -m gpu` (exit {status or '?'}): {summary}",
+        *([""] if listed else []),
+        *[f"- {x}" for x in listed],
+    ]
 
 
 def write_report(ctx: Context, args, mode: str) -> str:
@@ -585,18 +689,30 @@ def write_report(ctx: Context, args, mode: str) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="gpu_check.md", help="the markdown report (default: %(default)s)")
-    ap.add_argument("--quick", action="store_true", help="less of each part: 1 repeat, 4 samples, 32 tokens, fit up to 14B")
-    ap.add_argument("--cpu-smoke", "--dry-run", dest="cpu_smoke", action="store_true",
-                    help="run on the CPU at the tiny shape: checks the logic where there is no GPU")
+    ap.add_argument(
+        "--quick", action="store_true", help="less of each part: 1 repeat, 4 samples, 32 tokens, fit up to 14B"
+    )
+    ap.add_argument(
+        "--cpu-smoke",
+        "--dry-run",
+        dest="cpu_smoke",
+        action="store_true",
+        help="run on the CPU at the tiny shape: checks the logic where there is no GPU",
+    )
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="(default: all)")
     ap.add_argument("--shape", choices=list(SHAPES), help="the measured base (default: 1.5B; tiny with --cpu-smoke)")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="(default: %(default)s)")
+    ap.add_argument(
+        "--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="(default: %(default)s)"
+    )
     ap.add_argument("--samples", type=int, help="samples per agent (default: 8; 4 quick; 2 cpu-smoke)")
     ap.add_argument("--new-tokens", type=int, help="tokens per response (default: 128; 32 quick; 8 cpu-smoke)")
     ap.add_argument("--repeats", type=int, help="timed rollouts per engine (default: 3; 1 quick or cpu-smoke)")
     ap.add_argument("--problems", type=int, help="MARFT-A's math problems per step (default: 8; 2 cpu-smoke)")
-    ap.add_argument("--workdir", help="where the bases' folders (and the 4-bit/vLLM part's weights) go (default: a "
-                                      "temporary folder, removed at the end)")
+    ap.add_argument(
+        "--workdir",
+        help="where the bases' folders (and the 4-bit/vLLM part's weights) go (default: a "
+        "temporary folder, removed at the end)",
+    )
     ap.add_argument("--setup", help="a markdown file of set-up notes to include (scripts/gpu_check.sh's)")
     ap.add_argument("--tests-log", help="pytest -m gpu's output, summarised in the report")
     ap.add_argument("--tests-status", help="pytest -m gpu's exit status")
@@ -615,20 +731,41 @@ def main(argv=None) -> int:
     import torch
 
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print("error: no CUDA device here (torch.cuda.is_available() is False); run on a GPU machine, or pass "
-              "--cpu-smoke to check the script on the CPU at a tiny shape", file=sys.stderr)
+        print(
+            "error: no CUDA device here (torch.cuda.is_available() is False); run on a GPU machine, or pass "
+            "--cpu-smoke to check the script on the CPU at a tiny shape",
+            file=sys.stderr,
+        )
         return 2
     fit = FIT[:4] if args.quick else FIT
     workdir = args.workdir or tempfile.mkdtemp(prefix="collab-gpu-check-")
-    ctx = Context(shape=args.shape, device="cpu" if args.cpu_smoke else "cuda", dtype=args.dtype, samples=args.samples,
-                  new_tokens=args.new_tokens, repeats=args.repeats, problems=args.problems,
-                  fit_shapes=("tiny", *fit) if args.cpu_smoke else fit, fit_run=("tiny",) if args.cpu_smoke else fit,
-                  workdir=workdir)
-    mode = "cpu-smoke (the logic at a tiny shape: its figures are not measurements)" if args.cpu_smoke else \
-        "quick" if args.quick else "full"
+    ctx = Context(
+        shape=args.shape,
+        device="cpu" if args.cpu_smoke else "cuda",
+        dtype=args.dtype,
+        samples=args.samples,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        problems=args.problems,
+        fit_shapes=("tiny", *fit) if args.cpu_smoke else fit,
+        fit_run=("tiny",) if args.cpu_smoke else fit,
+        workdir=workdir,
+    )
+    mode = (
+        "cpu-smoke (the logic at a tiny shape: its figures are not measurements)"
+        if args.cpu_smoke
+        else "quick"
+        if args.quick
+        else "full"
+    )
     parts = {"rollout": part_rollout, "steps": part_steps, "qlora": part_qlora, "vllm": part_vllm, "fit": part_fit}
-    labels = {"rollout": "rollout tokens/s", "steps": "MAGRPO and MARFT-A steps", "qlora": "QLoRA 4-bit step",
-              "vllm": "vLLM engine tokens/s", "fit": "largest base that fits"}
+    labels = {
+        "rollout": "rollout tokens/s",
+        "steps": "MAGRPO and MARFT-A steps",
+        "qlora": "QLoRA 4-bit step",
+        "vllm": "vLLM engine tokens/s",
+        "fit": "largest base that fits",
+    }
     try:
         for name in args.parts:
             print(f"gpu_check: {name}...", file=sys.stderr, flush=True)

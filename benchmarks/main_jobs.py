@@ -14,7 +14,6 @@ the table. Linux only (``/proc``).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from collab.evaluation.grid import TreePeak, tree_rss  # resident bytes of a process and its children
+from collab.compare.running import TreePeak  # resident bytes of a process and its children
 
 ALGOS = ["magrpo", "collm_cc", "collm_dc", "ippo", "maporl", "marft_a", "marft_t"]
 CAP_GIB = 3.0
@@ -37,9 +36,15 @@ def run(algo: str, extra: list[str], root: Path) -> dict:
     seconds = time.perf_counter() - start
     held = re.search(r"held-out .*?: before (.*?), after (.*?), gain (.*)", out)
     micro = re.search(r"micro-batches: (\d+) padded tokens", out)
-    return {"algo": algo, "rc": proc.returncode, "seconds": seconds, "tree_gib": peak.bytes / 2**30,
-            "micro": micro.group(1) if micro else "-",
-            "held_out": " / ".join(held.groups()) if held else "-", "tail": out[-2000:] if proc.returncode else ""}
+    return {
+        "algo": algo,
+        "rc": proc.returncode,
+        "seconds": seconds,
+        "tree_gib": peak.bytes / 2**30,
+        "micro": micro.group(1) if micro else "-",
+        "held_out": " / ".join(held.groups()) if held else "-",
+        "tail": out[-2000:] if proc.returncode else "",
+    }
 
 
 def main() -> int:
@@ -52,15 +57,24 @@ def main() -> int:
         for algo in args.algos:
             row = run(algo, args.extra, Path(tmp))
             rows.append(row)
-            print(f"{algo}: exit {row['rc']}, {row['seconds'] / 60:.1f} min, peak {row['tree_gib']:.2f} GiB (tree), "
-                  f"micro-batches {row['micro']}, held-out {row['held_out']}", flush=True)
+            print(
+                f"{algo}: exit {row['rc']}, {row['seconds'] / 60:.1f} min, peak {row['tree_gib']:.2f} GiB (tree), "
+                f"micro-batches {row['micro']}, held-out {row['held_out']}",
+                flush=True,
+            )
             if row["rc"]:
                 print(row["tail"], flush=True)
-    print(f"\n| algo | wall | peak RSS, process tree | <= {CAP_GIB:g} GiB | micro-batch tokens | held-out before / after / gain |")
+    print(
+        f"\n| algo | wall | peak RSS, process tree | <= {CAP_GIB:g} GiB | micro-batch tokens | "
+        "held-out before / after / gain |"
+    )
     print("|---|---|---|---|---|---|")
     for r in rows:
         ok = "yes" if r["tree_gib"] <= CAP_GIB else "no"
-        print(f"| {r['algo']} | {r['seconds'] / 60:.1f} min | {r['tree_gib']:.2f} GiB | {ok} | {r['micro']} | {r['held_out']} |")
+        print(
+            f"| {r['algo']} | {r['seconds'] / 60:.1f} min | {r['tree_gib']:.2f} GiB | {ok} | {r['micro']} | "
+            f"{r['held_out']} |"
+        )
     return max((r["rc"] for r in rows), default=0)
 
 

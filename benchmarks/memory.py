@@ -51,10 +51,11 @@ the forward, and the reference's peak is about import + params + AdamW states + 
 The peak RSS of identical work varies between runs (by up to ~2.5 GiB in runs on a shared 2-core
 machine: the allocator's fragmentation); the tensor and activation columns do not.
 
-    cd /work/main && PYTHONPATH=src .venv/bin/python benchmarks/memory.py   # SmolLM2-135M, batch 2: ~3 min on 2 CPU cores
-    PYTHONPATH=src .venv/bin/python benchmarks/memory.py --batch 4          # 4 pairs per agent: ~4-5 min
-    PYTHONPATH=src .venv/bin/python benchmarks/memory.py --steps 2          # steady state: AdamW states live in the forward
-    PYTHONPATH=src .venv/bin/python benchmarks/memory.py --model tiny       # quick check (~30 s)
+    # SmolLM2-135M, batch 2: ~3 min on 2 CPU cores
+    cd /work/main && PYTHONPATH=src .venv/bin/python benchmarks/memory.py
+    PYTHONPATH=src .venv/bin/python benchmarks/memory.py --batch 4      # 4 pairs per agent: ~4-5 min
+    PYTHONPATH=src .venv/bin/python benchmarks/memory.py --steps 2      # steady state: AdamW states live in the forward
+    PYTHONPATH=src .venv/bin/python benchmarks/memory.py --model tiny   # quick check (~30 s)
 """
 
 from __future__ import annotations
@@ -78,19 +79,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=2, help="prompt/response pairs per agent (default: %(default)s)")
     ap.add_argument("--prompt-tokens", type=int, default=128, help="(default: %(default)s)")
     ap.add_argument("--response-tokens", type=int, default=64, help="(default: %(default)s)")
-    ap.add_argument("--steps", type=int, default=1,
-                    help="training steps on the batch; figures are of the last, the peak of them all (default: %(default)s)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="training steps on the batch; figures are of the last, the peak of them all (default: %(default)s)",
+    )
     ap.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate (default: %(default)s)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    ap.add_argument("--glibc-default", action="store_true",
-                    help="keep glibc's dynamic mmap threshold in the children (freed memory may stay in the RSS)")
-    ap.add_argument("--gradient-checkpointing", action="store_true",
-                    help="recompute activations in backward, on both sides (BaseConfig.gradient_checkpointing)")
+    ap.add_argument(
+        "--glibc-default",
+        action="store_true",
+        help="keep glibc's dynamic mmap threshold in the children (freed memory may stay in the RSS)",
+    )
+    ap.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute activations in backward, on both sides (BaseConfig.gradient_checkpointing)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 keeps torch's default")
-    ap.add_argument("--method", choices=["both", "collab", "reference"], default="both",
-                    help="both: run each method in its own subprocess and compare (default); "
-                         "collab|reference: run one method in this process and print its figures")
+    ap.add_argument(
+        "--method",
+        choices=["both", "collab", "reference"],
+        default="both",
+        help="both: run each method in its own subprocess and compare (default); "
+        "collab|reference: run one method in this process and print its figures",
+    )
     return ap.parse_args(argv)
 
 
@@ -128,8 +143,10 @@ def make_batch(args, tokenizer, env):
     states = []
     for k in range(args.batch):
         histories = tuple(
-            ({"role": "user", "content": tokenizer.decode(prompts[i][k])},
-             {"role": "assistant", "content": tokenizer.decode(responses[i][k])})
+            (
+                {"role": "user", "content": tokenizer.decode(prompts[i][k])},
+                {"role": "assistant", "content": tokenizer.decode(responses[i][k])},
+            )
             for i in range(args.agents)
         )
         states.append(EnvState(task={}, histories=histories, turn=1, memory={"last_reward": 0.5}))
@@ -152,8 +169,12 @@ def tensor_bytes(params, optimizer) -> dict[str, int]:
         p_bytes += p.numel() * p.element_size()
         if p.grad is not None:
             g_bytes += p.grad.numel() * p.grad.element_size()
-    o_bytes = sum(v.numel() * v.element_size() for state in optimizer.state.values()
-                  for v in state.values() if hasattr(v, "numel"))
+    o_bytes = sum(
+        v.numel() * v.element_size()
+        for state in optimizer.state.values()
+        for v in state.values()
+        if hasattr(v, "numel")
+    )
     trainable = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
     return {"params": p_bytes, "grads": g_bytes, "optim": o_bytes, "trainable": trainable, "n_params": len(seen)}
 
@@ -191,7 +212,9 @@ def build_collab(args, env):
     from collab.policy.team import AgentSpec, AgentTeam
 
     specs = [AgentSpec(role=env.roles[i % len(env.roles)].name) for i in range(args.agents)]
-    team = AgentTeam(specs, BaseConfig(name=args.model, device=args.device, gradient_checkpointing=args.gradient_checkpointing))
+    team = AgentTeam(
+        specs, BaseConfig(name=args.model, device=args.device, gradient_checkpointing=args.gradient_checkpointing)
+    )
     critics = Critics(team, env, mode="centralized")
     critics.to(team.device)
     team.train()  # as Lightning's fit does (checkpointing applies in train mode only)
@@ -253,7 +276,7 @@ def build_reference(args, env):
             logits = actor(**inputs(rows), logits_to_keep=keep).logits
             per_agent = []
             for b, r in enumerate(responses[i]):
-                lp = logits[b, -len(r) - 1:-1].float().log_softmax(-1)
+                lp = logits[b, -len(r) - 1 : -1].float().log_softmax(-1)
                 per_agent.append(lp.gather(-1, torch.as_tensor(r, device=device)[:, None]).squeeze(-1).mean())
             seq.append(torch.stack(per_agent))
         chats = [centralized_input(s, roles, env.horizon, env.reward_max) for s in states]
@@ -269,12 +292,12 @@ def build_reference(args, env):
 
 def measure(args) -> dict:
     """Build ``args.method``'s models, run one training step, return its figures (in this process)."""
+    import peft  # noqa: F401
     import torch
+    import transformers  # noqa: F401
 
     import collab.algos.llm_critics  # noqa: F401  -- the same imports on both sides before the baseline
     import collab.policy.team  # noqa: F401
-    import peft  # noqa: F401
-    import transformers  # noqa: F401
     from collab.envs import make_env
 
     if args.threads > 0:
@@ -302,9 +325,16 @@ def measure(args) -> dict:
             torch.cuda.synchronize()
         step_s = time.perf_counter() - start
     out = {
-        "method": args.method, "device": args.device, "threads": torch.get_num_threads(),
-        "rss_import_kib": rss_import, "rss_built_kib": rss_built, "rss_peak_kib": peak_rss_kib(),
-        "build_s": build_s, "step_s": step_s, "loss": loss, "activations": saved.total,
+        "method": args.method,
+        "device": args.device,
+        "threads": torch.get_num_threads(),
+        "rss_import_kib": rss_import,
+        "rss_built_kib": rss_built,
+        "rss_peak_kib": peak_rss_kib(),
+        "build_s": build_s,
+        "step_s": step_s,
+        "loss": loss,
+        "activations": saved.total,
         **tensor_bytes(everything, optimizer),
     }
     if cuda:
@@ -327,33 +357,44 @@ def run_child(method: str, argv: list[str], glibc_default: bool = False) -> dict
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit(f"{method} run failed (exit {proc.returncode})")
-    return json.loads(lines[-1][len(MARK):])
+    return json.loads(lines[-1][len(MARK) :])
 
 
 def report(args, res: dict[str, dict]) -> None:
     c, r = res["collab"], res["reference"]
     cuda = "cuda_peak" in c
-    print(f"model={args.model} device={args.device} threads={c['threads']} agents={args.agents} + 1 centralized critic, "
-          f"batch={args.batch}/agent, prompt={args.prompt_tokens} + response={args.response_tokens} tokens, "
-          f"steps={args.steps}, float32")
+    print(
+        f"model={args.model} device={args.device} threads={c['threads']} agents={args.agents} + 1 centralized critic, "
+        f"batch={args.batch}/agent, prompt={args.prompt_tokens} + response={args.response_tokens} tokens, "
+        f"steps={args.steps}, float32"
+    )
     peak_name = "cuda peak" if cuda else "peak RSS"
-    print(f"\n{'method':<10} {peak_name:>9} {'import':>7} {'built':>7} {'params':>8} {'grads':>8} {'AdamW':>8} "
-          f"{'tensors':>8} {'activ.':>8} {'trainable':>12} {'build s':>8} {'step s':>7}")
+    print(
+        f"\n{'method':<10} {peak_name:>9} {'import':>7} {'built':>7} {'params':>8} {'grads':>8} {'AdamW':>8} "
+        f"{'tensors':>8} {'activ.':>8} {'trainable':>12} {'build s':>8} {'step s':>7}"
+    )
     for name, x in (("collab", c), ("reference", r)):
         mib = lambda b: (b or 0) / MIB  # noqa: E731
         tensors = x["params"] + x["grads"] + x["optim"]
         peak = mib(x["cuda_peak"]) if cuda else x["rss_peak_kib"] / 1024
-        print(f"{name:<10} {peak:>9.0f} {(x['rss_import_kib'] or 0) / 1024:>7.0f} {(x['rss_built_kib'] or 0) / 1024:>7.0f} "
-              f"{mib(x['params']):>8.1f} {mib(x['grads']):>8.1f} {mib(x['optim']):>8.1f} {mib(tensors):>8.1f} "
-              f"{mib(x['activations']):>8.1f} {x['trainable']:>12,} {x['build_s']:>8.1f} {x['step_s']:>7.1f}")
-    print("MiB. peak RSS: the whole process (ru_maxrss), nothing subtracted; import / built: RSS after the imports "
-          "(interpreter, torch, transformers, peft, collab) / after building the models (weights are read lazily, "
-          "so they count once touched); tensors = params + grads + AdamW states; activ. = saved for backward; "
-          "step s = wall time of the (last) step: forward, backward, AdamW.")
+        print(
+            f"{name:<10} {peak:>9.0f} {(x['rss_import_kib'] or 0) / 1024:>7.0f} "
+            f"{(x['rss_built_kib'] or 0) / 1024:>7.0f} "
+            f"{mib(x['params']):>8.1f} {mib(x['grads']):>8.1f} {mib(x['optim']):>8.1f} {mib(tensors):>8.1f} "
+            f"{mib(x['activations']):>8.1f} {x['trainable']:>12,} {x['build_s']:>8.1f} {x['step_s']:>7.1f}"
+        )
+    print(
+        "MiB. peak RSS: the whole process (ru_maxrss), nothing subtracted; import / built: RSS after the imports "
+        "(interpreter, torch, transformers, peft, collab) / after building the models (weights are read lazily, "
+        "so they count once touched); tensors = params + grads + AdamW states; activ. = saved for backward; "
+        "step s = wall time of the (last) step: forward, backward, AdamW."
+    )
     top = {k: (x["cuda_peak"] if cuda else x["rss_peak_kib"]) for k, x in res.items()}
     tot = {k: x["params"] + x["grads"] + x["optim"] for k, x in res.items()}
-    print(f"\nratio collab / reference: {peak_name} {top['collab'] / top['reference']:.3f}   "
-          f"tensors {tot['collab'] / tot['reference']:.3f}   step time {c['step_s'] / r['step_s']:.2f}")
+    print(
+        f"\nratio collab / reference: {peak_name} {top['collab'] / top['reference']:.3f}   "
+        f"tensors {tot['collab'] / tot['reference']:.3f}   step time {c['step_s'] / r['step_s']:.2f}"
+    )
     if not cuda and c["rss_import_kib"] and r["rss_import_kib"]:
         above = (c["rss_peak_kib"] - c["rss_import_kib"]) / (r["rss_peak_kib"] - r["rss_import_kib"])
         print(f"(peak RSS above the import RSS: {above:.3f})")

@@ -55,7 +55,8 @@ The peers are benchmark-only dependencies, not collab's: one virtualenv outside 
 dependencies, TRL and CoMLRL (CoMLRL 1.4.3 pins nothing that conflicts). ``--setup VENV`` runs these:
 
     python3.11 -m venv /tmp/peers-venv
-    /tmp/peers-venv/bin/pip install torch==2.13.0    # the CPU build: here from local wheels, elsewhere PyTorch's CPU index
+    # the CPU build: here from local wheels, elsewhere PyTorch's CPU index
+    /tmp/peers-venv/bin/pip install torch==2.13.0
     /tmp/peers-venv/bin/pip install transformers==5.24.0 peft==0.21.2 lightning==2.6.6 accelerate==1.15.0 \\
         bitsandbytes==0.50.2 gguf==0.19.0 'jsonargparse[signatures]==4.53.0' tensorboard==2.21.0 \\
         trl==1.16.0 comlrl==1.4.3
@@ -91,24 +92,46 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "src" / "collab" / "data" / "writing_corpus.jsonl"
-LORA = dict(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                                    "up_proj", "down_proj"])
+LORA = dict(
+    r=8,
+    lora_alpha=16,
+    lora_dropout=0.0,
+    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+)
 # grpo: the prompts of grpo_vs_trl.py
-PROMPTS = ["Describe the sea in one sentence.", "Give advice to a new gardener.", "Explain why the sky is blue.",
-           "Write a short note to a neighbour.", "Describe a busy market.", "Tell me about your favourite season.",
-           "Explain how a bicycle works.", "Describe the smell of rain."]
+PROMPTS = [
+    "Describe the sea in one sentence.",
+    "Give advice to a new gardener.",
+    "Explain why the sky is blue.",
+    "Write a short note to a neighbour.",
+    "Describe a busy market.",
+    "Tell me about your favourite season.",
+    "Explain how a bicycle works.",
+    "Describe the smell of rain.",
+]
 # magrpo: the prompts of collab's writing env (collab.envs.writing.env), one per agent
-WRITING = ("Create a concise summary response to this post.\nQuery: {post}\n"
-           "Instructions: Provide a brief and focused summary in a few sentences",
-           "Create a detailed summary response to this post.\nQuery: {post}\n"
-           "Instructions: You should use transition words to improve flow")
+WRITING = (
+    "Create a concise summary response to this post.\nQuery: {post}\n"
+    "Instructions: Provide a brief and focused summary in a few sentences",
+    "Create a detailed summary response to this post.\nQuery: {post}\n"
+    "Instructions: You should use transition words to improve flow",
+)
 TARGET_WORDS = (20, 40)
 
 COMPARISONS = {
-    "magrpo": dict(peers=["comlrl", "comlrl-lora"], prompts=2, k=4, tokens=64, steps=4, lr=1e-3, full_lr=5e-6,
-                   sampling=dict(temperature=0.7, top_p=0.9, top_k=0)),
-    "grpo": dict(peers=["trl"], prompts=2, k=8, tokens=48, steps=3, lr=1e-5,
-                 sampling=dict(temperature=1.0, top_p=1.0, top_k=0)),
+    "magrpo": dict(
+        peers=["comlrl", "comlrl-lora"],
+        prompts=2,
+        k=4,
+        tokens=64,
+        steps=4,
+        lr=1e-3,
+        full_lr=5e-6,
+        sampling=dict(temperature=0.7, top_p=0.9, top_k=0),
+    ),
+    "grpo": dict(
+        peers=["trl"], prompts=2, k=8, tokens=48, steps=3, lr=1e-5, sampling=dict(temperature=1.0, top_p=1.0, top_k=0)
+    ),
 }
 NAMES = {"collab": "collab", "comlrl": "CoMLRL full", "comlrl-lora": "CoMLRL LoRA", "trl": "TRL + LoRA"}
 
@@ -191,8 +214,10 @@ def run_collab(comparison: str, cfg: dict, args) -> list[float]:
 
     L.seed_everything(0, verbose=False)
     lora = LoraSpec(r=LORA["r"], alpha=LORA["lora_alpha"], dropout=0.0, target_modules=list(LORA["target_modules"]))
-    specs = [AgentSpec(system_prompt=None, lora=lora, sampling=SamplingSpec(**cfg["sampling"], max_new_tokens=cfg["tokens"]))
-             for _ in names]
+    specs = [
+        AgentSpec(system_prompt=None, lora=lora, sampling=SamplingSpec(**cfg["sampling"], max_new_tokens=cfg["tokens"]))
+        for _ in names
+    ]
     base = BaseConfig(name=args.model, gradient_checkpointing=args.gradient_checkpointing)
     options = dict(num_generations=cfg["k"], agent_lr=cfg["lr"])
     if comparison == "grpo":  # grpo_vs_trl.py's settings; magrpo keeps magrpo.yaml's defaults
@@ -201,9 +226,16 @@ def run_collab(comparison: str, cfg: dict, args) -> list[float]:
     dm = data_from_config("magrpo", env="matrix", batch_size=cfg["prompts"], seed=0, shuffle=False)
     dm.env = Tasks()
     dm.stream.tasks = list(tasks)
-    trainer = L.Trainer(max_steps=args.steps or cfg["steps"], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
-                        callbacks=[Clock()])
+    trainer = L.Trainer(
+        max_steps=args.steps or cfg["steps"],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[Clock()],
+    )
     trainer.fit(module, dm)
     return times
 
@@ -230,8 +262,9 @@ def run_trl(comparison: str, cfg: dict, args) -> list[float]:
     tokenizer = AutoTokenizer.from_pretrained(args.folder)
     tokenizer.padding_side = "left"
     model = load_peer_model(args.folder, False)  # TRL turns checkpointing on or off itself
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": p[0]}]}
-                              for p in task_prompts(comparison, cfg["prompts"])])
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": p[0]}]} for p in task_prompts(comparison, cfg["prompts"])]
+    )
     times: list[float] = []
 
     class Clock(TrainerCallback):
@@ -242,20 +275,41 @@ def run_trl(comparison: str, cfg: dict, args) -> list[float]:
             times.append(time.perf_counter() - self.start)
 
     fields = GRPOConfig.__dataclass_fields__  # transformers renames the option (activation_checkpointing)
-    checkpointing = {("activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"):
-                     args.gradient_checkpointing}
+    checkpointing = {
+        (
+            "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+        ): args.gradient_checkpointing
+    }
     config = GRPOConfig(
-        **checkpointing, output_dir=tempfile.mkdtemp(prefix="peers-trl-"), num_generations=cfg["k"],
-        per_device_train_batch_size=cfg["prompts"] * cfg["k"], gradient_accumulation_steps=1,
-        max_completion_length=cfg["tokens"], temperature=cfg["sampling"]["temperature"],
-        top_p=cfg["sampling"]["top_p"], beta=0.0, num_iterations=1, learning_rate=cfg["lr"],
-        max_steps=args.steps or cfg["steps"], logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-        bf16=False, seed=0, dataloader_num_workers=0,
+        **checkpointing,
+        output_dir=tempfile.mkdtemp(prefix="peers-trl-"),
+        num_generations=cfg["k"],
+        per_device_train_batch_size=cfg["prompts"] * cfg["k"],
+        gradient_accumulation_steps=1,
+        max_completion_length=cfg["tokens"],
+        temperature=cfg["sampling"]["temperature"],
+        top_p=cfg["sampling"]["top_p"],
+        beta=0.0,
+        num_iterations=1,
+        learning_rate=cfg["lr"],
+        max_steps=args.steps or cfg["steps"],
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer,
-                          reward_funcs=lambda completions, **kw: [reward(c[0]["content"]) for c in completions],
-                          args=config, train_dataset=data, peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA),
-                          callbacks=[Clock()])
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=lambda completions, **kw: [reward(c[0]["content"]) for c in completions],
+        args=config,
+        train_dataset=data,
+        peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA),
+        callbacks=[Clock()],
+    )
     trainer.train()
     return times
 
@@ -285,17 +339,31 @@ def run_comlrl(comparison: str, cfg: dict, args, lora: bool) -> list[float]:
 
     def formatter(agent: int):
         def format_(item) -> str:
-            return tokenizer.apply_chat_template([{"role": "user", "content": item["prompts"][agent]}],
-                                                 tokenize=False, add_generation_prompt=True)
+            return tokenizer.apply_chat_template(
+                [{"role": "user", "content": item["prompts"][agent]}], tokenize=False, add_generation_prompt=True
+            )
+
         return format_
 
     steps, prompts = args.steps or cfg["steps"], cfg["prompts"]
     data = Dataset.from_list([{"prompts": p} for p in task_prompts(comparison, prompts)] * steps)
     config = MAGRPOConfig(
-        num_train_epochs=1, agent_learning_rate=cfg["lr"] if lora else cfg["full_lr"], num_agents=2,
-        num_generations=cfg["k"], max_new_tokens=cfg["tokens"], **cfg["sampling"], num_turns=1, joint_mode="aligned",
-        early_termination_threshold=None, eval_interval=0, rollout_buffer_size=prompts, train_batch_size=prompts,
-        advantage_normalization=True, advantage_mode="mean", reference_kl_enabled=False, logging_steps=1,
+        num_train_epochs=1,
+        agent_learning_rate=cfg["lr"] if lora else cfg["full_lr"],
+        num_agents=2,
+        num_generations=cfg["k"],
+        max_new_tokens=cfg["tokens"],
+        **cfg["sampling"],
+        num_turns=1,
+        joint_mode="aligned",
+        early_termination_threshold=None,
+        eval_interval=0,
+        rollout_buffer_size=prompts,
+        train_batch_size=prompts,
+        advantage_normalization=True,
+        advantage_mode="mean",
+        reference_kl_enabled=False,
+        logging_steps=1,
     )
     times: list[float] = []
 
@@ -310,9 +378,15 @@ def run_comlrl(comparison: str, cfg: dict, args, lora: bool) -> list[float]:
             if self.calls % prompts == 0:
                 times.append(time.perf_counter() - self.start)
 
-    trainer = Timed(agents=agents, num_agents=2, tokenizer=tokenizer, train_dataset=data,
-                    reward_func=lambda concise, detailed: [joint_reward(concise[0], detailed[0])],
-                    formatters=[formatter(0), formatter(1)], args=config)
+    trainer = Timed(
+        agents=agents,
+        num_agents=2,
+        tokenizer=tokenizer,
+        train_dataset=data,
+        reward_func=lambda concise, detailed: [joint_reward(concise[0], detailed[0])],
+        formatters=[formatter(0), formatter(1)],
+        args=config,
+    )
     trainer.verbose = False
     trainer.train()
     return times
@@ -353,8 +427,12 @@ def launch(comparison: str, side: str, args, argv: list[str]) -> dict | None:
     """Runs one side; its results, or None (with its error printed) if it failed."""
     python = getattr(args, f"python_{side.split('-')[0]}") or sys.executable
     cmd = [python, __file__, "--side", f"{comparison}:{side}", "--folder", args.folder, *argv]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "TOKENIZERS_PARALLELISM": "false",
+        "WANDB_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+    }
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
         sampled = 0.0
@@ -384,29 +462,74 @@ def plan(peers: list[str]) -> list[tuple[str, str]]:
 
 
 def table(results: dict, args) -> str:
-    rows = [("comparison", "side", "s/step", "steps (s)", "peak RSS GiB", "mean reward", "collab/side time",
-             "collab/side RSS")]
+    rows = [
+        (
+            "comparison",
+            "side",
+            "s/step",
+            "steps (s)",
+            "peak RSS GiB",
+            "mean reward",
+            "collab/side time",
+            "collab/side RSS",
+        )
+    ]
     for (comparison, side), r in results.items():
         mine = results.get((comparison, "collab"))
-        ratios = (f"{mine['s_per_step'] / r['s_per_step']:.2f}", f"{mine['rss_gb'] / r['rss_gb']:.2f}") \
-            if mine and side != "collab" else ("", "")
-        rows.append((comparison, NAMES[side], f"{r['s_per_step']:.2f}", " ".join(f"{t:.2f}" for t in r["times"]),
-                     f"{r['rss_gb']:.2f}", f"{r['mean_reward']:.2f}", *ratios))
+        ratios = (
+            (f"{mine['s_per_step'] / r['s_per_step']:.2f}", f"{mine['rss_gb'] / r['rss_gb']:.2f}")
+            if mine and side != "collab"
+            else ("", "")
+        )
+        rows.append(
+            (
+                comparison,
+                NAMES[side],
+                f"{r['s_per_step']:.2f}",
+                " ".join(f"{t:.2f}" for t in r["times"]),
+                f"{r['rss_gb']:.2f}",
+                f"{r['mean_reward']:.2f}",
+                *ratios,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    settings = [f"{c}: prompts {cfg['prompts']}, K {cfg['k']}, tokens {cfg['tokens']}, steps {args.steps or cfg['steps']}"
-                for c, cfg in COMPARISONS.items() if any(k[0] == c for k in results)]
-    return "\n".join([f"model {args.model}, gradient checkpointing {args.gradient_checkpointing}; " + "; ".join(settings)
-                      + "; s/step is the median of the steps after the first", *lines])
+    settings = [
+        f"{c}: prompts {cfg['prompts']}, K {cfg['k']}, tokens {cfg['tokens']}, steps {args.steps or cfg['steps']}"
+        for c, cfg in COMPARISONS.items()
+        if any(k[0] == c for k in results)
+    ]
+    return "\n".join(
+        [
+            f"model {args.model}, gradient checkpointing {args.gradient_checkpointing}; "
+            + "; ".join(settings)
+            + "; s/step is the median of the steps after the first",
+            *lines,
+        ]
+    )
 
 
 def setup(venv: str) -> None:
     pip = f"{venv}/bin/pip"
-    for cmd in ([sys.executable, "-m", "venv", venv], [pip, "install", "torch==2.13.0"],
-                [pip, "install", "transformers==5.24.0", "peft==0.21.2", "lightning==2.6.6", "accelerate==1.15.0",
-                 "bitsandbytes==0.50.2", "gguf==0.19.0", "jsonargparse[signatures]==4.53.0", "tensorboard==2.21.0",
-                 "trl==1.16.0", "comlrl==1.4.3"]):
+    for cmd in (
+        [sys.executable, "-m", "venv", venv],
+        [pip, "install", "torch==2.13.0"],
+        [
+            pip,
+            "install",
+            "transformers==5.24.0",
+            "peft==0.21.2",
+            "lightning==2.6.6",
+            "accelerate==1.15.0",
+            "bitsandbytes==0.50.2",
+            "gguf==0.19.0",
+            "jsonargparse[signatures]==4.53.0",
+            "tensorboard==2.21.0",
+            "trl==1.16.0",
+            "comlrl==1.4.3",
+        ],
+    ):
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
 
@@ -416,7 +539,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peers", nargs="+", default=list(NAMES), choices=list(NAMES), help="sides to run (default: all)")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="(default: %(default)s; tiny for a smoke run)")
-    ap.add_argument("--steps", type=int, help="optimizer steps of every side, the first warm-up (default: magrpo 4, grpo 3)")
+    ap.add_argument(
+        "--steps", type=int, help="optimizer steps of every side, the first warm-up (default: magrpo 4, grpo 3)"
+    )
     ap.add_argument("--gradient-checkpointing", action="store_true", help="on every side (default: off on every side)")
     for name in ("collab", "trl", "comlrl"):
         ap.add_argument(f"--python-{name}", metavar="PYTHON", help=f"interpreter of {name}'s sides (default: this one)")
@@ -429,8 +554,16 @@ def main(argv=None) -> None:
         return setup(args.setup)
     if args.side:
         times = run_side(*args.side.split(":"), args)
-        print("RESULT " + json.dumps({"times": times, "own_rss_gb": peak_rss_gb(),
-                                      "mean_reward": statistics.fmean(REWARDS) if REWARDS else None}))
+        print(
+            "RESULT "
+            + json.dumps(
+                {
+                    "times": times,
+                    "own_rss_gb": peak_rss_gb(),
+                    "mean_reward": statistics.fmean(REWARDS) if REWARDS else None,
+                }
+            )
+        )
         return
     args.folder = peer_folder(args.model)
     results, failed = {}, []
@@ -441,12 +574,22 @@ def main(argv=None) -> None:
             failed.append(f"{comparison} {side}")
             continue
         results[comparison, side] = r
-        print(f"seconds per step {' '.join(f'{t:.2f}' for t in r['times'])}, peak RSS {r['rss_gb']:.2f} GiB", flush=True)
+        print(
+            f"seconds per step {' '.join(f'{t:.2f}' for t in r['times'])}, peak RSS {r['rss_gb']:.2f} GiB", flush=True
+        )
     print("\n" + table(results, args))
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "gradient_checkpointing": args.gradient_checkpointing,
-                                               "settings": COMPARISONS, "results": [{"comparison": c, "side": s, **r}
-                                               for (c, s), r in results.items()]}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "gradient_checkpointing": args.gradient_checkpointing,
+                    "settings": COMPARISONS,
+                    "results": [{"comparison": c, "side": s, **r} for (c, s), r in results.items()],
+                },
+                indent=1,
+            )
+        )
     if failed:
         sys.exit("failed: " + ", ".join(failed))
 

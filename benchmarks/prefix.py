@@ -58,18 +58,26 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     env = MinecraftEnv()
-    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.6, top_p=0.6, top_k=0)) for _ in env.roles],
-                     BaseConfig(name=args.model))
+    team = AgentTeam(
+        [AgentSpec(sampling=SamplingSpec(temperature=0.6, top_p=0.6, top_k=0)) for _ in env.roles],
+        BaseConfig(name=args.model),
+    )
     states = histories(env, args.houses, args.depth)
-    requests = [GenerationRequest(i, team.encode(i, s.histories[i]), args.k) for s in states for i in range(env.n_agents)]
+    requests = [
+        GenerationRequest(i, team.encode(i, s.histories[i]), args.k) for s in states for i in range(env.n_agents)
+    ]
     names = [team.names[r.agent] for r in requests]
     group_of, lengths = prefill.shared_prefixes([r.prompt_ids for r in requests], names)
     total = sum(len(r.prompt_ids) for r in requests)
     shared = total - sum((group_of.count(g) - 1) * n for g, n in enumerate(lengths))
-    print(f"model={args.model} threads={torch.get_num_threads()} houses={args.houses} depth={args.depth} "
-          f"rows={len(requests)} K={args.k} max_new_tokens={args.max_new_tokens}")
-    print(f"prompt tokens: {total} in one pass, {shared} with shared prefixes "
-          f"(longest prompt {max(len(r.prompt_ids) for r in requests)})")
+    print(
+        f"model={args.model} threads={torch.get_num_threads()} houses={args.houses} depth={args.depth} "
+        f"rows={len(requests)} K={args.k} max_new_tokens={args.max_new_tokens}"
+    )
+    print(
+        f"prompt tokens: {total} in one pass, {shared} with shared prefixes "
+        f"(longest prompt {max(len(r.prompt_ids) for r in requests)})"
+    )
 
     threshold = prefill.MIN_PREFIX_SAVING
     methods = {"shared": threshold, "one pass": 2.0}
@@ -94,8 +102,10 @@ def main(argv=None) -> None:
             torch.manual_seed(args.seed + 1 + r)
             row[m] = run(m, args.max_new_tokens)
             seconds[m].append(row[m][1])
-        print(f"{r:>6}  {order[0]:<9} {row['shared'][0]:>10} {row['shared'][1]:>7.2f}  "
-              f"{row['one pass'][0]:>12} {row['one pass'][1]:>7.2f}")
+        print(
+            f"{r:>6}  {order[0]:<9} {row['shared'][0]:>10} {row['shared'][1]:>7.2f}  "
+            f"{row['one pass'][0]:>12} {row['one pass'][1]:>7.2f}"
+        )
     med = {m: statistics.median(v) for m, v in seconds.items()}
     print(f"\nmedian seconds: shared {med['shared']:.2f}   one pass {med['one pass']:.2f}")
     print(f"speed-up of sharing: {med['one pass'] / med['shared']:.2f}x")

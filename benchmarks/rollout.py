@@ -56,11 +56,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda... (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
-    ap.add_argument("--engine", "--engines", dest="engines", nargs="+", default=["torch", "vllm", "hf"], choices=["torch", "vllm", "hf"],
-                    help="engines to compare (default: all; vllm only where it imports)")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch CPU threads; 0 keeps torch's default. On a CPU shared with other busy processes, "
-                         "1 avoids OpenMP oversubscription (which can slow both methods >10x)")
+    ap.add_argument(
+        "--engine",
+        "--engines",
+        dest="engines",
+        nargs="+",
+        default=["torch", "vllm", "hf"],
+        choices=["torch", "vllm", "hf"],
+        help="engines to compare (default: all; vllm only where it imports)",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads; 0 keeps torch's default. On a CPU shared with other busy processes, "
+        "1 avoids OpenMP oversubscription (which can slow both methods >10x)",
+    )
     return ap.parse_args(argv)
 
 
@@ -69,16 +80,23 @@ def build(args):
     specs = []
     for i in range(args.agents):
         role, system = ROLES[i % len(ROLES)]
-        specs.append(AgentSpec(role=role, system_prompt=system,
-                               sampling=SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=0)))
+        specs.append(
+            AgentSpec(
+                role=role,
+                system_prompt=system,
+                sampling=SamplingSpec(temperature=args.temperature, top_p=args.top_p, top_k=0),
+            )
+        )
     team = AgentTeam(specs, BaseConfig(name=args.model, device=args.device))
     with torch.no_grad():  # adapters that do something (peft starts B at zero)
         for model in team.models.values():
             for name, p in model.named_parameters():
                 if "lora_B" in name:
                     p.normal_(0.0, 0.01)
-    prompts = [team.encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": TASK}])
-               for i, s in enumerate(specs)]
+    prompts = [
+        team.encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": TASK}])
+        for i, s in enumerate(specs)
+    ]
     return team, prompts
 
 
@@ -131,13 +149,19 @@ def run_loop(team: AgentTeam, prompts, k: int, max_new_tokens: int) -> int:
         input_ids = torch.tensor([p], device=team.device)
         attention_mask = torch.ones_like(input_ids)
         out = model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, do_sample=True,
-            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-            max_new_tokens=max_new_tokens, num_return_sequences=k,
-            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=k,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
         )
         eos = {tokenizer.eos_token_id}
-        total += sum(count_generated(row, eos) for row in out[:, input_ids.shape[1]:].tolist())
+        total += sum(count_generated(row, eos) for row in out[:, input_ids.shape[1] :].tolist())
     return total
 
 
@@ -156,9 +180,11 @@ def main(argv=None) -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     team, prompts = build(args)
-    print(f"model={args.model} device={team.device} threads={torch.get_num_threads()} agents={args.agents} "
-          f"K={args.k} max_new_tokens={args.max_new_tokens} temperature={args.temperature} top_p={args.top_p} "
-          f"top_k=0 prompt_tokens={[len(p) for p in prompts]}")
+    print(
+        f"model={args.model} device={team.device} threads={torch.get_num_threads()} agents={args.agents} "
+        f"K={args.k} max_new_tokens={args.max_new_tokens} temperature={args.temperature} top_p={args.top_p} "
+        f"top_k=0 prompt_tokens={[len(p) for p in prompts]}"
+    )
 
     methods = {"torch": run_collab, "hf": run_loop}
     if "vllm" in args.engines:
@@ -170,7 +196,9 @@ def main(argv=None) -> None:
             from collab.policy.vllm_engine import VllmEngine, VllmOptions
 
             start = time.perf_counter()
-            engine = VllmEngine(team, VllmOptions(max_model_len=max(len(p) for p in prompts) + args.max_new_tokens + 16))
+            engine = VllmEngine(
+                team, VllmOptions(max_model_len=max(len(p) for p in prompts) + args.max_new_tokens + 16)
+            )
             print(f"vllm engine start: {time.perf_counter() - start:.1f} s (once per run)")
             methods = {"torch": run_collab, "vllm": run_vllm(engine), "hf": run_loop}
     methods = {m: fn for m, fn in methods.items() if m in args.engines}
@@ -183,15 +211,17 @@ def main(argv=None) -> None:
     names = list(methods)
     print("\n" + f"{'repeat':>6}  {'first':<6}  " + "  ".join(f"{m + ' tok':>10} {'s':>7} {'tok/s':>7}" for m in names))
     for r in range(args.repeats):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         row = {}
         for m in order:
             torch.manual_seed(args.seed + 1 + r)
             tokens, seconds = timed(methods[m], team, prompts, args.k, args.max_new_tokens)
             row[m] = (tokens, seconds)
             rates[m].append(tokens / seconds)
-        print(f"{r:>6}  {order[0]:<6}  " + "  ".join(f"{row[m][0]:>10} {row[m][1]:>7.2f} {row[m][0] / row[m][1]:>7.1f}"
-                                                    for m in names))
+        print(
+            f"{r:>6}  {order[0]:<6}  "
+            + "  ".join(f"{row[m][0]:>10} {row[m][1]:>7.2f} {row[m][0] / row[m][1]:>7.1f}" for m in names)
+        )
 
     med = {m: statistics.median(v) for m, v in rates.items()}
     print("\nmedian tokens/s: " + "   ".join(f"{m} {v:.1f}" for m, v in med.items()))

@@ -73,7 +73,9 @@ def humaneval_programs(n_problems: int) -> list[str]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--programs", type=int, default=64, help="programs (toy) or problems (humaneval) (default: %(default)s)")
+    ap.add_argument(
+        "--programs", type=int, default=64, help="programs (toy) or problems (humaneval) (default: %(default)s)"
+    )
     ap.add_argument("--workload", choices=["toy", "humaneval"], default="toy", help="(default: %(default)s)")
     ap.add_argument("--workers", type=int, default=os.cpu_count(), help="(default: cpu count, %(default)s)")
     ap.add_argument("--repeats", type=int, default=2, help="timed repeats of each method (default: %(default)s)")
@@ -106,7 +108,10 @@ def main(argv=None) -> None:
     assert outcomes["pool"] == outcomes["sequential"] == outcomes["same"], "methods disagree on which pass"
 
     rate = {k: len(codes) / min(v) for k, v in times.items()}
-    print(f"{args.workload}: {len(codes)} programs ({sum(outcomes['pool'])} pass), {os.cpu_count()} CPUs, best of {args.repeats}")
+    print(
+        f"{args.workload}: {len(codes)} programs ({sum(outcomes['pool'])} pass), {os.cpu_count()} CPUs, "
+        f"best of {args.repeats}"
+    )
     print(f"sandbox interpreter: {python}; baseline interpreter: {sys.executable}")
     print(f"collab Pool (workers={args.workers}, sandboxed): {rate['pool']:7.1f} programs/s")
     print(f"sequential subprocess.run (no limits):     {rate['sequential']:7.1f} programs/s")

@@ -38,16 +38,18 @@ def main(argv=None) -> None:
     team = AgentTeam([AgentSpec() for _ in env.roles], BaseConfig(name=args.model))
     vocab = team.tokenizer_of(0).vocab_size
     agents, prompts, completions = [], [], []
-    for task in env.tasks("train")[:args.posts]:
+    for task in env.tasks("train")[: args.posts]:
         for a, text in enumerate(env.observe(task)):
             ids = team.encode(a, [{"role": "user", "content": text}])
             for _ in range(args.k):
                 agents.append(a)
                 prompts.append(ids)
                 completions.append(torch.randint(5, vocab, (args.tokens[a],)).tolist())
-    print(f"model={args.model} threads={torch.get_num_threads()} rows={len(agents)} "
-          f"prompt tokens {sum(map(len, prompts))} (longest {max(map(len, prompts))}), "
-          f"completion tokens {sum(map(len, completions))}")
+    print(
+        f"model={args.model} threads={torch.get_num_threads()} rows={len(agents)} "
+        f"prompt tokens {sum(map(len, prompts))} (longest {max(map(len, prompts))}), "
+        f"completion tokens {sum(map(len, completions))}"
+    )
     threshold = prefill.MIN_PREFIX_SAVING
     methods = {"shared": threshold, "one pass": 2.0}
 
@@ -77,10 +79,14 @@ def main(argv=None) -> None:
         s, o = seconds["shared"][-1], seconds["one pass"][-1]
         print(f"{r:>6}  {order[0]:<9} {s[0]:>14.2f} {s[1]:>6.2f}  {o[0]:>16.2f} {o[1]:>6.2f}")
     med = {m: [statistics.median(x[i] for x in v) for i in (0, 1)] for m, v in seconds.items()}
-    print(f"\nmedian seconds: shared {med['shared'][0]:.2f} + {med['shared'][1]:.2f} (reference), "
-          f"one pass {med['one pass'][0]:.2f} + {med['one pass'][1]:.2f}")
-    print(f"speed-up of sharing: update {med['one pass'][0] / med['shared'][0]:.2f}x, "
-          f"reference {med['one pass'][1] / med['shared'][1]:.2f}x")
+    print(
+        f"\nmedian seconds: shared {med['shared'][0]:.2f} + {med['shared'][1]:.2f} (reference), "
+        f"one pass {med['one pass'][0]:.2f} + {med['one pass'][1]:.2f}"
+    )
+    print(
+        f"speed-up of sharing: update {med['one pass'][0] / med['shared'][0]:.2f}x, "
+        f"reference {med['one pass'][1] / med['shared'][1]:.2f}x"
+    )
 
 
 if __name__ == "__main__":

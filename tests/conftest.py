@@ -16,7 +16,7 @@ def pytest_configure(config):
     The warnings that libraries raise about their own code, which ``import collab`` ignores, are ignored in
     every test too: pytest sets its own filters around each collection and test (and shows every
     DeprecationWarning), over those of a module imported earlier."""
-    from collab.training.checks import LIBRARY_WARNINGS
+    from collab.runtime.library_warnings import LIBRARY_WARNINGS
 
     for category, message, module in LIBRARY_WARNINGS:
         config.addinivalue_line("filterwarnings", f"ignore:{message}:{category.__name__}:{module}")
@@ -56,8 +56,14 @@ def tiny_tokenizer():
     return load_tokenizer("tiny")
 
 
-FIRST = ("tests/training/test_ddp.py", "tests/policy/test_engines.py", "tests/training/test_bad_input.py",
-         "tests/training/test_ddp_resume.py", "tests/evaluation/test_compare.py", "tests/training/test_cli.py")
+FIRST = (
+    "tests/training/test_ddp.py",
+    "tests/policy/test_engines.py",
+    "tests/training/test_bad_input.py",
+    "tests/training/test_ddp_resume.py",
+    "tests/evaluation/test_compare.py",
+    "tests/training/test_cli.py",
+)
 """The longest test files (1.5 to 5 minutes each, alone on 2 cores), which the ``pytest -n`` workers start first."""
 
 

@@ -34,10 +34,21 @@ def guessed(text: str) -> int | None:
 class GuessEnv(Env):
     name = "guess"
 
-    def __init__(self, high: int = 20, window: int = 6, agree_bonus: float = 1.0, num_tasks: int = 64,
-                 num_eval_tasks: int = 16, seed: int = 0, horizon: int = 1) -> None:
+    def __init__(
+        self,
+        high: int = 20,
+        window: int = 6,
+        agree_bonus: float = 1.0,
+        num_tasks: int = 64,
+        num_eval_tasks: int = 16,
+        seed: int = 0,
+        horizon: int = 1,
+    ) -> None:
         super().__init__(horizon)
-        require(high >= 2 and 1 <= window <= high, f"guess env needs high >= 2 and 1 <= window <= high, got {high}, {window}")
+        require(
+            high >= 2 and 1 <= window <= high,
+            f"guess env needs high >= 2 and 1 <= window <= high, got {high}, {window}",
+        )
         self.high, self.window, self.agree_bonus = high, window, agree_bonus
         self.num_tasks, self.num_eval_tasks, self.seed = num_tasks, num_eval_tasks, seed
         self.reward_max = 1.0 + agree_bonus
@@ -58,8 +69,10 @@ class GuessEnv(Env):
     def observe(self, task) -> list[str]:
         low = task["low"]
         parity = "even" if task["number"] % 2 == 0 else "odd"
-        return [f"Hint: the number is between {low} and {low + self.window - 1}. Your guess:",
-                f"Hint: the number is {parity}. Your guess:"]
+        return [
+            f"Hint: the number is between {low} and {low + self.window - 1}. Your guess:",
+            f"Hint: the number is {parity}. Your guess:",
+        ]
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         n = state.task["number"]
@@ -77,5 +90,8 @@ class GuessEnv(Env):
         def verdict(g: int | None) -> str:
             return "no number" if g is None else "too low" if g < n else "too high" if g > n else "right"
 
-        return [f"Your guess was {verdict(mine)}; your partner said {other if other is not None else 'nothing'}. Guess again:"
-                for mine, other in ((guesses[0], guesses[1]), (guesses[1], guesses[0]))]
+        return [
+            f"Your guess was {verdict(mine)}; your partner said "
+            f"{other if other is not None else 'nothing'}. Guess again:"
+            for mine, other in ((guesses[0], guesses[1]), (guesses[1], guesses[0]))
+        ]

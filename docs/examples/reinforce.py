@@ -19,14 +19,16 @@ Run it from this folder (``python -m`` puts the working directory on ``sys.path`
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from collab.algos.base import CollabModule
+from collab.algos.base import CollabModule, Term
 from collab.errors import require
 from collab.objectives import discounted_returns, group_advantages
 from collab.rollout.episodes import play_once
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers, decisions
-from collab.training.distributed import global_sum
+from collab.runtime.collectives import global_sum
 
 
 class Reinforce(CollabModule):
@@ -60,7 +62,9 @@ class Reinforce(CollabModule):
         for agent in sorted({d.agent for d in items}):
             mine = [d for d in items if d.agent == agent]
             returns = torch.tensor([float(d.returns) for d in mine], dtype=torch.float64)
-            for d, a in zip(mine, group_advantages(returns, self.baseline, self.normalize_std and len(mine) > 1).tolist()):
+            for d, a in zip(
+                mine, group_advantages(returns, self.baseline, self.normalize_std and len(mine) > 1).tolist()
+            ):
                 d.advantages = a
         adv = torch.tensor([float(d.advantages) for d in items] or [0.0])
         return Batch(items, {"train/adv_mean": float(adv.mean()), "train/adv_abs_max": float(adv.abs().max())})
@@ -70,11 +74,19 @@ class Reinforce(CollabModule):
         counts = global_sum(self, [sum(d.agent == a for d in minibatch) for a in range(len(self.team))]).tolist()
         return Normalizers(sum(counts), per_agent=counts)
 
-    def loss(self, micro: list[Decision], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's part of L: -A * log pi(response), divided by its agent's N_i."""
-        token_logprobs = self.team.logprobs([d.member for d in micro], [d.prompt_ids for d in micro],
-                                            [d.completion_ids for d in micro])
+    def terms(self, micro: list[Decision], scale: Normalizers) -> list[Term]:
+        """The micro-batch's part of L as its terms, each a backward pass of its own: one, since one forward gives
+        every response's log-prob."""
+        return [partial(self.policy_loss, micro, scale)]
+
+    def policy_loss(self, micro: list[Decision], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's part of L: -A * log pi(response), divided by its agent's N_i; and its statistics."""
+        token_logprobs = self.team.logprobs(
+            [d.member for d in micro], [d.prompt_ids for d in micro], [d.completion_ids for d in micro]
+        )
         logprobs = torch.stack([t.sum() for t in token_logprobs])  # log pi_i(a | h): summed over the response's tokens
         advantages = torch.tensor([float(d.advantages) for d in micro], device=logprobs.device, dtype=logprobs.dtype)
-        weights = torch.tensor([1.0 / scale.per_agent[d.agent] for d in micro], device=logprobs.device, dtype=logprobs.dtype)
+        weights = torch.tensor(
+            [1.0 / scale.per_agent[d.agent] for d in micro], device=logprobs.device, dtype=logprobs.dtype
+        )
         return -(weights * advantages * logprobs).sum(), {"train/logprob": float(logprobs.detach().mean())}

@@ -28,18 +28,33 @@ def require(condition: bool, message: str) -> None:
         raise UserError(message)
 
 
-def require_ranges(values: dict, unit: Iterable[str] = (), positive: Iterable[str] = (), non_negative: Iterable[str] = (),
-                   counts: Iterable[str] = (), optional_positive: Iterable[str] = (), choices: dict | None = None,
-                   widths: Iterable[str] = (), prefix: str = "model") -> None:
+def require_ranges(
+    values: dict,
+    unit: Iterable[str] = (),
+    positive: Iterable[str] = (),
+    non_negative: Iterable[str] = (),
+    counts: Iterable[str] = (),
+    optional_positive: Iterable[str] = (),
+    choices: dict | None = None,
+    widths: Iterable[str] = (),
+    prefix: str = "model",
+) -> None:
     """Check an algorithm's options by name in ``values`` (its ``locals()``): ``unit`` in [0, 1], ``positive`` > 0,
     ``non_negative`` >= 0, ``counts`` >= 1 or null, ``optional_positive`` > 0 or null, ``choices`` (name -> the
     valid values) one of them, ``widths`` a list of layer widths >= 1 or null. The first bad one is a
     :class:`UserError` naming ``prefix.name``, what is valid and the value given."""
-    rules = [(unit, lambda v: 0 <= v <= 1, "be in [0, 1]"), (positive, lambda v: v > 0, "be > 0"),
-             (non_negative, lambda v: v >= 0, "be >= 0"), (counts, lambda v: v is None or v >= 1, "be >= 1 or null"),
-             (optional_positive, lambda v: v is None or v > 0, "be > 0 or null"),
-             (widths, lambda v: v is None or all(isinstance(w, int) and w >= 1 for w in v),
-              "list layer widths >= 1 (e.g. [1024, 512]) or be null")]
+    rules = [
+        (unit, lambda v: 0 <= v <= 1, "be in [0, 1]"),
+        (positive, lambda v: v > 0, "be > 0"),
+        (non_negative, lambda v: v >= 0, "be >= 0"),
+        (counts, lambda v: v is None or v >= 1, "be >= 1 or null"),
+        (optional_positive, lambda v: v is None or v > 0, "be > 0 or null"),
+        (
+            widths,
+            lambda v: v is None or all(isinstance(w, int) and w >= 1 for w in v),
+            "list layer widths >= 1 (e.g. [1024, 512]) or be null",
+        ),
+    ]
     for names, ok, valid in rules:
         for name in names:
             require(ok(values[name]), f"{prefix}.{name} must {valid}, got {values[name]}")
@@ -55,8 +70,10 @@ def class_from_path(path: str, base: type, option: str, builtins: Iterable[str])
     import importlib
 
     module, _, name = path.partition(":")
-    valid = (f"give a built-in name ({', '.join(sorted(builtins))}) or module:Class naming a {base.__module__}."
-             f"{base.__name__} subclass importable from the working directory")
+    valid = (
+        f"give a built-in name ({', '.join(sorted(builtins))}) or module:Class naming a {base.__module__}."
+        f"{base.__name__} subclass importable from the working directory"
+    )
     if not module or not name or ":" in name:
         raise UserError(f"{option} {path} is not a class path module:Class; {valid}")
     try:
@@ -65,7 +82,9 @@ def class_from_path(path: str, base: type, option: str, builtins: Iterable[str])
         raise UserError(f"{option} {path}: cannot import module {module!r} ({e}); {valid}") from None
     cls = getattr(loaded, name, None)
     if cls is None:
-        raise UserError(f"{option} {path}: module {module!r} ({getattr(loaded, '__file__', '?')}) has no {name!r}; {valid}")
+        raise UserError(
+            f"{option} {path}: module {module!r} ({getattr(loaded, '__file__', '?')}) has no {name!r}; {valid}"
+        )
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise UserError(f"{option} {path}: {name} is not a {base.__module__}.{base.__name__} subclass; {valid}")
     return cls

@@ -39,19 +39,44 @@ from collab.errors import OneLineParser, UserError, require, unknown
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m collab.evaluate", add_help=False)
-    p.add_argument("--ckpt_path", default=None)
-    p.add_argument("--adapters", default=None)
-    p.add_argument("--num_samples", type=int, default=10)
-    p.add_argument("--k", type=int, nargs="+", default=[1, 3, 5, 10])
-    p.add_argument("--split", default="eval")
-    p.add_argument("--max_tasks", type=int, default=None)
-    p.add_argument("--tasks_per_batch", type=int, default=4)
-    p.add_argument("--output", default=None)
-    p.add_argument("--baseline", default=None)
-    p.add_argument("--table", default=None)
-    p.add_argument("--method", default=None)
-    p.add_argument("--task", default=None)
+    p = OneLineParser(
+        prog="python -m collab.evaluate",
+        usage="%(prog)s [--algo NAME] [--ckpt_path CKPT | --adapters DIR] [options] [fit's options]",
+        description="Evaluate a team (trained or not) on an env's held-out split, built as python -m "
+        "collab.fit builds it.",
+        epilog="Every other option is collab.fit's, as for a run (--config "
+        "FILE, --section.key value, e.g. --data.env coding): python -m collab.fit --help lists them.",
+    )
+    # --algo is read before this parser (collab.config.read_command_line): here for --help
+    p.add_argument("--algo", metavar="NAME", help="the algorithm whose team and protocol are built (default magrpo)")
+    p.add_argument("--ckpt_path", default=None, metavar="CKPT", help="a Lightning checkpoint written by collab.fit")
+    p.add_argument(
+        "--adapters",
+        default=None,
+        metavar="DIR",
+        help="a folder of peft adapters, e.g. runs/magrpo/version_0/adapters/last",
+    )
+    p.add_argument("--num_samples", type=int, default=10, metavar="N", help="episodes per task (default 10)")
+    p.add_argument(
+        "--k", type=int, nargs="+", default=[1, 3, 5, 10], help="the k of pass@k and acc@k (default 1 3 5 10)"
+    )
+    p.add_argument("--split", default="eval", help="eval or train (default eval)")
+    p.add_argument(
+        "--max_tasks", type=int, default=None, metavar="N", help="the first N tasks of the split (default all)"
+    )
+    p.add_argument("--tasks_per_batch", type=int, default=4, metavar="N", help="tasks decoded together (default 4)")
+    p.add_argument("--output", default=None, metavar="FILE", help="write the metrics as JSON")
+    p.add_argument(
+        "--baseline", default=None, help="play a prompt baseline's protocol: single, parallel, pipeline or discussion"
+    )
+    p.add_argument(
+        "--table",
+        default=None,
+        metavar="PATH.csv",
+        help="upsert the run's row into the csv and rewrite the markdown table PATH.md",
+    )
+    p.add_argument("--method", default=None, help="the row's name (default: the algo, the baseline or both)")
+    p.add_argument("--task", default=None, help="the row's column group (default: the env's name)")
     return p
 
 
@@ -64,7 +89,10 @@ def method_name(algo: str, baseline: str | None, weights: str | None) -> str:
 
 def load_weights(model, ckpt_path: str) -> int:
     """Load the trainable tensors of a ``collab.fit`` checkpoint into the built ``model``; their count."""
-    from collab.training.checks_checkpoint import match_checkpoint, read_checkpoint  # missing, truncated, not collab's, another team
+    from collab.cli.checkpoint import (
+        match_checkpoint,
+        read_checkpoint,
+    )  # missing, truncated, not collab's, another team
 
     checkpoint = read_checkpoint(ckpt_path)
     match_checkpoint(model, checkpoint, ckpt_path, complete=False)
@@ -79,30 +107,37 @@ def team_model(team) -> str:
 
 
 def run(argv: list[str]) -> dict[str, float]:
+    from collab.config import read_command_line
     from collab.evaluation.baselines import BASELINES, Protocol, prepare
     from collab.evaluation.comparison import make_row, score_columns, update_table
-    from collab.fit import split_algo
 
-    algo, rest = split_algo(argv)
+    line = read_command_line(argv)
+    algo, rest = line.algo, line.args
     options, overrides = _parser().parse_known_args(rest)
     require(options.num_samples >= 1, f"--num_samples must be >= 1, got {options.num_samples}")
     require(all(k >= 1 for k in options.k), f"--k values must be >= 1, got {options.k}")
     require(options.max_tasks is None or options.max_tasks >= 1, f"--max_tasks must be >= 1, got {options.max_tasks}")
     require(not (options.ckpt_path and options.adapters), "give --ckpt_path or --adapters, not both")
-    require(any(k <= options.num_samples for k in options.k),
-            f"no k <= num_samples ({options.num_samples}) in --k {options.k}; give num_samples >= the smallest k")
+    require(
+        any(k <= options.num_samples for k in options.k),
+        f"no k of --k {options.k} is <= --num_samples {options.num_samples}; give --num_samples >= the smallest k",
+    )
     require(options.tasks_per_batch >= 1, f"--tasks_per_batch must be >= 1, got {options.tasks_per_batch}")
     require(options.split in ("train", "eval"), f"unknown --split {options.split!r}; valid: eval, train")
     if options.ckpt_path:
-        from collab.training.checks_checkpoint import read_checkpoint
+        from collab.cli.checkpoint import read_checkpoint
 
         read_checkpoint(options.ckpt_path)  # the file now; its tensors against the team once built
     if options.adapters and not Path(options.adapters).is_dir():
-        raise UserError(f"adapter folder not found: {options.adapters} (expected e.g. runs/magrpo/version_0/adapters/last)")
+        raise UserError(
+            f"adapter folder not found: {options.adapters} (expected e.g. runs/magrpo/version_0/adapters/last)"
+        )
     if options.baseline is not None and options.baseline not in BASELINES:
         raise unknown("baseline", options.baseline, BASELINES)
-    require(options.table is None or options.table.endswith(".csv"),
-            f"--table must name a .csv file (the markdown table is written next to it), got {options.table}")
+    require(
+        options.table is None or options.table.endswith(".csv"),
+        f"--table must name a .csv file (the markdown table is written next to it), got {options.table}",
+    )
     require(options.method is None or bool(options.method.strip()), "--method must not be empty")
     from collab.evaluation.heldout import evaluate, format_metrics  # after the checks: bad input fails fast
     from collab.fit import build_cli
@@ -122,18 +157,39 @@ def run(argv: list[str]) -> dict[str, float]:
     model.eval()
     import torch
 
-    from collab.training.checks import release_logs
+    from collab.cli.output import release_logs
 
-    release_logs()  # Lightning's start-up messages, held until now (collab.training.checks)
+    release_logs()  # Lightning's start-up messages, held until now (collab.cli.output)
     start = time.perf_counter()
     with torch.no_grad(), protocol.applied(model.team, model.max_new_tokens):
-        metrics, episodes = evaluate(model.team, protocol.env, tasks, options.num_samples, options.k, model.max_new_tokens,
-                                     model.team.device, options.tasks_per_batch, protocol.dependency)
+        metrics, episodes = evaluate(
+            model.team,
+            protocol.env,
+            tasks,
+            options.num_samples,
+            options.k,
+            model.max_new_tokens,
+            model.team.device,
+            options.tasks_per_batch,
+            protocol.dependency,
+        )
     seconds = time.perf_counter() - start
-    row = make_row(method, options.task or env.name, env, metrics, seconds, episodes, team_model(model.team),
-                   options.split, weights)
+    row = make_row(
+        method,
+        options.task or env.name,
+        env,
+        metrics,
+        seconds,
+        episodes,
+        team_model(model.team),
+        options.split,
+        weights,
+    )
     label = f"{options.baseline} baseline ({algo} team)" if options.baseline else algo
-    print(f"{label} on {env.name} ({options.split}: {len(tasks)} tasks x {options.num_samples} samples; weights: {weights})")
+    print(
+        f"{label} on {env.name} ({options.split}: {len(tasks)} tasks x {options.num_samples} samples; "
+        f"weights: {weights})"
+    )
     print(format_metrics(metrics))
     scores = "  ".join(f"{c.title} {row[c.key] or 'n/a'}" for c in score_columns(env.name))
     print(f"time {row['time_s'] or 'n/a'} s/episode  cost {row['cost_tokens'] or 'n/a'} tokens/agent/turn  {scores}")

@@ -1,25 +1,25 @@
 """``python -m collab.fit --algo NAME [--config FILE] [--section.key value ...]``.
 
-Reads the packaged configs (``conf/`` at the repository's top, shipped inside the package and read with
-``importlib.resources``, so the same from any directory and from an installed wheel): ``conf/algo/NAME.yaml``
-(the algorithm: a complete, commented config), ``conf/env/ENV.yaml`` (the data options of the run's env)
-and, where the algorithm has its own choice for that env, ``conf/algo/NAME/ENV.yaml``; then ``--config``
-files and the dotted overrides, later ones winning (``--model.agent_lr 1e-5 --data.env matrix
---trainer.max_steps 30``). A ``./conf`` in the working directory is never read; the run says on stderr, once,
-which files it read. ``--print_config`` prints the merged config; ``--ckpt_path`` resumes a run (bitwise as the
+Reads the packaged configs (``conf/`` at the repository's top, shipped inside the package): ``conf/base.yaml``,
+the run's ``conf/env/ENV.yaml``, ``conf/algo/NAME.yaml`` and the env file's choices for the algorithm, composed
+by :mod:`collab.config`; then ``--config`` files and the dotted overrides, later ones winning
+(``--model.agent_lr 1e-5 --data.env matrix --trainer.max_steps 30``). The command line is read once
+(:func:`collab.config.read_command_line`). The run says on stderr, once, which files it read.
+``--print_config`` prints the merged config, ``--explain`` each value with the file or option that set it;
+``--ckpt_path`` resumes a run (bitwise as the
 uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops within 30 s, in one line and with exit code
 143: at the current step's end (saved) when it comes within 10 s, else inside the step, naming the last
 checkpoint (:mod:`collab.preemption`). Logs (TensorBoard), checkpoints and adapters go under
 ``runs/<algo>/version_N/``, or
 ``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
-algorithm does not train on: :mod:`collab.training.checks_options`) ends in one line on stderr and exit code 2.
+algorithm does not train on: :mod:`collab.algos.options`) ends in one line on stderr and exit code 2.
 
 Progress: on a terminal a rich bar counts optimizer steps out of ``max_steps`` with the reward and
 tokens/s; when stdout is not a terminal (a cluster job, a CI log) one plain line per rollout instead
-(:func:`collab.training.callbacks.progress_callback`). ``--trainer.enable_progress_bar false`` turns both off;
+(:func:`collab.training.progress.progress_callback`). ``--trainer.enable_progress_bar false`` turns both off;
 a progress bar named in the config's callbacks replaces them. Lightning's model summary table is off
 (``--trainer.enable_model_summary true`` prints it), and with stdout not a terminal so are its information
-lines ("GPU available: ...") and transformers' progress bars (:func:`collab.training.checks.command_output`).
+lines ("GPU available: ...") and transformers' progress bars (:func:`collab.cli.output.command_output`).
 """
 
 from __future__ import annotations
@@ -27,44 +27,25 @@ from __future__ import annotations
 import sys
 from argparse import ArgumentError
 
+from collab.config import CommandLine, compose, describe, is_class_path, packaged_layers, parser_args, read_command_line
 from collab.errors import UserError, class_from_path, unknown
-from collab.training.configs import config_files, describe_configs, is_class_path, parser_args, run_env
-
-DEFAULT_ALGO = "magrpo"
 
 
-def split_algo(argv: list[str]) -> tuple[str, list[str]]:
-    """Take ``--algo NAME`` (or ``--algo=NAME``) out of ``argv``."""
-    rest, algo = [], None
-    it = iter(range(len(argv)))
-    for i in it:
-        arg = argv[i]
-        if arg == "--algo":
-            if i + 1 >= len(argv):
-                raise UserError("--algo needs a name")
-            algo = argv[i + 1]
-            next(it, None)
-        elif arg.startswith("--algo="):
-            algo = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-    return algo or DEFAULT_ALGO, rest
-
-
-def build_cli(algo: str, argv: list[str]):
+def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
     """The LightningCLI of a run of ``--algo algo`` (a built-in name or a class path ``module:Class``) with the
     remaining arguments ``argv``, its module, datamodule and trainer built (``run=False``): what
-    :func:`fit` trains, and what a notebook or :mod:`collab.evaluate` builds a team from."""
+    :func:`fit` trains, and what a notebook or :mod:`collab.evaluate` builds a team from. ``line``: the command
+    line already read (:func:`collab.config.read_command_line`), else read from ``algo`` and ``argv``."""
     from lightning.pytorch import Trainer
 
     from collab.algos import algo_registry
     from collab.algos.base import CollabModule
-    from collab.training.checks import CheckedCLI, hold_logs, note, parser_error
-    from collab.training.checks_options import (check_env_pair, check_old_names, given_options,
-                                                option_names, place_runs)
+    from collab.algos.options import check_env_pair, check_old_names
+    from collab.cli.options import RUNS, given_options, option_names, place_runs
+    from collab.cli.output import hold_logs, note
+    from collab.cli.parser_errors import parser_error
+    from collab.cli.trainer import CheckedCLI
     from collab.rollout.datamodule import RolloutDataModule
-
-    from collab.training.checks_options import RUNS
     from collab.training.distributed import DEFAULT_TIMEOUT_S
 
     hold_logs()  # under report_errors; after Lightning's import, which gives its loggers their handlers
@@ -75,48 +56,101 @@ def build_cli(algo: str, argv: list[str]):
         raise unknown("algo", algo, registry)
     else:
         module_class = registry[algo]
-    files = config_files(algo, argv)
+    line = line or read_command_line(["--algo", algo, *argv])
+    env = line.env()
     if not is_class_path(algo):
-        check_env_pair(algo, run_env(files[0], argv))
-    check_old_names(argv)
+        check_env_pair(algo, env)
+    check_old_names([name for name, _ in line.pairs()], line.configs)
+    layers = packaged_layers(algo, env)
     from collab.training.sharding import alias
 
-    argv = alias(argv)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
-    check_strategy(given_strategy(argv))  # before Lightning's own "fsdp requires a GPU accelerator"
-    note(describe_configs(files, argv, algo))
-    args = parser_args(files, argv)  # a later model.agents replaces the earlier list whole
-    given = given_options(argv, ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"),
-                          placeholders={"trainer.logger.init_args.save_dir": str(RUNS)})
+    line.args = alias(line.args)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
+    check_strategy((line.values("--trainer.strategy") or [""])[-1])  # before Lightning's "fsdp requires a GPU"
+    note(describe(layers, line))
+    args = parser_args(compose(layers)[0], line)  # a later model.agents replaces the earlier list whole
+    given = given_options(
+        line,
+        ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"),
+        placeholders={"trainer.logger.init_args.save_dir": str(RUNS)},
+    )
 
-    class CollabCLI(CheckedCLI):  # collab.training.checks: trainer options checked, start-up messages held
+    class CollabCLI(CheckedCLI):  # collab.cli.trainer: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
-            parser.add_argument("--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint.")
-            parser.add_argument("--distributed_timeout", type=float, default=DEFAULT_TIMEOUT_S,  # conf/algo/*.yaml set it
-                                help="Seconds a process waits in a collective for the others before the run ends in one line.")
+            parser.add_argument(
+                "--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint."
+            )
+            parser.add_argument(
+                "--distributed_timeout",
+                type=float,
+                default=DEFAULT_TIMEOUT_S,  # conf/algo/*.yaml set it
+                help="Seconds a process waits in a collective for the others before the run ends in one line.",
+            )
 
         def before_instantiate_classes(self) -> None:
             super().before_instantiate_classes()
-            place_runs(self.config["trainer"], given["trainer.default_root_dir"], given["trainer.logger.init_args.save_dir"])
+            place_runs(
+                self.config["trainer"], given["trainer.default_root_dir"], given["trainer.logger.init_args.save_dir"]
+            )
 
         def instantiate_trainer(self, **kwargs):
             add_progress_callback(self._get(self.config_init, "trainer", default={}))
             return super().instantiate_trainer(**kwargs)
 
     try:
-        return CollabCLI(module_class, RolloutDataModule, subclass_mode_model=False, run=False, args=args,
-                         save_config_kwargs={"overwrite": True}, parser_kwargs={"exit_on_error": False},
-                         trainer_defaults={"default_root_dir": RUNS, "enable_model_summary": False})
+        return CollabCLI(
+            module_class,
+            RolloutDataModule,
+            subclass_mode_model=False,
+            run=False,
+            args=args,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={"default_root_dir": RUNS, "enable_model_summary": False},
+            parser_kwargs={
+                "exit_on_error": False,
+                "prog": "python -m collab.fit",
+                "usage": USAGE,
+                "description": usage(algo, registry),
+            },
+        )
     except ArgumentError as e:  # jsonargparse's multi-line report, as one line that keeps the reason
         options = option_names(("model", module_class), ("data", RolloutDataModule), ("trainer", Trainer))
         raise UserError(parser_error(str(e), args, options)) from None
+    except SystemExit:  # a help printed (or the config): the files read are said for a run, not with a help
+        if any(wants_help(arg) for arg in line.args):
+            from collab.cli.output import release_logs
+
+            release_logs(show=False)
+        raise
+
+
+def wants_help(arg: str) -> bool:
+    """Whether ``arg`` asks jsonargparse for a help: ``-h``, ``--help`` or a subclass's ``--trainer.callbacks.help``."""
+    return arg in ("-h", "--help") or arg.split("=", 1)[0].endswith(".help")
+
+
+USAGE = "python -m collab.fit [--algo NAME] [--explain | --print_config] [--config FILE ...] [--section.key value ...]"
+
+
+def usage(algo: str, algos) -> str:
+    """What ``--help`` says below :data:`USAGE`: the options collab reads before the parser, the order in which the
+    configs are read."""
+    from collab.config import DEFAULT_ALGO
+
+    return (
+        f"Train a team of agents. --algo NAME: the algorithm ({', '.join(sorted(algos))}, or module:Class "
+        f"for one's own), default {DEFAULT_ALGO}; the --model options below are --algo {algo}'s. --explain: print "
+        "every value of the merged config with the file or option that set it, and exit. The packaged configs "
+        "(conf/base.yaml, the env's, the algorithm's) are read first, then the --config files and options in the "
+        "order given, later ones winning."
+    )
 
 
 def add_progress_callback(trainer_config: dict) -> None:
-    """Add collab's progress display (:func:`collab.training.callbacks.progress_callback`: a rich bar on a
+    """Add collab's progress display (:func:`collab.training.progress.progress_callback`: a rich bar on a
     terminal, one plain line per rollout otherwise) unless the config turns the bar off or names one."""
     from lightning.pytorch.callbacks import ProgressBar
 
-    from collab.training.callbacks import progress_callback
+    from collab.training.progress import progress_callback
 
     if trainer_config.get("enable_progress_bar") is False:
         return
@@ -130,9 +164,10 @@ def report_errors(job) -> int:
     """Run ``job()``; a user error (ours or jsonargparse's) becomes one ``error:`` line and exit code 2.
 
     Lightning's start-up messages are held (from :func:`build_cli` on) until the run starts, and left out
-    when stdout is not a terminal (:func:`collab.training.checks.command_output`): a bad input found before
+    when stdout is not a terminal (:func:`collab.cli.output.command_output`): a bad input found before
     then prints its line alone."""
-    from collab.training.checks import command_output, parser_error, release_logs
+    from collab.cli.output import command_output, release_logs
+    from collab.cli.parser_errors import parser_error
 
     with command_output():  # on exit: the held messages shown (a bug) or dropped, the libraries' settings back
         try:
@@ -162,16 +197,6 @@ def _single_line(e: BaseException) -> str:
     return " ".join(str(e).split("\n")).strip()
 
 
-def given_strategy(argv: list[str]) -> str:
-    """The value of ``--trainer.strategy`` on the command line ('' when not given)."""
-    for i, arg in enumerate(argv):
-        if arg == "--trainer.strategy" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--trainer.strategy="):
-            return arg.split("=", 1)[1]
-    return ""
-
-
 def check_strategy(strategy) -> None:
     """Refuse Lightning's strategies that shard the base per layer (its FSDP, ModelParallel, DeepSpeed): one line,
     exit 2, pointing to collab's own (``--trainer.strategy fsdp``: :mod:`collab.training.sharding`). ``strategy`` is a
@@ -186,14 +211,16 @@ def check_strategy(strategy) -> None:
     low = name.lower()
     if not any(k in low for k in ("deepspeed", "fsdp", "modelparallel", "model_parallel")):
         return
-    raise UserError(f"--trainer.strategy {name} is not supported: Lightning's gathers each layer of the base inside the "
-                    "layer's forward, which needs every process to run the same forwards, and collab's processes decode "
-                    "and score their own data; use --trainer.strategy fsdp (collab's: the frozen base sharded across the "
-                    "processes, docs/distributed.md) or ddp (a whole base per process; --model.base.quantization 4bit "
-                    "keeps it small)")
+    raise UserError(
+        f"--trainer.strategy {name} is not supported: Lightning's gathers each layer of the base inside the "
+        "layer's forward, which needs every process to run the same forwards, and collab's processes decode "
+        "and score their own data; use --trainer.strategy fsdp (collab's: the frozen base sharded across the "
+        "processes, docs/distributed.md) or ddp (a whole base per process; --model.base.quantization 4bit "
+        "keeps it small)"
+    )
 
 
-def print_config(algo: str, argv: list[str]) -> None:
+def print_config(algo: str, argv: list[str], line: CommandLine | None = None) -> None:
     """``--print_config``: jsonargparse's YAML with a comment on each batch size saying whether it is global or
     per process (:mod:`collab.training.batch_scope`)."""
     import io
@@ -205,7 +232,7 @@ def print_config(algo: str, argv: list[str]) -> None:
     code = 0
     try:
         with redirect_stdout(printed):
-            build_cli(algo, argv)
+            build_cli(algo, argv, line)
     except SystemExit as e:  # jsonargparse exits after printing
         code = e.code
     finally:
@@ -214,25 +241,62 @@ def print_config(algo: str, argv: list[str]) -> None:
     raise SystemExit(code)
 
 
+def explain(line: CommandLine) -> None:
+    """``--explain``: every value of the run's merged config, one line each, with the source that set it (a
+    packaged file, a ``--config`` file, an option) or ``default`` (the class's own default)."""
+    import yaml
+
+    from collab.config import leaves, origins
+
+    cli = build_cli(line.algo, line.args, line)
+    config = cli.config.as_dict()
+    config.pop("config", None)
+    origin = origins(packaged_layers(line.algo, line.env()), line)
+    for key in leaves(config, "")[:]:
+        key = key.removeprefix(".")
+        value = config
+        for part in key.replace("[", ".[").split("."):
+            value = value[int(part[1:-1])] if part.startswith("[") else value[part]
+        source = next((origin[k] for k in _ancestors(key) if k in origin), "default")
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+        print(f"{key}: {text}  # {source}")
+    sys.stdout.flush()
+
+
+def _ancestors(key: str) -> list[str]:
+    """``key`` and the keys above it, nearest first (``a.b[0].c``, ``a.b[0]``, ``a.b``, ``a``)."""
+    out = [key]
+    while True:
+        cut = max(key.rfind("."), key.rfind("["))
+        if cut <= 0:
+            return out
+        key = key[:cut]
+        out.append(key)
+
+
 def fit(argv: list[str]) -> None:
-    algo, rest = split_algo(argv)
-    if any(a == "--print_config" or a.startswith("--print_config=") for a in rest):
-        print_config(algo, rest)
-    cli = build_cli(algo, rest)
+    line = read_command_line(argv)
+    algo, rest = line.algo, line.args
+    if line.explain:
+        explain(line)
+        return
+    if line.print_config:
+        print_config(algo, rest, line)
+    cli = build_cli(algo, rest, line)
     check_strategy(cli.trainer.strategy)
     from collab.training import sharding
 
     sharding.check(cli.trainer.strategy, cli.model)
-    from collab.training.distributed import prepare_processes
+    from collab.cli.resources import prepare_processes
 
-    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"))  # fits? timeout (issue 31)
+    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"))  # fits? timeout
     ckpt = cli.config.get("ckpt_path")
-    if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.training.checks)
-        from collab.training.checks_checkpoint import guard_resume
+    if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.cli.checkpoint)
+        from collab.cli.checkpoint import guard_resume
 
         guard_resume(cli.model, ckpt)
     from collab import preemption
-    from collab.training.resume import SIGTERM_EXIT_CODE
+    from collab.preemption import SIGTERM_EXIT_CODE
 
     try:
         cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt)

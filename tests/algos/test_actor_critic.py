@@ -12,15 +12,13 @@ import pytest
 import torch
 
 from collab.algos import from_config
-from collab.algos.collm import CoLLM
-from collab.algos.ippo import IPPO
 from collab.algos.llm_critics import CriticSpec
 from collab.envs.base import Score
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
-from collab.rollout.experience import Batch, Experience, epochs, minibatches, transitions
-from collab.rollout.episodes import Episode, play
 from collab.policy.sampling import Completion
+from collab.rollout.episodes import Episode, play
+from collab.rollout.experience import Batch, Experience, epochs, minibatches, transitions
 from tests.support import TwoTurnEnv, prob_of_first_option, train
 
 TINY = BaseConfig(name="tiny", device="cpu")
@@ -103,7 +101,12 @@ def test_played_transitions_carry_the_behaviour_logprobs():
     module.build(env)
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train") * 2, 1, max_new_tokens=1)]
     items = transitions(episodes)
-    assert [(tr.episode, tr.turn, tr.done) for tr in items] == [(0, 0, False), (0, 1, True), (1, 0, False), (1, 1, True)]
+    assert [(tr.episode, tr.turn, tr.done) for tr in items] == [
+        (0, 0, False),
+        (0, 1, True),
+        (1, 0, False),
+        (1, 1, True),
+    ]
     for k in (0, 2):
         assert items[k].next_state is items[k + 1].state
         assert items[k].next_actions == [c.text for c in items[k + 1].actions]
@@ -119,8 +122,13 @@ def test_played_transitions_carry_the_behaviour_logprobs():
 
 def test_minibatches_cover_every_transition_once_per_pass():
     env = StopEnv()
-    items = transitions([hand_episode(env, [("A", "B"), ("A", "A"), ("B", "A")]), hand_episode(env, [("B", "B")]),
-                         hand_episode(env, [("A", "A"), ("B", "B")])])
+    items = transitions(
+        [
+            hand_episode(env, [("A", "B"), ("A", "A"), ("B", "A")]),
+            hand_episode(env, [("B", "B")]),
+            hand_episode(env, [("A", "A"), ("B", "B")]),
+        ]
+    )
     assert len(items) == 6
 
     def passes(size, seed, n=2):
@@ -138,19 +146,25 @@ def test_minibatches_cover_every_transition_once_per_pass():
     assert first != second and passes(1, seed=0) != passes(1, seed=1)
     assert list(minibatches([], None, torch.Generator())) == []
     # epochs: the passes one after the other, from one generator
-    assert [[id(tr) for tr in mb] for mb in epochs(items, 2, 1, torch.Generator().manual_seed(0))] == \
-        [mb for one_pass in passes(1, seed=0) for mb in one_pass]
+    assert [[id(tr) for tr in mb] for mb in epochs(items, 2, 1, torch.Generator().manual_seed(0))] == [
+        mb for one_pass in passes(1, seed=0) for mb in one_pass
+    ]
 
 
 # -- the optimizer -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("critic,spec,names", [
-    ("centralized", CriticSpec(), ["agent0", "agent1", "critic0"]),
-    ("decentralized", CriticSpec(lr=0.3), ["agent0", "agent1", "critic0", "critic1"]),
-    ("decentralized", CriticSpec(share_agent_adapter=True), ["agent0", "agent1", "critic0", "critic1"]),
-])
+@pytest.mark.parametrize(
+    "critic,spec,names",
+    [
+        ("centralized", CriticSpec(), ["agent0", "agent1", "critic0"]),
+        ("decentralized", CriticSpec(lr=0.3), ["agent0", "agent1", "critic0", "critic1"]),
+        ("decentralized", CriticSpec(share_agent_adapter=True), ["agent0", "agent1", "critic0", "critic1"]),
+    ],
+)
 def test_one_optimizer_moves_agents_and_critics_at_their_own_rates(critic, spec, names):
     torch.manual_seed(0)
-    module = from_config("collm_cc", agents=None, base=TINY, critic=critic, critic_spec=spec, agent_lr=0.1, critic_lr=0.2)
+    module = from_config(
+        "collm_cc", agents=None, base=TINY, critic=critic, critic_spec=spec, agent_lr=0.1, critic_lr=0.2
+    )
     module.build(TwoTurnEnv())
     groups = module.param_groups()
     assert [g["name"] for g in groups] == names
@@ -196,7 +210,9 @@ def test_collm_cc_actor_and_critic_use_td0_targets_of_the_team_reward():
     turn 0: y = 2 + 0.9 * 1.5 = 3.35, delta = 1.85;  turn 1 (last, no bootstrap): y = 4, delta = 2.5.
     Every agent's actor is weighted by the team's delta: actor loss = -2 delta at rho = 1."""
     env = FixedRewardEnv()
-    module = with_constant_critics(from_config("collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA), env)
+    module = with_constant_critics(
+        from_config("collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA), env
+    )
     tr0, tr1 = one_episode(module, env)
     c = C[0]
     for tr, target in ((tr0, 2 + GAMMA * c), (tr1, 4.0)):
@@ -217,7 +233,9 @@ def test_collm_dc_critic_i_uses_agent_is_reward_and_weighs_agent_i():
     turn 0: delta = (1 + 0.9*1.5 - 1.5, 3 + 0.9*(-0.5) + 0.5) = (0.85, 3.05);
     turn 1: delta = (2 - 1.5, 6 + 0.5) = (0.5, 6.5). Actor loss = -(delta_1 + delta_2) at rho = 1."""
     env = FixedRewardEnv()
-    module = with_constant_critics(from_config("collm_dc", agents=None, base=TINY, critic="decentralized", gamma=GAMMA), env)
+    module = with_constant_critics(
+        from_config("collm_dc", agents=None, base=TINY, critic="decentralized", gamma=GAMMA), env
+    )
     tr0, tr1 = one_episode(module, env)
     for tr, deltas in ((tr0, (0.85, 3.05)), (tr1, (0.5, 6.5))):
         _, stats = loss_of(module, [tr])
@@ -230,7 +248,12 @@ def test_collm_dc_critic_i_uses_agent_is_reward_and_weighs_agent_i():
 def test_collm_q_critic_bootstraps_from_the_next_joint_action_and_weighs_actors_by_q():
     """kind q: y = r + gamma Q(h_{t+1}, a_{t+1}) (the same numbers with a constant Q), actor weight Q = c."""
     env = FixedRewardEnv()
-    module = with_constant_critics(from_config("collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA, critic_spec=CriticSpec(kind="q")), env)
+    module = with_constant_critics(
+        from_config(
+            "collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA, critic_spec=CriticSpec(kind="q")
+        ),
+        env,
+    )
     tr0, tr1 = one_episode(module, env)
     for tr, target in ((tr0, 2 + GAMMA * C[0]), (tr1, 4.0)):
         _, stats = loss_of(module, [tr])
@@ -282,7 +305,9 @@ def test_collm_cc_reaches_the_joint_optimum_of_table_1():
     The tiny model cannot put more than about 0.87 on A (seed 0): its final RMSNorm bounds the logit
     gap of A over B at sqrt(d) |(w_A - w_B) * g| = 1.93, so P(A) > 0.8 is close to that ceiling.
     Seeds 0-6 end at P(A) 0.83-0.88 for both agents (they start near 0.5)."""
-    module = from_config("collm_cc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="centralized", **HP)
+    module = from_config(
+        "collm_cc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="centralized", **HP
+    )
     returns, env = train(module, seed=0, steps=40)
     probs = prob_of_first_option(module, env)
     assert all(p > 0.8 for p in probs), (probs, returns)
@@ -290,7 +315,9 @@ def test_collm_cc_reaches_the_joint_optimum_of_table_1():
 
 def test_collm_dc_reaches_the_joint_optimum_of_table_1():
     """CoLLM-DC (one critic per agent, Appendix B): 30 rollouts; seeds 0-6 end at P(A) 0.85-0.89."""
-    module = from_config("collm_dc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="decentralized", **HP)
+    module = from_config(
+        "collm_dc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="decentralized", **HP
+    )
     returns, env = train(module, seed=0, steps=60)
     probs = prob_of_first_option(module, env)
     assert all(p > 0.75 for p in probs), (probs, returns)
@@ -314,11 +341,18 @@ def test_collm_cc_learns_a_sparse_terminal_reward_through_its_critic():
     delta_0 = V(h_1) - V(h_0) (h_0 is the same for every episode, so without the critic's V(h_1)
     a turn-0 answer gets no signal). 60 rollouts of 8 episodes.
 
-    Seeds 0-4 (2026-11-26, 60 rollouts): mean return of the first 5 rollouts 0.39-0.54, of the last 5 0.83-0.88;
-    P(A | h_0) 0.85-0.89 for both agents. At 40 rollouts seed 0's agent 0 was still at 0.70 on this machine's CPU
-    (0.87 on an earlier one: float rounding moves the trajectory)."""
+    Seeds 0-4 at 60 rollouts: mean return of the first 5 rollouts 0.39-0.54, of the last 5 0.83-0.88;
+    P(A | h_0) 0.85-0.89 for both agents. 60 rollouts, not 40: float rounding moves the trajectory with the CPU,
+    and at 40 an agent can still be below the threshold (docs/measurements.md)."""
     env = TwoTurnEnv(reward=terminal_count)
-    module = from_config("collm_cc", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), critic="centralized", gamma=1.0, **HP)
+    module = from_config(
+        "collm_cc",
+        agents=None,
+        base=BaseConfig(name="tiny", device="cpu", seed=0),
+        critic="centralized",
+        gamma=1.0,
+        **HP,
+    )
     returns, env = train(module, env=env, seed=0, steps=60, batch_size=8)
     first, last = statistics.mean(returns[:5]), statistics.mean(returns[-5:])
     assert last > 0.75 and last - first > 0.25, returns
@@ -327,14 +361,14 @@ def test_collm_cc_learns_a_sparse_terminal_reward_through_its_critic():
     assert math.isfinite(sum(returns))
 
 
-# -- each critic's and each actor's term a backward pass of its own (issue 33) ----------------------------
+# -- each critic's and each actor's term a backward pass of its own ----------------------------------------
 @pytest.mark.parametrize("algo", ["collm_cc", "collm_dc", "ippo", "marft_a", "marft_t"])
 def test_separate_terms_give_the_gradient_of_the_one_pass_loss_with_one_forward_alive_at_a_time(algo):
     """``parts`` runs each critic's term and each agent's actor term as separate backward passes (actor-critics:
     critic j, then the agents it advises; MARFT: its MLP critic, then agent by agent, weighted by the agent's
     share of the samples): the gradient of ``loss`` (one backward) and its statistics, while each LLM part
     saves for its backward one forward's activations, not the critic's and every agent's together."""
-    from collab.training.memory import saved_for_backward
+    from collab.runtime.memory import saved_for_backward
 
     env = FixedRewardEnv()
     module = from_config(algo, agents=None, base=TINY)

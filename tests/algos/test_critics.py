@@ -10,8 +10,8 @@ import torch
 from collab.algos.llm_critics import Critics, CriticSpec, global_info
 from collab.envs.base import Env, EnvState
 from collab.errors import UserError
-from collab.policy.models import BaseConfig
 from collab.objectives import value_loss
+from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, AgentTeam
 from tests.support import TwoTurnEnv
 
@@ -20,7 +20,9 @@ TINY = BaseConfig(name="tiny", device="cpu")
 
 def make_team(env: Env, seed: int = 0) -> AgentTeam:
     torch.manual_seed(seed)  # peft draws the LoRA A matrices from the global generator
-    return AgentTeam([AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=list(r.choices)) for r in env.roles], TINY)
+    return AgentTeam(
+        [AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=list(r.choices)) for r in env.roles], TINY
+    )
 
 
 def make_critics(env: Env, mode: str, seed: int = 0, **spec) -> Critics:
@@ -50,7 +52,9 @@ def test_global_information_before_and_after_a_turn():
     s0, s1 = states(env)
     assert global_info(s0, env.horizon, env.reward_max) == M0
     assert global_info(s1, env.horizon, env.reward_max) == M1
-    assert global_info(s1, 3, None).endswith("turn = 1 over a 3-turn episode.\nYour last-turn reward is 0.500 / unknown.")
+    assert global_info(s1, 3, None).endswith(
+        "turn = 1 over a 3-turn episode.\nYour last-turn reward is 0.500 / unknown."
+    )
 
 
 def test_centralized_input_holds_every_agents_history_and_the_global_information():
@@ -214,6 +218,6 @@ def test_global_info_shows_each_critic_its_reward_under_per_agent_rewards():
     from collab.envs.base import EnvState
 
     state = EnvState(task={}, histories=((), ()), turn=1, memory={"last_reward": 1.0, "last_rewards": (1.0, 3.0)})
-    assert global_info(state, 2, 6.0).endswith("reward is 2.000 / 6.")             # centralized: the team mean
-    assert global_info(state, 2, 6.0, agent=0).endswith("reward is 1.000 / 6.")    # decentralized critic 0
-    assert global_info(state, 2, 6.0, agent=1).endswith("reward is 3.000 / 6.")    # decentralized critic 1
+    assert global_info(state, 2, 6.0).endswith("reward is 2.000 / 6.")  # centralized: the team mean
+    assert global_info(state, 2, 6.0, agent=0).endswith("reward is 1.000 / 6.")  # decentralized critic 0
+    assert global_info(state, 2, 6.0, agent=1).endswith("reward is 3.000 / 6.")  # decentralized critic 1

@@ -1,4 +1,4 @@
-"""Issue 14, defect 1: an episode that succeeds earlier is never worth less than one that succeeds later.
+"""An episode that succeeds earlier is never worth less than one that succeeds later.
 
 An early end (the environment terminates, or MAGRPO's early termination) is an absorbing state that
 repeats its reward until the horizon (``objectives.absorbing_reward``); every algorithm's returns go
@@ -11,9 +11,17 @@ import torch
 
 from collab.algos.magrpo import set_group_advantages
 from collab.objectives import absorbing_reward, chain, discounted_returns, gae
-from collab.rollout.experience import transitions
 from collab.rollout.episodes import play
-from collab.rollout.tree import TreeNode, backup_returns, early_ends, expand_tree, joint_indices, sample_values, tree_batch
+from collab.rollout.experience import transitions
+from collab.rollout.tree import (
+    TreeNode,
+    backup_returns,
+    early_ends,
+    expand_tree,
+    joint_indices,
+    sample_values,
+    tree_batch,
+)
 from tests.support import EarlySolveEnv, ScriptedTeam
 
 
@@ -42,13 +50,14 @@ def first_turn_scripted(first_answers):
         j = counters.get(agent, 0)
         counters[agent] = j + 1
         return first_answers[j % len(first_answers)]
+
     return ScriptedTeam(respond)
 
 
 def test_magrpo_tree_turn_1_solve_beats_turn_2_solve():
-    """The issue's case: K = 2, H = 2, gamma 1; sibling 0 solves at turn 1 (4.0), sibling 1 earns 2.5 and
-    solves at turn 2 (4.0). Absorbing end: G0 = 4 + 4 = 8, G1 = 2.5 + 4 = 6.5, advantages +0.75 / -0.75
-    (the reference: +0.75). Keeping only the rewards so far gave G0 = 4 and advantage -1.25."""
+    """An early solve against a later one: K = 2, H = 2, gamma 1; sibling 0 solves at turn 1 (4.0), sibling 1 earns
+    2.5 and solves at turn 2 (4.0). Absorbing end: G0 = 4 + 4 = 8, G1 = 2.5 + 4 = 6.5, advantages +0.75 / -0.75
+    (the reference: +0.75). Keeping only the rewards so far would give G0 = 4 and advantage -1.25."""
     env = EarlySolveEnv(n_agents=2, horizon=2, solve=4.0, partial=2.5)
     batch = tree_batch(first_turn_scripted(["A", "B"]), env, env.tasks("train"), k=2, gamma=1.0)
     set_group_advantages(batch.items, "mean")
@@ -69,21 +78,27 @@ def test_node_termination_follows_the_reference_rule():
     """``node``: all children end when the mean of the node's team rewards exceeds the threshold (strictly)."""
     node = TreeNode(state=None, depth=0, joints=[(0,), (1,)], rewards=[(1.0,), (3.0,)], children=["a", "b"])
     assert early_ends(node, 1.99, "node") == [0, 1]
-    assert early_ends(node, 2.0, "node") == []          # mean 2.0 is not > 2.0
-    assert early_ends(node, 2.0, "branch") == [1]       # branch: each child on its own, >=
+    assert early_ends(node, 2.0, "node") == []  # mean 2.0 is not > 2.0
+    assert early_ends(node, 2.0, "branch") == [1]  # branch: each child on its own, >=
     assert early_ends(node, None, "node") == []
     # in a tree: a node whose two children score A,A -> 4.0 and A,B -> 2.5 (mean 3.25) ends whole at 3.0
     env = EarlySolveEnv(n_agents=2, horizon=3, solve=4.0, partial=2.5)
-    roots = expand_tree(first_turn_scripted(["A", "B"]), env, env.tasks("train"), 2, termination_threshold=3.0,
-                        termination="node")
+    roots = expand_tree(
+        first_turn_scripted(["A", "B"]), env, env.tasks("train"), 2, termination_threshold=3.0, termination="node"
+    )
     assert roots[0].children == [None, None] and roots[0].turns_left == [2, 2]
     backup_returns(roots[0], 1.0)
     assert roots[0].returns[:, 0].tolist() == [12.0, 7.5]  # both repeat their reward for the 2 skipped turns
 
 
 def test_cross_reduction_sum_is_the_reference_scale():
-    node = TreeNode(state=None, depth=0, joints=joint_indices(2, 2, "cross"),
-                    rewards=[(10.0, 10.0), (7.0, 7.0), (7.0, 7.0), (0.0, 0.0)], children=[None] * 4)
+    node = TreeNode(
+        state=None,
+        depth=0,
+        joints=joint_indices(2, 2, "cross"),
+        rewards=[(10.0, 10.0), (7.0, 7.0), (7.0, 7.0), (0.0, 0.0)],
+        children=[None] * 4,
+    )
     backup_returns(node, 1.0)
     assert sample_values(node, 0, 2, "sum").tolist() == [17.0, 7.0]
     assert sample_values(node, 0, 2, "mean").tolist() == [8.5, 3.5]
@@ -140,7 +155,7 @@ def test_reward_shift_is_added_to_every_turn_and_repeats_in_the_absorbing_end():
 
     env = make_env("matrix", preset="table1", reward_shift=-10.0)
     step = env.step(env.reset(env.tasks("train")[0]), ["A", "B"])
-    assert step.rewards == (-3.0, -3.0)                  # 7 - 10
+    assert step.rewards == (-3.0, -3.0)  # 7 - 10
     assert env.reset({}).memory == {} and step.state.memory["last_reward"] == 7.0  # m_t shows the env's own reward
     with pytest.raises(UserError, match="reward_shift must be a number"):
         make_env("matrix", reward_shift="minus four")

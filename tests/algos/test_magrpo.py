@@ -5,11 +5,10 @@ from dataclasses import replace
 import torch
 
 from collab.algos import from_config
-from collab.training.memory import token_budget_chunks
-from collab.algos.magrpo import MAGRPO
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, SamplingSpec
 from collab.rollout.experience import Batch
+from collab.runtime.memory import token_budget_chunks
 from tests.support import CountingEnv, minibatch_gradient
 
 

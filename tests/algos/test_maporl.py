@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from collab.algos import from_config
-from collab.algos.maporl import MAPoRL
 from collab.envs.debate.env import DebateEnv
 from collab.envs.debate.penalties import malformed, repetitive
 from collab.errors import UserError
@@ -77,8 +76,15 @@ def test_fresh_module_gives_every_token_its_answers_reward(seven):
     it, i.e. the answer's reward R: the advantages and returns are R at every token."""
     torch.manual_seed(0)
     env = seven_env(seven)
-    module = from_config("maporl", base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=5)) for _ in range(2)],
-                    token_gamma=1.0, gae_lambda=1.0, kl_coef=0.5, train_from_turn=1)
+    module = from_config(
+        "maporl",
+        base=TINY,
+        agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=5)) for _ in range(2)],
+        token_gamma=1.0,
+        gae_lambda=1.0,
+        kl_coef=0.5,
+        train_from_turn=1,
+    )
     module.build(env)
     batch = module.prepare(module.rollout(env.tasks("train")[:2]))
     responses = batch.items
@@ -137,12 +143,19 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
     assert len(episodes[0].completions) == 2
 
     # the turn-1 members are frozen at build: no gradient (nothing for DDP to synchronise), not in the optimizer
-    trainable = lambda m: {p.requires_grad for p in [*module.team.adapter_parameters(m), *module.value_heads[m].parameters()]}  # noqa: E731
+    def trainable(m):
+        return {p.requires_grad for p in [*module.team.adapter_parameters(m), *module.value_heads[m].parameters()]}
+
     assert [trainable(m) for m in range(4)] == [{False}, {False}, {True}, {True}]
     optimized = {id(p) for g in module.param_groups() for p in g["params"]}
-    assert all(id(p) not in optimized for m in (0, 1) for p in [*module.team.adapter_parameters(m), *module.value_heads[m].parameters()])
+    assert all(
+        id(p) not in optimized
+        for m in (0, 1)
+        for p in [*module.team.adapter_parameters(m), *module.value_heads[m].parameters()]
+    )
     # the auto micro-batch probe runs through a trained member (a frozen one's forward saves nothing for a backward)
-    from collab.training.memory import bytes_per_token
+    from collab.runtime.memory import bytes_per_token
+
     shared = from_config("maporl", base=TINY, agents=one_token(2), per_turn=False, train_from_turn=2)
     shared.build(env)
     assert bytes_per_token(module.team) == pytest.approx(bytes_per_token(shared.team), rel=1e-9)
@@ -161,7 +174,9 @@ def test_kl_to_the_reference_grows_once_the_adapters_move(seven):
     original = module.prepare
     module.prepare = lambda experience: logged.append(original(experience)) or logged[-1]
     train(module, env=env, seed=0, steps=6, batch_size=4)
-    assert abs(logged[0].metrics["train/kl_ref"]) < 1e-3 * logged[-1].metrics["train/kl_ref"]  # float noise against the learned KL
+    assert (
+        abs(logged[0].metrics["train/kl_ref"]) < 1e-3 * logged[-1].metrics["train/kl_ref"]
+    )  # float noise against the learned KL
     assert logged[-1].metrics["train/kl_ref"] > 1e-3
 
 
@@ -187,8 +202,16 @@ def test_maporl_debaters_learn_the_right_answer(seven):
     return is the sum over both turns of the agents' mean score (at most 2).
 
     Seeds 0-4: mean return of the first 5 rollouts 1.38-1.50, of the last 5 1.68-1.84."""
-    module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", seed=0), agents=one_token(2), agent_lr=2e-2,
-                    num_epochs=2, kl_coef=0.0, per_turn=False, train_from_turn=1)
+    module = from_config(
+        "maporl",
+        base=BaseConfig(name="tiny", device="cpu", seed=0),
+        agents=one_token(2),
+        agent_lr=2e-2,
+        num_epochs=2,
+        kl_coef=0.0,
+        per_turn=False,
+        train_from_turn=1,
+    )
     returns, _ = train(module, env=seven_env(seven), seed=0, steps=40, batch_size=8)
     assert statistics.mean(returns[-5:]) > statistics.mean(returns[:5]) + 0.15, returns
     assert statistics.mean(returns[-5:]) > 1.65, returns
@@ -207,8 +230,9 @@ def test_evaluation_reports_the_majority_vote_of_every_turn(seven):
     metrics, episodes = evaluate(module.team, env, env.tasks("eval"), num_samples=3, ks=[1], max_new_tokens=1)
     flat = [ep for eps in episodes for ep in eps]
     for t in (1, 2):
-        by_hand = statistics.mean(majority_vote(ep.state.memory["answers"][t - 1], ep.state.memory["correct"][t - 1])
-                                  for ep in flat)
+        by_hand = statistics.mean(
+            majority_vote(ep.state.memory["answers"][t - 1], ep.state.memory["correct"][t - 1]) for ep in flat
+        )
         assert metrics[f"eval/majority@{t}"] == pytest.approx(by_hand)
         assert metrics[f"eval/majority@{t}"] == pytest.approx(statistics.mean(ep.info[f"majority@{t}"] for ep in flat))
     assert 0 < metrics["eval/majority@1"] < 1
@@ -218,8 +242,14 @@ def test_qlora_base_rollout_and_update(seven):
     """Section 4.2's setting on the CPU: a 4-bit (NF4, bitsandbytes) base with LoRA agents; the reference is the
     quantized base with adapters off, the value heads read its features, and one update moves the adapters."""
     env = seven_env(seven)
-    module = from_config("maporl", base=BaseConfig(name="tiny", device="cpu", quantization="4bit"), agents=one_token(2), agent_lr=1e-2,
-                         per_turn=False, train_from_turn=1)
+    module = from_config(
+        "maporl",
+        base=BaseConfig(name="tiny", device="cpu", quantization="4bit"),
+        agents=one_token(2),
+        agent_lr=1e-2,
+        per_turn=False,
+        train_from_turn=1,
+    )
     module.build(env)
     assert any("4bit" in type(m).__name__ for m in module.team.model_of(0).modules())
     before = [adapters(module, m) for m in range(2)]
@@ -230,8 +260,12 @@ def test_qlora_base_rollout_and_update(seven):
 def test_micro_batches_accumulate_the_same_gradient(seven):
     """The update's backward in micro-batches of 1 response gives the gradient of one pass over all of them."""
     env = seven_env(seven)
-    module = from_config("maporl", base=TINY, agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=4)) for _ in range(2)],
-                    entropy_coef=0.01)
+    module = from_config(
+        "maporl",
+        base=TINY,
+        agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=4)) for _ in range(2)],
+        entropy_coef=0.01,
+    )
     module.build(env)
     torch.manual_seed(0)
     batch = module.prepare(module.rollout(env.tasks("train")[:2]))
@@ -251,8 +285,10 @@ def test_micro_batches_accumulate_the_same_gradient(seven):
 
 # -- early stop on consensus: the absorbing state ----------------------------------------------------------------
 def test_absorb_repeats_the_last_played_turn():
-    assert torch.equal(absorb(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), 2),
-                       torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]))
+    assert torch.equal(
+        absorb(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), 2),
+        torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]),
+    )
     assert absorb([("5", "4"), ("5", "5")], 1) == [("5", "4"), ("5", "5"), ("5", "5")]
     assert absorb([(True,)], 0) == [(True,)]
     with pytest.raises(ValueError):
@@ -272,19 +308,27 @@ def test_episode_rewards_of_an_early_consensus_by_hand():
     torch.testing.assert_close(rewards, torch.tensor([[1.0, 3 / 7], [1.0, 1.0], [1.0, 1.0]]))
     shaped = episode_rewards(scores, answers, correct, 1, 0.5, alpha1=0.2)
     torch.testing.assert_close(shaped - rewards, torch.tensor([[0.0, 0.0], [0.0, 0.2], [0.0, 0.0]]))
-    torch.testing.assert_close(episode_rewards(scores, answers, correct, 0, 0.5),
-                               debate_rewards(scores, torch.tensor(correct), majority_of_others_table(answers, correct), 0.5))
+    torch.testing.assert_close(
+        episode_rewards(scores, answers, correct, 0, 0.5),
+        debate_rewards(scores, torch.tensor(correct), majority_of_others_table(answers, correct), 0.5),
+    )
 
 
 def test_an_earlier_right_consensus_never_lowers_a_reward_by_hand():
     """A = 3, T = 3, gamma 1, the same wrong turn-1 answer of agent 1 (W, R, R at turn 1).
     Early: all right at turn 2 (stop).  Extended means (2/3, 1, 1): R[1, agent1] = (0 + 1 + 1) / 3 = 2/3.
-    Late: two of three right at turn 2, all right at turn 3. Means (2/3, 2/3, 1): R[1, agent1] = (0 + 2/3 + 1) / 3 = 5/9.
+    Late: two of three right at turn 2, all right at turn 3. Means (2/3, 2/3, 1):
+    R[1, agent1] = (0 + 2/3 + 1) / 3 = 5/9.
     Cut at the stop (the reference code), the early debate would give (0 + 1) / 2 = 1/2 < 5/9: the rule would fail."""
     w, r = ("4", False), ("5", True)
+
     def tables(rows):
-        return (torch.tensor([[float(c) for _, c in row] for row in rows]), [tuple(a for a, _ in row) for row in rows],
-                [tuple(c for _, c in row) for row in rows])
+        return (
+            torch.tensor([[float(c) for _, c in row] for row in rows]),
+            [tuple(a for a, _ in row) for row in rows],
+            [tuple(c for _, c in row) for row in rows],
+        )
+
     early = episode_rewards(*tables([[w, r, r], [r, r, r]]), 1, 1.0)
     late = episode_rewards(*tables([[w, r, r], [w, r, r], [r, r, r]]), 0, 1.0)
     assert float(early[0, 0]) == pytest.approx(2 / 3, rel=1e-6) and float(late[0, 0]) == pytest.approx(5 / 9, rel=1e-6)
@@ -309,8 +353,13 @@ def test_an_earlier_right_consensus_never_lowers_a_reward_exhaustively(gamma, ag
 
     def rewards(turns):
         scores = torch.tensor([[float(c) for _, c in row] for row in turns])
-        return episode_rewards(scores, [tuple(a for a, _ in row) for row in turns],
-                               [tuple(c for _, c in row) for row in turns], 3 - len(turns), gamma)
+        return episode_rewards(
+            scores,
+            [tuple(a for a, _ in row) for row in turns],
+            [tuple(c for _, c in row) for row in turns],
+            3 - len(turns),
+            gamma,
+        )
 
     checked = 0
     for k in range(3):  # early: the prefix (k open rows), then the right consensus at turn k + 1
@@ -321,7 +370,7 @@ def test_an_earlier_right_consensus_never_lowers_a_reward_exhaustively(gamma, ag
                 lates += [list(prefix) + list(rest) + [right] for rest in itertools.product(open_rows, repeat=j - k)]
             lates += [list(prefix) + list(rest) for rest in itertools.product(open_rows, repeat=3 - k)]
             for late in lates:
-                assert torch.all(early[:k + 1] >= rewards(late)[:k + 1] - 1e-6), (prefix, late, early)
+                assert torch.all(early[: k + 1] >= rewards(late)[: k + 1] - 1e-6), (prefix, late, early)
                 checked += 1
     assert checked > 100
 
@@ -345,13 +394,16 @@ def test_format_penalty_replaces_the_score_before_definition_1(seven):
     -10, so every Definition 1 reward is -10; without the penalty the rewards stay in [0, 1]."""
     env = seven_env(seven)
     torch.manual_seed(0)
-    module = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2,
-                         train_from_turn=1)
+    module = from_config(
+        "maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, min_response_tokens=2, train_from_turn=1
+    )
     module.build(env)
     experience = module.rollout(env.tasks("train")[:2])
     assert [r.reward for r in experience.items] == [pytest.approx(-10.0)] * 8
     assert experience.stats["train/malformed"] == 1.0
-    plain = from_config("maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, train_from_turn=1)  # "7" and "3" both parse: no penalty
+    plain = from_config(
+        "maporl", base=TINY, agents=one_token(2), format_penalty=-10.0, train_from_turn=1
+    )  # "7" and "3" both parse: no penalty
     plain.build(env)
     experience = plain.rollout(env.tasks("train")[:2])
     assert experience.stats["train/malformed"] == 0.0 and all(0.0 <= r.reward <= 1.0 for r in experience.items)

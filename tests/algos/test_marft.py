@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from collab.algos import from_config
-from collab.policy.mlp_head import CriticHead, base_features
 from collab.envs.base import AgentRole, Env, Score
 from collab.errors import UserError
-from collab.policy.models import BaseConfig
 from collab.objectives import bellman_targets, chain, clipped_surrogate, gae, value_loss
-from collab.rollout.experience import Experience, transitions
-from collab.rollout.episodes import play
-from collab.rollout.protocol import Dependency, fuse
+from collab.policy.mlp_head import CriticHead, base_features
+from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, AgentTeam
+from collab.rollout.episodes import play
+from collab.rollout.experience import Experience, transitions
+from collab.rollout.protocol import Dependency, fuse
 from tests.support import TwoTurnEnv, train
 
 TINY = BaseConfig(name="tiny", device="cpu")
@@ -66,7 +66,7 @@ def test_marft_a_prepare_runs_gae_across_agents_and_steps():
     with torch.no_grad():
         torch.nn.init.normal_(module.critic.net[-1].weight)  # a non-zero critic
         module.prepare(Experience(items, episodes=episodes))
-    values = torch.stack([tr.values for tr in items]).reshape(-1)        # (t0,a1) (t0,a2) (t1,a1) (t1,a2)
+    values = torch.stack([tr.values for tr in items]).reshape(-1)  # (t0,a1) (t0,a2) (t1,a1) (t1,a2)
     step_rewards = torch.tensor([tr.rewards[0] for tr in items])
     rewards = torch.tensor([0, step_rewards[0], 0, step_rewards[1]])
     dones = torch.tensor([0.0, 0, 0, 1])
@@ -143,11 +143,16 @@ def test_marft_a_actor_loss_is_eq2_mean_over_agents_and_steps():
     ratios = [[1.5, 0.7], [0.5, 1.5]]
     for tr, rs, adv in zip(items, ratios, [2.0, -1.0]):
         with torch.no_grad():
-            now = [float(module.team.logprobs(i, [c.prompt_ids], [c.completion_ids])[0].sum()) for i, c in enumerate(tr.actions)]
+            now = [
+                float(module.team.logprobs(i, [c.prompt_ids], [c.completion_ids])[0].sum())
+                for i, c in enumerate(tr.actions)
+            ]
         for c, lp, r in zip(tr.actions, now, rs):
             c.logprobs = [lp - math.log(r)]
         tr.advantages = torch.tensor([adv, adv])
-    loss, entropy, stats = module.actor_loss(items, [0, 1], torch.cat([module.advantages_of(tr, [0, 1]) for tr in items]))
+    loss, entropy, stats = module.actor_loss(
+        items, [0, 1], torch.cat([module.advantages_of(tr, [0, 1]) for tr in items])
+    )
     assert float(loss.detach()) == pytest.approx(-0.375, abs=1e-5)
     assert stats["train/clip_frac"] == pytest.approx(1.0)  # every ratio is outside [0.8, 1.2]
     assert 0 < float(entropy.detach()) <= math.log(2) + 1e-6  # two allowed tokens
@@ -231,7 +236,9 @@ class ThreeAgents(Env):
 @pytest.mark.parametrize("spec", ["chain", "none", "previous", [[], [], [0]], [[[], [0], [0, 1]], [[], [], [1]]]])
 def test_each_agent_sees_exactly_the_actions_d_says(spec):
     env = ThreeAgents()
-    team = AgentTeam([AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=["A", "B"]) for r in env.roles], TINY)
+    team = AgentTeam(
+        [AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=["A", "B"]) for r in env.roles], TINY
+    )
     dep = Dependency(spec, 3)
     torch.manual_seed(0)
     for eps in play(team, env, env.tasks("train"), 2, dependency=dep):
@@ -274,7 +281,9 @@ def changed(before, module, i):
 
 def test_critic_warmup_round_robin_and_early_stop():
     env = TwoTurnEnv()
-    module = from_config("marft_a", agents=None, base=TINY, critic_warmup=1, agent_schedule="round_robin", agent_lr=1e-2, critic_lr=1e-2)
+    module = from_config(
+        "marft_a", agents=None, base=TINY, critic_warmup=1, agent_schedule="round_robin", agent_lr=1e-2, critic_lr=1e-2
+    )
     train_steps = []
 
     original = module.update
@@ -283,15 +292,21 @@ def test_critic_warmup_round_robin_and_early_stop():
         before = [adapters(module, i) for i in range(2)]
         head = [p.detach().clone() for p in module.critic.parameters()]
         out = original(batch)
-        train_steps.append(([changed(before[i], module, i) for i in range(2)],
-                            any(not torch.equal(a, b) for a, b in zip(head, module.critic.parameters()))))
+        train_steps.append(
+            (
+                [changed(before[i], module, i) for i in range(2)],
+                any(not torch.equal(a, b) for a, b in zip(head, module.critic.parameters())),
+            )
+        )
         return out
 
     module.update = recording
     train(module, env=env, seed=0, steps=3, batch_size=4)
     assert train_steps == [([False, False], True), ([True, False], True), ([False, True], True)]
 
-    stopper = from_config("marft_a", agents=None, base=TINY, target_kl=1e-9, num_epochs=3, minibatch_size=1, agent_lr=5e-2)
+    stopper = from_config(
+        "marft_a", agents=None, base=TINY, target_kl=1e-9, num_epochs=3, minibatch_size=1, agent_lr=5e-2
+    )
     logged = []
     original_stop = stopper.update
     stopper.update = lambda batch: logged.append(original_stop(batch)) or logged[-1]
@@ -315,7 +330,10 @@ class SenderEnv(Env):
 
     def __init__(self) -> None:
         super().__init__(1)
-        self.roles = (AgentRole("first", "You act first.", 1, ("A", "B")), AgentRole("second", "You act second.", 1, ("A", "B")))
+        self.roles = (
+            AgentRole("first", "You act first.", 1, ("A", "B")),
+            AgentRole("second", "You act second.", 1, ("A", "B")),
+        )
 
     def tasks(self, split):
         return [{"id": 0}]
@@ -334,7 +352,16 @@ def test_marft_a_credits_the_first_agent_through_the_chain():
     Seeds 0-4: mean return of the first 5 rollouts 0.25-0.73, of the last 5 0.80-0.90. With
     ``dependency: none`` agent 2's observation lacks a^1 and the same seeds end anywhere in 0.15-0.95
     (agent 1's advantages carry no information about its action), so that run is not asserted."""
-    module = from_config("marft_a", agents=None, base=BaseConfig(name="tiny", device="cpu", seed=0), agent_lr=1e-2, critic_lr=3e-3, num_epochs=2,
-                    gamma=1.0, gae_lambda=0.0, entropy_coef=0.0)
+    module = from_config(
+        "marft_a",
+        agents=None,
+        base=BaseConfig(name="tiny", device="cpu", seed=0),
+        agent_lr=1e-2,
+        critic_lr=3e-3,
+        num_epochs=2,
+        gamma=1.0,
+        gae_lambda=0.0,
+        entropy_coef=0.0,
+    )
     returns, _ = train(module, env=SenderEnv(), seed=0, steps=80, batch_size=8)
     assert statistics.mean(returns[-5:]) > 0.75, returns

@@ -1,4 +1,4 @@
-"""A team of two architectures with two tokenizers (issue 34): agent 0 on a tiny Qwen2 with SmolLM2's tokenizer
+"""A team of two architectures with two tokenizers: agent 0 on a tiny Qwen2 with SmolLM2's tokenizer
 (49,152 tokens, ``<|im_start|>`` chat template), agent 1 on a tiny Llama with :func:`other_tokenizer` (2,048
 tokens, ``### User:`` template): the same text has other ids and lengths on each side.
 
@@ -85,7 +85,9 @@ def test_each_agent_reads_and_writes_its_own_tokens(bases):
     its history; agent 1's observation holds agent 0's text. The other tokenizer would read other text."""
     module = module_for("marft_a", bases)
     team, env = module.team, module.env
-    assert team.base_of == ["base0", "base1"] and len(team.tokenizer_of(0)) == 49152 and len(team.tokenizer_of(1)) == 2048
+    assert (
+        team.base_of == ["base0", "base1"] and len(team.tokenizer_of(0)) == 49152 and len(team.tokenizer_of(1)) == 2048
+    )
     episodes = module.rollout(env.tasks("train")).episodes
     assert len(episodes) == 2 and all(len(ep.steps) == 2 for ep in episodes)
     misread = 0
@@ -100,12 +102,17 @@ def test_each_agent_reads_and_writes_its_own_tokens(bases):
                 seen = after[len(before)]
                 assert seen == {"role": "assistant", "content": c.text}
                 assert own.decode(c.completion_ids, skip_special_tokens=True) == c.text
-                misread += max(c.completion_ids) >= len(other) or other.decode(c.completion_ids, skip_special_tokens=True) != c.text
+                misread += (
+                    max(c.completion_ids) >= len(other)
+                    or other.decode(c.completion_ids, skip_special_tokens=True) != c.text
+                )
                 header = "<|im_start|>user" if a == 0 else "### User:"
                 assert header in own.decode(c.prompt_ids)
             assert f"{env.roles[0].name}: {joint[0].text.strip()}" in observed[1][-1]["content"]
             if t:  # the feedback: the other agent's previous response, now in this agent's tokens
-                assert ep.state_at(t).histories[1][-1]["content"] == f"Your writer wrote: {ep.completions[t - 1][0].text}"
+                assert (
+                    ep.state_at(t).histories[1][-1]["content"] == f"Your writer wrote: {ep.completions[t - 1][0].text}"
+                )
     assert misread == 8  # every response: read with the other tokenizer, its ids are out of range or other text
 
 
@@ -131,7 +138,7 @@ def test_marft_central_critic_reads_every_observation_in_its_own_base_tokens(bas
     """MARFT-A's critic is an MLP on agent 0's frozen base: agent 1's observations are re-encoded from their
     text with agent 0's tokenizer and template (not agent 1's ids), and the cached features are the frozen
     base's last hidden state at the observation's last token, computed here row by row without adapters."""
-    from collab.policy.team import adapters_disabled
+    from collab.policy.adapters import adapters_disabled
 
     module = module_for("marft_a", bases)
     team = module.team
@@ -139,8 +146,11 @@ def test_marft_central_critic_reads_every_observation_in_its_own_base_tokens(bas
     critic_tokenizer, model = team.tokenizer_of(0), team.model_of(0)
     assert module.critic_model is model
     rows = module.observation_ids(experience)
-    expected = [encode_chat(critic_tokenizer, experience.episodes[tr.episode].observations[tr.turn][i])
-                for tr in experience.items for i in range(2)]
+    expected = [
+        encode_chat(critic_tokenizer, experience.episodes[tr.episode].observations[tr.turn][i])
+        for tr in experience.items
+        for i in range(2)
+    ]
     assert rows == expected
     assert rows[1] != list(experience.items[0].actions[1].prompt_ids)  # agent 1's own prompt is in other ids
     batch = module.prepare(experience)
@@ -168,7 +178,7 @@ def test_decentralized_critics_read_their_agents_history_on_their_agents_base(ba
         values = critics.state_values([state])[0]
     for j in range(2):
         model, tokenizer = critics.model(j), team.tokenizer_of(j)
-        (_, chat), = critics.inputs(state, critic=j)
+        ((_, chat),) = critics.inputs(state, critic=j)
         ids = encode_chat(tokenizer, chat)
         assert ("Edit the description of item 1." if j else "Describe item 1.") in tokenizer.decode(ids)
         with torch.no_grad():
@@ -186,9 +196,11 @@ def test_automatic_micro_batches_are_sized_on_the_costliest_base(bases):
     per token: with the small-vocabulary Llama as agent 0 it is still the Qwen's (its larger vocabulary costs
     ~10% more a token, measured: the output head runs in chunks), not the first agent's."""
     from collab.policy.team import AgentTeam
-    from collab.training.memory import bytes_per_token
+    from collab.runtime.memory import bytes_per_token
 
-    llama, qwen = (bytes_per_token(AgentTeam([AgentSpec(base=b)], BaseConfig(name=b, device="cpu"))) for b in bases[::-1])
+    llama, qwen = (
+        bytes_per_token(AgentTeam([AgentSpec(base=b)], BaseConfig(name=b, device="cpu"))) for b in bases[::-1]
+    )
     assert qwen > 1.05 * llama
     team = AgentTeam([AgentSpec(base=bases[1]), AgentSpec(base=bases[0])], BaseConfig(name=bases[1], device="cpu"))
     assert bytes_per_token(team) == pytest.approx(qwen, rel=1e-6)
@@ -198,9 +210,24 @@ def test_marft_t_refuses_a_team_of_several_bases_in_one_line(bases, tmp_path, mo
     from collab.fit import main
 
     monkeypatch.chdir(tmp_path)
-    argv = ["--algo", "marft_t", "--data.env", "matrix", "--data.env_options", "{}", "--model.base.name", bases[0],
-            "--model.agents", agents_option(bases), "--trainer.accelerator", "cpu", "--trainer.max_steps", "1",
-            "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    argv = [
+        "--algo",
+        "marft_t",
+        "--data.env",
+        "matrix",
+        "--data.env_options",
+        "{}",
+        "--model.base.name",
+        bases[0],
+        "--model.agents",
+        agents_option(bases),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.max_steps",
+        "1",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+    ]
     assert main(argv) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "every agent must share one base" in errors[0] and "use marft_a" in errors[0]
@@ -212,13 +239,25 @@ def callbacks() -> str:
     """A checkpoint, the adapter folders, the reward summary, a seeded held-out evaluation before and after, and
     the probe of tests/support/ddp_probe.py (a reward that varies with the response where the env's own does
     not: the random models' 6-token answers score 0 at writing, math and debate)."""
-    return json.dumps([
-        {"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
-        {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
-        {"class_path": "collab.training.callbacks.RewardSummary"},
-        {"class_path": "tests.support.ddp_probe.Probe"},
-        {"class_path": "collab.training.callbacks.EvaluationCallback",
-         "init_args": {"at_start": True, "num_samples": 2, "ks": [1], "seed": 0, "max_tasks": 2, "tasks_per_batch": 2}}])
+    return json.dumps(
+        [
+            {"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
+            {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
+            {"class_path": "collab.training.callbacks.RewardSummary"},
+            {"class_path": "tests.support.ddp_probe.Probe"},
+            {
+                "class_path": "collab.training.callbacks.EvaluationCallback",
+                "init_args": {
+                    "at_start": True,
+                    "num_samples": 2,
+                    "ks": [1],
+                    "seed": 0,
+                    "max_tasks": 2,
+                    "tasks_per_batch": 2,
+                },
+            },
+        ]
+    )
 
 
 def agents_option(bases, tokens: int = 6) -> str:
@@ -231,14 +270,33 @@ RUNS = {
     "magrpo": ["--data.env", "writing", "--model.num_generations", "2"],
     "marft_a": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
     "ippo": ["--data.env", "matrix", "--data.env_options", "{}", "--data.num_turns", "2"],
-    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2",
-               "--model.per_turn", "false", "--model.train_from_turn", "1"],  # one adapter per agent, every turn trained
+    "maporl": [
+        "--data.env",
+        "debate",
+        "--data.env_options",
+        "{dataset: addition, agents: 2}",
+        "--data.num_turns",
+        "2",
+        "--model.per_turn",
+        "false",
+        "--model.train_from_turn",
+        "1",
+    ],  # one adapter per agent, every turn trained
 }
 
 
 def run_args(algo: str, bases) -> list[str]:
-    return [*RUNS[algo], "--model.base.name", bases[0], "--model.agents", agents_option(bases),
-            "--data.batch_size", "2", "--trainer.callbacks", callbacks()]
+    return [
+        *RUNS[algo],
+        "--model.base.name",
+        bases[0],
+        "--model.agents",
+        agents_option(bases),
+        "--data.batch_size",
+        "2",
+        "--trainer.callbacks",
+        callbacks(),
+    ]
 
 
 @pytest.mark.parametrize("algo", list(RUNS))
@@ -278,15 +336,45 @@ def test_mixed_team_trains_evaluates_and_resumes(algo, bases, tmp_path, monkeypa
 
 # -- two processes ------------------------------------------------------------------------------------------------
 def ddp_args(bases, tmp: Path, extra: list[str]) -> list[str]:
-    evaluation = {"class_path": "collab.training.callbacks.EvaluationCallback",
-                  "init_args": {"at_start": True, "at_end": False, "num_samples": 2, "ks": [1, 2], "seed": 7,
-                                "max_tasks": 3, "tasks_per_batch": 2}}
-    probe = [{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
-             {"class_path": "tests.support.ddp_probe.Probe"}, evaluation]
-    return ["--algo", "marft_a", *RUNS["marft_a"], "--model.base.name", bases[0], "--model.agents", agents_option(bases),
-            "--data.batch_size", "4", "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
-            "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-            "--trainer.enable_model_summary", "false", "--trainer.callbacks", json.dumps(probe), *extra]
+    evaluation = {
+        "class_path": "collab.training.callbacks.EvaluationCallback",
+        "init_args": {
+            "at_start": True,
+            "at_end": False,
+            "num_samples": 2,
+            "ks": [1, 2],
+            "seed": 7,
+            "max_tasks": 3,
+            "tasks_per_batch": 2,
+        },
+    }
+    probe = [
+        {"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
+        {"class_path": "tests.support.ddp_probe.Probe"},
+        evaluation,
+    ]
+    return [
+        "--algo",
+        "marft_a",
+        *RUNS["marft_a"],
+        "--model.base.name",
+        bases[0],
+        "--model.agents",
+        agents_option(bases),
+        "--data.batch_size",
+        "4",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp / "runs"),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.callbacks",
+        json.dumps(probe),
+        *extra,
+    ]
 
 
 def fit_here(argv: list[str], tmp: Path, monkeypatch, **probe: str) -> int:
@@ -305,32 +393,60 @@ def test_mixed_team_on_two_processes_agrees_with_one(bases, tmp_path, monkeypatc
     synchronised first gradient equals 1 process's on the union of both ranks' rollouts, the held-out
     evaluation before training gives the same figures on both ranks and on 1 process, and the checkpoint
     resumes on 1 process (the pattern of tests/training/test_ddp.py)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "COLLAB_DDP_PROBE": str(tmp_path),
-           "OMP_NUM_THREADS": "1", "COLLAB_DDP_SIGNAL_RANKS": "0", "COLLAB_DDP_CAPTURE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
+        "COLLAB_DDP_PROBE": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+        "COLLAB_DDP_SIGNAL_RANKS": "0",
+        "COLLAB_DDP_CAPTURE": "1",
+    }
     two = ddp_args(bases, tmp_path, ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"])
-    run = subprocess.run([sys.executable, "-m", "collab.fit", *two], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "collab.fit", *two], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2
-    assert ranks[0]["digests"] == ranks[1]["digests"] and ranks[0]["start"] == ranks[1]["start"] != ranks[0]["digests"][0]
+    assert (
+        ranks[0]["digests"] == ranks[1]["digests"] and ranks[0]["start"] == ranks[1]["start"] != ranks[0]["digests"][0]
+    )
     for a, b in zip(ranks[0]["tasks"], ranks[1]["tasks"]):
         assert len(a) == len(b) == 2 and not set(a) & set(b)
 
     ckpt = tmp_path / "runs" / "marft_a" / "version_0" / "checkpoints" / "last.ckpt"
-    assert fit_here(ddp_args(bases, tmp_path, ["--trainer.max_steps", "3", "--ckpt_path", str(ckpt)]), tmp_path,
-                    monkeypatch, COLLAB_DDP_CAPTURE="") == 0
+    assert (
+        fit_here(
+            ddp_args(bases, tmp_path, ["--trainer.max_steps", "3", "--ckpt_path", str(ckpt)]),
+            tmp_path,
+            monkeypatch,
+            COLLAB_DDP_CAPTURE="",
+        )
+        == 0
+    )
     replay = tmp_path / "replay"
     replay.mkdir()
-    assert fit_here(ddp_args(bases, replay, ["--trainer.max_steps", "1"]), replay, monkeypatch,
-                    COLLAB_DDP_REPLAY=str(tmp_path), COLLAB_DDP_CAPTURE="1") == 0
+    assert (
+        fit_here(
+            ddp_args(bases, replay, ["--trainer.max_steps", "1"]),
+            replay,
+            monkeypatch,
+            COLLAB_DDP_REPLAY=str(tmp_path),
+            COLLAB_DDP_CAPTURE="1",
+        )
+        == 0
+    )
     synced, union = torch.load(tmp_path / "grads0.pt"), torch.load(replay / "grads0.pt")
     assert sorted(synced) == sorted(union) and any(".base1." in n for n in union) and any("critic" in n for n in union)
     for name in union:  # float32 sums in another order and over other paddings (tests/training/test_ddp.py)
         scale = float(union[name].abs().max())
         assert float((synced[name] - union[name]).abs().max()) <= 2e-3 * scale + 1e-8, name
     assert sum(float(g.abs().sum()) for g in union.values()) > 0
-    evaluations = [ranks[0]["evaluation"], ranks[1]["evaluation"], json.loads((replay / "rank0.json").read_text())["evaluation"]]
+    evaluations = [
+        ranks[0]["evaluation"],
+        ranks[1]["evaluation"],
+        json.loads((replay / "rank0.json").read_text())["evaluation"],
+    ]
     for e in evaluations:
         e["history"].pop("seconds")
     assert evaluations[0] == evaluations[1]

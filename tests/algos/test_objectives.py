@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from torch.testing import assert_close
 
 from collab.objectives import (
@@ -267,7 +266,9 @@ def test_ratio_stats_by_hand():
 def test_explained_variance_by_hand():
     returns = torch.tensor([1.0, 2.0, 3.0, 4.0])  # variance 1.25
     assert explained_variance(returns, returns) == 1.0
-    assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(0.0, abs=1e-7)  # the mean: nothing explained
+    assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(
+        0.0, abs=1e-7
+    )  # the mean: nothing explained
     # residuals 0.5, -0.5, 0.5, -0.5: variance 0.25, so 1 - 0.25 / 1.25 = 0.8
     assert explained_variance(returns - torch.tensor([0.5, -0.5, 0.5, -0.5]), returns) == pytest.approx(0.8, rel=1e-6)
     assert explained_variance(-returns, returns) == pytest.approx(1 - 5.0 / 1.25, rel=1e-6)  # worse than a constant

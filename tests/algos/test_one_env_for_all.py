@@ -1,10 +1,11 @@
-"""One environment where all seven algorithms train (issue 32): the ``debate`` env on ``small_addition``.
+"""One environment where all seven algorithms train: the ``debate`` env on ``small_addition``.
 
 MAPoRL trains only a debate; the other six take the debate as a POSG with per-agent rewards (each agent's
 verifier score). Each algorithm runs ``collab.fit`` for one update on the tiny model and must log the
-debate's own metrics (every turn's majority vote) and end with its step-1 checkpoint. The tiny model's answers are noise, so the reward is not asserted here; learning is the
-known-optimum tests' (tests/algos/test_known_optimum.py) and the default runs'
-(docs/measurements.md, issue 32).
+debate's own metrics (every turn's majority vote) and end with its step-1 checkpoint. The tiny model's answers
+are noise, so the reward is not asserted here; learning is the known-optimum tests'
+(tests/algos/test_known_optimum.py) and the default runs'
+(docs/measurements.md).
 """
 
 import pytest
@@ -14,9 +15,20 @@ from collab.algos import algo_registry
 from tests.support import fit, load
 
 ALGOS = sorted(algo_registry())
-DEBATE = ["--data.env", "debate", "--data.env_options", "{dataset: small_addition, max_new_tokens: 6}",
-          "--model.agents", "null", "--data.batch_size", "2", "--model.micro_batch_tokens", "4096",
-          "--trainer.callbacks", "[{class_path: collab.training.callbacks.ModelCheckpoint, init_args: {save_last: true}}]"]
+DEBATE = [
+    "--data.env",
+    "debate",
+    "--data.env_options",
+    "{dataset: small_addition, max_new_tokens: 6}",
+    "--model.agents",
+    "null",
+    "--data.batch_size",
+    "2",
+    "--model.micro_batch_tokens",
+    "4096",
+    "--trainer.callbacks",
+    "[{class_path: collab.training.callbacks.ModelCheckpoint, init_args: {save_last: true}}]",
+]
 
 
 def test_every_algorithm_is_listed():

@@ -1,4 +1,4 @@
-"""The training step every algorithm shares (``CollabModule.update``, issue 15).
+"""The training step every algorithm shares (``CollabModule.update``).
 
 Micro-batching is done once, in the skeleton, for every algorithm: a minibatch split into parts of at
 most ``micro_batch_tokens`` padded tokens (here 1: every item alone) must give the gradient and the loss
@@ -11,10 +11,21 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.support import EarlySolveEnv, minibatch_gradient
 from tests.algos.test_known_optimum import make
+from tests.support import EarlySolveEnv, minibatch_gradient
 
 ALGOS = ["magrpo", "collm_cc", "collm_dc", "ippo", "marft_a", "marft_t"]
+FAMILIES = {
+    "magrpo": 1,
+    "maporl": 1,
+    "collm_cc": 1 + 2,
+    "collm_dc": 2 + 2,
+    "ippo": 2 + 2,
+    "marft_a": 1 + 2,
+    "marft_t": 1 + 2,
+}
+"""Each algorithm's terms per micro-batch of a 2-agent team: one (one forward gives the loss), or each critic's
+and each agent's actor term."""
 
 
 def gradient(module, batch, budget):
@@ -73,18 +84,20 @@ def test_a_refused_update_moves_nothing_and_ends_the_rollout(one_thread):
 
 def test_every_algorithm_has_the_one_contract():
     """rollout(tasks) -> Experience, prepare(experience) -> Batch, normalizers(minibatch, batch, index) ->
-    Normalizers, loss(micro, scale): the same signatures in every algorithm, and none of the old second names."""
+    Normalizers, terms(micro, scale) -> [Term]: the same signatures in every algorithm, none of the old second
+    names, and no algorithm's own ``loss``: a micro-batch's loss is the sum of its terms, in the base class alone."""
     import inspect
 
     from collab.algos import algo_registry
     from collab.algos.base import CollabModule
 
-    hooks = ("rollout", "prepare", "normalizers", "loss", "accept")
+    hooks = ("rollout", "prepare", "normalizers", "terms", "accept")
     for name, cls in algo_registry().items():
         for hook in hooks:
             ours = list(inspect.signature(getattr(cls, hook)).parameters)
             assert ours == list(inspect.signature(getattr(CollabModule, hook)).parameters), (name, hook, ours)
         assert not any(hasattr(cls, old) for old in ("losses", "begin_update", "accumulate", "optimizer_update")), name
+        assert cls.loss is CollabModule.loss and cls.parts is CollabModule.parts, name
 
 
 def test_the_dataloader_yields_this_ranks_tasks_only():
@@ -102,3 +115,142 @@ def test_the_dataloader_yields_this_ranks_tasks_only():
     batches = iter(dm.train_dataloader())
     for _ in range(3):
         assert next(batches) == shard(expected.next(), 1, 2)
+
+
+# -- a micro-batch's loss is the sum of its terms ------------------------------------------------------------
+def surrogate(logprobs, old_logprobs, advantages):
+    """-rho A with rho = pi / pi_old: PPO's clipped surrogate where no clip is active (rho ~ 1 before an update)."""
+    return -(torch.exp(logprobs - old_logprobs.to(logprobs)) * advantages.to(logprobs))
+
+
+def one_pass(module, micro, scale):
+    """The micro-batch's loss as one expression, from each paper's definition (its share of the minibatch:
+    ``len(micro) / scale.count``, MAPoRL's of its tokens). MARFT: value_coef L_critic + L_actor - entropy_coef H,
+    the actor loss and entropy means over every trained agent's samples at once; CoLLM and IPPO: the critics' mean
+    value loss plus every agent's policy loss, weighted by its critic's advantages; MAGRPO: each agent's mean of
+    -rho A over its samples, summed; MAPoRL: Section 3.2's token means, -rho A + value_coef (V - V_target)^2."""
+    from collab.algos.actor_critic import ActorCritic
+    from collab.algos.maporl import MAPoRL
+    from collab.algos.marft import MARFT
+
+    team, weight = module.team, len(micro) / scale.count
+    if isinstance(module, MARFT):
+        critic, _ = module.critic_loss(micro)
+        actor, entropy, _ = module.actor_loss(micro, scale.agents, torch.cat(scale.advantages))
+        return (module.value_coef * critic + actor - module.entropy_coef * entropy) * weight
+    if isinstance(module, ActorCritic):
+        loss = 0.0
+        for j in range(len(module.critics)):
+            critic, advantages, _ = module.critic_loss(micro, scale, j)  # already divided by the number of critics
+            loss = loss + critic
+            for k, agent in enumerate(module.advised(j)):
+                actions = [tr.actions[agent] for tr in micro]
+                logprobs = torch.stack(
+                    [
+                        t.sum()
+                        for t in team.logprobs(
+                            [agent] * len(micro), [c.prompt_ids for c in actions], [c.completion_ids for c in actions]
+                        )
+                    ]
+                )
+                loss = loss + surrogate(logprobs, torch.tensor([c.logprob for c in actions]), advantages[:, k]).mean()
+        return loss * weight
+    rows = ([s.member for s in micro], [s.prompt_ids for s in micro], [s.completion_ids for s in micro])
+    if isinstance(module, MAPoRL):
+        assert module.entropy_coef == 0
+        advantages = torch.cat(scale.advantages)
+        actor = surrogate(torch.cat(team.logprobs(*rows)), torch.cat([r.old_logprobs for r in micro]), advantages)
+        values = torch.cat([module.value_heads[r.member](r.features) for r in micro])
+        returns = torch.cat([r.returns for r in micro]).to(values)
+        return advantages.numel() / scale.count * (actor.mean() + module.value_coef * ((values - returns) ** 2).mean())
+    logprobs = torch.stack([t.sum() for t in team.logprobs(*rows)])
+    per_agent = torch.tensor([scale.per_agent[s.agent] for s in micro])
+    return (
+        surrogate(logprobs, torch.tensor([s.old_logprob for s in micro]), torch.tensor([s.advantages for s in micro]))
+        / per_agent.to(logprobs)
+    ).sum()
+
+
+@pytest.mark.parametrize("algo", list(FAMILIES))
+def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path):
+    """Each algorithm's terms, run as the update runs them (a backward pass each), give the loss, the gradient and
+    ``train/loss`` of the paper's loss written as one expression (:func:`one_pass`), one term per forward and in
+    order: one for MAGRPO and MAPoRL (every agent at once), else critic j's, then the actor terms of the agents it
+    advises, each moving only its own parameters. MAPoRL and MARFT-T answer a debate in up to 3 and 5 free tokens,
+    so that MARFT-T's agents have unequal numbers of tokens (an agent's term is weighted by its share of them)."""
+    import json
+
+    from collab.algos import from_config
+    from collab.envs.debate.env import DebateEnv
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec, SamplingSpec
+
+    torch.manual_seed(0)  # the adapters' initialisation
+    if algo in ("maporl", "marft_t"):
+        dataset = tmp_path / "seven.json"
+        dataset.write_text(json.dumps([{"problem": f"Question {i}: say 7.", "answer": "7"} for i in range(4)]))
+        env = DebateEnv(dataset=str(dataset), agents=2, horizon=2, train_split="[0:4]", eval_split="[0:4]")
+        options = dict(train_from_turn=1, normalize_advantages=False) if algo == "maporl" else dict(entropy_coef=0.01)
+        module = from_config(
+            algo,
+            base=BaseConfig(name="tiny", device="cpu", seed=0),
+            agents=[AgentSpec(sampling=SamplingSpec(max_new_tokens=n)) for n in (3, 5)],
+            **options,
+        )
+    elif algo in ("collm_cc", "collm_dc", "ippo"):  # each agent's own rewards: each critic's advantages its own
+        from tests.algos.test_actor_critic import FixedRewardEnv
+
+        env, module = FixedRewardEnv(), make(algo, seed=0)
+    else:
+        env, module = EarlySolveEnv(n_agents=2, horizon=2), make(algo, seed=0)
+    module.build(env)
+    module.rollouts, module.micro_batch_tokens, module.critic_warmup = 1, None, 0  # one micro-batch; actors train
+    torch.manual_seed(0)
+    experience = module.rollout(env.tasks("train")[:2] * (1 if algo in ("maporl", "marft_t") else 2))
+    batch = module.prepare(experience)
+    if algo == "magrpo":  # mixed signs and zeros, unequal counts per agent
+        for j, s in enumerate(experience.items):
+            s.advantages = float(j % 3) - 1.0
+        batch = replace(batch, items=experience.items[:-1])
+    if algo == "marft_t":  # the debate's rewards are 0 here: advantages and returns of both signs instead
+        for tr in batch.items:
+            tr.advantages, tr.returns = torch.randn_like(tr.advantages), torch.randn_like(tr.returns)
+    items = batch.items
+    scale = module.normalizers(items, batch, 0)
+    if algo == "marft_t":
+        tokens = [sum(len(tr.actions[i].completion_ids) for tr in items) for i in range(2)]
+        assert tokens[0] != tokens[1], tokens
+    groups = module.param_groups()
+    params = [p for group in groups for p in group["params"]]
+
+    def grads():
+        out = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+        for p in params:
+            p.grad = None
+        return out
+
+    stats: dict[str, float] = {}
+    split, order = [torch.zeros_like(p) for p in params], []
+    for part in module.parts(items, scale, stats):  # as the update runs them: what each backward pass moves
+        part().backward()
+        order.append(
+            [g["name"] for g in groups if any(p.grad is not None and p.grad.abs().sum() > 0 for p in g["params"])]
+        )
+        split = [total + g for total, g in zip(split, grads())]
+    a0, a1 = module.team.names[:2]
+    expected = {
+        "collm_cc": [["critic0"], [a0], [a1]],
+        "marft_a": [["critic"], [a0], [a1]],  # critic j, then its agents
+        "collm_dc": [["critic0"], [a0], ["critic1"], [a1]],
+        "marft_t": [["critic"], [a0], [a1]],
+    }
+    expected["ippo"] = expected["collm_dc"]
+    assert order == expected.get(algo, [[g["name"] for g in groups]])  # one term: every agent (and head) at once
+    assert len(order) == FAMILIES[algo]
+    whole = one_pass(module, items, scale)
+    whole.backward()
+    expected = grads()
+    assert stats["train/loss"] == pytest.approx(float(whole.detach()), rel=1e-5, abs=1e-6)
+    assert any(g.abs().sum() > 0 for g in expected)
+    for a, b in zip(expected, split):  # another summation order: float32 noise relative to each tensor's scale
+        assert torch.allclose(a, b, atol=1e-5 * float(a.abs().max()) + 1e-12, rtol=1e-5)

@@ -17,7 +17,7 @@ def bench():
 
 
 def test_figures_come_from_the_progress_lines(bench):
-    from collab.training.callbacks import RolloutLines
+    from collab.training.progress import RolloutLines
 
     out = io.StringIO()
     lines = RolloutLines(stream=out)

@@ -46,11 +46,31 @@ def smoke(tmp_path_factory) -> tuple[int, str]:
     (root / "pytest.log").write_text(PYTEST_LOG)
     (root / "setup.md").write_text("- not installed: vllm: package index: no network\n")
     out = root / "report.md"
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--out", str(out),
-                           "--setup", str(root / "setup.md"), "--tests-log", str(root / "pytest.log"), "--tests-status", "0"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/gpu_check.py",
+            "--cpu-smoke",
+            "--out",
+            str(out),
+            "--setup",
+            str(root / "setup.md"),
+            "--tests-log",
+            str(root / "pytest.log"),
+            "--tests-status",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.is_file(), proc.stderr[-3000:]
     return proc.returncode, out.read_text()
 
@@ -71,8 +91,15 @@ def test_the_smoke_run_writes_every_section_in_order(smoke):
     status, report = smoke
     assert status == 0, report
     titles = re.findall(r"^#+ (.+)$", report, re.M)
-    expected = ["collab GPU check", "Setup", "GPU tests", "Rollout", "Training steps", "Largest base that fits",
-                "Could not run"]
+    expected = [
+        "collab GPU check",
+        "Setup",
+        "GPU tests",
+        "Rollout",
+        "Training steps",
+        "Largest base that fits",
+        "Could not run",
+    ]
     assert [t for t in titles if t != "QLoRA 4-bit"] == expected
     head = report.split("\n## ")[0]
     assert re.search(r"^- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", head, re.M)
@@ -119,7 +146,9 @@ def test_the_fit_search_counts_every_shape_by_hand_and_runs_the_tiny_one(smoke, 
 
 def test_what_could_not_run_is_listed_with_its_reason(smoke):
     missing = section(smoke[1], "Could not run")
-    assert "- largest base that fits: 1.5B, 3B, 7B, 14B, 32B, 72B counted on the meta device only: needs CUDA" in missing
+    assert (
+        "- largest base that fits: 1.5B, 3B, 7B, 14B, 32B, 72B counted on the meta device only: needs CUDA" in missing
+    )
     if importlib.util.find_spec("vllm") is None:
         assert "- vLLM engine tokens/s: vllm is not installed" in missing
     else:
@@ -136,31 +165,49 @@ def test_what_could_not_run_is_listed_with_its_reason(smoke):
 GIB = 2**30
 
 
-@pytest.mark.parametrize("free, fails_at, error, tried, results, largest", [
-    # 40 GiB free, out of memory at 7B: the search stops there
-    (40 * GIB, "7B", "oom", 3, ["fits", "fits", "out of memory", "not tried", "not tried", "not tried"], "3B"),
-    # 20 GiB free: 14B's 27.5 GiB of bf16 weights are predicted not to fit, and it is not allocated
-    (20 * GIB, None, None, 3, ["fits", "fits", "fits", "predicted not to fit", "not tried", "not tried"], "7B"),
-    # another failure ends the search too, and is listed
-    (40 * GIB, "3B", "bug", 2, ["fits", "failed", "not tried", "not tried", "not tried", "not tried"], "1.5B"),
-], ids=["out-of-memory-at-7B", "predicted-at-14B", "failure-at-3B"])
-def test_the_fit_search_stops_at_the_first_base_that_does_not_fit(bench, monkeypatch, tmp_path, free, fails_at, error,
-                                                                  tried, results, largest):
+@pytest.mark.parametrize(
+    "free, fails_at, error, tried, results, largest",
+    [
+        # 40 GiB free, out of memory at 7B: the search stops there
+        (40 * GIB, "7B", "oom", 3, ["fits", "fits", "out of memory", "not tried", "not tried", "not tried"], "3B"),
+        # 20 GiB free: 14B's 27.5 GiB of bf16 weights are predicted not to fit, and it is not allocated
+        (20 * GIB, None, None, 3, ["fits", "fits", "fits", "predicted not to fit", "not tried", "not tried"], "7B"),
+        # another failure ends the search too, and is listed
+        (40 * GIB, "3B", "bug", 2, ["fits", "failed", "not tried", "not tried", "not tried", "not tried"], "1.5B"),
+    ],
+    ids=["out-of-memory-at-7B", "predicted-at-14B", "failure-at-3B"],
+)
+def test_the_fit_search_stops_at_the_first_base_that_does_not_fit(
+    bench, monkeypatch, tmp_path, free, fails_at, error, tried, results, largest
+):
     stepped = []
 
     def step(ctx, algo, base, steps):
         shape = Path(base.name).name
         stepped.append(shape)
         if shape == fails_at:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB") if error == "oom" \
+            raise (
+                torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+                if error == "oom"
                 else ValueError("a bug")
+            )
         return {"seconds": 1.0, "peak": 1.0 * GIB}
 
     monkeypatch.setattr(bench, "algo_step", step)
     monkeypatch.setattr(bench, "free_bytes", lambda ctx: free)
     monkeypatch.setattr(bench, "base_folder", lambda shape, root: str(Path(root) / shape))
-    ctx = bench.Context(shape="1.5B", device="cuda", dtype="bfloat16", samples=8, new_tokens=128, repeats=1, problems=8,
-                        fit_shapes=bench.FIT, fit_run=bench.FIT, workdir=str(tmp_path))
+    ctx = bench.Context(
+        shape="1.5B",
+        device="cuda",
+        dtype="bfloat16",
+        samples=8,
+        new_tokens=128,
+        repeats=1,
+        problems=8,
+        fit_shapes=bench.FIT,
+        fit_run=bench.FIT,
+        workdir=str(tmp_path),
+    )
     bench.part_fit(ctx)
     fit = rows("\n".join(ctx.sections["Largest base that fits"]))
     assert [re.split(r" \(|:", fit[s][3])[0] for s in bench.FIT] == results
@@ -175,13 +222,21 @@ def test_without_cuda_the_script_and_the_shell_refuse_in_one_line(bench, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: no CUDA device here") and "--cpu-smoke" in err[0]
     assert not (tmp_path / "r.md").exists()
-    shell = subprocess.run(["bash", "scripts/gpu_check.sh", "--out", str(tmp_path / "r.md")], cwd=ROOT, capture_output=True,
-                           text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=120)
+    shell = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--out", str(tmp_path / "r.md")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+        timeout=120,
+    )
     assert shell.returncode == 2 and shell.stderr.startswith("error: torch ") and "--cpu-smoke" in shell.stderr
     assert len(shell.stderr.strip().splitlines()) == 1
 
 
 def test_the_shell_refuses_an_unknown_option_in_one_line():
-    shell = subprocess.run(["bash", "scripts/gpu_check.sh", "--fast"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    shell = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--fast"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert shell.returncode == 2
     assert shell.stderr == "error: unknown option --fast; valid: --out REPORT.md, --quick, --cpu-smoke\n"

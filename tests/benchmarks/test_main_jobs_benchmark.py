@@ -1,4 +1,4 @@
-"""benchmarks/main_jobs.py sums the resident memory of a job's whole process tree (issue 33's precision: a
+"""benchmarks/main_jobs.py sums the resident memory of a job's whole process tree (a
 job's children count): checked on this process with a child that holds 200 MiB."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import pytest
 
 from tests.support.benchmarks import load
 
-HOLD = "import sys, time; block = bytearray(200 * 2**20); sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(60)"
+HOLD = (
+    "import sys, time; block = bytearray(200 * 2**20); sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(60)"
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
@@ -32,9 +34,11 @@ def test_the_tree_rss_counts_the_children():
 
 def spawning(code: str) -> str:
     """A process that starts ``code`` as its child and passes on the child's first line."""
-    return ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', " + repr(code) + "], "
-            "stdout=subprocess.PIPE, text=True); sys.stdout.write(child.stdout.readline()); sys.stdout.flush(); "
-            "time.sleep(60)")
+    return (
+        "import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', " + repr(code) + "], "
+        "stdout=subprocess.PIPE, text=True); sys.stdout.write(child.stdout.readline()); sys.stdout.flush(); "
+        "time.sleep(60)"
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
@@ -42,15 +46,17 @@ def test_the_children_files_and_the_proc_scan_find_the_same_tree(monkeypatch):
     """A chain of three processes (the last holds 200 MiB): the walk through /proc/<pid>/task/<tid>/children
     finds all three, as the scan of every process's parent (the fallback where the kernel has no children
     files) does."""
-    from collab.evaluation import grid
+    from collab.compare import running
 
-    parent = subprocess.Popen([sys.executable, "-c", spawning(spawning(HOLD))], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", spawning(spawning(HOLD))], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         assert parent.stdout.readline().strip() == "ready"
-        walked = grid._process_tree(parent.pid)
-        monkeypatch.setattr(grid, "_children", lambda pid: None)
-        scanned = grid._process_tree(parent.pid)
-        rss = grid.tree_rss(parent.pid)
+        walked = running._process_tree(parent.pid)
+        monkeypatch.setattr(running, "_children", lambda pid: None)
+        scanned = running._process_tree(parent.pid)
+        rss = running.tree_rss(parent.pid)
     finally:
         os.killpg(parent.pid, 9)
         parent.wait()

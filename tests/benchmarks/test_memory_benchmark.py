@@ -3,7 +3,6 @@ and account their tensors as the designs say (collab: one base + adapters; refer
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.support.benchmarks import load
@@ -15,8 +14,9 @@ def bench():
 
 
 def run(bench, method: str) -> dict:
-    args = bench.parse_args(["--model", "tiny", "--batch", "1", "--prompt-tokens", "16", "--response-tokens", "8",
-                             "--method", method])
+    args = bench.parse_args(
+        ["--model", "tiny", "--batch", "1", "--prompt-tokens", "16", "--response-tokens", "8", "--method", method]
+    )
     return bench.measure(args)
 
 
@@ -36,8 +36,18 @@ def test_collab_and_reference_figures(bench):
 
 
 def test_report_prints_ratios(bench, capsys):
-    fake = {"threads": 2, "rss_import_kib": 1000, "rss_built_kib": 1200, "params": 4 * 2**20, "grads": 2**20,
-            "optim": 2 * 2**20, "activations": 2**20, "trainable": 10, "build_s": 1.0, "step_s": 2.0}
+    fake = {
+        "threads": 2,
+        "rss_import_kib": 1000,
+        "rss_built_kib": 1200,
+        "params": 4 * 2**20,
+        "grads": 2**20,
+        "optim": 2 * 2**20,
+        "activations": 2**20,
+        "trainable": 10,
+        "build_s": 1.0,
+        "step_s": 2.0,
+    }
     res = {"collab": {**fake, "rss_peak_kib": 2000}, "reference": {**fake, "rss_peak_kib": 5000}}
     bench.report(bench.parse_args(["--model", "tiny"]), res)
     out = capsys.readouterr().out

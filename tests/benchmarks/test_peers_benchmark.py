@@ -19,6 +19,10 @@ def test_the_joint_reward_is_zero_at_the_target_lengths_and_falls_linearly():
 def test_collab_runs_beside_each_named_peer_once_per_comparison():
     peers = load("peers")
     assert peers.plan(["collab", "comlrl-lora"]) == [("magrpo", "collab"), ("magrpo", "comlrl-lora")]
-    assert peers.plan(["collab", "trl", "comlrl"]) == [("magrpo", "collab"), ("magrpo", "comlrl"),
-                                                         ("grpo", "collab"), ("grpo", "trl")]
+    assert peers.plan(["collab", "trl", "comlrl"]) == [
+        ("magrpo", "collab"),
+        ("magrpo", "comlrl"),
+        ("grpo", "collab"),
+        ("grpo", "trl"),
+    ]
     assert peers.plan(["trl"]) == [("grpo", "trl")]

@@ -8,6 +8,7 @@ import pytest
 
 from collab.algos import algo_registry, from_config
 from collab.errors import UserError
+from tests.support.presets import ROOT, preset_runs
 
 ALGOS = sorted(algo_registry())
 ATTRIBUTE = {"num_generations": "k", "critic": "critic_mode", "agents": "agent_specs"}
@@ -97,36 +98,55 @@ def test_a_later_team_replaces_the_packaged_team_whole(source, tmp_path, capsys)
     agents = yaml.safe_load(capsys.readouterr().out)["model"]["agents"]
     direct = [dataclasses.asdict(a) for a in from_config("marft_a", base={"name": "tiny"}, agents=team).agent_specs]
     assert agents == direct
-    assert [(a["lr"], a["sampling"]["temperature"], a["sampling"]["max_new_tokens"]) for a in agents] == \
-        [(None, 1.0, 7), (None, 1.0, 9)][:len(team)]
+    assert [(a["lr"], a["sampling"]["temperature"], a["sampling"]["max_new_tokens"]) for a in agents] == [
+        (None, 1.0, 7),
+        (None, 1.0, 9),
+    ][: len(team)]
 
 
 def test_parser_args_reset_the_team_before_each_source_that_sets_it(tmp_path):
-    from pathlib import Path
+    import yaml
 
-    from collab.training.configs import parser_args
+    from collab.config import parser_args, read_command_line
 
     team, other = tmp_path / "team.yaml", tmp_path / "other.yaml"
     team.write_text("model:\n  agents: [{lr: 0.1}]\n")
     other.write_text("model:\n  agent_lr: 0.1\n")
-    packaged = [Path("algo.yaml"), team]
-    argv = ["--config", str(other), f"--config={team}", "--model.agents", "[]", "--model.agent_lr", "1",
-            "--model.agents=null"]
-    assert parser_args(packaged, argv) == [
-        "--config", "algo.yaml", "--model.agents", "null", "--config", str(team),
-        "--config", str(other), "--model.agents", "null", f"--config={team}",
-        "--model.agents", "null", "--model.agents", "[]", "--model.agent_lr", "1",
-        "--model.agents", "null", "--model.agents=null"]
+    argv = [
+        "--config",
+        str(other),
+        f"--config={team}",
+        "--model.agents",
+        "[]",
+        "--model.agent_lr",
+        "1",
+        "--model.agents=null",
+    ]
+    args = parser_args({"model": {"agents": [{"lr": 0.5}]}}, read_command_line(argv))
+    assert yaml.safe_load(args[1]) == {"model": {"agents": [{"lr": 0.5}]}} and args[0] == "--config"
+    assert args[2:] == [
+        "--config",
+        str(other),
+        "--model.agents",
+        "null",
+        f"--config={team}",
+        "--model.agents",
+        "null",
+        "--model.agents",
+        "[]",
+        "--model.agent_lr",
+        "1",
+        "--model.agents",
+        "null",
+        "--model.agents=null",
+    ]
 
 
 def _preset_runs():
-    """(config, algo, extra argv) for every preset (its algorithm: the file name's prefix) and every grid config
-    of conf/compare (with each algorithm, on debate)."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2] / "conf"
-    names = sorted(algo_registry(), key=len, reverse=True)
-    runs = [(p, next(a for a in names if p.stem.startswith(a)), []) for p in sorted((root / "presets").glob("*.yaml"))]
+    """(config, algo, extra argv) for every preset (with each algorithm it is for) and every grid config of
+    conf/compare (with each algorithm, on debate)."""
+    root = ROOT / "conf"
+    runs = [(p, a, []) for p, a in preset_runs()]
     runs += [(p, a, ["--data.env", "debate"]) for p in sorted((root / "compare").glob("*.yaml")) for a in ALGOS]
     return [pytest.param(*run, id=f"{run[0].parent.name}/{run[0].stem}-{run[1]}") for run in runs]
 
@@ -138,9 +158,7 @@ def test_a_config_gets_its_own_team(config, algo, extra, capsys):
     trained at the packaged small-model rates of their agents (1e-4 with 1e-3 or 3e-4)."""
     import yaml
 
-    from collab.algos.configured import typed
     from collab.fit import print_config
-    from collab.policy.team import AgentSpec
 
     team = (yaml.safe_load(config.read_text()).get("model") or {}).get("agents")
     if team is None:
@@ -148,4 +166,4 @@ def test_a_config_gets_its_own_team(config, algo, extra, capsys):
     with pytest.raises(SystemExit):
         print_config(algo, ["--config", str(config), *extra, "--print_config"])
     agents = yaml.safe_load(capsys.readouterr().out)["model"]["agents"]
-    assert agents == [dataclasses.asdict(typed(AgentSpec, a)) for a in team]
+    assert agents == [dataclasses.asdict(a) for a in from_config(algo, base={"name": "tiny"}, agents=team).agent_specs]

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,8 +19,10 @@ PRESETS = sorted((ROOT / "conf" / "presets").glob("*.yaml"))
 
 
 def test_every_config_is_seeded():
+    from collab.config import packaged_config
+
     for algo in algo_registry():
-        config = yaml.safe_load((ROOT / "conf" / "algo" / f"{algo}.yaml").read_text())
+        config = packaged_config(algo)
         assert config["seed_everything"] == 0 and config["data"]["seed"] == 0, algo
 
 
@@ -42,10 +43,28 @@ def test_root_dir_takes_the_run_and_a_preset_saves_last(tmp_path):
     ./runs; the run uses a preset that named Lightning's checkpoint before (one step on the tiny model)."""
     cwd, root = tmp_path / "cwd", tmp_path / "elsewhere" / "root"
     cwd.mkdir()
-    result = fit("--algo", "magrpo", "--config", str(ROOT / "conf" / "presets" / "magrpo_coding.yaml"),
-                 "--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "1", "--model.agents", "null",
-                 "--model.num_generations", "2", "--trainer.max_steps", "1", *TINY,
-                 "--trainer.default_root_dir", str(root), cwd=cwd)
+    result = fit(
+        "--algo",
+        "magrpo",
+        "--config",
+        str(ROOT / "conf" / "presets" / "magrpo_coding.yaml"),
+        "--data.env",
+        "matrix",
+        "--data.env_options",
+        "{}",
+        "--data.batch_size",
+        "1",
+        "--model.agents",
+        "null",
+        "--model.num_generations",
+        "2",
+        "--trainer.max_steps",
+        "1",
+        *TINY,
+        "--trainer.default_root_dir",
+        str(root),
+        cwd=cwd,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run = root / "magrpo" / "version_0"
     assert list(run.glob("events.out.tfevents.*")), "no TensorBoard log under the root"
@@ -54,7 +73,9 @@ def test_root_dir_takes_the_run_and_a_preset_saves_last(tmp_path):
     assert json.loads((run / "reward_summary.json").read_text())["rollouts"] == 1
     assert not (cwd / "runs").exists() and not (cwd / "lightning_logs").exists()
     configs = [line for line in result.stderr.splitlines() if line.startswith("config: ")]
-    assert len(configs) == 1 and "magrpo.yaml + env/matrix.yaml + --config" in configs[0], result.stderr[-2000:]
+    assert len(configs) == 1 and "base.yaml + env/matrix.yaml + algo/magrpo.yaml + --config" in configs[0], (
+        result.stderr[-2000:]
+    )
 
 
 def trainer_of(*args: str):
@@ -69,20 +90,41 @@ def test_lightning_options_take_effect(tmp_path, monkeypatch):
     from collab.training.callbacks import RewardSummary
 
     monkeypatch.chdir(tmp_path)
-    trainer = trainer_of("--trainer.max_steps", "3", "--trainer.precision", "bf16-mixed", "--trainer.accelerator", "cpu",
-                         "--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp",
-                         "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", "root")
+    trainer = trainer_of(
+        "--trainer.max_steps",
+        "3",
+        "--trainer.precision",
+        "bf16-mixed",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.devices",
+        "1",
+        "--trainer.num_nodes",
+        "2",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.default_root_dir",
+        "root",
+    )
     assert trainer.max_steps == 3 and trainer.precision == "bf16-mixed" and trainer.num_nodes == 2
     assert type(trainer.accelerator).__name__ == "CPUAccelerator" and trainer.num_devices == 1
     assert type(trainer.strategy).__name__ == "DDPStrategy" and trainer.default_root_dir.endswith("root")
     assert not any(isinstance(c, ProgressBar) for c in trainer.callbacks)
     assert trainer.logger.save_dir.endswith("root")  # the packaged logger follows the root
-    trainer = trainer_of("--trainer.logger", "false", "--trainer.callbacks",
-                         '[{class_path: collab.training.callbacks.RewardSummary, init_args: {window: 2}}]',
-                         "--trainer.logger", "false")
+    trainer = trainer_of(
+        "--trainer.logger",
+        "false",
+        "--trainer.callbacks",
+        "[{class_path: collab.training.callbacks.RewardSummary, init_args: {window: 2}}]",
+        "--trainer.logger",
+        "false",
+    )
     assert trainer.logger is None and [c.window for c in trainer.callbacks if isinstance(c, RewardSummary)] == [2]
-    assert not any(type(c).__module__.startswith("collab") and type(c).__name__ == "ModelCheckpoint"
-                   for c in trainer.callbacks)  # the list was replaced (Lightning adds its own default checkpoint)
+    assert not any(
+        type(c).__module__.startswith("collab") and type(c).__name__ == "ModelCheckpoint" for c in trainer.callbacks
+    )  # the list was replaced (Lightning adds its own default checkpoint)
     trainer = trainer_of("--trainer.default_root_dir", "root", "--trainer.logger.init_args.save_dir", "logs")
     assert trainer.logger.save_dir == "logs" and trainer.default_root_dir.endswith("root")  # both given: both taken
 
@@ -95,8 +137,24 @@ def test_the_wheel_ships_the_configs(tmp_path):
         shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path / "whl"), str(source)], check=True, capture_output=True, timeout=300, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "whl"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     wheel = next((tmp_path / "whl").glob("collab-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for algo in algo_registry():
@@ -108,9 +166,17 @@ def test_the_wheel_ships_the_configs(tmp_path):
     (work / "conf" / "algo").mkdir(parents=True)
     (work / "conf" / "algo" / "magrpo.yaml").write_text("model: {agent_lr: not a number}\n")  # a decoy ./conf
     env = {**os.environ, "PYTHONPATH": str(installed)}
-    result = subprocess.run([sys.executable, "-m", "collab.fit", "--algo", "magrpo", "--print_config"], cwd=work,
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "collab.fit", "--algo", "magrpo", "--print_config"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert yaml.safe_load(result.stdout)["model"]["agent_lr"] == 1e-3
-    assert result.stderr.strip().splitlines()[-1] == (f"config: {installed / 'collab' / 'conf' / 'algo' / 'magrpo.yaml'}"
-                                                      " + env/math.yaml + algo/magrpo/math.yaml")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"config: {installed / 'collab' / 'conf' / 'base.yaml'}"
+        " + env/math.yaml + algo/magrpo.yaml + env/math.yaml algos.magrpo"
+    )

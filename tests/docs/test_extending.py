@@ -1,4 +1,4 @@
-"""docs/extending.md's two worked examples, run as a newcomer runs them (issue 30).
+"""docs/extending.md's two worked examples, run as a newcomer runs them.
 
 The examples (``docs/examples/``: an algorithm, ``reinforce.py`` + ``reinforce.yaml``, and an env,
 ``guess_env.py`` + ``guess.yaml``) are copied into a folder of their own, outside the repository, and
@@ -41,8 +41,17 @@ def folder(tmp_path_factory) -> Path:
 
 RUNS = {
     "algorithm": ("--algo", "reinforce:Reinforce", "--config", "reinforce.yaml", "--data.env", "matrix"),
-    "env": ("--algo", "magrpo", "--config", "guess.yaml", *SMALL_GUESS, "--data.num_turns", "1",
-            "--model.agents", "[{sampling: {max_new_tokens: 6}}, {sampling: {max_new_tokens: 6}}]"),
+    "env": (
+        "--algo",
+        "magrpo",
+        "--config",
+        "guess.yaml",
+        *SMALL_GUESS,
+        "--data.num_turns",
+        "1",
+        "--model.agents",
+        "[{sampling: {max_new_tokens: 6}}, {sampling: {max_new_tokens: 6}}]",
+    ),
     "both": ("--algo", "reinforce:Reinforce", "--config", "reinforce.yaml", "--config", "guess.yaml", *SMALL_GUESS),
 }
 
@@ -67,7 +76,8 @@ def test_example_trains_one_step(runs, folder, name):
     assert list(root.rglob("last.ckpt")), f"no last.ckpt under {root}"
     assert not (folder / "runs").exists()  # everything under the root it was given
     if name != "env":  # the example algorithm's own numbers
-        from collab.evaluation.analysis.runs import read_scalars, runs as run_folders
+        from collab.evaluation.analysis.runs import read_scalars
+        from collab.evaluation.analysis.runs import runs as run_folders
 
         (run,) = run_folders(root)
         scalars = read_scalars(run)
@@ -78,8 +88,9 @@ def test_example_trains_one_step(runs, folder, name):
 def test_prepare_is_the_hand_computation(folder, monkeypatch):
     """A = G - b_i, b_i the mean of agent i's returns (baseline mean), per agent; none: A = G."""
     monkeypatch.syspath_prepend(str(folder))
-    from collab.rollout.experience import Decision, Experience
     from reinforce import Reinforce
+
+    from collab.rollout.experience import Decision, Experience
 
     returns = [(0, 1.0), (1, 4.0), (0, 3.0), (1, 0.0), (0, 5.0)]  # (agent, G)
     items = [Decision(a, a, 0, [1], [2], torch.zeros(1), returns=g) for a, g in returns]
@@ -91,13 +102,25 @@ def test_prepare_is_the_hand_computation(folder, monkeypatch):
 
 
 BAD = [
-    (("--algo", "no_such_module:Algo"), r"--algo no_such_module:Algo: cannot import module 'no_such_module'.*magrpo.*module:Class"),
-    (("--algo", "reinforce:Missing"), r"--algo reinforce:Missing: module 'reinforce' .* has no 'Missing'.*module:Class"),
+    (
+        ("--algo", "no_such_module:Algo"),
+        r"--algo no_such_module:Algo: cannot import module 'no_such_module'.*magrpo.*module:Class",
+    ),
+    (
+        ("--algo", "reinforce:Missing"),
+        r"--algo reinforce:Missing: module 'reinforce' .* has no 'Missing'.*module:Class",
+    ),
     (("--algo", "guess_env:GuessEnv"), r"GuessEnv is not a collab.algos.base.CollabModule subclass.*magrpo"),
     (("--algo", "reinforce"), r"unknown algo 'reinforce'|algo.*reinforce.*magrpo"),
-    (("--algo", "magrpo", "--data.env", "reinforce:Reinforce"), r"Reinforce is not a collab.envs.base.Env subclass.*matrix"),
+    (
+        ("--algo", "magrpo", "--data.env", "reinforce:Reinforce"),
+        r"Reinforce is not a collab.envs.base.Env subclass.*matrix",
+    ),
     (("--algo", "magrpo", "--data.env", "guess_env:Missing"), r"has no 'Missing'.*matrix"),
-    (("--algo", "maporl", "--config", "guess.yaml"), r"--algo maporl does not train on env 'guess_env:GuessEnv'; it supports: debate"),
+    (
+        ("--algo", "maporl", "--config", "guess.yaml"),
+        r"--algo maporl does not train on env 'guess_env:GuessEnv'; it supports: debate",
+    ),
 ]
 
 

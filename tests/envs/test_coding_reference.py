@@ -17,23 +17,36 @@ from collab.envs import make_env
 from collab.envs.coding import reference as ref
 from collab.errors import UserError
 
-ADD = ("def add_one(n):\n    '''Return n + 1.'''\n",
-       "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(5) == 6\n    assert candidate(-1) == 0\n",
-       "add_one")
-SLOW = ("def add_one(n):\n    '''Return n + 1.'''\n",
-        "def check(candidate):\n    assert candidate(0) == 1\n    assert candidate(1) == 2\n    assert candidate(2) == 3\n"
-        "    assert candidate(10) == 11\n    assert candidate(20) == 21\n",
-        "add_one")
-STATE = ("def add_one(n):\n    '''Return n + 1.'''\n",  # asserts the double-call regex does not match
-         "def check(candidate):\n    assert candidate(1) + 0 == 2\n    assert candidate(5) + 0 == 6\n", "add_one")
-EXTRACT = ("def add_one(n):\n    '''Return n + 1.'''\n",
-           "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1) == 2\n"
-           "    assert(candidate(2) == 3)\n    for x in range(3):\n        assert candidate(x) == x + 1\n    assert True\n",
-           "add_one")
+ADD = (
+    "def add_one(n):\n    '''Return n + 1.'''\n",
+    "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(5) == 6\n"
+    "    assert candidate(-1) == 0\n",
+    "add_one",
+)
+SLOW = (
+    "def add_one(n):\n    '''Return n + 1.'''\n",
+    "def check(candidate):\n    assert candidate(0) == 1\n    assert candidate(1) == 2\n    assert candidate(2) == 3\n"
+    "    assert candidate(10) == 11\n    assert candidate(20) == 21\n",
+    "add_one",
+)
+STATE = (
+    "def add_one(n):\n    '''Return n + 1.'''\n",  # asserts the double-call regex does not match
+    "def check(candidate):\n    assert candidate(1) + 0 == 2\n    assert candidate(5) + 0 == 6\n",
+    "add_one",
+)
+EXTRACT = (
+    "def add_one(n):\n    '''Return n + 1.'''\n",
+    "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1) == 2\n"
+    "    assert(candidate(2) == 3)\n    for x in range(3):\n        assert candidate(x) == x + 1\n    assert True\n",
+    "add_one",
+)
 NO_CANDIDATE = ("def add_one(n):\n    '''Return n + 1.'''\n", "def check(f):\n    assert f(1) == 2\n", "add_one")
-SHOUT = ("def shout(s):\n    '''Return s followed by an exclamation mark.'''\n",
-         "def check(candidate):\n    assert candidate('candidate') == 'candidate!'\n"
-         "    assert len(candidate('ab')) == len('candidate') - 6\n", "shout")
+SHOUT = (
+    "def shout(s):\n    '''Return s followed by an exclamation mark.'''\n",
+    "def check(candidate):\n    assert candidate('candidate') == 'candidate!'\n"
+    "    assert len(candidate('ab')) == len('candidate') - 6\n",
+    "shout",
+)
 
 AUX = "def aux(n):\n    return n + 1\n"
 MAIN = "def add_one(n):\n    r = aux(n)\n    if r is None:\n        return n + 1\n    return r\n"
@@ -43,75 +56,180 @@ CASES = [
     # aux 0.4 + main 0.6 + parses 0.5 + 3/3 1.0 + calls aux 0.5 + 4 body lines, not a wrapper 1.0 -> 4.0
     ("full_marks", ADD, AUX, MAIN, 0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0, 4.0),
     # main adds 1 twice for n < 0: 2/3 -> 0.4 + 0.6 + 0.5 + 2/3 + 0.5 + 1.0 = 3.667
-    ("two_of_three", ADD, AUX, "def add_one(n):\n    r = aux(n)\n    if n < 0:\n        return r + 1\n    return r\n",
-     0.4 + 0.6 + 0.5 + 2 / 3 + 0.5 + 1.0, None),
+    (
+        "two_of_three",
+        ADD,
+        AUX,
+        "def add_one(n):\n    r = aux(n)\n    if n < 0:\n        return r + 1\n    return r\n",
+        0.4 + 0.6 + 0.5 + 2 / 3 + 0.5 + 1.0,
+        None,
+    ),
     # defect 2: "return y +" is kept (indented), main has "return ", the combined code does not parse -> 0.4 + 0.6
     ("broken_last_line", ADD, AUX, "def add_one(n):\n    y = aux(n)\n    return y\n    return y +\n", 0.4 + 0.6, 1.0),
     # defect 3: prose cleans to "" (no aux, no bonus gate); main 0.6 + parses 0.5 + 3/3 1.0 -> 2.1
-    ("prose_aux", ADD, "I cannot help with that.", "def add_one(n):\n    return n + 1\n", 0.6 + 0.5 + 1.0, 0.6 + 0.5 + 1.0),
+    (
+        "prose_aux",
+        ADD,
+        "I cannot help with that.",
+        "def add_one(n):\n    return n + 1\n",
+        0.6 + 0.5 + 1.0,
+        0.6 + 0.5 + 1.0,
+    ),
     # defect 4: main's "aux(n" breaks the syntax; "return d" still makes main defined -> 0.4 + 0.6
     ("main_syntax_error", ADD, AUX, "def add_one(n):\n    d = aux(n\n    return d\n", 0.4 + 0.6, 1.0),
     # R7 math in the namespace: 3/3; lines "base = math.floor(n)", "return aux(base)": not the v = aux(...) form
     # -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0 = 4.0; paper: NameError math, 0/3 -> 0.4 + 0.6 + 0.5 = 1.5
-    ("math_without_import", ADD, AUX, "def add_one(n):\n    base = math.floor(n)\n    return aux(base)\n",
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0, 1.5),
+    (
+        "math_without_import",
+        ADD,
+        AUX,
+        "def add_one(n):\n    base = math.floor(n)\n    return aux(base)\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0,
+        1.5,
+    ),
     # R9: n = 0, 1, 2 loop forever: 3 timeouts, tests 4-5 skipped, 0/5, no bonus -> 0.4 + 0.6 + 0.5 = 1.5
     # (paper: 2/5 pass -> 0.4 + 0.6 + 0.5 + 0.4 + 0.5 + 1.0 = 3.4; not run here, its 3 timeouts are slow)
-    ("three_timeouts_stop", SLOW, AUX, "def add_one(n):\n    while n < 3:\n        pass\n    return aux(n)\n",
-     0.4 + 0.6 + 0.5, None),
+    (
+        "three_timeouts_stop",
+        SLOW,
+        AUX,
+        "def add_one(n):\n    while n < 3:\n        pass\n    return aux(n)\n",
+        0.4 + 0.6 + 0.5,
+        None,
+    ),
     # R8 double call: add_one(1) is evaluated (seen = [1]) and then asserted (seen = [1, 1] -> 102), every
     # test fails -> 0.4 + 0.6 + 0.5 + 0/3 = 1.5; paper: one call per fresh process, 3/3, 4 lines -> 4.0
-    ("double_call", ADD, AUX,
-     "def add_one(n, seen=[]):\n    seen.append(n)\n    if len(seen) > 1:\n        return aux(n) + 100\n    return aux(n)\n",
-     0.4 + 0.6 + 0.5, 4.0),
+    (
+        "double_call",
+        ADD,
+        AUX,
+        "def add_one(n, seen=[]):\n    seen.append(n)\n    if len(seen) > 1:\n"
+        "        return aux(n) + 100\n    return aux(n)\n",
+        0.4 + 0.6 + 0.5,
+        4.0,
+    ),
     # R7 shared namespace: "+ 0" keeps the double-call regex off; test 1: seen = [1] -> 2 passes; test 2: seen
     # = [1, 5] -> 106 fails: 1/2 -> 0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0 = 3.5; paper 2/2 -> 4.0
-    ("shared_state", STATE, AUX,
-     "def add_one(n, seen=[]):\n    seen.append(n)\n    if len(seen) > 1:\n        return aux(n) + 100\n    return aux(n)\n",
-     0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0, 4.0),
+    (
+        "shared_state",
+        STATE,
+        AUX,
+        "def add_one(n, seen=[]):\n    seen.append(n)\n    if len(seen) > 1:\n"
+        "        return aux(n) + 100\n    return aux(n)\n",
+        0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0,
+        4.0,
+    ),
     # R13: one line "return aux(n) + 0" starts with "return " and holds "aux": wrapper, no 1.0
     # -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 = 3.0; paper: aux(n) + 0 is logic of main's own -> 4.0
-    ("one_line_return_is_a_wrapper", ADD, AUX, "def add_one(n):\n    return aux(n) + 0\n", 0.4 + 0.6 + 0.5 + 1.0 + 0.5, 4.0),
+    (
+        "one_line_return_is_a_wrapper",
+        ADD,
+        AUX,
+        "def add_one(n):\n    return aux(n) + 0\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5,
+        4.0,
+    ),
     # R13 docstring quirk: the closing quotes alone on a line reopen the docstring, every later line is
     # skipped, no lines left: wrapper -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 = 3.0; paper: 3 statements -> 4.0
-    ("docstring_closing_line_makes_a_wrapper", ADD, AUX,
-     'def add_one(n):\n    """\n    Add one.\n    """\n    r = aux(n)\n    if r is None:\n        r = n + 1\n    return r\n',
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5, 4.0),
+    (
+        "docstring_closing_line_makes_a_wrapper",
+        ADD,
+        AUX,
+        'def add_one(n):\n    """\n    Add one.\n    """\n    r = aux(n)\n'
+        "    if r is None:\n        r = n + 1\n    return r\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5,
+        4.0,
+    ),
     # R12: "aux(n)" in a comment is a call; body "return n + 1" has no aux: not a wrapper; comments are not
     # checked for R14 -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0 = 4.0; paper: no call -> 2.5
-    ("comment_counts_as_a_call", ADD, AUX, "def add_one(n):\n    # no need for aux(n) here\n    return n + 1\n",
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0, 2.5),
+    (
+        "comment_counts_as_a_call",
+        ADD,
+        AUX,
+        "def add_one(n):\n    # no need for aux(n) here\n    return n + 1\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0,
+        2.5,
+    ),
     # R14: "aux(n)" has no space before "(": no penalty; 2 lines, the first not "v = aux(" -> 4.0
     # paper: the value is discarded -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0 - 0.5 = 3.5
-    ("bare_call_is_not_penalised", ADD, AUX, "def add_one(n):\n    aux(n)\n    return n + 1\n",
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0, 3.5),
+    (
+        "bare_call_is_not_penalised",
+        ADD,
+        AUX,
+        "def add_one(n):\n    aux(n)\n    return n + 1\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0,
+        3.5,
+    ),
     # R14: "aux (n)": one space, one character -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0 - 0.5 = 3.5
-    ("spaced_call_is_penalised", ADD, AUX, "def add_one(n):\n    aux (n)\n    return n + 1\n",
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0 - 0.5, None),
+    (
+        "spaced_call_is_penalised",
+        ADD,
+        AUX,
+        "def add_one(n):\n    aux (n)\n    return n + 1\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0 - 0.5,
+        None,
+    ),
     # R14: "aux (nn)": two characters in the parentheses, no penalty -> 4.0
-    ("spaced_call_with_a_longer_argument", ADD, AUX, "def add_one(nn):\n    aux (nn)\n    return nn + 1\n",
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0, None),
+    (
+        "spaced_call_with_a_longer_argument",
+        ADD,
+        AUX,
+        "def add_one(nn):\n    aux (nn)\n    return nn + 1\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0,
+        None,
+    ),
     # R4: "return(aux(n))" has no whitespace after return: main not defined, stop -> 0.4
     # paper: defined, "return aux(n)" is a thin wrapper -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 = 3.0
     ("return_without_space_is_no_return", ADD, AUX, "def add_one(n):\n    return(aux(n))\n", 0.4, 3.0),
     # R4: "# return n + 1 later" makes main defined; it returns None, 0/3 -> 0.4 + 0.6 + 0.5 = 1.5; paper: stop at 0.4
-    ("return_in_a_comment_counts", ADD, AUX, "def add_one(n):\n    # return n + 1 later\n    print(n)\n", 0.4 + 0.6 + 0.5, 0.4),
+    (
+        "return_in_a_comment_counts",
+        ADD,
+        AUX,
+        "def add_one(n):\n    # return n + 1 later\n    print(n)\n",
+        0.4 + 0.6 + 0.5,
+        0.4,
+    ),
     # R2: main's import is dropped, operator undefined, 0/3 -> 1.5; paper keeps it, 3/3, not thin -> 4.0
-    ("main_import_dropped", ADD, AUX, "import operator\n\ndef add_one(n):\n    return operator.add(aux(n), 0)\n",
-     0.4 + 0.6 + 0.5, 4.0),
+    (
+        "main_import_dropped",
+        ADD,
+        AUX,
+        "import operator\n\ndef add_one(n):\n    return operator.add(aux(n), 0)\n",
+        0.4 + 0.6 + 0.5,
+        4.0,
+    ),
     # R3: only add_one is taken from main; helper undefined, 0/3; "aux(" not in add_one -> 1.5
     # paper: helper kept, 3/3, add_one itself does not call aux -> 0.4 + 0.6 + 0.5 + 1.0 = 2.5
-    ("main_helper_dropped", ADD, AUX, "def helper(n):\n    return aux(n)\n\ndef add_one(n):\n    r = helper(n)\n    return r\n",
-     0.4 + 0.6 + 0.5, 2.5),
+    (
+        "main_helper_dropped",
+        ADD,
+        AUX,
+        "def helper(n):\n    return aux(n)\n\ndef add_one(n):\n    r = helper(n)\n    return r\n",
+        0.4 + 0.6 + 0.5,
+        2.5,
+    ),
     # R2: the nested def opens a new block and "    return inner(n)" (4 spaces, not 5) closes it: add_one
     # keeps only "def inner" and returns None; "return aux(m)" made it defined; parses -> 0/3 -> 1.5
     # paper: 3/3, the nested call counts, 2 statements -> 4.0
-    ("nested_def_cuts_main", ADD, AUX,
-     "def add_one(n):\n    def inner(m):\n        return aux(m)\n    return inner(n)\n", 0.4 + 0.6 + 0.5, 4.0),
+    (
+        "nested_def_cuts_main",
+        ADD,
+        AUX,
+        "def add_one(n):\n    def inner(m):\n        return aux(m)\n    return inner(n)\n",
+        0.4 + 0.6 + 0.5,
+        4.0,
+    ),
     # R2: "    Returns the value." is a sentence without code marks: deleted, the code compiles; what is left,
     # "r = aux(n)" + "return r", is a wrapper -> 0.4 + 0.6 + 0.5 + 1.0 + 0.5 = 3.0; paper: syntax error -> 1.0
-    ("sentence_line_deleted", ADD, AUX, "def add_one(n):\n    r = aux(n)\n    Returns the value.\n    return r\n",
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5, 1.0),
+    (
+        "sentence_line_deleted",
+        ADD,
+        AUX,
+        "def add_one(n):\n    r = aux(n)\n    Returns the value.\n    return r\n",
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5,
+        1.0,
+    ),
     # R6: the duplicate is dropped, "assert(" has no space, "assert True" no candidate; the loop's assert
     # runs alone (x undefined): 1/2 -> 0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0 = 3.5; paper: 5/5 -> 4.0
     ("test_extraction", EXTRACT, AUX, MAIN, 0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0, 4.0),
@@ -119,17 +237,35 @@ CASES = [
     ("no_check_candidate", NO_CANDIDATE, AUX, MAIN, 0.4 + 0.6 + 0.5, None),
     # R6: "candidate" is renamed in strings too: test 1 becomes shout('shout') == 'shout!' (passes), test 2
     # len('shout') - 6 = -1 != 3 (fails): 1/2; 3 lines -> 0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0 = 3.5
-    ("candidate_renamed_in_strings", SHOUT, "def aux(s):\n    return s + '!'\n",
-     "def shout(s):\n    t = aux(s)\n    if not s:\n        return '!'\n    return t\n", 0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0, None),
+    (
+        "candidate_renamed_in_strings",
+        SHOUT,
+        "def aux(s):\n    return s + '!'\n",
+        "def shout(s):\n    t = aux(s)\n    if not s:\n        return '!'\n    return t\n",
+        0.4 + 0.6 + 0.5 + 0.5 + 0.5 + 1.0,
+        None,
+    ),
     # R7: the default 1 // 0 raises while loading: no test counts, no bonus -> 1.5
     ("loading_fails", ADD, AUX, "def add_one(n, k=1 // 0):\n    return aux(n) + k\n", 0.4 + 0.6 + 0.5, 1.5),
     # R11: aux has no return (no 0.4) but was extracted: the gate opens; 3/3, calls, not a wrapper
     # -> 0.6 + 0.5 + 1.0 + 0.5 + 1.0 = 3.6; paper: aux not defined, no cooperation -> 2.1
-    ("aux_without_return_opens_the_gate", ADD, "def aux(n):\n    pass\n", "def add_one(n):\n    aux(n)\n    return n + 1\n",
-     0.6 + 0.5 + 1.0 + 0.5 + 1.0, None),
+    (
+        "aux_without_return_opens_the_gate",
+        ADD,
+        "def aux(n):\n    pass\n",
+        "def add_one(n):\n    aux(n)\n    return n + 1\n",
+        0.6 + 0.5 + 1.0 + 0.5 + 1.0,
+        None,
+    ),
     # R2: fences removed, the trailing sentence is outside the function -> as full_marks, 4.0
-    ("markdown_and_prose", ADD, "```python\ndef aux(n):\n    return n + 1\n```\nThis helper adds one.", MAIN,
-     0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0, 4.0),
+    (
+        "markdown_and_prose",
+        ADD,
+        "```python\ndef aux(n):\n    return n + 1\n```\nThis helper adds one.",
+        MAIN,
+        0.4 + 0.6 + 0.5 + 1.0 + 0.5 + 1.0,
+        4.0,
+    ),
     # R4: no add_one in main's reply: stop after aux's 0.4
     ("main_missing", ADD, AUX, "def other(n):\n    return aux(n)\n", 0.4, 0.4),
 ]
@@ -149,8 +285,16 @@ def _tasks(tmp_path_factory):
 
 
 def _env(path, mode, timeout):
-    return make_env("coding", dataset="coophumaneval", path=path, train_split="[:]", eval_split="[:]",
-                    workers=2, test_timeout=timeout, reward_mode=mode)
+    return make_env(
+        "coding",
+        dataset="coophumaneval",
+        path=path,
+        train_split="[:]",
+        eval_split="[:]",
+        workers=2,
+        test_timeout=timeout,
+        reward_mode=mode,
+    )
 
 
 def _score(env, seen, cases):
@@ -206,15 +350,24 @@ def test_timeouts_stop_the_tests_and_say_so(reference_scores):
 
 # -- the static rules on their own (no sandbox) ----------------------------------------------------------
 def test_clean_keeps_function_blocks_only():
-    text = "Here it is:\n```python\nimport re\nLIMIT = 3\n\ndef aux(n):\n    return n\n```\nExample usage:\nprint(aux(2))"
+    text = (
+        "Here it is:\n```python\nimport re\nLIMIT = 3\n\ndef aux(n):\n    return n\n```\nExample usage:\nprint(aux(2))"
+    )
     assert ref.clean(text) == "def aux(n):\n    return n"
     assert ref.clean("I cannot help with that.") == ""
 
 
 def test_extract_function_takes_the_first_block_unless_repeated_right_after():
-    assert ref.extract_function("def aux(n):\n    return 1\n\ndef g():\n    return 0\n\ndef aux(n):\n    return 2\n", "aux") \
+    assert (
+        ref.extract_function(
+            "def aux(n):\n    return 1\n\ndef g():\n    return 0\n\ndef aux(n):\n    return 2\n", "aux"
+        )
         == "def aux(n):\n    return 1"
-    assert ref.extract_function("def aux(n):\n    return 1\n\ndef aux(n):\n    return 2\n", "aux") == "def aux(n):\n    return 2"
+    )
+    assert (
+        ref.extract_function("def aux(n):\n    return 1\n\ndef aux(n):\n    return 2\n", "aux")
+        == "def aux(n):\n    return 2"
+    )
 
 
 def test_prompt_imports_are_lines_matching_the_patterns():

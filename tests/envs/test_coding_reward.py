@@ -74,7 +74,9 @@ def test_no_penalty_when_the_value_is_used_later():
 
 
 def test_penalty_weight_is_configurable():
-    _, _, parts = reward(AUX, "def f(n):\n    aux(n)\n    return 2 * n + 1\n", weights=RewardWeights(discard_penalty=1.5))
+    _, _, parts = reward(
+        AUX, "def f(n):\n    aux(n)\n    return 2 * n + 1\n", weights=RewardWeights(discard_penalty=1.5)
+    )
     assert parts["cooperation"] == pytest.approx(0.0)
 
 
@@ -92,7 +94,7 @@ def test_stop_when_main_has_no_return():
 
 def test_stop_on_syntax_error_of_the_combined_code():
     # aux's response is broken beyond repair: the concatenated program does not parse. aux is still
-    # defined with a return (read from the text, issue 14), so structure earns 0.4 + 0.6 before the stop
+    # defined with a return (read from the text), so structure earns 0.4 + 0.6 before the stop
     total, stage, parts = reward("def aux(n) return n", MAIN)
     assert stage == "syntax"
     assert parts == pytest.approx({"structure": 1.0, "syntax": 0.0, "tests": 0.0, "cooperation": 0.0})
@@ -129,7 +131,7 @@ def test_imports_come_first():
     assert facts.program.startswith("from typing import List\n\ndef aux")
 
 
-# -- issue 14: code that does not parse as written, prose-only replies ------------------------------------
+# -- code that does not parse as written, prose-only replies ----------------------------------------------
 def test_broken_last_line_of_main_fails_the_syntax_level():
     # dropping "return y +" would leave a working program; the response as written does not compile
     main = "def f(n):\n    y = aux(n) + 1\n    return y\n    return y +\n"

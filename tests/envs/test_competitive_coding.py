@@ -27,12 +27,22 @@ def write_jsonl(path, records):
 @pytest.fixture
 def local_set(tmp_path):
     """Two local-format problems: double a number (4 tests) and YES/NO parity (2 tests, case-insensitive)."""
-    return write_jsonl(tmp_path / "local.jsonl", [
-        {"id": "double", "statement": "Print twice n.",
-         "tests": [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (1, 2, 3, 0)]},
-        {"id": "parity", "statement": "YES if n is even.", "checker": "tokens_ci",
-         "tests": [{"input": "4\n", "output": "YES\n"}, {"input": "3\n", "output": "NO\n"}]},
-    ])
+    return write_jsonl(
+        tmp_path / "local.jsonl",
+        [
+            {
+                "id": "double",
+                "statement": "Print twice n.",
+                "tests": [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (1, 2, 3, 0)],
+            },
+            {
+                "id": "parity",
+                "statement": "YES if n is even.",
+                "checker": "tokens_ci",
+                "tests": [{"input": "4\n", "output": "YES\n"}, {"input": "3\n", "output": "NO\n"}],
+            },
+        ],
+    )
 
 
 def fenced(code: str) -> str:
@@ -41,25 +51,33 @@ def fenced(code: str) -> str:
 
 # -- loading --------------------------------------------------------------------------------------------
 CF_RECORD = {
-    "contest_id": "2030", "index": "A", "title": "Sakurako's Exam", "rating": 800,
-    "time_limit": 1.0, "memory_limit": 256.0,
+    "contest_id": "2030",
+    "index": "A",
+    "title": "Sakurako's Exam",
+    "rating": 800,
+    "time_limit": 1.0,
+    "memory_limit": 256.0,
     "description": "Place '+' or '-' before each of $$$a$$$ ones and $$$b$$$ twos so that the sum is $$$0$$$.",
     "input_format": "The first line contains $$$t$$$ -- the number of test cases.",
-    "output_format": "For each test case, output \"Yes\" or \"No\".\n\nYou can output each letter in any case.",
+    "output_format": 'For each test case, output "Yes" or "No".\n\nYou can output each letter in any case.',
     "note": "1. $$$a=0, b=1$$$: impossible.",
     "examples": [{"input": "2\n0 1\n2 0\n", "output": "NO\nYES\n"}],
     "official_tests": [{"input": "2\n0 1\n2 0\n", "output": "NO\nYES\n"}, {"input": "1\n0 3\n", "output": "NO\n"}],
-    "interaction_format": None, "generated_checker": None,
+    "interaction_format": None,
+    "generated_checker": None,
 }
 
 
 def test_codeforces_records_map_to_problems_in_the_e2_layout(tmp_path):
-    path = write_jsonl(tmp_path / "cf.jsonl", [
-        CF_RECORD,
-        {**CF_RECORD, "index": "B", "examples": [], "official_tests": []},  # no tests
-        {**CF_RECORD, "index": "C", "interaction_format": "Interact with the jury."},
-        {**CF_RECORD, "index": "D", "generated_checker": "def check(...): ..."},
-    ])
+    path = write_jsonl(
+        tmp_path / "cf.jsonl",
+        [
+            CF_RECORD,
+            {**CF_RECORD, "index": "B", "examples": [], "official_tests": []},  # no tests
+            {**CF_RECORD, "index": "C", "interaction_format": "Interact with the jury."},
+            {**CF_RECORD, "index": "D", "generated_checker": "def check(...): ..."},
+        ],
+    )
     problems, skipped = load_problems(path)
     assert dict(skipped) == {"no tests": 1, "interactive": 1, "special judge": 1}
     (p,) = problems
@@ -83,12 +101,29 @@ def test_null_sections_are_left_out(tmp_path):
 
 def test_local_records_json_list_and_defaults(tmp_path):
     path = tmp_path / "local.json"
-    path.write_text(json.dumps([{"statement": "Echo.", "tests": [{"input": "x\n", "output": "x\n"}]},
-                                {"id": 7, "statement": "Sum.", "tests": [{"input": "1 2", "output": "3"}],
-                                 "checker": "float", "time_limit": 3}]))
+    path.write_text(
+        json.dumps(
+            [
+                {"statement": "Echo.", "tests": [{"input": "x\n", "output": "x\n"}]},
+                {
+                    "id": 7,
+                    "statement": "Sum.",
+                    "tests": [{"input": "1 2", "output": "3"}],
+                    "checker": "float",
+                    "time_limit": 3,
+                },
+            ]
+        )
+    )
     (a, b), skipped = load_problems(path)
     assert not skipped
-    assert (a["id"], a["source"], a["statement"], a["checker"], a["time_limit"]) == ("0", "local", "Echo.", "tokens", 2.0)
+    assert (a["id"], a["source"], a["statement"], a["checker"], a["time_limit"]) == (
+        "0",
+        "local",
+        "Echo.",
+        "tokens",
+        2.0,
+    )
     assert (b["id"], b["checker"], b["time_limit"]) == ("7", "float", 3.0)
 
 
@@ -98,15 +133,21 @@ def test_guess_checker():
     assert guess_checker("Print the number.") == "tokens"
 
 
-@pytest.mark.parametrize("records, message", [
-    ([{k: v for k, v in CF_RECORD.items() if k != "input_format"}], "record 0 (id 2030/A) has no 'input_format'"),
-    ([{"id": "q", "tests": []}], "has no 'description'"),
-    ([{"statement": "S"}], "has no 'tests'"),
-    ([{"statement": "S", "tests": []}], "no usable problems"),
-    ([{"statement": "S", "tests": [{"in": "1"}]}], "tests must be a list"),
-    ([{"statement": "S", "tests": [{"input": "1", "output": "1"}], "checker": "exact"}], "valid: float, tokens, tokens_ci"),
-    (["not an object"], "record 0 is a str"),
-])
+@pytest.mark.parametrize(
+    "records, message",
+    [
+        ([{k: v for k, v in CF_RECORD.items() if k != "input_format"}], "record 0 (id 2030/A) has no 'input_format'"),
+        ([{"id": "q", "tests": []}], "has no 'description'"),
+        ([{"statement": "S"}], "has no 'tests'"),
+        ([{"statement": "S", "tests": []}], "no usable problems"),
+        ([{"statement": "S", "tests": [{"in": "1"}]}], "tests must be a list"),
+        (
+            [{"statement": "S", "tests": [{"input": "1", "output": "1"}], "checker": "exact"}],
+            "valid: float, tokens, tokens_ci",
+        ),
+        (["not an object"], "record 0 is a str"),
+    ],
+)
 def test_bad_records_are_one_line_user_errors(tmp_path, records, message):
     path = write_jsonl(tmp_path / "bad.jsonl", records)
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
@@ -117,46 +158,57 @@ def test_bad_records_are_one_line_user_errors(tmp_path, records, message):
 
 
 # -- checkers -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("got, want, checker, ok", [
-    ("1 2\n3", "1\n2 3\n", "tokens", True),
-    ("  7  ", "7", "tokens", True),
-    ("yes", "YES", "tokens", False),
-    ("1 2", "1 2 3", "tokens", False),
-    ("yEs\nno", "YES\nNO", "tokens_ci", True),
-    ("YES", "NO", "tokens_ci", False),
-    ("2.3333334", "2.3333333333", "float", True),
-    ("2.334", "2.3333333333", "float", False),
-    ("1000002.0", "1000000.0", "float", False),  # relative error 2e-6
-    ("1000000.5", "1000000.0", "float", True),  # relative error 5e-7
-    ("1000000000.0001", "1000000000", "float", True),  # relative error 1e-13
-    ("0.0000001", "0", "float", True),
-    ("abc 1.0", "abc 1", "float", True),
-    ("abd 1.0", "abc 1", "float", False),
-    ("nan", "0.5", "float", False),
-    ("1.0", "1.0 2.0", "float", False),
-])
+@pytest.mark.parametrize(
+    "got, want, checker, ok",
+    [
+        ("1 2\n3", "1\n2 3\n", "tokens", True),
+        ("  7  ", "7", "tokens", True),
+        ("yes", "YES", "tokens", False),
+        ("1 2", "1 2 3", "tokens", False),
+        ("yEs\nno", "YES\nNO", "tokens_ci", True),
+        ("YES", "NO", "tokens_ci", False),
+        ("2.3333334", "2.3333333333", "float", True),
+        ("2.334", "2.3333333333", "float", False),
+        ("1000002.0", "1000000.0", "float", False),  # relative error 2e-6
+        ("1000000.5", "1000000.0", "float", True),  # relative error 5e-7
+        ("1000000000.0001", "1000000000", "float", True),  # relative error 1e-13
+        ("0.0000001", "0", "float", True),
+        ("abc 1.0", "abc 1", "float", True),
+        ("abd 1.0", "abc 1", "float", False),
+        ("nan", "0.5", "float", False),
+        ("1.0", "1.0 2.0", "float", False),
+    ],
+)
 def test_checkers(got, want, checker, ok):
     assert check_output(got, want, checker) is ok
 
 
 # -- extracting the program -----------------------------------------------------------------------------
-@pytest.mark.parametrize("response, program", [
-    ("```python\nprint(1)\n```", "print(1)\n"),
-    ("Plan.\n```python\nprint(1)\n```\nBetter:\n```py\nprint(2)\n```\nDone.", "print(2)\n"),
-    ("```\nprint(3)\n```", "print(3)\n"),
-    ("Example:\n```input\n5\n```\n```output\n10\n```\n```python\nprint(4)\n```\n```output\n4\n```", "print(4)\n"),
-    ("Coder: ```python\nprint(5)\n```", "print(5)\n"),
-    ("Draft:\n```python\nprint(0)\n```\nAnswer:\n```python\nprint(6)\n```\nThe code prints 6.", "print(6)\n"),
-    ("**Answer:**\nn = int(input())\nprint(n)\n\nThis reads n.", "n = int(input())\nprint(n)\n"),
-    ("Review: the coder's code fails for n = 0.\n```python\nprint(0)\n```\nFinal Answer:\n```python\nprint(7)\n```",
-     "print(7)\n"),
-    ("Review: looks right.\n```python\nprint(8)\n```\nFinal Answer: no changes needed.", "print(8)\n"),
-    ("Here is the program:\nn = int(input())\nfor i in range(n):\n    print(i)\nThis prints the numbers.",
-     "n = int(input())\nfor i in range(n):\n    print(i)\n"),
-    ("```python\nprint(9)\n", "print(9)\n"),  # never closed
-    ("I could not solve this problem.", ""),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "response, program",
+    [
+        ("```python\nprint(1)\n```", "print(1)\n"),
+        ("Plan.\n```python\nprint(1)\n```\nBetter:\n```py\nprint(2)\n```\nDone.", "print(2)\n"),
+        ("```\nprint(3)\n```", "print(3)\n"),
+        ("Example:\n```input\n5\n```\n```output\n10\n```\n```python\nprint(4)\n```\n```output\n4\n```", "print(4)\n"),
+        ("Coder: ```python\nprint(5)\n```", "print(5)\n"),
+        ("Draft:\n```python\nprint(0)\n```\nAnswer:\n```python\nprint(6)\n```\nThe code prints 6.", "print(6)\n"),
+        ("**Answer:**\nn = int(input())\nprint(n)\n\nThis reads n.", "n = int(input())\nprint(n)\n"),
+        (
+            "Review: the coder's code fails for n = 0.\n```python\nprint(0)\n```\n"
+            "Final Answer:\n```python\nprint(7)\n```",
+            "print(7)\n",
+        ),
+        ("Review: looks right.\n```python\nprint(8)\n```\nFinal Answer: no changes needed.", "print(8)\n"),
+        (
+            "Here is the program:\nn = int(input())\nfor i in range(n):\n    print(i)\nThis prints the numbers.",
+            "n = int(input())\nfor i in range(n):\n    print(i)\n",
+        ),
+        ("```python\nprint(9)\n", "print(9)\n"),  # never closed
+        ("I could not solve this problem.", ""),
+        ("", ""),
+    ],
+)
 def test_extract_program(response, program):
     assert extract_program(response) == program
 
@@ -201,11 +253,26 @@ def test_grading_runs_every_test_of_the_batch_in_one_pool_map(local_set, monkeyp
     assert time.monotonic() - start < 10
     assert calls == [4 * 5 + 2]  # one map: double x (correct, wrong, partial, crash, loop), parity x 1
     reward = {k: r for k, (r, _) in graded.items()}
-    assert reward == {"correct": 1.0, "again": 1.0, "wrong": 0.0, "partial": 0.25, "crash": 0.0, "loop": 0.0,
-                      "syntax": 0.0, "none": 0.0, "parity": 1.0}
+    assert reward == {
+        "correct": 1.0,
+        "again": 1.0,
+        "wrong": 0.0,
+        "partial": 0.25,
+        "crash": 0.0,
+        "loop": 0.0,
+        "syntax": 0.0,
+        "none": 0.0,
+        "parity": 1.0,
+    }
     info = {k: i for k, (_, i) in graded.items()}
-    assert info["correct"] == {"pass_rate": 1.0, "compiled": 1.0, "has_code": 1.0, "timeouts": 0.0,
-                               "tests_passed": 4.0, "tests_total": 4.0}
+    assert info["correct"] == {
+        "pass_rate": 1.0,
+        "compiled": 1.0,
+        "has_code": 1.0,
+        "timeouts": 0.0,
+        "tests_passed": 4.0,
+        "tests_total": 4.0,
+    }
     assert info["partial"]["tests_passed"] == 1.0
     assert info["loop"]["timeouts"] == 1.0 and info["crash"]["timeouts"] == 0.0
     assert (info["syntax"]["compiled"], info["syntax"]["has_code"]) == (0.0, 1.0)
@@ -214,10 +281,13 @@ def test_grading_runs_every_test_of_the_batch_in_one_pool_map(local_set, monkeyp
 
 def test_timeout_none_uses_each_problems_time_limit(tmp_path):
     slow = "import time\ntime.sleep(0.6)\nprint(1)\n"
-    path = write_jsonl(tmp_path / "limits.jsonl", [
-        {"id": "tight", "statement": "S", "time_limit": 0.3, "tests": [{"input": "", "output": "1"}]},
-        {"id": "loose", "statement": "S", "time_limit": 2.0, "tests": [{"input": "", "output": "1"}]},
-    ])
+    path = write_jsonl(
+        tmp_path / "limits.jsonl",
+        [
+            {"id": "tight", "statement": "S", "time_limit": 0.3, "tests": [{"input": "", "output": "1"}]},
+            {"id": "loose", "statement": "S", "time_limit": 2.0, "tests": [{"input": "", "output": "1"}]},
+        ],
+    )
     env = CompetitiveCodingEnv(dataset=str(path), timeout=None, workers=2, train_split="[:]", eval_split="[:]")
     tight, loose = env.tasks("train")
     (r1, i1), (r2, i2) = env.grade_batch([tight, loose], [fenced(slow), fenced(slow)])
@@ -226,7 +296,9 @@ def test_timeout_none_uses_each_problems_time_limit(tmp_path):
 
 def test_large_expected_outputs_fit_the_output_cap(tmp_path):
     big = "x" * 100_000
-    path = write_jsonl(tmp_path / "big.jsonl", [{"id": "big", "statement": "S", "tests": [{"input": "", "output": big}]}])
+    path = write_jsonl(
+        tmp_path / "big.jsonl", [{"id": "big", "statement": "S", "tests": [{"input": "", "output": big}]}]
+    )
     env = CompetitiveCodingEnv(dataset=str(path), **FAST)
     assert env.grade(env.tasks("train")[0], fenced("print('x' * 100000)\n"))[0] == 1.0
 
@@ -259,10 +331,15 @@ def test_trio_episode_grades_the_reviewer(local_set):
 def test_verdicts(local_set):
     env = CompetitiveCodingEnv(dataset=str(local_set), profile="solo", **FAST)
     task = env.tasks("train")[0]
-    verdict = {k: env.verdict(env.score(env.reset(task), [a])) for k, a in
-               {"right": fenced(DOUBLE), "syntax": fenced("print(\n"), "none": "no idea"}.items()}
-    assert verdict == {"right": "correct (passed 4/4 tests)", "syntax": "incorrect (the program has a syntax error)",
-                       "none": "incorrect (no Python program found)"}
+    verdict = {
+        k: env.verdict(env.score(env.reset(task), [a]))
+        for k, a in {"right": fenced(DOUBLE), "syntax": fenced("print(\n"), "none": "no idea"}.items()
+    }
+    assert verdict == {
+        "right": "correct (passed 4/4 tests)",
+        "syntax": "incorrect (the program has a syntax error)",
+        "none": "incorrect (no Python program found)",
+    }
 
 
 # -- the shipped problem set ----------------------------------------------------------------------------
@@ -288,16 +365,19 @@ def test_splits_and_max_tests(local_set):
     assert len(env.tasks("eval")[0]["tests"]) == 2
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"timeout": 0}, "timeout must be > 0"),
-    ({"max_tests": 0}, "max_tests must be >= 1"),
-    ({"workers": 0}, "workers must be >= 1"),
-    ({"profile": "quartet"}, "unknown profile 'quartet'"),
-    ({"dataset": "/nonexistent/problems.jsonl"}, "data file not found"),
-    ({"train_split": "[a:b]"}, "bad split"),
-    ({"horizon": 0}, "horizon"),
-    ({"checker": "tokens"}, "bad option for env 'competitive_coding'"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"timeout": 0}, "timeout must be > 0"),
+        ({"max_tests": 0}, "max_tests must be >= 1"),
+        ({"workers": 0}, "workers must be >= 1"),
+        ({"profile": "quartet"}, "unknown profile 'quartet'"),
+        ({"dataset": "/nonexistent/problems.jsonl"}, "data file not found"),
+        ({"train_split": "[a:b]"}, "bad split"),
+        ({"horizon": 0}, "horizon"),
+        ({"checker": "tokens"}, "bad option for env 'competitive_coding'"),
+    ],
+)
 def test_bad_options_are_user_errors(options, message):
     with pytest.raises(UserError, match=message):
         make_env("competitive_coding", **options)

@@ -10,10 +10,11 @@ from collab.algos import data_from_config
 from collab.envs import make_env
 from collab.envs.debate import datasets as nli
 from collab.envs.debate.env import DebateEnv, consensus
+from collab.envs.debate.learned_verifier import LearnedVerifier, main
 from collab.envs.debate.prompts import first_prompt, system_prompt
 from collab.envs.debate.verifier import RuleVerifier
+from collab.envs.debate.verifier_examples import VerifierExample, label_examples
 from collab.errors import UserError
-from collab.envs.debate.learned_verifier import LearnedVerifier, VerifierExample, label_examples, main
 
 PROBLEMS = [
     {"problem": "What is 2 + 3?", "answer": "5"},
@@ -48,6 +49,7 @@ def play(env, task, turns):
 # "Answer" here is the whole response s_tj (MAPoRL concatenates the solutions, not just their final
 # answers). At turn t+1 an agent's history must be exactly [its own system prompt, one user message] holding
 # the question and every response of turns 1..t, and nothing else that came from the other agents.
+
 
 def marked(t, j):
     return f"MARKER-t{t}-a{j} I reason carefully. \\boxed{{{t + j}}}"
@@ -132,6 +134,7 @@ def test_self_correction_with_one_agent(local):
 
 # -- scores, memory and info ------------------------------------------------------------------------------
 
+
 def test_memory_and_info_over_three_turns(local):
     env = toy(local, agents=2, horizon=3)
     assert env.joint_reward is False and env.reward_max == 1.0
@@ -152,13 +155,20 @@ def test_memory_and_info_over_three_turns(local):
     assert memory["responses"][1] == tuple(turns[1])
     assert r1.info == {"majority@1": 0.5, "accuracy": 0.5, "agent_accuracy": 0.5, "answered": 1.0}
     assert r2.info == {"majority@1": 0.5, "majority@2": 1.0, "accuracy": 1.0, "agent_accuracy": 0.5, "answered": 0.5}
-    assert r3.info == {"majority@1": 0.5, "majority@2": 1.0, "majority@3": 1.0, "accuracy": 1.0,
-                       "agent_accuracy": 1.0, "answered": 1.0}
+    assert r3.info == {
+        "majority@1": 0.5,
+        "majority@2": 1.0,
+        "majority@3": 1.0,
+        "accuracy": 1.0,
+        "agent_accuracy": 1.0,
+        "answered": 1.0,
+    }
     # the earlier turns' memory is kept in each state (states are immutable values)
     assert r1.state.memory["answers"] == (("5", "4"),)
 
 
 # -- early stop on consensus -------------------------------------------------------------------------------
+
 
 def test_consensus_rule():
     """A parsed answer given by at least ``share`` of all agents (unparsable ones count, agree with nobody); with
@@ -187,11 +197,22 @@ def test_consensus_ends_the_debate_as_an_absorbing_state(local):
     assert r2.rewards == (0.0, 0.0)  # a wrong consensus also ends it (no consensus_score)
     assert r2.state.memory["consensus"] == (None, "4")
     assert r1.info["consensus"] == 0.0 and r2.info["consensus"] == 1.0
-    assert r2.info == {"majority@1": 0.5, "majority@2": 0.0, "majority@3": 0.0, "accuracy": 0.0,
-                       "agent_accuracy": 0.0, "answered": 1.0, "consensus": 1.0}
+    assert r2.info == {
+        "majority@1": 0.5,
+        "majority@2": 0.0,
+        "majority@3": 0.0,
+        "accuracy": 0.0,
+        "agent_accuracy": 0.0,
+        "answered": 1.0,
+        "consensus": 1.0,
+    }
     assert len(r2.state.memory["answers"]) == 2  # memory holds the played turns only
     answers, correct = env.votes(r2.state)
-    assert answers == (("5", "4"), ("4", "4"), ("4", "4")) and correct == ((True, False), (False, False), (False, False))
+    assert answers == (("5", "4"), ("4", "4"), ("4", "4")) and correct == (
+        (True, False),
+        (False, False),
+        (False, False),
+    )
     assert r2.state.histories[0][-1] == {"role": "assistant", "content": "\\boxed{4}"}  # final answer appended
 
     # consensus at the last turn: done anyway, nothing skipped; the option off: all T turns
@@ -216,8 +237,9 @@ def test_consensus_score_stops_only_on_a_verified_agreement(local):
 def test_grade_answers(local):
     env = toy(local)
     task = env.tasks("train")[0]
-    assert env.grade_answers(task, ["\\boxed{5}", "\\boxed{6}", "so the answer is 5.", "", "\\boxed{\\frac{10}{2}}"]) == [
-        ("5", True), ("6", False), ("5", True), (None, False), ("5", True)]
+    assert env.grade_answers(
+        task, ["\\boxed{5}", "\\boxed{6}", "so the answer is 5.", "", "\\boxed{\\frac{10}{2}}"]
+    ) == [("5", True), ("6", False), ("5", True), (None, False), ("5", True)]
     strict = toy(local, fallback=False)
     assert strict.grade_answers(task, ["so the answer is 5."]) == [(None, False)]
 
@@ -263,6 +285,7 @@ def test_bad_names_are_one_line_user_errors(local):
 
 # -- NLI ---------------------------------------------------------------------------------------------------
 
+
 def test_cb_loads_56_three_way_examples():
     records = nli.load_cb()
     assert len(records) == 56
@@ -291,7 +314,10 @@ def test_rte_is_two_way():
     assert [r["id"] for r in make_env("debate", dataset="rte").tasks("eval")] == [r["id"] for r in evals]
     task = next(r for r in evals if r["answer"] == "not entailment")
     assert env.grade_answers(task, ["\\boxed{contradiction}", "\\boxed{not_entailment}", "\\boxed{entailment}"]) == [
-        ("not entailment", True), ("not entailment", True), ("entailment", False)]
+        ("not entailment", True),
+        ("not entailment", True),
+        ("entailment", False),
+    ]
 
 
 def test_anli_from_a_local_file(tmp_path):
@@ -304,23 +330,29 @@ def test_anli_from_a_local_file(tmp_path):
     path = tmp_path / "anli.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = make_env("debate", dataset=f"anli:{path}", train_split="[:2]", eval_split="[2:]")
-    assert [(r["id"], r["answer"]) for r in env.tasks("train")] == [("anli/a1", "entailment"), ("anli/a2", "contradiction")]
+    assert [(r["id"], r["answer"]) for r in env.tasks("train")] == [
+        ("anli/a1", "entailment"),
+        ("anli/a2", "contradiction"),
+    ]
     assert [r["answer"] for r in env.tasks("eval")] == ["neutral"]
     path.write_text(json.dumps({"uid": "b", "premise": "p", "label": 1}) + "\n")
     with pytest.raises(UserError, match="no 'hypothesis' field"):
         make_env("debate", dataset=f"anli:{path}").tasks("eval")
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("The premise says so. \\boxed{Entailment}", "entailment"),
-    ("Not entailment, it is neutral.\n\\boxed{contradiction}", "contradiction"),
-    ("Reasoning...\nFinal answer: NEUTRAL", "neutral"),  # the last line
-    ("I first thought entailment.\nThe hypothesis contradicts the premise.", "contradiction"),  # last line wins
-    ("Contradiction is wrong here; the answer is neutral.\nDone.", "neutral"),  # fallback: last label in the text
-    ("\\boxed{maybe}", None),  # a box without a label
-    ("No label here.", None),
-    ("\\boxed{not entailment}", None),  # names no single label of 3-way NLI
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("The premise says so. \\boxed{Entailment}", "entailment"),
+        ("Not entailment, it is neutral.\n\\boxed{contradiction}", "contradiction"),
+        ("Reasoning...\nFinal answer: NEUTRAL", "neutral"),  # the last line
+        ("I first thought entailment.\nThe hypothesis contradicts the premise.", "contradiction"),  # last line wins
+        ("Contradiction is wrong here; the answer is neutral.\nDone.", "neutral"),  # fallback: last label in the text
+        ("\\boxed{maybe}", None),  # a box without a label
+        ("No label here.", None),
+        ("\\boxed{not entailment}", None),  # names no single label of 3-way NLI
+    ],
+)
 def test_extract_label(text, expected):
     assert nli.extract_label(text) == expected
 
@@ -335,13 +367,16 @@ def test_extract_label_two_way_and_no_fallback():
 
 # -- verifiers ---------------------------------------------------------------------------------------------
 
+
 def test_rule_verifier(local):
     env = toy(local)
     tasks = env.tasks("train")
     assert RuleVerifier().score(tasks, ["\\boxed{5}", "\\boxed{7}"]) == [1.0, 0.0]
     examples = label_examples(env, tasks[:1], [["\\boxed{5}", "\\boxed{3}"]])
-    assert examples == [VerifierExample("What is 2 + 3?", "\\boxed{5}", True),
-                        VerifierExample("What is 2 + 3?", "\\boxed{3}", False)]
+    assert examples == [
+        VerifierExample("What is 2 + 3?", "\\boxed{5}", True),
+        VerifierExample("What is 2 + 3?", "\\boxed{3}", False),
+    ]
 
 
 SEPARABLE = [  # (question, answer text, correct): right answers end in the right number
@@ -384,8 +419,17 @@ def test_learned_verifier_fits_and_roundtrips(tiny_verifier, tiny_tokenizer, tmp
     assert rebuilt.score(list(questions), list(answers)) == pytest.approx(after, rel=1e-4)
 
     # the env's rewards are the learned verifier's scores; memory["correct"] stays the rule verdict
-    env = data_from_config("magrpo", env="debate", env_options={"dataset": local, "train_split": "[:2]", "eval_split": "[2:]",
-                                                       "verifier": str(folder), "verifier_device": "cpu"}).env
+    env = data_from_config(
+        "magrpo",
+        env="debate",
+        env_options={
+            "dataset": local,
+            "train_split": "[:2]",
+            "eval_split": "[2:]",
+            "verifier": str(folder),
+            "verifier_device": "cpu",
+        },
+    ).env
     task = env.tasks("train")[0]  # What is 2 + 3?
     result = env.step(env.reset(task), [SEPARABLE[0][1], SEPARABLE[1][1]])
     expected = rebuilt.score([task, task], [SEPARABLE[0][1], SEPARABLE[1][1]])
@@ -404,8 +448,26 @@ def test_learned_verifier_load_errors(tmp_path, tiny_verifier):
 def test_verifier_command_line(tmp_path, tiny_tokenizer):
     # Real end to end on the tiny model: sample answers to 2 problems, label them by rule, train, save.
     out = tmp_path / "head"
-    summary = main(["--dataset", "addition", "--model", "tiny", "--out", str(out), "--problems", "2", "--samples", "2",
-                    "--max-new-tokens", "4", "--epochs", "3", "--device", "cpu"])
+    summary = main(
+        [
+            "--dataset",
+            "addition",
+            "--model",
+            "tiny",
+            "--out",
+            str(out),
+            "--problems",
+            "2",
+            "--samples",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--epochs",
+            "3",
+            "--device",
+            "cpu",
+        ]
+    )
     assert summary["examples"] == 4.0
     assert (out / "verifier.json").is_file() and (out / "head.pt").is_file()
     assert json.loads((out / "verifier.json").read_text())["base"] == "tiny"

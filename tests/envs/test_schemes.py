@@ -6,7 +6,7 @@ from collab.envs.coding.schemes import SCHEMES, classify, classify_pair, distrib
 from collab.envs.coding.static import clean_response, function_def, parse_code
 
 # MAGRPO appendix, Appendix B, re-typed from the extracted text (line numbers dropped, indentation rebuilt).
-LISTING_1 = '''
+LISTING_1 = """
 def aux(x, y):
     # Convert x to a float
     if isinstance(x, str):
@@ -49,35 +49,35 @@ def compare_one(a, b):
                 return None
         else:
             return None
-'''
+"""
 
-LISTING_2_AUX1 = '''
+LISTING_2_AUX1 = """
 def aux1(text):
     if len(text) == 1:
         return True
     else:
         return aux1(text[1:-1])
-'''
+"""
 
-LISTING_2_AUX2 = '''
+LISTING_2_AUX2 = """
 def aux2(text):
     if len(text) <= 1:
         return True
 
     return aux2(text[1:-1])
-'''
+"""
 
 # The listing shows one main for both auxiliaries (lines 13-21); here one main per auxiliary.
-LISTING_2_MAIN = '''
+LISTING_2_MAIN = """
 def is_palindrome(text):
     if not text:
         return True
 
     # Edge case handler
     return text[0] == text[-1] and {aux}(text)
-'''
+"""
 
-LISTING_3 = '''
+LISTING_3 = """
 def aux(string: str) -> str:
     result = ""
     for char in string:
@@ -94,9 +94,9 @@ def flip_case(string: str):
     for char in string:
         flipped += aux(char)
     return flipped
-'''
+"""
 
-LISTING_4 = '''
+LISTING_4 = """
 def aux(n):
     if n < 2:
         return False
@@ -115,7 +115,7 @@ def x_or_y(n, x, y):
         return x
     else:
         return y
-'''
+"""
 
 
 # Each listing as one response: (code, entry point, auxiliary, a HumanEval example of its task: args, expected).
@@ -166,49 +166,52 @@ def main_of(body: str, args: str = "x") -> str:
     return f"def f({args}):\n" + "\n".join("    " + line for line in lines) + "\n"
 
 
-@pytest.mark.parametrize("body, expected", [
-    # none
-    ("return aux(x)", "none"),                                    # thin wrapper
-    ("r = aux(x)\nreturn r", "none"),                             # thin wrapper, two statements
-    ("return sorted(x)", "none"),                                 # no aux call
-    ("aux(x)\nreturn sorted(x)", "none"),                         # aux's value discarded
-    ("r = aux(x)\nreturn sorted(x)", "none"),                     # bound but never read
-    ("try:\n    return aux(x)\nexcept Exception:\n    pass", "none"),        # only silences errors
-    ("try:\n    return aux(x)\nexcept Exception:\n    return None", "none"),
-    ("try:\n    return aux(x)\nexcept Exception:\n    raise\nfinally:\n    pass", "none"),
-    ("try:\n    r = aux(x)\nexcept ValueError as e:\n    print(e)\n    r = []\nreturn r", "none"),
-    # fallback
-    ("try:\n    r = aux(x)\nexcept Exception:\n    r = sorted(x)\nreturn r", "fallback"),
-    ("try:\n    return [aux(c) for c in x]\nexcept Exception:\n    return [c * 2 for c in x]", "fallback"),
-    ("try:\n    if aux(x):\n        return 1\n    return 0\nexcept Exception:\n    return int(x > 0)", "fallback"),
-    # coordinator
-    ("return [aux(c) for c in x]", "coordinator"),
-    ("return ''.join(aux(c) for c in x)", "coordinator"),
-    ("return {k: aux(v) for k, v in x.items()}", "coordinator"),
-    ("return [c for c in x if aux(c)]", "coordinator"),
-    ("out = []\nfor c in x:\n    if aux(c):\n        out.append(c)\nreturn out", "coordinator"),
-    ("total = 0\ni = 0\nwhile i < len(x):\n    total += aux(x[i])\n    i += 1\nreturn total", "coordinator"),
-    ("return list(map(lambda c: aux(c), x))", "coordinator"),
-    ("return sorted(x, key=lambda v: aux(v))", "coordinator"),
-    # strategy_filter
-    ("while aux(x):\n    x += 1\nreturn x", "strategy_filter"),
-    ("return 'yes' if aux(x) else 'no'", "strategy_filter"),
-    ("if x > 1 and aux(x):\n    return x\nreturn 0", "strategy_filter"),
-    ("if aux(x) > 3:\n    return 'big'\nreturn 'small'", "strategy_filter"),
-    ("match aux(x):\n    case 0:\n        return 'a'\n    case _:\n        return 'b'", "strategy_filter"),
-    # decorator
-    ("return sorted(aux(x))", "decorator"),
-    ("return round(aux(x), 2)", "decorator"),
-    ("return aux(x) + 1", "decorator"),
-    ("return aux(x.lower())", "decorator"),
-    ("r = aux(x)\nreturn r[::-1]", "decorator"),
-    ("if not x:\n    return []\nreturn aux(x)", "decorator"),
-    ("if x < 0:\n    raise ValueError(x)\nreturn aux(x)", "decorator"),
-    ("total = 0\nfor v in aux(x):\n    total += v\nreturn total", "decorator"),   # aux runs once
-    ("try:\n    return sorted(x)\nexcept TypeError:\n    return aux(x)", "decorator"),  # aux as backup
-    ("return len(x) > 0 and aux(x)", "decorator"),             # returned, not tested
-    ("return aux(x) or x == ''", "decorator"),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        # none
+        ("return aux(x)", "none"),  # thin wrapper
+        ("r = aux(x)\nreturn r", "none"),  # thin wrapper, two statements
+        ("return sorted(x)", "none"),  # no aux call
+        ("aux(x)\nreturn sorted(x)", "none"),  # aux's value discarded
+        ("r = aux(x)\nreturn sorted(x)", "none"),  # bound but never read
+        ("try:\n    return aux(x)\nexcept Exception:\n    pass", "none"),  # only silences errors
+        ("try:\n    return aux(x)\nexcept Exception:\n    return None", "none"),
+        ("try:\n    return aux(x)\nexcept Exception:\n    raise\nfinally:\n    pass", "none"),
+        ("try:\n    r = aux(x)\nexcept ValueError as e:\n    print(e)\n    r = []\nreturn r", "none"),
+        # fallback
+        ("try:\n    r = aux(x)\nexcept Exception:\n    r = sorted(x)\nreturn r", "fallback"),
+        ("try:\n    return [aux(c) for c in x]\nexcept Exception:\n    return [c * 2 for c in x]", "fallback"),
+        ("try:\n    if aux(x):\n        return 1\n    return 0\nexcept Exception:\n    return int(x > 0)", "fallback"),
+        # coordinator
+        ("return [aux(c) for c in x]", "coordinator"),
+        ("return ''.join(aux(c) for c in x)", "coordinator"),
+        ("return {k: aux(v) for k, v in x.items()}", "coordinator"),
+        ("return [c for c in x if aux(c)]", "coordinator"),
+        ("out = []\nfor c in x:\n    if aux(c):\n        out.append(c)\nreturn out", "coordinator"),
+        ("total = 0\ni = 0\nwhile i < len(x):\n    total += aux(x[i])\n    i += 1\nreturn total", "coordinator"),
+        ("return list(map(lambda c: aux(c), x))", "coordinator"),
+        ("return sorted(x, key=lambda v: aux(v))", "coordinator"),
+        # strategy_filter
+        ("while aux(x):\n    x += 1\nreturn x", "strategy_filter"),
+        ("return 'yes' if aux(x) else 'no'", "strategy_filter"),
+        ("if x > 1 and aux(x):\n    return x\nreturn 0", "strategy_filter"),
+        ("if aux(x) > 3:\n    return 'big'\nreturn 'small'", "strategy_filter"),
+        ("match aux(x):\n    case 0:\n        return 'a'\n    case _:\n        return 'b'", "strategy_filter"),
+        # decorator
+        ("return sorted(aux(x))", "decorator"),
+        ("return round(aux(x), 2)", "decorator"),
+        ("return aux(x) + 1", "decorator"),
+        ("return aux(x.lower())", "decorator"),
+        ("r = aux(x)\nreturn r[::-1]", "decorator"),
+        ("if not x:\n    return []\nreturn aux(x)", "decorator"),
+        ("if x < 0:\n    raise ValueError(x)\nreturn aux(x)", "decorator"),
+        ("total = 0\nfor v in aux(x):\n    total += v\nreturn total", "decorator"),  # aux runs once
+        ("try:\n    return sorted(x)\nexcept TypeError:\n    return aux(x)", "decorator"),  # aux as backup
+        ("return len(x) > 0 and aux(x)", "decorator"),  # returned, not tested
+        ("return aux(x) or x == ''", "decorator"),
+    ],
+)
 def test_hand_made(body, expected):
     assert classify(main_of(body), "f") == expected
 
@@ -222,8 +225,11 @@ def test_not_parsed_or_not_defined():
 
 
 def test_raw_response_with_fences_and_prose():
-    response = ("Here is the main function:\n```python\n" + LISTING_4.split("def x_or_y")[0].strip()
-                + "\n\ndef x_or_y(n, x, y):\n    return x if aux(n) else y\n```\nIt returns x when n is prime.")
+    response = (
+        "Here is the main function:\n```python\n"
+        + LISTING_4.split("def x_or_y")[0].strip()
+        + "\n\ndef x_or_y(n, x, y):\n    return x if aux(n) else y\n```\nIt returns x when n is prime."
+    )
     assert classify(response, "x_or_y") == "strategy_filter"
     trailing = "def f(x):\n    return sorted(aux(x))\nThis sorts aux's output."
     assert classify(trailing, "f") == "decorator"
@@ -244,7 +250,7 @@ def test_classify_pair_needs_aux():
     assert classify_pair("def aux(x):\n    return x\n", main, "f") == "decorator"
     assert classify_pair("def helper(x):\n    return x\n", main, "f") == "none"
     assert classify_pair("I could not solve it.", main, "f") == "none"
-    assert classify_pair("def aux(x):\n    print(x)\n", main, "f") == "none"   # defined without a return
+    assert classify_pair("def aux(x):\n    print(x)\n", main, "f") == "none"  # defined without a return
 
 
 def test_distribution():

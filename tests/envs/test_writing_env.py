@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from collab.envs.writing import env as w
 from collab.envs.writing import WritingEnv
+from collab.envs.writing import env as w
 from collab.errors import UserError
 
 # Content words that are no stopwords and match no transition phrase: "zqbk", "zqbl", ...
@@ -57,7 +57,9 @@ def test_length_band(ratio, expected):
     assert got == (None if expected is None else pytest.approx(expected))
 
 
-@pytest.mark.parametrize("ratio,expected", [(2.5, 0.5), (2.0, 0.5), (1.65, 0.25), (1.3, 0.0), (1.0, None), (1.29, None)])
+@pytest.mark.parametrize(
+    "ratio,expected", [(2.5, 0.5), (2.0, 0.5), (1.65, 0.25), (1.3, 0.0), (1.0, None), (1.29, None)]
+)
 def test_uniqueness_band(ratio, expected):
     got = w.uniqueness_reward(ratio)
     assert got == (None if expected is None else pytest.approx(expected))
@@ -215,8 +217,14 @@ def test_observe_puts_the_post_into_both_prompts():
     task = env.tasks("eval")[0]
     concise, detailed = env.observe(task)
     post = task["prompt"].strip()
-    assert concise == f"Create a concise summary response to this post.\nQuery: {post}\nInstructions: Provide a brief and focused summary in a few sentences"
-    assert detailed == f"Create a detailed summary response to this post.\nQuery: {post}\nInstructions: You should use transition words to improve flow"
+    assert concise == (
+        f"Create a concise summary response to this post.\nQuery: {post}\n"
+        "Instructions: Provide a brief and focused summary in a few sentences"
+    )
+    assert detailed == (
+        f"Create a detailed summary response to this post.\nQuery: {post}\n"
+        "Instructions: You should use transition words to improve flow"
+    )
     assert [r.name for r in env.roles] == ["concise", "detailed"]
     assert [r.max_new_tokens for r in env.roles] == [64, 128]
 

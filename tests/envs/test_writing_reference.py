@@ -18,8 +18,8 @@ import math
 import pytest
 
 from collab.envs import make_env
-from collab.envs.writing import env as w
 from collab.envs.writing import WritingEnv
+from collab.envs.writing import env as w
 from collab.errors import UserError
 
 # 4-letter filler words without vowels: no stopword of either list, no transition word, no substring of one.
@@ -63,7 +63,13 @@ CASES = [
     ("stopwords-kept-partial", "the zqbb and zqbc of zqbd to zqbf", fill(12, 4), (1.5 + 1 / 7, False), (2.0, False)),
     # Ref: 49/33 = 1.4848 -> (49/33 - 1.1)/0.5 = 98/33 - 2.2; unique 10/8 = 1.25 < 1.3 -> stop:
     # 0.5 + 98/33 - 2.2 = 419/330. Paper: vocab 10/4 = 2.5 -> 0.5, style 0: 419/330 + 0.5.
-    ("stopwords-kept-stop", "the zqbb and zqbc of zqbd to zqbf", fill(10, 4), (419 / 330, True), (419 / 330 + 0.5, False)),
+    (
+        "stopwords-kept-stop",
+        "the zqbb and zqbc of zqbd to zqbf",
+        fill(10, 4),
+        (419 / 330, True),
+        (419 / 330 + 0.5, False),
+    ),
     # Ref: 99/49 = 2.02 -> 1; unique 20/10 = 2 -> 0.5; "also" gives elaboration + cause_effect ("so" inside): T = 0.45;
     # J: "also" is its stopword: 1/(10+19-1) = 1/28 > 0.03 -> 1; style 0.18 + 0.6: 2.78.
     # Paper: addition only, T = 0.6 ln 2; J 1/29 -> 1: 2.6 + 0.24 ln 2.
@@ -74,9 +80,13 @@ CASES = [
     # Ref: 12 categories (also, namely, actually, thus, however, next, certainly, overall, similarly, although, unless,
     # when): T = 0.4 + 0.05*11 = 0.95; 137/49 = 2.80 -> 1; 22/10 -> 0.5; J 1/(10+20-1) (also, when dropped) -> 1;
     # style 0.38 + 0.6: 2.98. Paper: 10 categories >= 5 -> T 1; vocab 21/10 -> 0.5; J 1/30 -> 1: 3.0.
-    ("twelve-categories", fill(10),
-     "also namely actually thus however next certainly overall similarly although unless when " + fill(10, 9),
-     (2.98, False), (3.0, False)),
+    (
+        "twelve-categories",
+        fill(10),
+        "also namely actually thus however next certainly overall similarly although unless when " + fill(10, 9),
+        (2.98, False),
+        (3.0, False),
+    ),
     # Ref: 34/15 = 2.27 -> 1; unique {the, of}/{a} = 2 -> 0.5; no transition substring; both content sets empty:
     # Jaccard 1 -> J 1: 2.6. Paper: concise vocabulary empty -> unique ratio 0 -> stop at 1.5.
     ("empty-vocabularies", "a a a a a a a a", "the of the of the of the of the of", (2.6, False), (1.5, True)),

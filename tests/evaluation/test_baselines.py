@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from collab.algos.base import resolve_agents
-from collab.evaluation.baselines import BASELINES, DiscussionEnv, SingleModelEnv, prepare
-from collab.evaluation.comparison import cost_per_agent_turn, make_row, read_rows, render_markdown, update_table, upsert
+from collab.algos.agents import resolve_agents
 from collab.envs import make_env
 from collab.errors import UserError
+from collab.evaluation.baselines import BASELINES, DiscussionEnv, SingleModelEnv, prepare
+from collab.evaluation.comparison import cost_per_agent_turn, make_row, read_rows, render_markdown, update_table, upsert
 from collab.policy.models import BaseConfig
-from collab.rollout.episodes import play
 from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
+from collab.rollout.episodes import play
 
 BUDGET = 8
 
@@ -47,7 +47,9 @@ def run(team, name, env, tasks=1, samples=1):
     protocol = prepare(name, env)
     recorder = Recorder(team)
     with protocol.applied(team, BUDGET):
-        episodes = play(recorder, protocol.env, list(env.tasks("eval"))[:tasks], samples, BUDGET, None, protocol.dependency)
+        episodes = play(
+            recorder, protocol.env, list(env.tasks("eval"))[:tasks], samples, BUDGET, None, protocol.dependency
+        )
     return episodes, recorder
 
 
@@ -58,18 +60,18 @@ def last_user(observation) -> str:
 # -- what each agent sees ------------------------------------------------------------------------
 def test_pipeline_agent_2_sees_agent_1_of_the_same_turn_and_parallel_does_not(team):
     env = make_env("writing")
-    (ep,), = run(team, "pipeline", env)[0]
+    ((ep,),) = run(team, "pipeline", env)[0]
     first = ep.completions[0][0].text.strip()
     assert first and f"concise: {first}" in last_user(ep.observations[0][1])
     assert first not in last_user(ep.observations[0][0])
-    (ep,), = run(team, "parallel", env)[0]
+    ((ep,),) = run(team, "parallel", env)[0]
     assert ep.completions[0][0].text.strip() not in last_user(ep.observations[0][1])
     assert ep.observations[0][1] == env.reset(env.tasks("eval")[0]).histories[1]  # its own prompt, untouched
 
 
 def test_discussion_on_a_one_turn_env_drafts_then_each_agent_sees_the_others_drafts_once(team):
     env = make_env("writing")
-    (ep,), = run(team, "discussion", env)[0]
+    ((ep,),) = run(team, "discussion", env)[0]
     assert len(ep.steps) == 2 and ep.steps[0].rewards == (0.0, 0.0) and not ep.steps[0].info  # unscored draft
     assert ep.steps[1].info["total"] == ep.return_  # the revision is what the env scores
     drafts = [c.text.strip() for c in ep.completions[0]]
@@ -85,7 +87,7 @@ def test_discussion_on_a_one_turn_env_drafts_then_each_agent_sees_the_others_dra
 
 def test_discussion_on_a_two_turn_env_appends_the_others_previous_turn_to_the_feedback(team):
     env = make_env("coding", horizon=2)
-    (ep,), = run(team, "discussion", env)[0]
+    ((ep,),) = run(team, "discussion", env)[0]
     assert len(ep.steps) == 2 and ep.steps[0].info  # both turns scored, no draft
     first = [c.text.strip() for c in ep.completions[0]]
     for i, (me, other) in enumerate(((0, 1), (1, 0))):
@@ -124,7 +126,9 @@ def test_split_maps_headers_back_to_roles_with_fallbacks():
     assert env.split_single_response("concise:\na\ndetailed\nb\n### concise\nc") == ["a\n\nc", "b"]  # repeats join
     assert env.split_single_response("no headers here") == ["no headers here"] * 2  # fallback: all of it
     assert env.split_single_response("Intro.\n### detailed\nLong.") == ["Intro.", "Long."]  # missing: the preamble
-    assert env.split_single_response("the concise one is short") == ["the concise one is short"] * 2  # not a header line
+    assert (
+        env.split_single_response("the concise one is short") == ["the concise one is short"] * 2
+    )  # not a header line
 
 
 def test_single_prompt_shows_a_shared_message_once_and_keeps_the_closed_vocabulary():
@@ -175,17 +179,26 @@ def test_cost_counts_tokens_per_agent_per_turn_on_real_completions(team):
     single, _ = run(team, "single", env, tasks=2)
     n = sum(len(ep.completions) for group in single for ep in group)
     assert cost_per_agent_turn(single) == pytest.approx(
-        sum(len(c.completion_ids) for group in single for ep in group for t in ep.completions for c in t) / n)
-    row = make_row("discussion", "TLDR", env, {"eval/env/total": 1.5, "eval/samples": 2, "eval/problems": 2},
-                   8.0, episodes, "tiny")
+        sum(len(c.completion_ids) for group in single for ep in group for t in ep.completions for c in t) / n
+    )
+    row = make_row(
+        "discussion", "TLDR", env, {"eval/env/total": 1.5, "eval/samples": 2, "eval/problems": 2}, 8.0, episodes, "tiny"
+    )
     assert row["time_s"] == "2" and row["score"] == "50" and row["cost_tokens"] == f"{tokens / responses:.6g}"
 
 
 ROWS = [
     {"method": "magrpo", "task": "TLDR", "env": "writing", "time_s": "1.8", "cost_tokens": "178", "score": "93.5"},
     {"method": "parallel", "task": "TLDR", "env": "writing", "time_s": "2.3", "cost_tokens": "244.2", "score": "22.7"},
-    {"method": "parallel", "task": "HouseBuild", "env": "minecraft", "time_s": "19.2", "cost_tokens": "502",
-     "hp": "21.8", "iou": "46.1"},
+    {
+        "method": "parallel",
+        "task": "HouseBuild",
+        "env": "minecraft",
+        "time_s": "19.2",
+        "cost_tokens": "502",
+        "hp": "21.8",
+        "iou": "46.1",
+    },
     {"method": "single", "task": "CoopHE", "env": "coding", "time_s": "0.25", "cost_tokens": "90", "pass": "56.25"},
 ]
 
@@ -200,8 +213,9 @@ def test_upsert_replaces_the_same_method_and_task_and_appends_others(tmp_path):
         update_table(path, row)
     _, md = update_table(path, {**ROWS[0], "time_s": "1.9"})
     back = read_rows(path)
-    assert path.read_text().splitlines()[0] == ("method,task,env,time_s,cost_tokens,score,hp,iou,pass,"
-                                                "samples,tasks,model,split,weights")
+    assert path.read_text().splitlines()[0] == (
+        "method,task,env,time_s,cost_tokens,score,hp,iou,pass,samples,tasks,model,split,weights"
+    )
     assert len(back) == 4 and back[0]["time_s"] == "1.9" and back[3]["pass"] == "56.25" and back[0]["hp"] == ""
     assert md == tmp_path / "t.md" and md.read_text() == render_markdown(back)
 
@@ -221,9 +235,24 @@ def test_markdown_is_shaped_like_table_1():
 
 
 # -- the command line ----------------------------------------------------------------------------
-TINY = ["--algo", "magrpo", "--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--data.env", "writing",
-        "--model.agents", '[{"sampling": {"max_new_tokens": 8}}, {"sampling": {"max_new_tokens": 8}}]',
-        "--max_tasks", "1", "--num_samples", "1", "--k", "1"]
+TINY = [
+    "--algo",
+    "magrpo",
+    "--model.base.name",
+    "tiny",
+    "--trainer.accelerator",
+    "cpu",
+    "--data.env",
+    "writing",
+    "--model.agents",
+    '[{"sampling": {"max_new_tokens": 8}}, {"sampling": {"max_new_tokens": 8}}]',
+    "--max_tasks",
+    "1",
+    "--num_samples",
+    "1",
+    "--k",
+    "1",
+]
 
 
 def error_lines(capsys) -> list[str]:
@@ -236,7 +265,9 @@ def test_cli_bad_baseline_and_table_are_one_line(capsys):
     assert main([*TINY, "--baseline", "bogus"]) == 2
     assert error_lines(capsys) == ["error: unknown baseline 'bogus'; valid: discussion, parallel, pipeline, single"]
     assert main([*TINY, "--baseline", "single", "--table", "out.txt"]) == 2
-    assert error_lines(capsys) == ["error: --table must name a .csv file (the markdown table is written next to it), got out.txt"]
+    assert error_lines(capsys) == [
+        "error: --table must name a .csv file (the markdown table is written next to it), got out.txt"
+    ]
 
 
 def test_cli_runs_every_baseline_and_a_trained_team_into_one_table(tmp_path, capsys, team, monkeypatch):
@@ -251,15 +282,42 @@ def test_cli_runs_every_baseline_and_a_trained_team_into_one_table(tmp_path, cap
         assert " s/episode  cost " in out and "tokens/agent/turn  Score " in out
     team.save_adapters(tmp_path / "adapters")  # weights of the same shape as the CLI's team
     assert main([*TINY, "--adapters", str(tmp_path / "adapters"), "--table", str(table), "--task", "TLDR"]) == 0
-    assert main([*TINY, "--baseline", "pipeline", "--adapters", str(tmp_path / "adapters"), "--table", str(table),
-                 "--task", "TLDR"]) == 0
+    assert (
+        main(
+            [
+                *TINY,
+                "--baseline",
+                "pipeline",
+                "--adapters",
+                str(tmp_path / "adapters"),
+                "--table",
+                str(table),
+                "--task",
+                "TLDR",
+            ]
+        )
+        == 0
+    )
     rows = read_rows(table)
     assert [r["method"] for r in rows] == [*BASELINES, "magrpo", "pipeline+magrpo"]
-    assert all(r["task"] == "TLDR" and r["env"] == "writing" and r["model"] == "tiny" and r["samples"] == "1"
-               and float(r["time_s"]) > 0 and 0 < float(r["cost_tokens"]) <= 16 and 0 <= float(r["score"]) <= 100
-               for r in rows)
+    assert all(
+        r["task"] == "TLDR"
+        and r["env"] == "writing"
+        and r["model"] == "tiny"
+        and r["samples"] == "1"
+        and float(r["time_s"]) > 0
+        and 0 < float(r["cost_tokens"]) <= 16
+        and 0 <= float(r["score"]) <= 100
+        for r in rows
+    )
     assert float(rows[0]["cost_tokens"]) > 8  # the single model writes both parts
     md = (tmp_path / "cmp.md").read_text().splitlines()
     assert md[0] == "| Method | TLDR |  |  |" and md[2] == "|  | Time | Cost | Score |"
-    assert [line.split(" | ")[0] for line in md[3:9]] == ["| single", "| parallel", "| pipeline", "| discussion",
-                                                           "| magrpo", "| pipeline+magrpo"]
+    assert [line.split(" | ")[0] for line in md[3:9]] == [
+        "| single",
+        "| parallel",
+        "| pipeline",
+        "| discussion",
+        "| magrpo",
+        "| pipeline+magrpo",
+    ]

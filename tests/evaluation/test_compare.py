@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support.notebook_kernel import execute, kernel_env, png_size  # noqa: F401 (kernel_env: a fixture)
+from tests.support.notebook_kernel import execute, png_size
 
 
 def _rows(path):
@@ -32,8 +32,24 @@ model:
   num_generations: 2
 data: {batch_size: 1}
 """
-GRID = ["--algos", "magrpo", "--envs", "writing", "--seeds", "0", "1", "--rollouts", "2", "--controls", "grpo",
-        "parallel", "--eval_tasks", "2", "--eval_samples", "2"]
+GRID = [
+    "--algos",
+    "magrpo",
+    "--envs",
+    "writing",
+    "--seeds",
+    "0",
+    "1",
+    "--rollouts",
+    "2",
+    "--controls",
+    "grpo",
+    "parallel",
+    "--eval_tasks",
+    "2",
+    "--eval_samples",
+    "2",
+]
 """MAGRPO, the grpo control and the parallel baseline on writing, seeds 0 and 1: 6 runs of the tiny model."""
 
 
@@ -44,7 +60,8 @@ def _mtimes(out) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def tiny_grid(tmp_path_factory):
     """The grid run three times: stopped after its first run (``--max_runs 1``, as if killed), with a stale
-    folder of a run killed midway added; started again (the other five runs, two at a time: ``--jobs 2``); and once more (nothing to do).
+    folder of a run killed midway added; started again (the other five runs, two at a time: ``--jobs 2``); and once
+    more (nothing to do).
     ``out`` is its output folder; ``codes`` the three exit codes; ``mtimes`` the records' after each start;
     ``logs`` the log's lines after each start."""
     from collab.compare import main
@@ -67,6 +84,7 @@ def tiny_grid(tmp_path_factory):
 
 # The tiny grid.
 
+
 def test_grid_resumes_and_redoes_nothing(tiny_grid):
     first, second, third = tiny_grid.mtimes
     assert tiny_grid.codes == [0, 0, 0]
@@ -74,10 +92,10 @@ def test_grid_resumes_and_redoes_nothing(tiny_grid):
     assert any("stopped after 1 runs (--max_runs); 5 left" in line for line in tiny_grid.logs[0])
     assert len(second) == 6 and second["grpo-writing-0.json"] == first["grpo-writing-0.json"]  # not redone
     assert third == second  # the third start ran nothing
-    started = tiny_grid.logs[1][len(tiny_grid.logs[0]):]
+    started = tiny_grid.logs[1][len(tiny_grid.logs[0]) :]
     assert any(line.endswith("run 1 of 6: grpo-writing-0 done before") for line in started)
     assert sum(" done in " in line for line in started) == 5
-    last = tiny_grid.logs[2][len(tiny_grid.logs[1]):]
+    last = tiny_grid.logs[2][len(tiny_grid.logs[1]) :]
     assert sum(line.endswith(" done before") for line in last) == 6 and not any(" done in " in line for line in last)
     assert not (tiny_grid.out / "cells" / "magrpo-writing-0" / "stale.txt").exists()  # restarted from scratch
     jobs = {r["seed"] + r["method"]: r["jobs"] for r in _rows(tiny_grid.out / "results.csv")}
@@ -91,9 +109,10 @@ def test_a_stopped_grid_ends_its_runs_and_records_nothing(tmp_path):
     import subprocess
     import sys
 
-    from collab.evaluation import grid
+    from collab.compare import grid
+    from collab.compare import running as runs
 
-    running = grid.Running(jobs=2)
+    running = runs.Running(jobs=2)
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     for proc in procs:
         running.start(proc)
@@ -101,14 +120,15 @@ def test_a_stopped_grid_ends_its_runs_and_records_nothing(tmp_path):
     assert [proc.wait(timeout=30) for proc in procs] == [-15, -15]
     cell = grid.Cell("grpo", "writing", 0)
     with pytest.raises(KeyboardInterrupt):
-        grid.run_cell(cell, grid.Settings(rollouts=1, tokens=None), tmp_path, [], running)
+        runs.run_cell(cell, grid.Settings(rollouts=1, tokens=None), tmp_path, [], running)
     assert not grid.record_path(tmp_path, cell).exists() and not grid.cell_dir(tmp_path, cell).exists()
 
 
 def test_grid_results(tiny_grid):
     rows = _rows(tiny_grid.out / "results.csv")
     assert [(r["method"], r["kind"], r["seed"]) for r in rows] == [
-        (m, k, s) for s in "01" for m, k in (("grpo", "control"), ("magrpo", "algorithm"), ("parallel", "baseline"))]
+        (m, k, s) for s in "01" for m, k in (("grpo", "control"), ("magrpo", "algorithm"), ("parallel", "baseline"))
+    ]
     for r in rows:
         assert r["returncode"] == "0" and r["env"] == "writing"
         assert (r["eval_problems"], r["eval_samples"]) == ("2", "2")  # the same eval split for every method
@@ -128,7 +148,9 @@ def test_grid_results(tiny_grid):
         assert evals["2"] == pytest.approx(float(r["score"]), rel=1e-6, abs=1e-9)
         assert evals["0"] == pytest.approx(float(r["before"]), rel=1e-6, abs=1e-9)
         agents = {s["tag"] for s in mine if s["tag"].startswith("reward/turn0/agent")}
-        assert agents == ({"reward/turn0/agent0"} if r["method"] == "grpo" else {"reward/turn0/agent0", "reward/turn0/agent1"})
+        assert agents == (
+            {"reward/turn0/agent0"} if r["method"] == "grpo" else {"reward/turn0/agent0", "reward/turn0/agent1"}
+        )
 
 
 def test_grid_table_and_curves(tiny_grid):
@@ -147,29 +169,55 @@ def test_grid_table_and_curves(tiny_grid):
         assert [float(x) for x in found.groups()] == pytest.approx([mean, mean - half, mean + half], abs=6e-5)
     found = re.search(rf"\| {number} ± {number} \(n=2\) \|", lines["magrpo"])
     spread = abs(score[("magrpo", "0")] - score[("magrpo", "1")]) / 2  # SE of two values
-    assert [float(x) for x in found.groups()] == pytest.approx([(score[("magrpo", "0")] + score[("magrpo", "1")]) / 2, spread],
-                                                               abs=6e-5)
+    assert [float(x) for x in found.groups()] == pytest.approx(
+        [(score[("magrpo", "0")] + score[("magrpo", "1")]) / 2, spread], abs=6e-5
+    )
     width, height = png_size(tiny_grid.out / "curves.png")
     assert width > 300 and height > 200
 
 
 # A bad grid: one line, exit code 2, nothing run.
 
-@pytest.mark.parametrize("args, message", [
-    (["--algos", "nosuch", "--rollouts", "1"], "unknown algo 'nosuch'; valid: collm_cc"),
-    (["--algos", "maporl", "--envs", "writing", "--rollouts", "1"], "--algo maporl does not train on env 'writing'; it supports: debate"),
-    (["--algos", "magrpo", "--envs", "nowhere", "--rollouts", "1"], "unknown env 'nowhere'; valid: coding"),
-    (["--algos", "magrpo", "--controls", "solo", "--rollouts", "1"], "unknown control 'solo'; valid: discussion, grpo"),
-    (["--algos", "grpo", "--rollouts", "1"], "grpo is a control, not an algorithm: give it in --controls"),
-    (["--algos", "magrpo"], "give the budget: --rollouts N or --tokens N"),
-    (["--algos", "magrpo", "--rollouts", "1", "--tokens", "5"], "give the budget: --rollouts N or --tokens N"),
-    (["--algos", "magrpo", "--rollouts", "1", "--seeds", "0", "0"], "--seeds must be distinct"),
-    (["--algos", "magrpo", "--rollouts", "1", "--jobs", "0"], "--jobs must be >= 1 (runs at once), got 0"),
-    (["--algos", "magrpo", "--rollouts", "1", "--seed_everything", "3"], "--seed_everything is set by collab.compare"),
-    (["--algos", "magrpo", "--rollouts", "1", "--model.base.name", "tiny", "--model.nosuch", "1"], "nosuch"),
-    (["--algos", "magrpo", "--envs", "debate", "--rollouts", "1", "--score", "majority@9"],
-     "--score 'majority@9' is not reported by env 'debate'; it reports: accuracy, agent_accuracy, answered, majority@1, majority@2, return"),
-])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--algos", "nosuch", "--rollouts", "1"], "unknown algo 'nosuch'; valid: collm_cc"),
+        (
+            ["--algos", "maporl", "--envs", "writing", "--rollouts", "1"],
+            "--algo maporl does not train on env 'writing'; it supports: debate",
+        ),
+        (["--algos", "magrpo", "--envs", "nowhere", "--rollouts", "1"], "unknown env 'nowhere'; valid: coding"),
+        (
+            ["--algos", "magrpo", "--controls", "solo", "--rollouts", "1"],
+            "unknown control 'solo'; valid: discussion, grpo",
+        ),
+        (["--algos", "grpo", "--rollouts", "1"], "grpo is a control, not an algorithm: give it in --controls"),
+        (["--algos", "magrpo"], "give the budget: --rollouts N or --tokens N"),
+        (
+            ["--algos", "magrpo", "--rollouts", "1", "--tokens", "5"],
+            "give the budget: --rollouts N or --tokens N, not both (got --rollouts 1 and --tokens 5)",
+        ),
+        (["--algos", "magrpo", "--rollouts", "0"], "--rollouts must be >= 1 (rollouts per training run), got 0"),
+        (["--algos", "magrpo", "--tokens", "0"], "--tokens must be >= 1 (generated tokens per training run), got 0"),
+        (["--algos", "magrpo", "--rollouts", "1", "--eval_samples", "0"], "--eval_samples must be >= 1, got 0"),
+        (["--algos", "magrpo", "--rollouts", "1", "--eval_tasks", "0"], "--eval_tasks must be >= 1, got 0"),
+        (["--algos", "magrpo", "--rollouts", "1", "--tasks_per_batch", "0"], "--tasks_per_batch must be >= 1, got 0"),
+        (["--algos", "magrpo", "--rollouts", "1", "--max_runs", "-1"], "--max_runs must be >= 0, got -1"),
+        (["--algos", "magrpo", "--rollouts", "1", "--seeds", "0", "0"], "--seeds must be distinct"),
+        (["--algos", "magrpo", "--rollouts", "1", "--jobs", "0"], "--jobs must be >= 1 (runs at once), got 0"),
+        (
+            ["--algos", "magrpo", "--rollouts", "1", "--seed_everything", "3"],
+            "--seed_everything is set by collab.compare",
+        ),
+        (["--algos", "magrpo", "--rollouts", "1", "--model.base.name", "tiny", "--model.nosuch", "1"], "nosuch"),
+        (
+            ["--algos", "magrpo", "--envs", "debate", "--rollouts", "1", "--score", "majority@9"],
+            "--score 'majority@9' is not reported by env 'debate'; it reports: accuracy, agent_accuracy, answered, "
+            "majority@1, majority@2, return",
+        ),
+    ],
+)
 def test_bad_grid_is_one_line(tmp_path, capsys, args, message):
     from collab.compare import main
 
@@ -183,17 +231,40 @@ def test_bad_grid_is_one_line(tmp_path, capsys, args, message):
 def test_changed_settings_are_refused(tiny_grid, capsys):
     from collab.compare import main
 
-    assert main(["--algos", "magrpo", "--rollouts", "3", "--controls", "grpo", "--output", str(tiny_grid.out),
-                 "--model.base.name", "tiny"]) == 2
+    assert (
+        main(
+            [
+                "--algos",
+                "magrpo",
+                "--rollouts",
+                "3",
+                "--controls",
+                "grpo",
+                "--output",
+                str(tiny_grid.out),
+                "--model.base.name",
+                "tiny",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds a grid with other settings" in err[0]
 
 
 # Carried to another machine: --restore RESULTS [STEPS].
 
+
 def _restore_args(tiny_grid, out, *extra, grid=GRID):
-    return grid + ["--output", str(out), "--config", str(tiny_grid.out.parent / "small.yaml"), "--max_runs", "0",
-                   *extra]
+    return grid + [
+        "--output",
+        str(out),
+        "--config",
+        str(tiny_grid.out.parent / "small.yaml"),
+        "--max_runs",
+        "0",
+        *extra,
+    ]
 
 
 def _write_rows(path, rows):
@@ -226,7 +297,7 @@ def test_a_restored_grid_is_the_grid_that_ran(tiny_grid, tmp_path):
 
     wider = tmp_path / "wider"
     seeds = GRID.index("--seeds")
-    three = GRID[:seeds + 1] + ["0", "1", "2"] + GRID[seeds + 3:]
+    three = GRID[: seeds + 1] + ["0", "1", "2"] + GRID[seeds + 3 :]
     assert main(_restore_args(tiny_grid, wider, "--restore", str(results), grid=three)) == 0
     log = (wider / "compare.log").read_text()
     assert "restored 6 runs" in log and "(no steps)" in log and "stopped after 0 runs (--max_runs); 3 left" in log
@@ -241,12 +312,16 @@ def test_restore_refuses_another_grids_runs_in_one_line(tiny_grid, tmp_path, cap
     rows = _rows(tiny_grid.out / "results.csv")
     edited = tmp_path / "edited.csv"
     binary = tiny_grid.out / "curves.png"
-    _write_rows(edited, [{**r, "eval_samples": "1"} if r["method"] == "parallel" and r["seed"] == "1" else r for r in rows])
-    cases = [(["--restore", str(edited)], "holds parallel-writing-1 at eval_samples 1, this grid's 2"),
-             (["--restore", str(tmp_path / "none.csv")], "none.csv is not a file"),
-             (["--restore", str(binary)], "curves.png is not a CSV file"),
-             (["--restore"] + [str(edited)] * 3, "got 3 paths"),
-             (["--restore", str(edited), str(edited)], "has no column step, rollout, tag, value")]
+    _write_rows(
+        edited, [{**r, "eval_samples": "1"} if r["method"] == "parallel" and r["seed"] == "1" else r for r in rows]
+    )
+    cases = [
+        (["--restore", str(edited)], "holds parallel-writing-1 at eval_samples 1, this grid's 2"),
+        (["--restore", str(tmp_path / "none.csv")], "none.csv is not a file"),
+        (["--restore", str(binary)], "curves.png is not a CSV file"),
+        (["--restore"] + [str(edited)] * 3, "got 3 paths"),
+        (["--restore", str(edited), str(edited)], "has no column step, rollout, tag, value"),
+    ]
     for extra, message in cases:
         out = tmp_path / "out"
         assert main(_restore_args(tiny_grid, out, *extra)) == 2
@@ -263,16 +338,35 @@ def test_restore_refuses_another_grids_runs_in_one_line(tiny_grid, tmp_path, cap
 
 # The statistics and the budget, by hand.
 
+
 def test_summary_pairs_seeds_against_the_control():
-    from collab.evaluation.comparison import render_grid_markdown, summarize
+    from collab.compare.report import render_grid_markdown, summarize
 
     def row(method, seed, score, code=0, **more):
-        return {"method": method, "kind": "", "env": "writing", "seed": seed, "returncode": code, "score": score,
-                "wall_s": 10.0, "tokens": 100, "peak_rss_bytes": 2**30 * (1 + seed), **more}
+        return {
+            "method": method,
+            "kind": "",
+            "env": "writing",
+            "seed": seed,
+            "returncode": code,
+            "score": score,
+            "wall_s": 10.0,
+            "tokens": 100,
+            "peak_rss_bytes": 2**30 * (1 + seed),
+            **more,
+        }
 
-    rows = [row("grpo", 0, 0.5), row("grpo", 1, 0.6), row("grpo", 2, 0.7),
-            row("magrpo", 0, 0.6), row("magrpo", 1, 0.9), row("magrpo", 2, 0.8), row("magrpo", 3, 0.0),  # seed 3: unpaired
-            row("ippo", 0, None, code=1), row("ippo", 1, 0.4)]
+    rows = [
+        row("grpo", 0, 0.5),
+        row("grpo", 1, 0.6),
+        row("grpo", 2, 0.7),
+        row("magrpo", 0, 0.6),
+        row("magrpo", 1, 0.9),
+        row("magrpo", 2, 0.8),
+        row("magrpo", 3, 0.0),  # seed 3: unpaired
+        row("ippo", 0, None, code=1),
+        row("ippo", 1, 0.4),
+    ]
     by = {e["method"]: e for e in summarize(rows)}
     m = by["magrpo"]
     assert m["n"] == 4 and m["pairs"] == 3 and m["failed"] == 0
@@ -292,8 +386,8 @@ def test_summary_pairs_seeds_against_the_control():
 def test_budget_stops_at_rollouts_or_tokens():
     import torch
 
+    from collab.compare.grid import Budget
     from collab.errors import UserError
-    from collab.evaluation.grid import Budget
 
     trainer = SimpleNamespace(callback_metrics={"rollout/tokens": torch.tensor(30.0)}, world_size=2, should_stop=False)
     tokens = Budget(tokens=100)
@@ -310,7 +404,7 @@ def test_budget_stops_at_rollouts_or_tokens():
 
 
 def test_plan_orders_and_dedupes():
-    from collab.evaluation.grid import Cell, plan
+    from collab.compare.grid import Cell, plan
 
     cells = plan(["magrpo", "ippo", "magrpo"], ["single", "grpo"], ["writing", "writing"], [0, 1])
     assert [c.name for c in cells[:4]] == ["grpo-writing-0", "magrpo-writing-0", "ippo-writing-0", "single-writing-0"]
@@ -319,10 +413,12 @@ def test_plan_orders_and_dedupes():
 
 
 def test_one_agent_control_takes_the_summed_length():
-    from collab.evaluation.grid import one_agent
+    from collab.compare.grid import one_agent
 
-    agents = [{"role": "a", "lora": {"r": 4}, "sampling": {"temperature": 0.7, "max_new_tokens": 8}},
-              {"role": "b", "lora": {"r": 8}, "sampling": {"temperature": 0.9, "max_new_tokens": 24}}]
+    agents = [
+        {"role": "a", "lora": {"r": 4}, "sampling": {"temperature": 0.7, "max_new_tokens": 8}},
+        {"role": "b", "lora": {"r": 8}, "sampling": {"temperature": 0.9, "max_new_tokens": 24}},
+    ]
     option, value = one_agent(agents)
     import json
 
@@ -337,8 +433,8 @@ def test_progress_lines(tmp_path):
     """On a terminal the running line is redrawn in place and kept out of the log; otherwise plain lines only."""
     import io
 
-    from collab.compare import Progress
-    from collab.evaluation.grid import Cell
+    from collab.compare.grid import Cell
+    from collab.compare.progress import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -354,42 +450,48 @@ def test_progress_lines(tmp_path):
         assert progress.left(cells) == "about 3:10 left"  # two trained runs of 90 s, a baseline of 10 s
         progress.line("run 2 of 4: magrpo-writing-1 0:05 (about 3:10 left)", transient=True)
         progress.line("run 2 of 4: magrpo-writing-1 done in 1:30")
-        assert log.read_text().count("\n") == 1 and log.read_text().endswith("run 2 of 4: magrpo-writing-1 done in 1:30\n")
+        assert log.read_text().count("\n") == 1 and log.read_text().endswith(
+            "run 2 of 4: magrpo-writing-1 done in 1:30\n"
+        )
         if stream.isatty():
-            assert stream.getvalue() == ("\r\033[Krun 2 of 4: magrpo-writing-1 0:05 (about 3:10 left)"
-                                         "\r\033[Krun 2 of 4: magrpo-writing-1 done in 1:30\n")
+            assert stream.getvalue() == (
+                "\r\033[Krun 2 of 4: magrpo-writing-1 0:05 (about 3:10 left)"
+                "\r\033[Krun 2 of 4: magrpo-writing-1 done in 1:30\n"
+            )
         else:
             assert stream.getvalue() == "run 2 of 4: magrpo-writing-1 done in 1:30\n"
 
 
 def test_a_named_score_reaches_the_evaluation_and_the_baselines_record(tmp_path):
     """--score KEY: the trained runs' evaluation callback scores by KEY, and a baseline's record reads eval/KEY."""
-    from collab.evaluation import grid
+    from collab.compare import grid
+    from collab.compare.running import Record, fill
 
     settings = grid.Settings(rollouts=1, tokens=None, score="majority@2")
     callbacks = grid.callbacks_config(grid.Cell("maporl", "debate", 3), settings)["trainer"]["callbacks"]
     (evaluation,) = [c for c in callbacks if c["class_path"].endswith("EvaluationCallback")]
     assert evaluation["init_args"]["score"] == "majority@2" and evaluation["init_args"]["seed"] == 3
     (tmp_path / "metrics.json").write_text('{"eval/return": 1.25, "eval/majority@2": 0.375, "eval/problems": 64}')
-    record = grid.Record("parallel", "baseline", "debate", 3, 0, 1.0, 0, [])
-    grid.fill(record, tmp_path, "majority@2")
+    record = Record("parallel", "baseline", "debate", 3, 0, 1.0, 0, [])
+    fill(record, tmp_path, "majority@2")
     assert (record.score, record.score_key, record.eval_problems) == (0.375, "majority@2", 64)
-    grid.fill(record, tmp_path)  # no score named: the return (debate reports no solved)
+    fill(record, tmp_path)  # no score named: the return (debate reports no solved)
     assert (record.score, record.score_key) == (1.25, "return")
 
 
 def test_the_single_baseline_is_scored_by_the_last_step_info(tmp_path):
     """The single baseline's wrapper has no votes, so its metrics hold the info key's mean alone
-    (``eval/env/majority@2``) and no ``eval/majority@2``: the record reads it (on 2026-11-27 the grid recorded no
-    score for single), not ``eval/return``."""
-    from collab.evaluation import grid
+    (``eval/env/majority@2``) and no ``eval/majority@2``: the record reads it (else the grid records no score
+    for single), not ``eval/return``."""
+    from collab.compare import grid
+    from collab.compare.running import Record, fill
 
     cell = grid.Cell("single", "debate", 0)
     folder = grid.cell_dir(tmp_path, cell)
     folder.mkdir(parents=True)
     (folder / "metrics.json").write_text('{"eval/return": 0.4375, "eval/env/majority@2": 0.21875, "eval/problems": 64}')
-    record = grid.Record("single", "baseline", "debate", 0, 0, 1.0, 0, [])
-    grid.fill(record, folder, "majority@2")
+    record = Record("single", "baseline", "debate", 0, 0, 1.0, 0, [])
+    fill(record, folder, "majority@2")
     assert (record.score, record.score_key, record.eval_problems) == (0.21875, "majority@2", 64)
 
 
@@ -443,6 +545,7 @@ def test_compare_configs_build_every_run(path, tmp_path, capsys):
 
 # --defaults: each algorithm's main job as it is.
 
+
 def test_defaults_runs_each_main_job_on_its_own_env(tmp_path):
     """``--defaults``: ``collab.fit --algo A`` with seed k and the overrides alone (here a config shortening the
     job to one rollout and two eval problems); the cell's env is the job's own (magrpo's default is math), and the
@@ -453,32 +556,80 @@ def test_defaults_runs_each_main_job_on_its_own_env(tmp_path):
 
     small = tmp_path / "small.yaml"
     evaluation = {"at_start": True, "greedy": True, "num_samples": 1, "ks": [1], "max_tasks": 2}
-    small.write_text(json.dumps({"trainer": {"max_steps": 1, "enable_checkpointing": False, "callbacks": [
-        {"class_path": "collab.training.callbacks.RewardSummary"},
-        {"class_path": "collab.training.callbacks.EvaluationCallback", "init_args": evaluation}]}}))
+    small.write_text(
+        json.dumps(
+            {
+                "trainer": {
+                    "max_steps": 1,
+                    "enable_checkpointing": False,
+                    "callbacks": [
+                        {"class_path": "collab.training.callbacks.RewardSummary"},
+                        {"class_path": "collab.training.callbacks.EvaluationCallback", "init_args": evaluation},
+                    ],
+                }
+            }
+        )
+    )
     out = tmp_path / "out"
-    assert main(["--defaults", "--algos", "magrpo", "--seeds", "0", "1", "--output", str(out), "--jobs", "2",
-                 "--model.base.name", "tiny", "--config", str(small)]) == 0
+    assert (
+        main(
+            [
+                "--defaults",
+                "--algos",
+                "magrpo",
+                "--seeds",
+                "0",
+                "1",
+                "--output",
+                str(out),
+                "--jobs",
+                "2",
+                "--model.base.name",
+                "tiny",
+                "--config",
+                str(small),
+            ]
+        )
+        == 0
+    )
     rows = _rows(out / "results.csv")
     assert [(r["method"], r["env"], r["seed"], r["returncode"]) for r in rows] == [
-        ("magrpo", "math", "0", "0"), ("magrpo", "math", "1", "0")]
+        ("magrpo", "math", "0", "0"),
+        ("magrpo", "math", "1", "0"),
+    ]
     assert all(r["score_key"] == "solved" and r["eval_problems"] == "2" and r["before_se"] != "" for r in rows)
     command = json.loads((out / "records" / "magrpo-math-1.json").read_text())["command"]
-    assert command[command.index("--algo") + 1:] == [
-        "magrpo", "--model.base.name", "tiny", "--config", str(small), "--seed_everything", "1", "--data.seed", "1",
-        "--trainer.default_root_dir", str(out / "cells" / "magrpo-math-1")]
+    assert command[command.index("--algo") + 1 :] == [
+        "magrpo",
+        "--model.base.name",
+        "tiny",
+        "--config",
+        str(small),
+        "--seed_everything",
+        "1",
+        "--data.seed",
+        "1",
+        "--trainer.default_root_dir",
+        str(out / "cells" / "magrpo-math-1"),
+    ]
     table = (out / "comparison.md").read_text()
     assert "### magrpo on math: held-out accuracy (2 eval problems x 1 episodes)" in table
     assert "Mean gain over 2 seeds" in table and "positive on" in table
     assert json.loads((out / "grid.json").read_text())["defaults"] is True
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rollouts", "3"], "--defaults runs each main job as it is (its own env, budget and held-out evaluation): drop --rollouts"),
-    (["--envs", "writing", "--score", "return"], "drop --envs, --score, or drop --defaults"),
-    (["--data.env", "writing"], "--data.env is set by collab.compare --defaults for each run"),
-    (["--algos", "nosuch"], "unknown algo 'nosuch'; valid: collm_cc"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--rollouts", "3"],
+            "--defaults runs each main job as it is (its own env, budget and held-out evaluation): drop --rollouts",
+        ),
+        (["--envs", "writing", "--score", "return"], "drop --envs, --score, or drop --defaults"),
+        (["--data.env", "writing"], "--data.env is set by collab.compare --defaults for each run"),
+        (["--algos", "nosuch"], "unknown algo 'nosuch'; valid: collm_cc"),
+    ],
+)
 def test_defaults_refuses_what_the_main_jobs_own(tmp_path, capsys, args, message):
     from collab.compare import main
 
@@ -493,12 +644,28 @@ def test_defaults_refuses_what_the_main_jobs_own(tmp_path, capsys, args, message
 
 def test_seed_tables_by_hand():
     """Gains +0.2, -0.1, +0.5 over three seeds: mean +0.2, SE sqrt(((0)^2 + 0.3^2 + 0.3^2) / 2 / 3) = 0.1732."""
-    from collab.evaluation.comparison import render_seed_tables
+    from collab.compare.report import render_seed_tables
 
-    rows = [{"method": "ippo", "env": "math", "seed": str(s), "returncode": "0", "score_key": "solved",
-             "eval_problems": "64", "eval_samples": "1", "before": "0.25", "before_se": "0.05", "score": str(0.25 + g),
-             "score_se": "0.06", "gain": str(g), "gain_se": "0.1", "wall_s": "300", "peak_rss_bytes": str(2 ** 31)}
-            for s, g in enumerate([0.2, -0.1, 0.5])]
+    rows = [
+        {
+            "method": "ippo",
+            "env": "math",
+            "seed": str(s),
+            "returncode": "0",
+            "score_key": "solved",
+            "eval_problems": "64",
+            "eval_samples": "1",
+            "before": "0.25",
+            "before_se": "0.05",
+            "score": str(0.25 + g),
+            "score_se": "0.06",
+            "gain": str(g),
+            "gain_se": "0.1",
+            "wall_s": "300",
+            "peak_rss_bytes": str(2**31),
+        }
+        for s, g in enumerate([0.2, -0.1, 0.5])
+    ]
     rows.append({**rows[0], "seed": "3", "returncode": "1", "gain": ""})
     text = render_seed_tables(rows, ["ippo-math-3 (exit 1)"])
     assert "### ippo on math: held-out accuracy (64 eval problems x 1 episodes)" in text

@@ -19,14 +19,14 @@ PRIME = {
     "task_id": "Toy/prime",
     "prompt": "def x_or_y(n, x, y):\n    '''Return x if n is prime, else y.'''\n",
     "test": "def check(candidate):\n    assert candidate(7, 34, 12) == 34\n    assert candidate(15, 8, 5) == 5\n"
-            "    assert candidate(2, 10, 20) == 10\n    assert candidate(1, 100, 200) == 200\n",
+    "    assert candidate(2, 10, 20) == 10\n    assert candidate(1, 100, 200) == 200\n",
     "entry_point": "x_or_y",
 }
 ADD = {
     "task_id": "Toy/add",
     "prompt": "def add(a, b):\n    '''Return a + b.'''\n",
     "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(0, 0) == 0\n"
-            "    assert candidate(-1, 1) == 0\n    assert candidate(2, 2) == 4\n",
+    "    assert candidate(-1, 1) == 0\n    assert candidate(2, 2) == 4\n",
     "entry_point": "add",
 }
 PRIME_AUX = "def aux(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
@@ -37,8 +37,10 @@ MINUS = "def add(a, b):\n    return a - b\n"  # 1/4
 
 # Per (agent, entry point): the responses of successive samples.
 SCRIPT = {
-    (0, "x_or_y"): [PRIME_AUX] * 4, (1, "x_or_y"): [RIGHT, NEAR, RIGHT, NEAR],
-    (0, "add"): [""] * 4, (1, "add"): [TIMES, MINUS, TIMES, TIMES],
+    (0, "x_or_y"): [PRIME_AUX] * 4,
+    (1, "x_or_y"): [RIGHT, NEAR, RIGHT, NEAR],
+    (0, "add"): [""] * 4,
+    (1, "add"): [TIMES, MINUS, TIMES, TIMES],
 }
 
 
@@ -57,8 +59,15 @@ def ScriptedPolicy(script) -> ScriptedTeam:
 def env(tmp_path):
     path = tmp_path / "toy.jsonl"
     path.write_text("\n".join(json.dumps(p) for p in (PRIME, ADD)))
-    return make_env("coding", dataset="coophumaneval", path=str(path), train_split="[:]", eval_split="[:]",
-                    workers=2, test_timeout=2.0)
+    return make_env(
+        "coding",
+        dataset="coophumaneval",
+        path=str(path),
+        train_split="[:]",
+        eval_split="[:]",
+        workers=2,
+        test_timeout=2.0,
+    )
 
 
 def test_metrics_by_hand(env):
@@ -82,7 +91,9 @@ def test_metrics_by_hand(env):
 
 def test_chunked_play_gives_the_same_metrics(env):
     whole, _ = evaluate(ScriptedPolicy(SCRIPT), env, env.tasks("eval"), num_samples=4, ks=[1, 3], tasks_per_batch=None)
-    chunked, episodes = evaluate(ScriptedPolicy(SCRIPT), env, env.tasks("eval"), num_samples=4, ks=[1, 3], tasks_per_batch=1)
+    chunked, episodes = evaluate(
+        ScriptedPolicy(SCRIPT), env, env.tasks("eval"), num_samples=4, ks=[1, 3], tasks_per_batch=1
+    )
     assert chunked == whole
     assert [ep.task for eps in episodes for ep in eps] == [0] * 4 + [1] * 4
 
@@ -90,8 +101,16 @@ def test_chunked_play_gives_the_same_metrics(env):
 def test_multi_turn_episodes_continue_until_solved(tmp_path):
     path = tmp_path / "toy.json"
     path.write_text(json.dumps([PRIME]))
-    env = make_env("coding", dataset="coophumaneval", path=str(path), train_split="[:]", eval_split="[:]",
-                   horizon=2, workers=2, test_timeout=2.0)
+    env = make_env(
+        "coding",
+        dataset="coophumaneval",
+        path=str(path),
+        train_split="[:]",
+        eval_split="[:]",
+        horizon=2,
+        workers=2,
+        test_timeout=2.0,
+    )
     script = {(0, "x_or_y"): [PRIME_AUX] * 3, (1, "x_or_y"): [RIGHT, NEAR, RIGHT]}
     (episodes,) = play(ScriptedPolicy(script), env, env.tasks("eval"), num_samples=2)
     assert [len(e.steps) for e in episodes] == [1, 2]  # the second sample revises once, with the diagnostics
@@ -108,18 +127,41 @@ def test_bad_k_is_a_user_error(env):
 
 def run_module(module, *args, cwd, timeout=600):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
-TINY = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--data.env", "coding",
-        "--model.agents", '[{"sampling": {"max_new_tokens": 16}}, {"sampling": {"max_new_tokens": 16}}]']
+TINY = [
+    "--model.base.name",
+    "tiny",
+    "--trainer.accelerator",
+    "cpu",
+    "--data.env",
+    "coding",
+    "--model.agents",
+    '[{"sampling": {"max_new_tokens": 16}}, {"sampling": {"max_new_tokens": 16}}]',
+]
 
 
 def test_evaluate_cli_on_the_untrained_tiny_team(tmp_path):
     out = tmp_path / "metrics.json"
-    result = run_module("collab.evaluate", "--algo", "magrpo", *TINY, "--max_tasks", "2", "--num_samples", "3",
-                        "--k", "1", "3", "--output", str(out), cwd=tmp_path)
+    result = run_module(
+        "collab.evaluate",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--max_tasks",
+        "2",
+        "--num_samples",
+        "3",
+        "--k",
+        "1",
+        "3",
+        "--output",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "magrpo on coding (eval: 2 tasks x 3 samples; weights: untrained)" in result.stdout
     metrics = json.loads(out.read_text())
@@ -155,12 +197,26 @@ data:
 
     # The same trained weights through a Lightning checkpoint or the peft folders give the same evaluation.
     common = ["--algo", "magrpo", *TINY, "--max_tasks", "2", "--num_samples", "2", "--k", "1", "2"]
-    by_ckpt = run_module("collab.evaluate", *common, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
-                         "--output", str(tmp_path / "ckpt.json"), cwd=tmp_path)
+    by_ckpt = run_module(
+        "collab.evaluate",
+        *common,
+        "--ckpt_path",
+        str(run / "checkpoints" / "last.ckpt"),
+        "--output",
+        str(tmp_path / "ckpt.json"),
+        cwd=tmp_path,
+    )
     assert by_ckpt.returncode == 0, by_ckpt.stderr[-3000:]
     assert "weights: " + str(run / "checkpoints" / "last.ckpt") in by_ckpt.stdout
-    by_adapters = run_module("collab.evaluate", *common, "--adapters", str(run / "adapters" / "last"),
-                             "--output", str(tmp_path / "adapters.json"), cwd=tmp_path)
+    by_adapters = run_module(
+        "collab.evaluate",
+        *common,
+        "--adapters",
+        str(run / "adapters" / "last"),
+        "--output",
+        str(tmp_path / "adapters.json"),
+        cwd=tmp_path,
+    )
     assert by_adapters.returncode == 0, by_adapters.stderr[-3000:]
     assert json.loads((tmp_path / "ckpt.json").read_text()) == json.loads((tmp_path / "adapters.json").read_text())
 
@@ -170,4 +226,4 @@ def test_evaluate_cli_bad_input_is_one_line(tmp_path):
     assert result.returncode == 2 and "error: checkpoint not found: nope.ckpt" in result.stderr
     assert "Traceback" not in result.stderr
     result = run_module("collab.evaluate", "--algo", "magrpo", *TINY, "--num_samples", "2", "--k", "5", cwd=tmp_path)
-    assert result.returncode == 2 and "no k <= num_samples" in result.stderr
+    assert result.returncode == 2 and "no k of --k [5] is <= --num_samples 2" in result.stderr

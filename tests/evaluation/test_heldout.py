@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from collab.algos import from_config
-from collab.training.callbacks import EvaluationCallback, RolloutBar, RolloutLines, progress_callback
 from collab.envs import make_env
 from collab.evaluation.heldout import MeanSE, mean_se, task_scores
 from collab.rollout.protocol import Dependency
+from collab.training.callbacks import EvaluationCallback
+from collab.training.progress import RolloutBar, RolloutLines, progress_callback
 from tests.support import ScriptedTeam
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,9 @@ def test_before_and_after_with_the_paired_gain(tmp_path, capsys):
     env = make_env("math", dataset="addition", profile="duo", horizon=1, num_eval=8)
     solver = Solver(env)
     module = Module(solver.team, env)
-    trainer = SimpleNamespace(global_step=0, loggers=[], callback_metrics={}, is_global_zero=True, log_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        global_step=0, loggers=[], callback_metrics={}, is_global_zero=True, log_dir=str(tmp_path)
+    )
     callback = EvaluationCallback(at_start=True, num_samples=1, ks=[1], tasks_per_batch=3)
     solver.right = {0, 1, 2}
     callback.on_train_start(trainer, module)
@@ -90,8 +93,10 @@ def test_before_and_after_with_the_paired_gain(tmp_path, capsys):
     assert held["gain_z"] == pytest.approx(1.0)
     assert held["score"] == "solved" and held["problems"] == 8 and (held["before_step"], held["after_step"]) == (0, 12)
     out = capsys.readouterr().out
-    assert ("held-out accuracy (8 eval problems, 1 samples): before 0.3750 ± 0.1830, after 0.6250 ± 0.1830, "
-            "gain +0.2500 ± 0.2500 (1.0 SE)") in out
+    assert (
+        "held-out accuracy (8 eval problems, 1 samples): before 0.3750 ± 0.1830, after 0.6250 ± 0.1830, "
+        "gain +0.2500 ± 0.2500 (1.0 SE)"
+    ) in out
     assert out.count("evaluation at step") == 2 and "accuracy 0.3750 ± 0.1830 (SE over 8 problems)" in out
     assert trainer.callback_metrics["eval/score"] == pytest.approx(0.625)
     summary = json.loads((tmp_path / "reward_summary.json").read_text())
@@ -105,7 +110,9 @@ def test_a_later_evaluation_at_the_last_step_is_the_after(tmp_path, capsys):
     solver = Solver(env)
     module = Module(solver.team, env)
     (tmp_path / "reward_summary.json").write_text(json.dumps({"rollouts": 2}))
-    trainer = SimpleNamespace(global_step=0, loggers=[], callback_metrics={}, is_global_zero=True, log_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        global_step=0, loggers=[], callback_metrics={}, is_global_zero=True, log_dir=str(tmp_path)
+    )
     callback = EvaluationCallback(every_n_steps=2, at_start=True, num_samples=1, ks=[1])
     callback.on_train_start(trainer, module)
     solver.right = {0, 1, 2, 3}
@@ -156,7 +163,9 @@ def test_one_eval_problem_prints_no_standard_error(tmp_path, capsys):
     env = make_env("math", dataset="addition", profile="duo", horizon=1, num_eval=4)
     solver = Solver(env)
     module = Module(solver.team, env)
-    trainer = SimpleNamespace(global_step=0, loggers=[], callback_metrics={}, is_global_zero=True, log_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        global_step=0, loggers=[], callback_metrics={}, is_global_zero=True, log_dir=str(tmp_path)
+    )
     callback = EvaluationCallback(at_start=True, num_samples=1, ks=[1], max_tasks=1)
     callback.on_train_start(trainer, module)
     solver.right = {0}
@@ -164,8 +173,10 @@ def test_one_eval_problem_prints_no_standard_error(tmp_path, capsys):
     callback.on_train_end(trainer, module)
     out = capsys.readouterr().out
     assert "nan" not in out and "accuracy 0.0000 (1 eval problem: no standard error)" in out
-    assert ("held-out accuracy (1 eval problem, 1 samples): before 0.0000, after 1.0000, gain +1.0000 "
-            "(1 eval problem: no standard error)") in out
+    assert (
+        "held-out accuracy (1 eval problem, 1 samples): before 0.0000, after 1.0000, gain +1.0000 "
+        "(1 eval problem: no standard error)"
+    ) in out
     held = json.loads((tmp_path / "reward_summary.json").read_text())["held_out"]
     assert held["problems"] == 1 and held["before_se"] is held["after_se"] is held["gain_se"] is held["gain_z"] is None
     assert "eval/score_se" not in trainer.callback_metrics
@@ -228,9 +239,16 @@ def test_the_display_follows_whether_stdout_is_a_terminal():
 def test_plain_lines_name_step_reward_throughput_and_time():
     stream = Stream(False)
     lines = RolloutLines(stream=stream)
-    trainer = SimpleNamespace(global_step=0, max_steps=12, is_global_zero=True,
-                              callback_metrics={"reward/return": torch.tensor(0.25), "rollout/tokens_per_s": torch.tensor(41.25),
-                                                "rollout/seconds": torch.tensor(17.24)})
+    trainer = SimpleNamespace(
+        global_step=0,
+        max_steps=12,
+        is_global_zero=True,
+        callback_metrics={
+            "reward/return": torch.tensor(0.25),
+            "rollout/tokens_per_s": torch.tensor(41.25),
+            "rollout/seconds": torch.tensor(17.24),
+        },
+    )
     lines.on_train_start(trainer, None)
     trainer.global_step = 3
     lines.on_train_batch_end(trainer, None, None, None, 2)
@@ -255,17 +273,30 @@ def test_rich_bar_drops_epoch_speed_and_version():
 
 def fit(*args, cwd):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_fit_prints_one_line_per_rollout_and_the_held_out_comparison_when_piped(tmp_path):
     """The main job's config (marft_a: before/after evaluation on) on the tiny model, stdout a pipe."""
-    result = fit("--algo", "marft_a", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
-                 "--trainer.max_steps", "2", "--data.batch_size", "2",
-                 "--data.env_options", "{dataset: addition, profile: duo, num_eval: 4}",
-                 "--model.agents", '[{"sampling": {"max_new_tokens": 4}}, {"sampling": {"max_new_tokens": 4}}]',
-                 cwd=tmp_path)
+    result = fit(
+        "--algo",
+        "marft_a",
+        "--model.base.name",
+        "tiny",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.max_steps",
+        "2",
+        "--data.batch_size",
+        "2",
+        "--data.env_options",
+        "{dataset: addition, profile: duo, num_eval: 4}",
+        "--model.agents",
+        '[{"sampling": {"max_new_tokens": 4}}, {"sampling": {"max_new_tokens": 4}}]',
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     steps = [line for line in out.splitlines() if line.startswith("step ")]

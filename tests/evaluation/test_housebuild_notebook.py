@@ -73,8 +73,9 @@ def test_figure_has_a_panel_per_layer_and_grid():
     assert points == [(1.0, 0.0), (2.0, 1.0)]
     # Two builds and nine layers wrapping at four columns: 3 bands x 3 rows x 4 columns, 27 drawn.
     tall_t = np.ones((2, 9, 2), dtype=np.uint8)
-    fig = render.draw_layers(tall_t, {"a": tall_t, "b": np.zeros_like(tall_t)}, PALETTE, columns=4,
-                             summaries={"a": "all right"})
+    fig = render.draw_layers(
+        tall_t, {"a": tall_t, "b": np.zeros_like(tall_t)}, PALETTE, columns=4, summaries={"a": "all right"}
+    )
     assert len(fig.axes) == 36 and sum(ax.get_label().startswith("b:") for ax in fig.axes) == 9
     assert sum(ax.axison for ax in fig.axes) == 27
     assert "a: all right" in fig.get_suptitle()
@@ -109,8 +110,15 @@ def test_housebuild_notebook(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(write_kernel(tmp_path)))
     figures = tmp_path / "figures"
     monkeypatch.setenv("COLLAB_FIGURES", str(figures))
-    for name in ("COLLAB_HOUSEBUILD", "COLLAB_ADAPTERS", "COLLAB_MODEL", "COLLAB_TURNS", "COLLAB_MAX_NEW_TOKENS",
-                 "COLLAB_TASK", "COLLAB_ALGO"):
+    for name in (
+        "COLLAB_HOUSEBUILD",
+        "COLLAB_ADAPTERS",
+        "COLLAB_MODEL",
+        "COLLAB_TURNS",
+        "COLLAB_MAX_NEW_TOKENS",
+        "COLLAB_TASK",
+        "COLLAB_ALGO",
+    ):
         monkeypatch.delenv(name, raising=False)
     work = tmp_path / "work"
     work.mkdir()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.notebook_kernel import execute, kernel_env, png_size  # noqa: F401 (kernel_env: a fixture)
+from tests.support.notebook_kernel import execute, png_size
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,10 +56,13 @@ data:
   env_options: {dataset: humaneval}
   num_turns: 1
 """
-# As collab.evaluate --table writes it (collab.evaluation.comparison): a score column per task, empty where a task has none.
-TABLE = ("method,task,env,time_s,cost_tokens,score,pass,samples,tasks,model,split,weights\n"
-         "magrpo,tldr,writing,1.25,61.5,41.2,,4,16,smollm2-135m-instruct,eval,runs/magrpo/version_0\n"
-         "single,coophe,coding,0.98,120.0,,8.5,4,16,smollm2-135m-instruct,eval,\n")
+# As collab.evaluate --table writes it (collab.evaluation.comparison): a score column per task, empty where a task
+# has none.
+TABLE = (
+    "method,task,env,time_s,cost_tokens,score,pass,samples,tasks,model,split,weights\n"
+    "magrpo,tldr,writing,1.25,61.5,41.2,,4,16,smollm2-135m-instruct,eval,runs/magrpo/version_0\n"
+    "single,coophe,coding,0.98,120.0,,8.5,4,16,smollm2-135m-instruct,eval,\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +72,11 @@ def tiny_runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("tiny_runs")
     (work / "small.yaml").write_text(SMALL)
     (work / "coding.yaml").write_text(CODING)
-    jobs = [["--seed_everything", "0"], ["--seed_everything", "1"],
-            ["--seed_everything", "0", "--config", "coding.yaml"]]
+    jobs = [
+        ["--seed_everything", "0"],
+        ["--seed_everything", "1"],
+        ["--seed_everything", "0", "--config", "coding.yaml"],
+    ]
     script = textwrap.dedent(f"""
         import sys
         from collab.fit import main
@@ -81,8 +87,9 @@ def tiny_runs(tmp_path_factory):
                 sys.exit(code)
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    result = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (work / "runs" / "comparison.csv").write_text(TABLE)
     (work / "runs" / "comparison.md").write_text("| Method | Time |\n|---|---|\n| magrpo | 1.25 |\n")
@@ -90,6 +97,7 @@ def tiny_runs(tmp_path_factory):
 
 
 # Pure helpers.
+
 
 def test_mean_curve_aligns_steps_and_uses_student_t():
     from collab.evaluation.analysis import mean_curve, t_quantile
@@ -126,11 +134,15 @@ def test_smooth_and_table_helpers(tmp_path):
 
 
 def test_scheme_steps_fill_every_scheme():
-    from collab.evaluation.analysis import scheme_steps
     from collab.envs.coding.schemes import SCHEMES
+    from collab.evaluation.analysis import scheme_steps
 
-    scalars = {"eval/env/scheme/fallback": [(5, 0.25), (10, 0.5)], "eval/env/scheme/none": [(5, 0.75), (10, 0.5)],
-               "env/scheme/none": [(0, 1.0)], "reward/return": [(0, 1.0)]}
+    scalars = {
+        "eval/env/scheme/fallback": [(5, 0.25), (10, 0.5)],
+        "eval/env/scheme/none": [(5, 0.75), (10, 0.5)],
+        "env/scheme/none": [(0, 1.0)],
+        "reward/return": [(0, 1.0)],
+    }
     steps = scheme_steps(scalars)
     assert [s for s, _ in steps] == [5, 10]
     assert list(steps[0][1]) == list(SCHEMES) and steps[0][1]["fallback"] == 0.25 and steps[1][1]["decorator"] == 0.0
@@ -144,8 +156,14 @@ def test_run_info_without_config(tmp_path):
     run = tmp_path / "ippo" / "version_3"
     run.mkdir(parents=True)
     info = run_info(run)
-    assert (info.name, info.version, info.algo, info.env, info.seed, info.label) == \
-        ("ippo", "version_3", "ippo", None, None, "ippo/version_3")
+    assert (info.name, info.version, info.algo, info.env, info.seed, info.label) == (
+        "ippo",
+        "version_3",
+        "ippo",
+        None,
+        None,
+        "ippo/version_3",
+    )
     (run / "hparams.yaml").write_text("seed_everything: 7\ndata: {env: matrix}\n")
     assert (run_info(run).seed, run_info(run).env) == (7, "matrix")
     assert run_info(run, tmp_path).label == "ippo/version_3" and run_info(run, run).label == "ippo/version_3"
@@ -159,13 +177,16 @@ def test_run_info_without_config(tmp_path):
 
 # The tiny runs.
 
+
 def test_runs_are_described(tiny_runs):
     from collab.evaluation.analysis import list_runs, reward_summaries, scheme_history, scheme_table, tag_table
 
     infos = list_runs(tiny_runs)
     assert [(i.label, i.algo, i.env, i.seed, i.model) for i in infos] == [
-        ("magrpo/version_0", "magrpo", "writing", 0, "tiny"), ("magrpo/version_1", "magrpo", "writing", 1, "tiny"),
-        ("magrpo/version_2", "magrpo", "coding", 0, "tiny")]
+        ("magrpo/version_0", "magrpo", "writing", 0, "tiny"),
+        ("magrpo/version_1", "magrpo", "writing", 1, "tiny"),
+        ("magrpo/version_2", "magrpo", "coding", 0, "tiny"),
+    ]
     rows = tag_table(tiny_runs, "reward/return")
     assert len(rows) == 6 and {r["step"] for r in rows} == {0, 1} and {r["seed"] for r in rows} == {0, 1}
     assert [r["rollouts"] for r in reward_summaries(infos)] == [2, 2, 2]
@@ -180,6 +201,7 @@ def test_runs_are_described(tiny_runs):
 
 
 # The notebooks.
+
 
 def test_analysis_notebook(tiny_runs, kernel_env, monkeypatch):
     figures = kernel_env / "figures"

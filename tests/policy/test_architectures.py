@@ -1,4 +1,4 @@
-"""Every common HF architecture through an agent team (issue 34), against transformers and peft themselves.
+"""Every common HF architecture through an agent team, against transformers and peft themselves.
 
 For each family of :mod:`tests.support.architectures` (tiny random models of their own classes: fused layers,
 GPT-2's ``Conv1D``, sliding windows, mixtures of experts), a team of two agents on that base, whose LoRA B
@@ -35,9 +35,10 @@ import torch
 
 from collab.errors import UserError
 from collab.objectives import clipped_surrogate, group_advantages
+from collab.policy.adapters import train_adapters_only
 from collab.policy.models import DEFAULT_CHAT_TEMPLATE, BaseConfig, load_tokenizer
 from collab.policy.sampling import GenerationRequest
-from collab.policy.team import AgentSpec, AgentTeam, LoraSpec, SamplingSpec, train_adapters_only
+from collab.policy.team import AgentSpec, AgentTeam, LoraSpec, SamplingSpec
 from tests.support.architectures import FAMILIES, MOE, SLIDING, WINDOW, model_dir
 
 NEW_TOKENS = WINDOW + 8
@@ -46,8 +47,10 @@ RTOL = 1e-5
 """Log-probs (about -11 here) of two code paths agree to float32 noise relative to their size."""
 TIE = 1e-4
 """Logits (about 0.1-1 here) this close are a tie: two code paths may pick either token."""
-LONG = ("Tell me a long story about a cat and a dog who go on an adventure through the forest, meet many friends "
-        "along the way, cross a river, climb a hill and sing with the birds until the sun goes down.")
+LONG = (
+    "Tell me a long story about a cat and a dog who go on an adventure through the forest, meet many friends "
+    "along the way, cross a river, climb a hill and sing with the birds until the sun goes down."
+)
 MID = "Write a haiku about rain."
 SHORT = "Hi"
 LLAMA_LIST = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -77,22 +80,29 @@ def perturb_lora_b(team: AgentTeam, seed: int = 1, std: float = 0.2) -> None:
 
 def build_team(folder: str, **base) -> AgentTeam:
     torch.manual_seed(0)  # peft draws the LoRA A matrices from the global generator
-    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0)) for _ in range(2)],
-                     BaseConfig(name=folder, device="cpu", **base))
+    team = AgentTeam(
+        [AgentSpec(sampling=SamplingSpec(temperature=0.0)) for _ in range(2)],
+        BaseConfig(name=folder, device="cpu", **base),
+    )
     perturb_lora_b(team)
     return team
 
 
 def chat_prompts(team: AgentTeam) -> dict[str, list[int]]:
     """Prompts of unequal lengths; ``follow`` is a later turn of the ``long`` chat (a shared start)."""
+
     def user(text):
         return {"role": "user", "content": text}
 
     def answer(text):
         return {"role": "assistant", "content": text}
 
-    chats = {"long": [user(LONG)], "mid": [user(MID)], "short": [user(SHORT)],
-             "follow": [user(LONG), answer("Once upon a time, there was a dog."), user("And then?")]}
+    chats = {
+        "long": [user(LONG)],
+        "mid": [user(MID)],
+        "short": [user(SHORT)],
+        "follow": [user(LONG), answer("Once upon a time, there was a dog."), user("And then?")],
+    }
     return {name: team.encode(0, chat) for name, chat in chats.items()}
 
 
@@ -136,7 +146,7 @@ def adapter_set(team: AgentTeam, agent: int):
 def forward_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
     """log_softmax of one plain forward over prompt + completion, at the completion's tokens."""
     ids = torch.tensor([prompt + completion])
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
     return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
 
 
@@ -170,8 +180,9 @@ def test_greedy_decoding_equals_transformers_generate(case, threads):
 
 def check_greedy(case: Case) -> None:
     team = case.team
-    requests = [GenerationRequest(a, case.prompts[k]) for a, k in
-                ((0, "long"), (0, "follow"), (1, "long"), (1, "short"))]  # agent 0's share a start
+    requests = [
+        GenerationRequest(a, case.prompts[k]) for a, k in ((0, "long"), (0, "follow"), (1, "long"), (1, "short"))
+    ]  # agent 0's share a start
     outputs = team.generate(requests, max_new_tokens=NEW_TOKENS)
     tokenizer = team.tokenizer_of(0)
     ends = sorted({tokenizer.eos_token_id, tokenizer.pad_token_id})
@@ -180,10 +191,17 @@ def check_greedy(case: Case) -> None:
         if key not in case.refs:
             with adapter_set(team, r.agent) as model, torch.no_grad():
                 ids = torch.tensor([r.prompt_ids])
-                gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                                     do_sample=False, eos_token_id=ends, pad_token_id=tokenizer.pad_token_id,
-                                     output_logits=True, return_dict_in_generate=True)
-            case.refs[key] = gen.sequences[0, ids.shape[1]:].tolist(), gen.logits
+                gen = model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=NEW_TOKENS,
+                    do_sample=False,
+                    eos_token_id=ends,
+                    pad_token_id=tokenizer.pad_token_id,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                )
+            case.refs[key] = gen.sequences[0, ids.shape[1] :].tolist(), gen.logits
         assert_same_greedy(out[0].completion_ids, *case.refs[key], f"{case.family} agent {r.agent}")
     # the agents' adapters differ, and so do their responses to the same prompt
     long = tuple(case.prompts["long"])
@@ -235,8 +253,10 @@ def test_magrpo_step_moves_one_adapter_with_a_single_agent_peft_gradient(case, t
     pick = [0, 4, 1, 3]  # agent 0: long, mid; agent 1: long, short
     agents, prompts, comps = [agents[i] for i in pick], [prompts[i] for i in pick], [comps[i] for i in pick]
     returns = {0: [1.0, 0.0], 1: [1.0, 1.0]}  # agent 1's group ties: its advantages are 0
-    params = {i: dict((n, p) for n, p in team.model_of(i).named_parameters()
-                      if "lora_" in n and f".{team.names[i]}." in n) for i in range(2)}
+    params = {
+        i: dict((n, p) for n, p in team.model_of(i).named_parameters() if "lora_" in n and f".{team.names[i]}." in n)
+        for i in range(2)
+    }
     saved = {i: {n: p.detach().clone() for n, p in params[i].items()} for i in range(2)}
     base = {n: t.clone() for n, t in team.model_of(0).state_dict().items() if "lora_" not in n}
     optimizer = torch.optim.AdamW([p for i in range(2) for p in params[i].values()], lr=1e-3, weight_decay=0.0)
@@ -255,8 +275,9 @@ def test_magrpo_step_moves_one_adapter_with_a_single_agent_peft_gradient(case, t
                     p.grad = None
 
     if "gradient" not in case.refs:
-        single = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(case.folder),
-                                           case.adapters / "agent0", is_trainable=True)
+        single = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(case.folder), case.adapters / "agent0", is_trainable=True
+        )
         mine = [i for i, a in enumerate(agents) if a == 0]
         lps = [forward_logprobs(single, prompts[i], comps[i]) for i in mine]
         magrpo_loss(lps, [0] * len(mine), {0: returns[0]}).backward()
@@ -279,8 +300,10 @@ def test_saved_adapters_load_with_plain_peft(case):
         folder = case.adapters / f"agent{agent}"
         config = json.loads((folder / "adapter_config.json").read_text())
         assert config["base_model_name_or_path"] == str(Path(case.folder).resolve())
-        loaded = [PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(case.folder), folder),
-                  AutoPeftModelForCausalLM.from_pretrained(folder)]
+        loaded = [
+            PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(case.folder), folder),
+            AutoPeftModelForCausalLM.from_pretrained(folder),
+        ]
         for model in loaded:
             with torch.no_grad():
                 for a, p, c, lp in zip(agents, prompts, comps, ours):
@@ -306,16 +329,21 @@ EXPECTED_TARGETS = {
     "gpt_neox": "query_key_value dense dense_h_to_4h dense_4h_to_h (2 layers x 4)",
     "gpt2": "c_attn c_proj c_fc (2 layers x 4)",  # c_proj: the attention's output and the MLP's
     "qwen2_moe": "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj (2 layers x 7); not adapted: routers "
-                 "mlp.gate mlp.shared_expert_gate, experts mlp.experts (3-D parameters)",  # the shared expert is
+    "mlp.gate mlp.shared_expert_gate, experts mlp.experts (3-D parameters)",  # the shared expert is
     "mixtral": "q_proj k_proj v_proj o_proj (2 layers x 4); not adapted: routers mlp.gate, experts mlp.experts "
-               "(3-D parameters)",
+    "(3-D parameters)",
 }
 
 
 def test_default_targets_are_every_linear_layer_of_the_decoder(case):
     """The start-of-run line, by hand: every attention and MLP linear layer of the family, not the head."""
-    classes = {"gemma3_text": "Gemma3ForCausalLM", "gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM",
-               "qwen2_moe": "Qwen2MoeForCausalLM", "olmo2": "Olmo2ForCausalLM"}
+    classes = {
+        "gemma3_text": "Gemma3ForCausalLM",
+        "gpt2": "GPT2LMHeadModel",
+        "gpt_neox": "GPTNeoXForCausalLM",
+        "qwen2_moe": "Qwen2MoeForCausalLM",
+        "olmo2": "Olmo2ForCausalLM",
+    }
     cls = classes.get(case.family, case.family.capitalize() + "ForCausalLM")
     expected = EXPECTED_TARGETS.get(case.family, " ".join(LLAMA_LIST) + " (2 layers x 7)")
     assert case.team.targets_report() == f"LoRA targets (base0, {cls}): {expected}"
@@ -345,11 +373,15 @@ def test_default_targets_on_llama_are_the_former_list_with_the_same_init(name, r
 
 def test_targets_that_match_no_layer_name_the_models_linear_layers(root):
     gpt2 = model_dir("gpt2", root)
-    for modules, said in ((["nosuch"], "no layer 'nosuch'"), (LLAMA_LIST, "no layer 'q_proj'"),
-                          (["ln_f"], "not supported")):  # a LayerNorm: peft's own refusal
+    for modules, said in (
+        (["nosuch"], "no layer 'nosuch'"),
+        (LLAMA_LIST, "no layer 'q_proj'"),
+        (["ln_f"], "not supported"),
+    ):  # a LayerNorm: peft's own refusal
         with pytest.raises(UserError) as error:
-            AgentTeam([AgentSpec(), AgentSpec(lora=LoraSpec(target_modules=modules))],
-                      BaseConfig(name=gpt2, device="cpu"))
+            AgentTeam(
+                [AgentSpec(), AgentSpec(lora=LoraSpec(target_modules=modules))], BaseConfig(name=gpt2, device="cpu")
+            )
         message = str(error.value)
         assert "\n" not in message and message.startswith("model.agents[1].lora.target_modules: ")
         assert said in message and "GPT2LMHeadModel" in message
@@ -360,11 +392,17 @@ def test_targets_that_match_no_layer_name_the_models_linear_layers(root):
 def test_a_tokenizer_without_chat_template_gets_the_default_one(root):
     tokenizer = load_tokenizer(model_dir("gpt2", root))
     assert tokenizer.chat_template == DEFAULT_CHAT_TEMPLATE and tokenizer.pad_token_id == tokenizer.eos_token_id
-    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
+    chat = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Bye"},
+    ]
     text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    assert text == (f"### System:\nBe brief.\n\n### User:\nHi\n\n### Assistant:\nHello.{tokenizer.eos_token}\n\n"
-                    "### User:\nBye\n\n### Assistant:\n")
+    assert text == (
+        f"### System:\nBe brief.\n\n### User:\nHi\n\n### Assistant:\nHello.{tokenizer.eos_token}\n\n"
+        "### User:\nBye\n\n### Assistant:\n"
+    )
 
 
 def test_the_base_runs_without_dropout(case):

@@ -1,4 +1,4 @@
-"""The GPU path (issues 16 and 34): bf16 bases with fp32 adapters and optimizer state, SDPA attention, collab's
+"""The GPU path: bf16 bases with fp32 adapters and optimizer state, SDPA attention, collab's
 decoding loop against HF ``generate``, log-probs that agree across code paths and dtypes, QLoRA (4-bit NF4),
 gradient checkpointing and a training run on CUDA. Marked ``gpu``; skipped where there is no CUDA device.
 
@@ -63,7 +63,7 @@ def hf_logprobs(team: AgentTeam, agent: int, prompt: list[int], completion: list
     model = team.model_of(agent)
     model.set_adapter(team.names[agent])
     ids = torch.tensor([prompt + completion], device=DEVICE)
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
     logp = (logits / team.specs[agent].sampling.temperature).log_softmax(-1)
     return logp.gather(-1, torch.tensor(completion, device=DEVICE)[:, None]).squeeze(-1)
 
@@ -76,8 +76,14 @@ def test_bf16_base_with_fp32_adapters_and_optimizer_state_and_sdpa_attention(fol
     assert {p.dtype for n, p in model.named_parameters() if "lora_" not in n} == {torch.bfloat16}
     assert all(p.device.type == "cuda" for p in model.parameters())
     outs = rollout(team)
-    loss = torch.stack([lp.sum() for lp in team.logprobs([c.agent for c in outs], [c.prompt_ids for c in outs],
-                                                         [c.completion_ids for c in outs])]).sum()
+    loss = torch.stack(
+        [
+            lp.sum()
+            for lp in team.logprobs(
+                [c.agent for c in outs], [c.prompt_ids for c in outs], [c.completion_ids for c in outs]
+            )
+        ]
+    ).sum()
     assert torch.isfinite(loss)
     loss.backward()
     params = [p for i in range(len(team)) for p in team.adapter_parameters(i)]
@@ -101,13 +107,19 @@ def test_greedy_decoding_in_bf16_follows_hf_generate_up_to_ties_within_rounding(
         model.set_adapter(team.names[ours.agent])
         ids = torch.tensor([prompt], device=DEVICE)
         with torch.no_grad():
-            hf = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
-                                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-        theirs = hf[0, len(prompt):].tolist()
+            hf = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=12,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        theirs = hf[0, len(prompt) :].tolist()
         mine = ours.completion_ids
         parted = next((t for t, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
         if parted is None:
-            assert mine == theirs[:len(mine)] and len(mine) == len(theirs)
+            assert mine == theirs[: len(mine)] and len(mine) == len(theirs)
             compared += len(mine)
             continue
         with torch.no_grad():
@@ -136,7 +148,10 @@ def test_bf16_logprobs_agree_across_decoding_teacher_forcing_and_a_plain_hf_forw
 
 def test_bf16_logprobs_agree_with_fp32_within_bf16_rounding(folder):
     fp32, bf16 = make_team(folder), make_team(folder, dtype="bfloat16")
-    (prompt, _), completion = prompts(fp32), fp32.tokenizer_of(0).encode(" Blue, like the sea.", add_special_tokens=False)
+    (prompt, _), completion = (
+        prompts(fp32),
+        fp32.tokenizer_of(0).encode(" Blue, like the sea.", add_special_tokens=False),
+    )
     with torch.no_grad():
         a = fp32.logprobs(0, [prompt], [completion])[0].float()
         b = bf16.logprobs(0, [prompt], [completion])[0].float()
@@ -151,7 +166,9 @@ def test_qlora_4bit_on_cuda_trains_the_adapters(folder):
 
     assert any(isinstance(m, bnb.nn.Linear4bit) for m in team.model_of(0).modules())
     outs = rollout(team)
-    team.logprobs([c.agent for c in outs], [c.prompt_ids for c in outs], [c.completion_ids for c in outs])[0].sum().backward()
+    team.logprobs([c.agent for c in outs], [c.prompt_ids for c in outs], [c.completion_ids for c in outs])[
+        0
+    ].sum().backward()
     grads = [p.grad for p in team.adapter_parameters(outs[0].agent)]
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
 
@@ -173,10 +190,31 @@ def test_a_magrpo_run_trains_on_cuda_in_bf16(folder, tmp_path):
     pytest.importorskip("jsonargparse", reason="collab.fit's command line needs jsonargparse")
     from collab.fit import main
 
-    argv = ["--algo", "magrpo", "--model.base.name", folder, "--model.base.dtype", "bfloat16",
-            "--trainer.accelerator", "gpu", "--trainer.devices", "1", "--data.env", "matrix", "--data.env_options", "{}",
-            "--data.batch_size", "2", "--trainer.max_steps", "2", "--trainer.enable_progress_bar", "false",
-            "--trainer.callbacks", '[{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": true}}]',
-            "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    argv = [
+        "--algo",
+        "magrpo",
+        "--model.base.name",
+        folder,
+        "--model.base.dtype",
+        "bfloat16",
+        "--trainer.accelerator",
+        "gpu",
+        "--trainer.devices",
+        "1",
+        "--data.env",
+        "matrix",
+        "--data.env_options",
+        "{}",
+        "--data.batch_size",
+        "2",
+        "--trainer.max_steps",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.callbacks",
+        '[{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": true}}]',
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     assert list(tmp_path.glob("magrpo/version_*/checkpoints/last.ckpt"))

@@ -1,4 +1,4 @@
-"""Log-probs through the output head in chunks (collab.policy.head, issue 33): the one-pass values and gradients,
+"""Log-probs through the output head in chunks (collab.policy.head): the one-pass values and gradients,
 without a full-vocabulary logits tensor saved for the backward."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_chunk_size_from_the_byte_budget():
 
 def saved_bytes(fn) -> tuple[int, object]:
     """Bytes autograd saves for the backward while ``fn`` runs (each storage once), and ``fn()``."""
-    from collab.training.memory import saved_for_backward
+    from collab.runtime.memory import saved_for_backward
 
     seen, out = saved_for_backward(fn)
     return sum(seen.values()), out
@@ -87,8 +87,10 @@ def test_the_team_saves_no_full_vocabulary_logits_for_the_backward(monkeypatch, 
     chunked, lps = saved_bytes(lambda: team.logprobs(agents, prompts, completions))
     monkeypatch.setattr(head_module, "output_head", lambda model: None)  # the one-pass path
     whole, expected = saved_bytes(lambda: team.logprobs(agents, prompts, completions))
-    print(f"saved for the backward: one pass {whole / 2**20:.1f} MiB, chunks {chunked / 2**20:.1f} MiB, "
-          f"logits {logits_bytes / 2**20:.1f} MiB")
+    print(
+        f"saved for the backward: one pass {whole / 2**20:.1f} MiB, chunks {chunked / 2**20:.1f} MiB, "
+        f"logits {logits_bytes / 2**20:.1f} MiB"
+    )
     assert whole >= logits_bytes and chunked < logits_bytes / 10
     for got, want in zip(lps, expected):
         got, want = got.detach(), want.detach()
@@ -98,8 +100,14 @@ def test_the_team_saves_no_full_vocabulary_logits_for_the_backward(monkeypatch, 
 def test_models_that_post_process_their_logits_keep_the_one_pass_path():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     model = LlamaForCausalLM(config).requires_grad_(False)
     assert output_head(model)[2] is model.lm_head
     model.config.final_logit_softcapping = 30.0  # Gemma 2's: the forward changes the head's output

@@ -10,8 +10,10 @@ from collab.policy.team import AgentSpec, AgentTeam, LoraSpec
 def perturbed_team():
     torch.manual_seed(0)
     # different ranks and target modules per agent: padding and missing adapters are exercised
-    team = AgentTeam([AgentSpec(lora=LoraSpec(r=4)), AgentSpec(lora=LoraSpec(r=8, target_modules=["q_proj", "v_proj"]))],
-                     BaseConfig(name="tiny"))
+    team = AgentTeam(
+        [AgentSpec(lora=LoraSpec(r=4)), AgentSpec(lora=LoraSpec(r=8, target_modules=["q_proj", "v_proj"]))],
+        BaseConfig(name="tiny"),
+    )
     with torch.no_grad():
         for n, p in team.models["base0"].named_parameters():
             if "lora_B" in n:
@@ -29,7 +31,7 @@ def test_per_row_forward_matches_peft_set_adapter():
         stacked = model.get_base_model()(input_ids=ids).logits
     for b, name in enumerate(rows):
         model.set_adapter(name)
-        alone = model(input_ids=ids[b:b + 1]).logits
+        alone = model(input_ids=ids[b : b + 1]).logits
         # another batch shape: float32 noise relative to the logits' size (~2e-6 of it at 2 threads)
         assert torch.allclose(stacked[b], alone[0], rtol=1e-4, atol=1e-4 * float(alone[0].detach().abs().max()))
 
@@ -44,7 +46,9 @@ def test_per_row_gradients_match_peft():
     model.zero_grad()
     for b, name in enumerate(["agent1", "agent0"]):
         model.set_adapter(name)
-        (model(input_ids=ids[b:b + 1]).logits.square().sum() / ids[:1].numel() / 2 / model.config.vocab_size).backward()
+        (
+            model(input_ids=ids[b : b + 1]).logits.square().sum() / ids[:1].numel() / 2 / model.config.vocab_size
+        ).backward()
     # Each gradient entry sums over the tokens and the vocabulary (49k logits) in another order: float32 noise
     # relative to the size of the whole gradient (~1e-5 of it at 2 threads), not of each (often far smaller) entry.
     scale = max(float(g.abs().max()) for n, g in grads.items() if "lora_" in n)
@@ -77,7 +81,7 @@ def test_one_token_rows_match_peft_for_mixed_and_single_adapters():
                 batched, flat = layer(x), layer(x[:, 0])
             for b, name in enumerate(rows):
                 model.set_adapter(name)
-                alone = layer(x[b:b + 1])
+                alone = layer(x[b : b + 1])
                 scale = float(alone.detach().abs().max())
                 assert torch.allclose(batched[b], alone[0], rtol=1e-5, atol=1e-5 * scale), (rows, layer_name, b)
                 assert torch.allclose(flat[b], alone[0, 0], rtol=1e-5, atol=1e-5 * scale)
@@ -101,13 +105,14 @@ def test_one_token_route_gradients_and_decode_steps_match_the_batched_route():
     model.zero_grad()
     for b, name in enumerate(rows):
         model.set_adapter(name)
-        layer(x[b:b + 1]).square().sum().backward()
+        layer(x[b : b + 1]).square().sum().backward()
     assert set(grads) == {n for n, p in layer.named_parameters() if p.grad is not None} and len(grads) == 4
     for n, p in layer.named_parameters():
         if n in grads:
             assert torch.allclose(grads[n], p.grad, rtol=1e-5, atol=1e-5 * float(p.grad.abs().max())), n
 
     from collab.policy.sampling import GenerationRequest
+
     torch.manual_seed(3)
     requests = [GenerationRequest(0, [5, 6, 7, 8], 2), GenerationRequest(1, [9, 10, 11], 2)]
     outs = team.generate(requests, max_new_tokens=6)

@@ -31,7 +31,7 @@ def test_an_incomplete_folder_is_replaced_once(converting, tmp_path):
 
     target = tmp_path / "smollm2-135m-instruct"
     target.mkdir()
-    (target / "tokenizer.json").write_text("{}")  # what was found on a machine: tokenizer files, no config, no weights
+    (target / "tokenizer.json").write_text("{}")  # a half-written folder: tokenizer files, no config, no weights
     assert not _complete(target)
     assert _smollm2_folder() == target and _complete(target) and len(converting) == 1
     assert _smollm2_folder() == target and len(converting) == 1  # complete now: not converted again

@@ -87,7 +87,9 @@ def test_policy_logits_batched_rows_match_single_rows():
         single = policy_logits(logits[b], temps[b], masks[b])
         assert torch.equal(batched[b], single)
         if masks[b] is not None:
-            assert torch.isinf(single[~masks[b]]).all() and torch.equal(single[masks[b]], logits[b][masks[b]] / temps[b])
+            assert torch.isinf(single[~masks[b]]).all() and torch.equal(
+                single[masks[b]], logits[b][masks[b]] / temps[b]
+            )
     assert torch.equal(batched[1], logits[1])
     # a single row's steps (teacher forcing): float temperature, one mask for every step
     steps = torch.randn(4, 10)
@@ -164,8 +166,10 @@ def greedy_team(max_new_tokens: int):
     from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 
     torch.manual_seed(0)
-    team = AgentTeam([AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=max_new_tokens)) for _ in range(2)],
-                     BaseConfig(name="tiny"))
+    team = AgentTeam(
+        [AgentSpec(sampling=SamplingSpec(temperature=0.0, max_new_tokens=max_new_tokens)) for _ in range(2)],
+        BaseConfig(name="tiny"),
+    )
     with torch.no_grad():
         for name, p in team.named_parameters():
             if "lora_B" in name:
@@ -195,8 +199,16 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
         shared, _, _ = prefill(model, prompts, names, pad, team.device)
         ids_, mask, positions = pad_left(prompts, pad, team.device)
         from transformers import DynamicCache
-        one = sharing.per_row_forward(model)(names, input_ids=ids_, attention_mask=mask, position_ids=positions,
-                                          **{sharing.cache_key(): DynamicCache()}, use_cache=True, logits_to_keep=1)
+
+        one = sharing.per_row_forward(model)(
+            names,
+            input_ids=ids_,
+            attention_mask=mask,
+            position_ids=positions,
+            **{sharing.cache_key(): DynamicCache()},
+            use_cache=True,
+            logits_to_keep=1,
+        )
     assert sharing.shared_prefixes(prompts, names)[1] == [80, 90]  # each agent's head is prefilled once
     assert torch.allclose(shared.logits[:, -1], one.logits[:, -1], atol=1e-4, rtol=1e-4)
     requests = [GenerationRequest(a, p, 2) for a, p in zip(agents, prompts)]

@@ -62,8 +62,12 @@ def completions_of(outputs) -> list:
 
 def sequence_logprobs(team: AgentTeam, completions, reference: bool = False) -> list[torch.Tensor]:
     with torch.no_grad():
-        return team.logprobs([c.agent for c in completions], [c.prompt_ids for c in completions],
-                             [c.completion_ids for c in completions], reference=reference)
+        return team.logprobs(
+            [c.agent for c in completions],
+            [c.prompt_ids for c in completions],
+            [c.completion_ids for c in completions],
+            reference=reference,
+        )
 
 
 # -- behaviour log-probs = teacher-forced log-probs ------------------------------------------------------
@@ -71,8 +75,10 @@ def test_teacher_forced_logprobs_match_behaviour_logprobs():
     team = make_team(0.7, 1.0)
     perturb_lora_b(team)
     torch.manual_seed(0)
-    requests = [GenerationRequest(0, prompt(team, 0, "Write a haiku about rain."), n=2),
-                GenerationRequest(1, prompt(team, 1, "Edit this: the cat sat."), n=3)]
+    requests = [
+        GenerationRequest(0, prompt(team, 0, "Write a haiku about rain."), n=2),
+        GenerationRequest(1, prompt(team, 1, "Edit this: the cat sat."), n=3),
+    ]
     outputs = team.generate(requests, max_new_tokens=6)
     assert [len(g) for g in outputs] == [2, 3]
     comps = completions_of(outputs)
@@ -145,20 +151,28 @@ def test_mixed_adapter_batch_equals_each_adapter_alone():
 
 def test_finished_rows_leave_the_batch_and_the_others_sample_as_if_they_were_there():
     """Agent 0 stops at 3 tokens, agent 1 runs to 10 in the same batch: from the 4th step on, only
-    agent 1's rows are decoded (the model sees 3 rows, not 6; before, finished rows were decoded on
-    as padding until the last row ended), and they sample exactly the tokens they
+    agent 1's rows are decoded (the model sees 3 rows, not 6: finished rows are not decoded on as
+    padding until the last row ends), and they sample exactly the tokens they
     sample when agent 0 also runs to 10 (same seed: each row keeps its place's random draws)."""
+
     def run(limit0: int):
         team = make_team(1.0, 1.0)
         team.specs[0].sampling.max_new_tokens, team.specs[1].sampling.max_new_tokens = limit0, 10
         team.specs[0].sampling.top_p = team.specs[1].sampling.top_p = 0.9
         perturb_lora_b(team)
         heights = []
-        hook = team.model_of(0).get_input_embeddings().register_forward_hook(
-            lambda module, args, out: heights.append(tuple(args[0].shape)))
+        hook = (
+            team.model_of(0)
+            .get_input_embeddings()
+            .register_forward_hook(lambda module, args, out: heights.append(tuple(args[0].shape)))
+        )
         torch.manual_seed(7)
-        out = team.generate([GenerationRequest(0, prompt(team, 0, "Count to ten."), n=3),
-                             GenerationRequest(1, prompt(team, 1, "Name ten birds."), n=3)])
+        out = team.generate(
+            [
+                GenerationRequest(0, prompt(team, 0, "Count to ten."), n=3),
+                GenerationRequest(1, prompt(team, 1, "Name ten birds."), n=3),
+            ]
+        )
         hook.remove()
         return out, [h[0] for h in heights if h[1] == 1]  # the decoding steps' batch heights
 
@@ -195,8 +209,9 @@ def test_decoding_in_parts_fits_the_budget_and_gives_the_one_batch_tokens(monkey
     team = make_team(0.0, 0.0)
     perturb_lora_b(team)
     head = [prompt(team, a, f"Agent {a}: build the house of the plan, one command a line.") for a in (0, 1)]
-    tails = [prompt(team, 0, text)[-n:] for text, n in (("Red roof.", 4), ("A wide door and two windows.", 9),
-                                                          ("Stone.", 2))]
+    tails = [
+        prompt(team, 0, text)[-n:] for text, n in (("Red roof.", 4), ("A wide door and two windows.", 9), ("Stone.", 2))
+    ]
     requests = [GenerationRequest(a, head[a] + tail, 2) for tail in tails for a in (0, 1)]  # agents interleaved
     one = team.generate(requests, max_new_tokens=5)
 
@@ -430,9 +445,12 @@ def test_gradient_checkpointing_recomputes_each_agent_with_its_own_adapter(one_t
     """A checkpointed layer is recomputed inside the backward; one log-prob call over several agents on one base
     sets each agent's adapter in turn before the backward, so the recomputation must run the adapter its forward
     ran (``recompute_with_forward_adapters``), else every agent's gradient is the last agent's (off by ~3x their
-    size before the fix). The gradient equals the one without checkpointing."""
+    size on the tiny model). The gradient equals the one without checkpointing."""
+
     def team(checkpointing: bool) -> AgentTeam:
-        t = AgentTeam([AgentSpec(role="a"), AgentSpec(role="b")], BaseConfig(name="tiny", gradient_checkpointing=checkpointing))
+        t = AgentTeam(
+            [AgentSpec(role="a"), AgentSpec(role="b")], BaseConfig(name="tiny", gradient_checkpointing=checkpointing)
+        )
         t.train()
         return t
 

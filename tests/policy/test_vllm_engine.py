@@ -1,4 +1,4 @@
-"""The vLLM rollout engine (issue 16), on vLLM's CPU build: runs where ``vllm`` imports (``.venv-vllm``,
+"""The vLLM rollout engine, on vLLM's CPU build: runs where ``vllm`` imports (``.venv-vllm``,
 made by ``bash scripts/setup.sh --with-vllm``; ``tests/policy/test_engines.py`` runs this file there from the
 main environment).
 
@@ -9,6 +9,10 @@ rank-1 LoRA on layer 0's ``v_proj`` add the same vector to every value, hence to
 and a rank-1 LoRA on ``o_proj`` turns it into a large multiple of token T's embedding (without
 dimension 0) in the residual stream; the tied output layer then ranks T first by a margin of about 30
 logits. An agent with that adapter says T and nothing else; an agent without it never says T.
+
+vLLM's sampler ranks each sampled token with a ``torch.compile``d function (``batched_count_greater_than``),
+which on the CPU recompiles for new batch shapes at seconds each; collab reads the log-probs, never the ranks,
+so here it runs eager (:func:`eager_sampler`), in this process and in the runs' processes alike.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ import torch
 
 pytest.importorskip("vllm")
 
+from collab.errors import UserError  # noqa: E402
 from collab.policy.models import BaseConfig, load_tokenizer  # noqa: E402
 from collab.policy.sampling import GenerationRequest  # noqa: E402
 from collab.policy.team import AgentSpec, AgentTeam, LoraSpec, SamplingSpec  # noqa: E402
-from collab.policy.vllm_engine import VllmEngine, VllmOptions, export_base, logprob_gap  # noqa: E402
-from collab.errors import UserError  # noqa: E402
+from collab.policy.vllm_engine import VllmEngine, VllmOptions, export_base  # noqa: E402
+from collab.policy.vllm_logprobs import logprob_gap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FORCED = 1234
@@ -45,9 +50,19 @@ def build_model(folder: Path, forcing: bool) -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = load_tokenizer("tiny")
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                         tie_word_embeddings=forcing, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=forcing,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
@@ -65,6 +80,18 @@ def build_model(folder: Path, forcing: bool) -> str:
     return str(folder)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def eager_sampler():
+    """No ``torch.compile`` (see the module docstring): collab compiles nothing, and the values vLLM returns are the
+    same eager."""
+    import torch._dynamo
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch._dynamo.config, "disable", True)
+        patch.setenv("TORCH_COMPILE_DISABLE", "1")  # read by the runs' processes (fit below)
+        yield
+
+
 @pytest.fixture(scope="session")
 def engine_model(tmp_path_factory) -> str:
     return build_model(tmp_path_factory.mktemp("forcing-model"), forcing=True)
@@ -77,8 +104,10 @@ def sampling_model(tmp_path_factory) -> str:
 
 def team_of(model: str, agents: list[AgentSpec] | None = None) -> AgentTeam:
     torch.manual_seed(0)
-    specs = agents or [AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=6)),
-                       AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7, top_p=0.9))]
+    specs = agents or [
+        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=6)),
+        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7, top_p=0.9)),
+    ]
     return AgentTeam(specs, BaseConfig(name=model))
 
 
@@ -110,7 +139,12 @@ def prompts(team) -> list[list[int]]:
 
 def requests(team) -> list[GenerationRequest]:
     a, b = prompts(team)
-    return [GenerationRequest(0, a, 3), GenerationRequest(1, a, 2), GenerationRequest(0, b, 1), GenerationRequest(1, b, 2)]
+    return [
+        GenerationRequest(0, a, 3),
+        GenerationRequest(1, a, 2),
+        GenerationRequest(0, b, 1),
+        GenerationRequest(1, b, 2),
+    ]
 
 
 def lora(team, agent: int, layer: int, module: str, part: str) -> torch.Tensor:
@@ -260,7 +294,9 @@ def test_closed_action_vocabularies_become_allowed_tokens(sampling_model):
             assert math.isclose(sum(math.exp(float(lp[0])) for lp in pair), 1.0, rel_tol=1e-5)
             for c in out:
                 assert math.isclose(c.logprobs[0], float(pair[allowed.index(c.completion_ids[0])][0]), rel_tol=1e-4)
-                assert logprob_gap(c.engine_logprobs, c.logprobs) <= AGREEMENT  # vLLM's: also under the closed vocabulary
+                assert (
+                    logprob_gap(c.engine_logprobs, c.logprobs) <= AGREEMENT
+                )  # vLLM's: also under the closed vocabulary
     finally:
         engine.close()
 
@@ -303,8 +339,10 @@ in docs/engines.md). Adapters that differ, and each update below, move the log-p
 def agreement_team(sampling_model):
     """Two agents that sample untruncated (temperatures 1 and 0.7, so vLLM's log-probs are comparable) with
     different random nonzero LoRA B, and a vLLM engine."""
-    specs = [AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8)),
-             AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7))]
+    specs = [
+        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8)),
+        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7)),
+    ]
     team = team_of(sampling_model, specs)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -318,8 +356,12 @@ def agreement_team(sampling_model):
 
 def trainer_logprobs(team, completions, agents=None, reference=False) -> list[list[float]]:
     with torch.no_grad():
-        lps = team.logprobs(agents or [c.agent for c in completions], [c.prompt_ids for c in completions],
-                            [c.completion_ids for c in completions], reference=reference)
+        lps = team.logprobs(
+            agents or [c.agent for c in completions],
+            [c.prompt_ids for c in completions],
+            [c.completion_ids for c in completions],
+            reference=reference,
+        )
     return [lp.float().tolist() for lp in lps]
 
 
@@ -327,8 +369,9 @@ def update(team, completions, lr: float = 0.05) -> None:
     """One AdamW step of every agent on a REINFORCE-like loss (raise the log-probs of its samples)."""
     params = [p for agent in range(len(team)) for p in team.adapter_parameters(agent)]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    lps = team.logprobs([c.agent for c in completions], [c.prompt_ids for c in completions],
-                        [c.completion_ids for c in completions])
+    lps = team.logprobs(
+        [c.agent for c in completions], [c.prompt_ids for c in completions], [c.completion_ids for c in completions]
+    )
     (-torch.stack([lp.sum() for lp in lps]).mean()).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -364,8 +407,10 @@ def test_vllm_logprobs_agree_with_the_trainers_per_agent_after_every_adapter_syn
             for a in (0, 1):
                 apart.append(max(logprob_gap(c.logprobs, m) for c, m in zip(cs, moved) if c.agent == a))
                 assert apart[-1] > 100 * AGREEMENT
-    print(f"\nvLLM-trainer log-prob gap per (sync, agent): {', '.join(f'{g:.1e}' for g in gaps)}; "
-          f"base, other agent, one update older: {min(apart):.1e} at least")
+    print(
+        f"\nvLLM-trainer log-prob gap per (sync, agent): {', '.join(f'{g:.1e}' for g in gaps)}; "
+        f"base, other agent, one update older: {min(apart):.1e} at least"
+    )
 
 
 def test_a_stale_adapter_is_an_error_until_it_is_synced(agreement_team):
@@ -376,7 +421,9 @@ def test_a_stale_adapter_is_an_error_until_it_is_synced(agreement_team):
     try:
         with torch.no_grad():
             team.adapter_parameters(0)[0].data.add_(0.1)  # a write the version counters do not see: the norms do
-        with pytest.raises(RuntimeError, match=f"vLLM holds version {before[0]} of agent0's adapter, but agent0's weights changed"):
+        with pytest.raises(
+            RuntimeError, match=f"vLLM holds version {before[0]} of agent0's adapter, but agent0's weights changed"
+        ):
             team.generate(requests(team), max_new_tokens=4)
         with pytest.raises(RuntimeError, match="agent0"):  # only agent 0 asked for: still stale
             team.generate([GenerationRequest(0, prompts(team)[0])], max_new_tokens=4)
@@ -431,13 +478,33 @@ def test_rollouts_record_the_adapter_version_that_sampled_them(agreement_team):
     assert {(d.member, d.adapter_version) for d in experience.items} == {(0, versions[0]), (1, versions[1] + 1)}
 
 
-def fit(tmp: Path, algo: str, extra: list[str]) -> Path:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
-    out = subprocess.run([sys.executable, "-m", "collab.fit", "--algo", algo, "--model.engine", "vllm",
-                          "--model.engine_options", "{max_model_len: 1024}", "--trainer.accelerator", "cpu",
-                          "--trainer.logger.init_args.save_dir", str(tmp / "runs"), *extra],
-                         cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
+def fit(tmp: Path, algo: str, extra: list[str], command: bool, monkeypatch) -> Path:
+    """A run of ``collab.fit`` in ``tmp``: as a command (``command``), else in this process, as a notebook calls it
+    (vLLM and the libraries are imported already: seconds less)."""
+    argv = [
+        "--algo",
+        algo,
+        "--model.engine",
+        "vllm",
+        "--model.engine_options",
+        "{max_model_len: 1024}",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp / "runs"),
+        *extra,
+    ]
+    if command:
+        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
+        out = subprocess.run(
+            [sys.executable, "-m", "collab.fit", *argv], cwd=tmp, env=env, capture_output=True, text=True, timeout=900
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+    else:
+        from collab.fit import main
+
+        monkeypatch.chdir(tmp)
+        assert main(argv) == 0
     (run,) = (tmp / "runs" / algo).glob("version_*")
     return run
 
@@ -454,17 +521,45 @@ def scalars(run: Path) -> dict[str, list[float]]:
 CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
 
 
-@pytest.mark.parametrize("algo,extra", [
-    ("magrpo", ["--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "2"]),
-    ("marft_a", ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}",
-                 "--data.batch_size", "2",  # top-p 1 (the config's is 0.9): vLLM's log-probs are compared at every rollout
-                 "--model.agents", json.dumps([{"sampling": {"max_new_tokens": 6, "top_p": 1.0}}] * 2)]),
-    ("magrpo", ["--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "2",
-                "--trainer.strategy", "ddp", "--trainer.devices", "2"]),  # an engine per process (gloo)
-], ids=["magrpo", "marft_a", "magrpo_ddp"])
-def test_two_agent_runs_train_with_the_vllm_engine(sampling_model, tmp_path, algo, extra):
-    run = fit(tmp_path, algo, ["--model.base.name", sampling_model, "--trainer.max_steps", "3",
-                               "--trainer.callbacks", CALLBACKS, *extra])
+# One process (MARFT-A, in this process) and two (MAGRPO under DDP, a command: an engine per process, gloo); each
+# run's second rollout follows an update. MAGRPO on one process asserts nothing the DDP run does not.
+@pytest.mark.parametrize(
+    "algo,extra",
+    [
+        (
+            "marft_a",
+            [
+                "--data.env",
+                "math",
+                "--data.env_options",
+                "{dataset: addition, profile: duo}",
+                "--data.batch_size",
+                "2",  # top-p 1 (the config's is 0.9): vLLM's log-probs are compared at every rollout
+                "--model.agents",
+                json.dumps([{"sampling": {"max_new_tokens": 6, "top_p": 1.0}}] * 2),
+            ],
+        ),
+        (
+            "magrpo",
+            [
+                "--data.env",
+                "matrix",
+                "--data.env_options",
+                "{}",
+                "--data.batch_size",
+                "2",
+                "--trainer.strategy",
+                "ddp",
+                "--trainer.devices",
+                "2",
+            ],
+        ),
+    ],
+    ids=["marft_a", "magrpo_ddp"],
+)
+def test_two_agent_runs_train_with_the_vllm_engine(sampling_model, tmp_path, monkeypatch, algo, extra):
+    argv = ["--model.base.name", sampling_model, "--trainer.max_steps", "2", "--trainer.callbacks", CALLBACKS, *extra]
+    run = fit(tmp_path, algo, argv, command="ddp" in extra, monkeypatch=monkeypatch)
     assert (run / "checkpoints" / "last.ckpt").is_file()
     s = scalars(run)
     assert len(s["reward/return"]) >= 2

@@ -36,8 +36,12 @@ def test_early_termination_prunes_branches():
 
 def hand_tree():
     """Root with two aligned children: c0 (reward 1) expands to rewards 2 and 4; c1 (reward 0) ends."""
-    leaf = TreeNode(state=None, depth=1, joints=[(0, 0), (1, 1)], rewards=[(2.0, 2.0), (4.0, 4.0)], children=[None, None])
-    root = TreeNode(state=None, depth=0, joints=[(0, 0), (1, 1)], rewards=[(1.0, 1.0), (0.0, 0.0)], children=[leaf, None])
+    leaf = TreeNode(
+        state=None, depth=1, joints=[(0, 0), (1, 1)], rewards=[(2.0, 2.0), (4.0, 4.0)], children=[None, None]
+    )
+    root = TreeNode(
+        state=None, depth=0, joints=[(0, 0), (1, 1)], rewards=[(1.0, 1.0), (0.0, 0.0)], children=[leaf, None]
+    )
     return root, leaf
 
 
@@ -55,8 +59,13 @@ def test_returns_through_the_tree_by_hand():
 
 
 def test_cross_mode_values_average_over_partners():
-    node = TreeNode(state=None, depth=0, joints=joint_indices(2, 2, "cross"),
-                    rewards=[(10.0, 10.0), (7.0, 7.0), (7.0, 7.0), (0.0, 0.0)], children=[None] * 4)
+    node = TreeNode(
+        state=None,
+        depth=0,
+        joints=joint_indices(2, 2, "cross"),
+        rewards=[(10.0, 10.0), (7.0, 7.0), (7.0, 7.0), (0.0, 0.0)],
+        children=[None] * 4,
+    )
     assert node.joints == [(0, 0), (0, 1), (1, 0), (1, 1)]
     backup_returns(node, 1.0)
     # agent 0's sample 0 meets partner samples 0 and 1: (10 + 7)/2; its sample 1: (7 + 0)/2

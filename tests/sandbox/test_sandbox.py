@@ -27,6 +27,7 @@ def parent(tmp_path, monkeypatch):
     canary = private / "canary.txt"
     canary.write_text("untouched")
     canary.chmod(0o600)
+
     def env():
         return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
@@ -222,11 +223,13 @@ def test_writes_etc(parent):
 def test_huge_file_is_capped(parent):
     """RLIMIT_FSIZE stops the write at ``max_file_mb`` (EFBIG), before any other limit (the 64 MB tmpfs of
     the working directory as root, the memory) could: the file holds at most ``max_file_mb``."""
-    r = hostile("import os\n"
-                "try:\n"
-                "    open('big.bin', 'wb').write(b'x' * (200 * 1024 ** 2))\n"
-                "finally:\n"
-                "    print(os.path.getsize('big.bin'))\n")
+    r = hostile(
+        "import os\n"
+        "try:\n"
+        "    open('big.bin', 'wb').write(b'x' * (200 * 1024 ** 2))\n"
+        "finally:\n"
+        "    print(os.path.getsize('big.bin'))\n"
+    )
     assert "OSError: [Errno 27] File too large" in r.stderr, r  # EFBIG
     assert 0 <= int(r.stdout) <= FAST.max_file_mb << 20, r
 
@@ -294,20 +297,19 @@ def test_gigabytes_of_output(parent, stream):
 
 # ---- benign programs --------------------------------------------------------------------------------
 
-SOLUTION = '''
+SOLUTION = """
 from typing import List
 import math, re, itertools, collections, heapq, functools, string
 
 
 def has_close_elements(numbers: List[float], threshold: float) -> bool:
     return any(abs(a - b) < threshold for a, b in itertools.combinations(numbers, 2))
-'''
+"""
 
 
 def test_humaneval_like_program_passes(parent):
     tests = (
-        "assert has_close_elements([1.0, 2.0, 3.9], 0.3) is False\n"
-        "assert has_close_elements([1.0, 2.8, 3.0], 0.3)\n"
+        "assert has_close_elements([1.0, 2.0, 3.9], 0.3) is False\nassert has_close_elements([1.0, 2.8, 3.0], 0.3)\n"
     )
     r = run(SOLUTION + tests, limits=FAST)
     assert r.ok and r.returncode == 0 and r.killed_by is None and not r.truncated, r

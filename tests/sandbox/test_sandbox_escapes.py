@@ -1,4 +1,4 @@
-"""collab.sandbox, issue 17: escapes found by testing as root (as CI runs), each contained and leaving nothing.
+"""collab.sandbox against known escapes, run as root (as CI runs): each contained and leaving nothing.
 
 Every test asserts containment and then that no process, socket or SysV shared-memory segment of the
 sandbox is left (``leftovers()``: /proc, /proc/net, /proc/sysvipc/shm, ``ipcs -m`` and the run's cgroup).
@@ -54,8 +54,9 @@ def leftovers() -> dict[str, list]:
     found["shm"] = [row[1] for row in rows if _sandbox_uid(int(row[7])) or _sandbox_uid(int(row[9]))]
     if shutil.which("ipcs"):  # owner is numeric: the sandbox uids have no passwd entry
         out = subprocess.run(["ipcs", "-m"], capture_output=True, text=True).stdout
-        found["ipcs"] = [line for line in out.splitlines()
-                         if any(t.isdigit() and _sandbox_uid(int(t)) for t in line.split())]
+        found["ipcs"] = [
+            line for line in out.splitlines() if any(t.isdigit() and _sandbox_uid(int(t)) for t in line.split())
+        ]
     for cg in list(sandbox._cg_all):
         found["cgroup"] += [p for path in cg.procs if os.path.exists(path) for p in open(path).read().split()]
     return {k: v for k, v in found.items() if v}
@@ -78,7 +79,7 @@ class Listener:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(address)
         if not address.startswith("\0"):
-            os.chmod(address, 0o777)  # anyone may connect, as the socket the tester found
+            os.chmod(address, 0o777)  # anyone may connect: the world-writable socket an escape would look for
         self.sock.listen()
         self.sock.settimeout(0.1)
         self.stop = threading.Event()
@@ -421,9 +422,26 @@ def test_ptrace_of_the_parent_fails(guard):
 
 @needs_ns
 def test_checkout_home_and_private_files_are_absent(guard):
-    paths = [str(CHECKOUT), str(CHECKOUT / "pyproject.toml"), __file__, sys.prefix, f"{sys.prefix}/pyvenv.cfg",
-             "/work", "/root", "/home", "/etc/shadow", "/etc/gshadow", "/etc/hostname", "/run", "/opt", "/mnt",
-             "/var/lib", "/sys", "/proc/1/environ", f"/proc/{os.getpid()}/cmdline"]
+    paths = [
+        str(CHECKOUT),
+        str(CHECKOUT / "pyproject.toml"),
+        __file__,
+        sys.prefix,
+        f"{sys.prefix}/pyvenv.cfg",
+        "/work",
+        "/root",
+        "/home",
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/hostname",
+        "/run",
+        "/opt",
+        "/mnt",
+        "/var/lib",
+        "/sys",
+        "/proc/1/environ",
+        f"/proc/{os.getpid()}/cmdline",
+    ]
     paths = [p for p in paths if os.path.exists(p)]
     code = (
         "import os\n"
@@ -475,8 +493,10 @@ def test_stdlib_and_interpreter_work_in_the_jail(guard, python):
 
 
 @needs_ns
-@pytest.mark.skipif(tuple(map(int, os.uname().release.split("-")[0].split(".")[:2])) < (5, 8),
-                    reason="per-mount hidepid needs Linux 5.8+")
+@pytest.mark.skipif(
+    tuple(map(int, os.uname().release.split("-")[0].split(".")[:2])) < (5, 8),
+    reason="per-mount hidepid needs Linux 5.8+",
+)
 def test_proc_shows_only_the_run(guard):
     code = "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [os.getpid()])\n"
     r = run(code, limits=FAST)

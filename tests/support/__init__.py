@@ -11,10 +11,17 @@ import torch
 
 from collab.algos import data_from_config
 from collab.envs.base import AgentRole, Env, Score
-from collab.rollout.datamodule import RolloutDataModule
 
-TINY_CLI = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-            "--trainer.enable_model_summary", "false"]
+TINY_CLI = [
+    "--model.base.name",
+    "tiny",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
+]
 """``collab.fit`` arguments of a quiet run on the tiny model and the CPU."""
 
 
@@ -33,8 +40,9 @@ class TwoTurnEnv(Env):
         super().__init__(horizon)
         self.reward = reward or (lambda turn, choices: sum(c == "A" for c in choices[-1]) / 2)
         self.reward_max = reward_max
-        self.roles = tuple(AgentRole(f"p{i + 1}", f"You are player {i + 1}.", max_new_tokens=1, choices=("A", "B"))
-                           for i in range(2))
+        self.roles = tuple(
+            AgentRole(f"p{i + 1}", f"You are player {i + 1}.", max_new_tokens=1, choices=("A", "B")) for i in range(2)
+        )
 
     def tasks(self, split):
         return [{"id": 0}]
@@ -115,8 +123,16 @@ def fit(root: Path, algo: str, args: list[str], steps: int, ckpt: Path | None = 
     """``python -m collab.fit`` on the tiny model and the CPU, in this process; returns the run's version folder."""
     from collab.fit import main
 
-    argv = ["--algo", algo, *TINY_CLI, *args, "--trainer.max_steps", str(steps),
-            "--trainer.logger.init_args.save_dir", str(root)]
+    argv = [
+        "--algo",
+        algo,
+        *TINY_CLI,
+        *args,
+        "--trainer.max_steps",
+        str(steps),
+        "--trainer.logger.init_args.save_dir",
+        str(root),
+    ]
     assert main(argv + (["--ckpt_path", str(ckpt)] if ckpt else [])) == 0
     return max((root / algo).glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
 
@@ -155,8 +171,15 @@ def quiet_fit(module, datamodule, steps: int):
 
     import lightning as L
 
-    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer = L.Trainer(
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+    )
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -178,8 +201,13 @@ class ScriptedTeam:
     def generate(self, requests, max_new_tokens=128):
         from collab.policy.sampling import Completion
 
-        return [[Completion(r.agent, r.prompt_ids, [1], self.respond(r.agent, self.prompts[r.prompt_ids[0]]))
-                 for _ in range(r.n)] for r in requests]
+        return [
+            [
+                Completion(r.agent, r.prompt_ids, [1], self.respond(r.agent, self.prompts[r.prompt_ids[0]]))
+                for _ in range(r.n)
+            ]
+            for r in requests
+        ]
 
 
 class EarlySolveEnv:
@@ -202,7 +230,9 @@ class EarlySolveEnv:
 
             def __init__(self):
                 super().__init__(horizon)
-                self.roles = tuple(AgentRole(f"agent{i}", max_new_tokens=1, choices=("A", "B")) for i in range(n_agents))
+                self.roles = tuple(
+                    AgentRole(f"agent{i}", max_new_tokens=1, choices=("A", "B")) for i in range(n_agents)
+                )
 
             def tasks(self, split):
                 return [{"id": 0}]
@@ -223,7 +253,7 @@ class EarlySolveEnv:
 
 def datamodule_for(env, batch_size: int = 4, seed: int = 0):
     """A RolloutDataModule playing ``env`` (an Env object, e.g. a test environment)."""
-    from collab.rollout.datamodule import RolloutDataModule, TaskStream
+    from collab.rollout.datamodule import TaskStream
 
     dm = data_from_config("magrpo", env="matrix", batch_size=batch_size, seed=seed)
     dm.env = env

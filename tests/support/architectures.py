@@ -23,8 +23,21 @@ import torch
 WINDOW = 16
 """Sliding window (tokens) of the families that have one: shorter than every chat prompt of the tests."""
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "granite",
-            "gpt_neox", "gpt2", "qwen2_moe", "mixtral")
+FAMILIES = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo2",
+    "granite",
+    "gpt_neox",
+    "gpt2",
+    "qwen2_moe",
+    "mixtral",
+)
 """The architectures of the matrix (``model_type`` of their configs)."""
 
 MOE = ("qwen2_moe", "mixtral")
@@ -35,10 +48,22 @@ def _config(family: str, tokenizer):
     import transformers as tf
 
     vocab = len(tokenizer)
-    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                   pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
-    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True, **special)
+    special = dict(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+    )
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        **special,
+    )
     window = dict(sliding_window=WINDOW)
     if family == "llama":
         return tf.LlamaConfig(**common)
@@ -51,25 +76,52 @@ def _config(family: str, tokenizer):
     if family == "gemma2":
         return tf.Gemma2Config(**common, head_dim=16, query_pre_attn_scalar=16, **window)
     if family == "gemma3_text":
-        return tf.Gemma3TextConfig(**common, head_dim=16, query_pre_attn_scalar=16,
-                                   layer_types=["sliding_attention", "full_attention"], **window)
+        return tf.Gemma3TextConfig(
+            **common,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            layer_types=["sliding_attention", "full_attention"],
+            **window,
+        )
     if family == "phi3":
         return tf.Phi3Config(**common, **window)
     if family == "olmo2":
         return tf.Olmo2Config(**common)
     if family == "granite":
-        return tf.GraniteConfig(**common, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=2.0,
-                                attention_multiplier=0.25)
+        return tf.GraniteConfig(
+            **common, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=2.0, attention_multiplier=0.25
+        )
     if family == "gpt_neox":
-        return tf.GPTNeoXConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                num_attention_heads=4, max_position_embeddings=512, rotary_pct=0.5,
-                                tie_word_embeddings=False, **special)
+        return tf.GPTNeoXConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=512,
+            rotary_pct=0.5,
+            tie_word_embeddings=False,
+            **special,
+        )
     if family == "gpt2":
-        return tf.GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=512,
-                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+        return tf.GPT2Config(
+            vocab_size=vocab,
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            n_positions=512,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     if family == "qwen2_moe":
-        return tf.Qwen2MoeConfig(**common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                                 shared_expert_intermediate_size=64, decoder_sparse_step=1)
+        return tf.Qwen2MoeConfig(
+            **common,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            decoder_sparse_step=1,
+        )
     if family == "mixtral":
         return tf.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2, **window)
     raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
@@ -145,7 +197,11 @@ def other_tokenizer(root: str | Path) -> str:
     folder = Path(root) / "other-tokenizer"
     if (folder / "tokenizer.json").is_file():
         return str(folder)
-    corpus = [json.loads(line) for line in (files("collab") / "data" / "writing_corpus.jsonl").read_text().splitlines() if line]
+    corpus = [
+        json.loads(line)
+        for line in (files("collab") / "data" / "writing_corpus.jsonl").read_text().splitlines()
+        if line
+    ]
     texts = [" ".join(str(v) for v in item.values()) if isinstance(item, dict) else str(item) for item in corpus]
     texts += ["The sum of 3 and 4 is 7.", "Answer with one number.", "def add(a, b):\n    return a + b\n"] * 4
     source = AutoTokenizer.from_pretrained(model_folder("tiny"))

@@ -45,7 +45,6 @@ import lightning as L
 import torch
 
 
-
 def trainable(pl_module) -> dict[str, torch.Tensor]:
     return {name: p for name, p in sorted(pl_module.named_parameters()) if p.requires_grad}
 
@@ -75,6 +74,7 @@ def shaped(step_batch, signal: bool, kind: str = "length"):
         results = step_batch(states, actions)
         rewards = [signal_reward(joint, kind) if signal else 0.0 for joint in actions]
         return [replace(r, rewards=tuple(reward for _ in r.rewards)) for r, reward in zip(results, rewards)]
+
     return step
 
 
@@ -101,13 +101,19 @@ def live_bytes() -> int:
 
 def sharding(pl_module) -> dict | None:
     """With a sharded base (``--trainer.strategy fsdp``): the bytes this rank keeps and the rounds it took part in."""
-    from collab.policy import sharded
+    from collab.runtime import sharded
 
     g = sharded.active()
     if g is None:
         return None
-    return {"local": g.local_bytes(), "whole": g.whole_bytes(), "rounds": g.rounds, "gathers": g.gathers,
-            "params": sum(p.numel() * p.element_size() for p in pl_module.parameters()), "live": live_bytes()}
+    return {
+        "local": g.local_bytes(),
+        "whole": g.whole_bytes(),
+        "rounds": g.rounds,
+        "gathers": g.gathers,
+        "params": sum(p.numel() * p.element_size() for p in pl_module.parameters()),
+        "live": live_bytes(),
+    }
 
 
 class Probe(L.Callback):
@@ -134,8 +140,9 @@ class Probe(L.Callback):
                 self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
             self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
             if signal_ranks is not None and "step_batch" not in vars(env):
-                env.step_batch = shaped(env.step_batch, str(rank) in signal_ranks.split(","),
-                                        os.environ.get("COLLAB_DDP_SIGNAL", "length"))
+                env.step_batch = shaped(
+                    env.step_batch, str(rank) in signal_ranks.split(","), os.environ.get("COLLAB_DDP_SIGNAL", "length")
+                )
             stall(rank, trainer.global_step)
             self.rollouts += 1
             if self.replay and self.rollouts == self.replay_at:
@@ -144,6 +151,7 @@ class Probe(L.Callback):
             if self.capture and self.rollouts == self.capture_at:
                 torch.save(experience, self.out / f"rollout{rank}.pt")
             return experience
+
         pl_module.rollout = recording
 
         def preparing(experience):  # the first rollout's prepared batch: saved, or both ranks' fed again
@@ -153,6 +161,7 @@ class Probe(L.Callback):
             if self.capture and self.rollouts == self.capture_at:
                 torch.save(batch, self.out / f"batch{rank}.pt")
             return batch
+
         pl_module.prepare = preparing
 
         step = pl_module.optimizer_step
@@ -163,21 +172,30 @@ class Probe(L.Callback):
                 grads = {n: p.grad.detach().clone() for n, p in trainable(pl_module).items() if p.grad is not None}
                 torch.save(grads, self.out / f"grads{rank}.pt")
             step()
+
         pl_module.optimizer_step = optimizer_step
 
     def on_train_start(self, trainer, pl_module) -> None:
         if os.environ.get("COLLAB_DDP_LOADED"):
-            torch.save({"params": {n: p.detach().clone() for n, p in trainable(pl_module).items()},
-                        "optimizer": trainer.optimizers[0].state_dict(), "stream": trainer.datamodule.stream.state_dict(),
-                        "rng": pl_module._resume_rng}, self.out / f"loaded{trainer.global_rank}.pt")
+            torch.save(
+                {
+                    "params": {n: p.detach().clone() for n, p in trainable(pl_module).items()},
+                    "optimizer": trainer.optimizers[0].state_dict(),
+                    "stream": trainer.datamodule.stream.state_dict(),
+                    "rng": pl_module._resume_rng,
+                },
+                self.out / f"loaded{trainer.global_rank}.pt",
+            )
         if self.replay and self.replay_at == 1 and trainer.global_step == 0:
             init = torch.load(Path(self.replay) / "init0.pt")
             with torch.no_grad():
                 for name, p in trainable(pl_module).items():
                     p.copy_(init[name])
         elif self.capture:
-            torch.save({n: p.detach().clone() for n, p in trainable(pl_module).items()},
-                       self.out / f"init{trainer.global_rank}.pt")
+            torch.save(
+                {n: p.detach().clone() for n, p in trainable(pl_module).items()},
+                self.out / f"init{trainer.global_rank}.pt",
+            )
         self.start = digest(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -189,5 +207,16 @@ class Probe(L.Callback):
         evaluations = [c for c in trainer.callbacks if isinstance(c, EvaluationCallback)]
         first = {"history": evaluations[0].history[0], "scores": evaluations[0].scores[0]} if evaluations else None
         out = self.out / f"rank{trainer.global_rank}.json"
-        out.write_text(json.dumps({"sharded": sharding(pl_module), "tasks": self.tasks, "digests": self.digests, "start": self.start, "sampling": self.sampling,
-                                   "step": trainer.global_step, "evaluation": first}))
+        out.write_text(
+            json.dumps(
+                {
+                    "sharded": sharding(pl_module),
+                    "tasks": self.tasks,
+                    "digests": self.digests,
+                    "start": self.start,
+                    "sampling": self.sampling,
+                    "step": trainer.global_step,
+                    "evaluation": first,
+                }
+            )
+        )

@@ -8,8 +8,6 @@ import struct
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,23 +23,21 @@ def write_kernel(folder: Path) -> Path:
     inline matplotlib backend; put the returned folder first on ``$JUPYTER_PATH``."""
     spec = folder / "jupyter" / "kernels" / "python3"
     spec.mkdir(parents=True)
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-           "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "collab test kernel", "language": "python", "env": env}))
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    }
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "collab test kernel",
+                "language": "python",
+                "env": env,
+            }
+        )
+    )
     return folder / "jupyter"
-
-
-@pytest.fixture
-def kernel_env(tmp_path, monkeypatch):
-    """A ``python3`` kernelspec running this interpreter with ``src`` importable, first on ``$JUPYTER_PATH``."""
-    pytest.importorskip("matplotlib")
-    pytest.importorskip("nbformat")
-    pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
-    monkeypatch.setenv("JUPYTER_PATH", str(write_kernel(tmp_path)))
-    return tmp_path
 
 
 def execute(name: str, cwd: Path, runs: Path, figures: Path, monkeypatch) -> list[str]:
@@ -56,5 +52,8 @@ def execute(name: str, cwd: Path, runs: Path, figures: Path, monkeypatch) -> lis
     NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    return [o.text if o.output_type == "stream" else o.data.get("text/plain", "") + o.data.get("text/markdown", "")
-            for o in outputs if o.output_type in ("stream", "display_data", "execute_result")]
+    return [
+        o.text if o.output_type == "stream" else o.data.get("text/plain", "") + o.data.get("text/markdown", "")
+        for o in outputs
+        if o.output_type in ("stream", "display_data", "execute_result")
+    ]

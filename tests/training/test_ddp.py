@@ -1,14 +1,15 @@
-"""Multi-process training (issues 15, 31): 2 CPU processes on gloo through Lightning's DDP, every algorithm and env.
+"""Multi-process training: 2 CPU processes on gloo through Lightning's DDP, every algorithm and env.
 
 Each run checks that the ranks played disjoint shares of every step's tasks, that after every
 optimizer step both ranks hold bitwise the same trainable weights (one gradient synchronisation per
-step, the same number of steps and backward passes on each rank: ``collab.training.distributed``), that the
+step, the same number of steps and backward passes on each rank: ``collab.runtime.collectives``), that the
 run ends cleanly with one checkpoint, and that the checkpoint resumes on one process.
 
 Rank 0 gets a reward that varies with the action and rank 1 gets 0 for everything (no learning signal
 for MAGRPO's group advantages): the run must neither hang nor let the ranks drift apart, and rank 0's
-signal must move both ranks' weights. Every run evaluates the team on held-out tasks before training (an eval split smaller than the world
-size for matrix, ones not divisible by it elsewhere): both ranks and a 1-process run must give the same
+signal must move both ranks' weights. Every run evaluates the team on held-out tasks before training (an eval
+split smaller than the world size for matrix, ones not divisible by it elsewhere): both ranks and a 1-process
+run must give the same
 figures, each task scored once. The first update is then compared with a 1-process update on the
 union of both ranks' first rollouts (the same rollouts fed again, from the same weights): the
 synchronised gradient must equal the 1-process one, which holds only if every loss normaliser and
@@ -60,23 +61,54 @@ def callbacks(algo: str) -> str:
     """Checkpoints, the probe and a held-out evaluation before training (sampled, seeded: the same draws
     at any world size; 2 samples per task in batches of 2 tasks). Only the start is evaluated: the
     weights of a 2-process and a 1-process run agree only there."""
-    evaluation = {"class_path": "collab.training.callbacks.EvaluationCallback",
-                  "init_args": {"at_start": True, "at_end": False, "num_samples": 2, "ks": [1, 2], "seed": 7,
-                                "max_tasks": EVAL_TASKS[algo], "tasks_per_batch": 2}}
-    return json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
-                       {"class_path": "tests.support.ddp_probe.Probe"}, evaluation])
+    evaluation = {
+        "class_path": "collab.training.callbacks.EvaluationCallback",
+        "init_args": {
+            "at_start": True,
+            "at_end": False,
+            "num_samples": 2,
+            "ks": [1, 2],
+            "seed": 7,
+            "max_tasks": EVAL_TASKS[algo],
+            "tasks_per_batch": 2,
+        },
+    }
+    return json.dumps(
+        [
+            {"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
+            {"class_path": "tests.support.ddp_probe.Probe"},
+            evaluation,
+        ]
+    )
 
 
 # agents per run (solo: 1), each capped at 6 new tokens (model.max_new_tokens alone would not cap them: the
 # math and debate roles suggest 256-300 tokens, which the tiny random model always uses up)
-AGENTS = {algo: json.dumps([{"sampling": {"max_new_tokens": 6}}] * (1 if "solo" in " ".join(run) else 2))
-          for algo, run in RUNS.items()}
+AGENTS = {
+    algo: json.dumps([{"sampling": {"max_new_tokens": 6}}] * (1 if "solo" in " ".join(run) else 2))
+    for algo, run in RUNS.items()
+}
 
 
 def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
-    return ["--algo", algo, *RUNS[algo], "--model.base.name", "tiny", "--model.agents", AGENTS[algo],
-            "--data.batch_size", "4", "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
-            "--trainer.accelerator", "cpu", "--trainer.callbacks", callbacks(algo), *extra]
+    return [
+        "--algo",
+        algo,
+        *RUNS[algo],
+        "--model.base.name",
+        "tiny",
+        "--model.agents",
+        AGENTS[algo],
+        "--data.batch_size",
+        "4",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp / "runs"),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.callbacks",
+        callbacks(algo),
+        *extra,
+    ]
 
 
 # algo -> how its 2 processes start (the others: Lightning's own launcher, which starts rank 1 itself): the
@@ -97,26 +129,57 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def fit(algo: str, tmp: Path, extra: list[str], launcher: str | None = None, **probe: str) -> subprocess.CompletedProcess:
+def fit(
+    algo: str, tmp: Path, extra: list[str], launcher: str | None = None, **probe: str
+) -> subprocess.CompletedProcess:
     """A 2-process run of ``python -m collab.fit``, started as ``launcher`` (default: as ``LAUNCHERS`` says); stdout is
     rank 0's."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "COLLAB_DDP_PROBE": str(tmp),
-           "OMP_NUM_THREADS": "1", **probe}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
+        "COLLAB_DDP_PROBE": str(tmp),
+        "OMP_NUM_THREADS": "1",
+        **probe,
+    }
     fit_args = ["-m", "collab.fit", *args(algo, tmp, extra)]
     launcher = launcher or LAUNCHERS.get(algo, "lightning")
     if launcher == "torchrun":
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                               *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *fit_args],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     if launcher == "lightning":
-        return subprocess.run([sys.executable, *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
-    slurm = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost",
-             "SLURM_JOB_ID": "31", "SLURM_JOB_NAME": "collab", "MASTER_PORT": str(free_port())}
-    ranks = [subprocess.Popen([sys.executable, *fit_args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)})
-             for r in (0, 1)]
+        return subprocess.run(
+            [sys.executable, *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600
+        )
+    slurm = {
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+        "SLURM_JOB_ID": "31",
+        "SLURM_JOB_NAME": "collab",
+        "MASTER_PORT": str(free_port()),
+    }
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, *fit_args],
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+        )
+        for r in (0, 1)
+    ]
     outs = [p.communicate(timeout=600) for p in ranks]
-    return subprocess.CompletedProcess(ranks[0].args, max(p.returncode for p in ranks), outs[0][0],
-                                       outs[0][1] + outs[1][1])
+    return subprocess.CompletedProcess(
+        ranks[0].args, max(p.returncode for p in ranks), outs[0][0], outs[0][1] + outs[1][1]
+    )
 
 
 def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, **probe: str) -> int:
@@ -133,14 +196,23 @@ def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, **probe: str) 
 def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monkeypatch, one_thread):
     algo, _, strategy = case.partition("+")
     signal = {"COLLAB_DDP_SIGNAL": "text"} if env_of(algo) in TEXT_SIGNAL else {}
-    run = fit(algo, tmp_path, ["--trainer.strategy", strategy or "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
-              "lightning" if strategy else None, COLLAB_DDP_SIGNAL_RANKS="0", COLLAB_DDP_CAPTURE="1", **signal)
+    run = fit(
+        algo,
+        tmp_path,
+        ["--trainer.strategy", strategy or "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
+        "lightning" if strategy else None,
+        COLLAB_DDP_SIGNAL_RANKS="0",
+        COLLAB_DDP_CAPTURE="1",
+        **signal,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stderr.count("config: ") == 1  # the run says once (rank 0), whatever started its processes
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    if strategy == "fsdp":  # each rank kept half of every sharded weight and freed the rest; they took part in every round
+    if (
+        strategy == "fsdp"
+    ):  # each rank kept half of every sharded weight and freed the rest; they took part in every round
         shards = [r["sharded"] for r in ranks]
-        print(run.stderr[run.stderr.index("fsdp: "):].splitlines()[0], shards)
+        print(run.stderr[run.stderr.index("fsdp: ") :].splitlines()[0], shards)
         assert shards[0]["whole"] == shards[1]["whole"] > 0 and shards[0]["rounds"] == shards[1]["rounds"] > 0
         for s in shards:
             assert abs(s["local"] - s["whole"] / 2) <= 0.01 * s["whole"]
@@ -162,8 +234,17 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monke
     # the first update against one process fed the union of both ranks' first rollouts
     replay = tmp_path / "replay"
     replay.mkdir()
-    assert fit_here(algo, replay, ["--trainer.max_steps", "1"], monkeypatch,
-                    COLLAB_DDP_REPLAY=str(tmp_path), COLLAB_DDP_CAPTURE="1") == 0
+    assert (
+        fit_here(
+            algo,
+            replay,
+            ["--trainer.max_steps", "1"],
+            monkeypatch,
+            COLLAB_DDP_REPLAY=str(tmp_path),
+            COLLAB_DDP_CAPTURE="1",
+        )
+        == 0
+    )
     synced, union = torch.load(tmp_path / "grads0.pt"), torch.load(replay / "grads0.pt")
     assert sorted(synced) == sorted(union) and synced
     # float32 sums in another order and over other paddings (2 rows per forward against 4) differ by up to
@@ -177,8 +258,11 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monke
     assert sum(float(g.abs().sum()) for g in union.values()) > 0
     # the held-out evaluation before training: every eval task scored once, the same figures on both ranks
     # and on one process (the replay run starts from the same weights), to a relative 1e-6
-    evaluations = [ranks[0]["evaluation"], ranks[1]["evaluation"],
-                   json.loads((replay / "rank0.json").read_text())["evaluation"]]
+    evaluations = [
+        ranks[0]["evaluation"],
+        ranks[1]["evaluation"],
+        json.loads((replay / "rank0.json").read_text())["evaluation"],
+    ]
     for e in evaluations:
         e["history"].pop("seconds")  # wall time: each rank's own
     assert evaluations[0] == evaluations[1]
@@ -211,21 +295,51 @@ def test_a_stalled_rank_ends_the_run_at_the_timeout_in_one_line(stalled, tmp_pat
     import time
 
     timeout = 10
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "COLLAB_DDP_PROBE": str(tmp_path),
-           "OMP_NUM_THREADS": "1", "COLLAB_DDP_STALL": f"{stalled}:1", "COLLAB_DDP_STALL_SECONDS": "600"}
-    argv = ["--algo", "magrpo", *RUNS["magrpo"], "--model.base.name", "tiny", "--model.agents", AGENTS["magrpo"],
-            "--data.batch_size", "2", "--trainer.max_steps", "3", "--trainer.accelerator", "cpu",
-            "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.default_root_dir", str(tmp_path / "runs"),
-            "--trainer.callbacks", json.dumps([{"class_path": "tests.support.ddp_probe.Probe"}]),
-            "--distributed_timeout", str(timeout)]
-    run = subprocess.run([sys.executable, "-m", "collab.fit", *argv], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
+        "COLLAB_DDP_PROBE": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+        "COLLAB_DDP_STALL": f"{stalled}:1",
+        "COLLAB_DDP_STALL_SECONDS": "600",
+    }
+    argv = [
+        "--algo",
+        "magrpo",
+        *RUNS["magrpo"],
+        "--model.base.name",
+        "tiny",
+        "--model.agents",
+        AGENTS["magrpo"],
+        "--data.batch_size",
+        "2",
+        "--trainer.max_steps",
+        "3",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        "2",
+        "--trainer.default_root_dir",
+        str(tmp_path / "runs"),
+        "--trainer.callbacks",
+        json.dumps([{"class_path": "tests.support.ddp_probe.Probe"}]),
+        "--distributed_timeout",
+        str(timeout),
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "collab.fit", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     ended = time.time()
     assert run.returncode != 0, run.stderr[-3000:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     waiting = 1 - stalled
-    assert len(errors) == 1 and re.match(rf"error: rank {waiting} at step 1: a collective did not complete within "
-                                         rf"{timeout} s \(another process stopped or diverged\)", errors[0]), run.stderr[-3000:]
+    assert len(errors) == 1 and re.match(
+        rf"error: rank {waiting} at step 1: a collective did not complete within "
+        rf"{timeout} s \(another process stopped or diverged\)",
+        errors[0],
+    ), run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     # from the stall to the end of every process: the timeout, the report and the stopping of the other rank
     waited = ended - float((tmp_path / f"stall{stalled}.txt").read_text())

@@ -1,4 +1,4 @@
-"""Resume across world sizes (issue 31, item 4): a checkpoint of 2 processes resumes on 1, one of 1 on 2.
+"""Resume across world sizes: a checkpoint of 2 processes resumes on 1, one of 1 on 2.
 
 Each direction runs the uninterrupted run and the resumed one on the same tasks (the probe of
 ``tests/support/ddp_probe.py``, every rank rewarded):
@@ -28,44 +28,97 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from tests.support import assert_same_tensors
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE = ("COLLAB_DDP_PROBE", "COLLAB_DDP_SIGNAL_RANKS", "COLLAB_DDP_CAPTURE", "COLLAB_DDP_CAPTURE_ROLLOUT",
-         "COLLAB_DDP_REPLAY", "COLLAB_DDP_REPLAY_ROLLOUT", "COLLAB_DDP_LOADED")
+PROBE = (
+    "COLLAB_DDP_PROBE",
+    "COLLAB_DDP_SIGNAL_RANKS",
+    "COLLAB_DDP_CAPTURE",
+    "COLLAB_DDP_CAPTURE_ROLLOUT",
+    "COLLAB_DDP_REPLAY",
+    "COLLAB_DDP_REPLAY_ROLLOUT",
+    "COLLAB_DDP_LOADED",
+)
 
 RUNS = {  # one update per rollout (num_epochs 1, minibatch null in both configs): steps = rollouts
     "marft_a": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: duo}"],
-    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2",
-               "--model.per_turn", "false", "--model.train_from_turn", "1"],  # one adapter per agent, every turn trained
+    "maporl": [
+        "--data.env",
+        "debate",
+        "--data.env_options",
+        "{dataset: addition, agents: 2}",
+        "--data.num_turns",
+        "2",
+        "--model.per_turn",
+        "false",
+        "--model.train_from_turn",
+        "1",
+    ],  # one adapter per agent, every turn trained
 }
-CALLBACKS = json.dumps([  # the step-2 checkpoint is kept (step=2.ckpt) beside last.ckpt
-    {"class_path": "collab.training.callbacks.ModelCheckpoint",
-     "init_args": {"save_last": True, "every_n_train_steps": 2, "save_top_k": -1}},
-    {"class_path": "tests.support.ddp_probe.Probe"}])
+CALLBACKS = json.dumps(
+    [  # the step-2 checkpoint is kept (step=2.ckpt) beside last.ckpt
+        {
+            "class_path": "collab.training.callbacks.ModelCheckpoint",
+            "init_args": {"save_last": True, "every_n_train_steps": 2, "save_top_k": -1},
+        },
+        {"class_path": "tests.support.ddp_probe.Probe"},
+    ]
+)
 TWO = ["--trainer.strategy", "ddp", "--trainer.devices", "2"]
 TOLERANCE = 1e-5
 
 
 def args(algo: str, tmp: Path, steps: int, extra: list[str]) -> list[str]:
-    return ["--algo", algo, *RUNS[algo], "--model.base.name", "tiny",
-            "--model.agents", json.dumps([{"sampling": {"max_new_tokens": 6}}] * 2), "--model.micro_batch_tokens", "1",
-            "--data.batch_size", "4", "--trainer.max_steps", str(steps), "--trainer.accelerator", "cpu",
-            "--trainer.logger.init_args.save_dir", str(tmp / "runs"), "--trainer.enable_progress_bar", "false",
-            "--trainer.callbacks", CALLBACKS, *extra]
+    return [
+        "--algo",
+        algo,
+        *RUNS[algo],
+        "--model.base.name",
+        "tiny",
+        "--model.agents",
+        json.dumps([{"sampling": {"max_new_tokens": 6}}] * 2),
+        "--model.micro_batch_tokens",
+        "1",
+        "--data.batch_size",
+        "4",
+        "--trainer.max_steps",
+        str(steps),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp / "runs"),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.callbacks",
+        CALLBACKS,
+        *extra,
+    ]
 
 
 def fit_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> None:
     """A 2-process run (``python -m collab.fit`` in a subprocess that launches the second rank)."""
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in PROBE}
-    env.update({"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "OMP_NUM_THREADS": "1",
-                "COLLAB_DDP_PROBE": str(tmp), "COLLAB_DDP_SIGNAL_RANKS": "0,1", **probe})
-    run = subprocess.run([sys.executable, "-m", "collab.fit", *args(algo, tmp, steps, [*TWO, *extra])], cwd=tmp,
-                         env=env, capture_output=True, text=True, timeout=600)
+    env.update(
+        {
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
+            "OMP_NUM_THREADS": "1",
+            "COLLAB_DDP_PROBE": str(tmp),
+            "COLLAB_DDP_SIGNAL_RANKS": "0,1",
+            **probe,
+        }
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "collab.fit", *args(algo, tmp, steps, [*TWO, *extra])],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
 
 
@@ -132,8 +185,16 @@ def test_two_processes_resume_on_one(tmp_path, monkeypatch, one_thread):
     fit_two("marft_a", two, 3, [], COLLAB_DDP_CAPTURE="1", COLLAB_DDP_CAPTURE_ROLLOUT="3")
     path, ckpt = checkpoint(two, "*step=2.ckpt")
     assert ckpt["global_step"] == 2 and len(ckpt["collab"]["rng"]) == 2
-    fit_one("marft_a", one, 3, ["--ckpt_path", str(path)], monkeypatch, COLLAB_DDP_REPLAY=str(two),
-            COLLAB_DDP_CAPTURE="1", COLLAB_DDP_LOADED="1")
+    fit_one(
+        "marft_a",
+        one,
+        3,
+        ["--ckpt_path", str(path)],
+        monkeypatch,
+        COLLAB_DDP_REPLAY=str(two),
+        COLLAB_DDP_CAPTURE="1",
+        COLLAB_DDP_LOADED="1",
+    )
     assert_loaded(one, 1, ckpt)
     (resumed,), straight = ranks(one, 1), ranks(two, 2)
     assert resumed["step"] == straight[0]["step"] == straight[1]["step"] == 3
@@ -161,8 +222,17 @@ def test_one_process_resumes_on_two(tmp_path, monkeypatch, one_thread):
     fit_two("maporl", two, 3, ["--ckpt_path", str(path)], COLLAB_DDP_CAPTURE="1", COLLAB_DDP_LOADED="1")
     assert_loaded(two, 2, ckpt)
     # the run that did not stop, fed the 2 processes' step-3 rollouts at its step 3
-    fit_one("maporl", straight_dir, 3, [], monkeypatch, COLLAB_DDP_REPLAY=str(two), COLLAB_DDP_REPLAY_ROLLOUT="3",
-            COLLAB_DDP_CAPTURE="1", COLLAB_DDP_CAPTURE_ROLLOUT="3")
+    fit_one(
+        "maporl",
+        straight_dir,
+        3,
+        [],
+        monkeypatch,
+        COLLAB_DDP_REPLAY=str(two),
+        COLLAB_DDP_REPLAY_ROLLOUT="3",
+        COLLAB_DDP_CAPTURE="1",
+        COLLAB_DDP_CAPTURE_ROLLOUT="3",
+    )
     _, passing = checkpoint(straight_dir, "*step=2.ckpt")  # it went through the checkpoint's state, bitwise
     assert_same_tensors(passing["state_dict"], ckpt["state_dict"], "step 2")
     assert_same_tensors(passing["optimizer_states"], ckpt["optimizer_states"], "step 2")
@@ -174,5 +244,6 @@ def test_one_process_resumes_on_two(tmp_path, monkeypatch, one_thread):
     assert resumed[1]["sampling"] != resumed[0]["sampling"]  # rank 1: a stream of its own (seed + 1)
     synced = torch.load(two / "grads0.pt")
     assert_same_tensors(synced, torch.load(two / "grads1.pt"), "synchronised gradient")
-    print("1 -> 2: max relative gradient difference",
-          assert_same_gradient(synced, torch.load(straight_dir / "grads0.pt")))
+    print(
+        "1 -> 2: max relative gradient difference", assert_same_gradient(synced, torch.load(straight_dir / "grads0.pt"))
+    )

@@ -48,14 +48,30 @@ COMPLETION = ["A", "B", "B", "A"]
 
 def command(module: str, *args, cwd, env_extra=None, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def train(root: Path, algo: str, *args) -> Path:
     (root / "callbacks.yaml").write_text(CALLBACKS)
-    result = command("collab.fit", "--algo", algo, "--data.env", "matrix", "--config", "callbacks.yaml",
-                     "--trainer.accelerator", "cpu", "--model.agent_lr", "1e-2", "--data.batch_size", "1", *args, cwd=root)
+    result = command(
+        "collab.fit",
+        "--algo",
+        algo,
+        "--data.env",
+        "matrix",
+        "--config",
+        "callbacks.yaml",
+        "--trainer.accelerator",
+        "cpu",
+        "--model.agent_lr",
+        "1e-2",
+        "--data.batch_size",
+        "1",
+        *args,
+        cwd=root,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "runs" / algo / "version_0"
 
@@ -64,26 +80,31 @@ def collab_module(run: Path, algo: str, adapters: str = "last"):
     """The run's team as collab builds it (as ``collab.evaluate`` does), with the run's adapters."""
     from collab.fit import build_cli
 
-    cli = build_cli(algo, ["--config", str(run / "config.yaml"), "--trainer.logger", "false",
-                           "--model.base.device", "cpu"])
+    cli = build_cli(
+        algo, ["--config", str(run / "config.yaml"), "--trainer.logger", "false", "--model.base.device", "cpu"]
+    )
     cli.model.build(cli.datamodule.env)
     cli.model.team.load_adapters(run / "adapters" / adapters)
     return cli.model
 
 
 def chat(agent: dict) -> list[dict]:
-    return [{"role": "system", "content": agent["system_prompt"]},
-            {"role": "user", "content": "Round 1. Your partner has not played yet. Choose A or B."}]
+    return [
+        {"role": "system", "content": agent["system_prompt"]},
+        {"role": "user", "content": "Round 1. Your partner has not played yet. Choose A or B."},
+    ]
 
 
 def policy_logprobs(model, tokenizer, agent: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs of COMPLETION under the agent's policy as the manifest describes it, the raw logits), from a
     plain transformers/peft ``model`` and the exported tokenizer."""
-    prompt = tokenizer.apply_chat_template(chat(agent), add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    prompt = tokenizer.apply_chat_template(chat(agent), add_generation_prompt=True, tokenize=True, return_dict=True)[
+        "input_ids"
+    ]
     completion = [tokenizer.encode(c, add_special_tokens=False)[0] for c in COMPLETION]
     choices = torch.tensor([tokenizer.encode(c, add_special_tokens=False)[0] for c in agent["choices"]])
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1:-1].float()
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1].float()
     scaled = logits / agent["sampling"]["temperature"]
     masked = torch.full_like(scaled, float("-inf"))
     masked[:, choices] = scaled[:, choices]
@@ -108,14 +129,17 @@ def peft_agent(out: Path, agent: dict):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = AutoModelForCausalLM.from_pretrained(agent["base"] if Path(agent["base"]).exists() else agent["trained_on"])
-    return PeftModel.from_pretrained(base, out / agent["folder"]).eval(), AutoTokenizer.from_pretrained(out / agent["folder"])
+    return PeftModel.from_pretrained(base, out / agent["folder"]).eval(), AutoTokenizer.from_pretrained(
+        out / agent["folder"]
+    )
 
 
 def test_which_base_an_adapter_names(tmp_path):
     """The embedded default by its hub id, a hub id as itself, ``tiny`` as ``OUT/base``, a local folder by its absolute
     path or the hub id ``--base-id`` gives it (alone, or as FOLDER=HUB_ID among several folders)."""
     from collab.errors import UserError
-    from collab.export import base_ids, base_reference
+    from collab.export.checks import base_ids
+    from collab.export.writing import base_reference
 
     out = tmp_path / "out"
     folders = [tmp_path / "a", tmp_path / "b"]
@@ -128,8 +152,11 @@ def test_which_base_an_adapter_names(tmp_path):
     assert base_ids(["org/a"], ["tiny", str(folders[0])]) == {str(folders[0]): "org/a"}
     two = [str(folders[0]), str(folders[1]), "tiny"]
     assert base_ids([f"{folders[1]}=org/b"], two) == {str(folders[1]): "org/b"}
-    for given, message in [(["org/a"], "2 local-folder bases"), ([f"{tmp_path / 'c'}=org/c"], "not a local-folder base"),
-                            (["not-a-hub-id"], "expected a hub id")]:
+    for given, message in [
+        (["org/a"], "2 local-folder bases"),
+        ([f"{tmp_path / 'c'}=org/c"], "not a local-folder base"),
+        (["not-a-hub-id"], "expected a hub id"),
+    ]:
         with pytest.raises(UserError, match=message):
             base_ids(given, two)
 
@@ -165,8 +192,9 @@ def test_manifest_and_agent_folders(magrpo):
         assert agent["system_prompt"].startswith("You are playing a game") and agent["choices"] == ["A", "B"]
         saved = json.loads((run / "adapters" / "last" / f"agent{i}" / "agent.json").read_text())
         assert agent["sampling"] == saved["sampling"] and agent["lora"]["r"] == saved["lora"]["r"]
-        assert (folder / "adapter_model.safetensors").read_bytes() == \
-            (run / "adapters" / "last" / f"agent{i}" / "adapter_model.safetensors").read_bytes()
+        assert (folder / "adapter_model.safetensors").read_bytes() == (
+            run / "adapters" / "last" / f"agent{i}" / "adapter_model.safetensors"
+        ).read_bytes()
         assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == agent["base"]
         assert json.loads((folder / "collab_agent.json").read_text())["role"] == agent["role"]
         card = (folder / "README.md").read_text()
@@ -206,11 +234,19 @@ def test_merged_agents_equal_their_peft_models(magrpo):
 def test_auto_peft_loads_offline_from_anywhere(magrpo, tmp_path):
     """``AutoPeftModelForCausalLM.from_pretrained(OUT/agent0)`` in a fresh process, offline, in another folder."""
     _, out, manifest = magrpo
-    script = (f"import torch; from peft import AutoPeftModelForCausalLM; "
-              f"m = AutoPeftModelForCausalLM.from_pretrained({str(out / 'agent0')!r}).eval(); "
-              f"print(m(input_ids=torch.tensor([[1, 5, 9, 42]])).logits[0, -1].tolist())")
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    script = (
+        f"import torch; from peft import AutoPeftModelForCausalLM; "
+        f"m = AutoPeftModelForCausalLM.from_pretrained({str(out / 'agent0')!r}).eval(); "
+        f"print(m(input_ids=torch.tensor([[1, 5, 9, 42]])).logits[0, -1].tolist())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     model, _ = peft_agent(out, manifest["agents"][0])
     with torch.no_grad():
@@ -227,7 +263,10 @@ def test_a_step_folder_and_an_unmatched_checkpoint(magrpo, tmp_path):
     step1 = run / "adapters" / "step_1" / "agent0" / "adapter_model.safetensors"
     assert step1.read_bytes() != (run / "adapters" / "last" / "agent0" / "adapter_model.safetensors").read_bytes()
     manifest = export(run, tmp_path / "step1", adapters="step_1")
-    assert manifest["source"]["step"] == 1 and (tmp_path / "step1" / "agent0" / "adapter_model.safetensors").read_bytes() == step1.read_bytes()
+    assert (
+        manifest["source"]["step"] == 1
+        and (tmp_path / "step1" / "agent0" / "adapter_model.safetensors").read_bytes() == step1.read_bytes()
+    )
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     shutil.rmtree(copy / "adapters" / "last")
@@ -274,8 +313,16 @@ def two_bases(tmp_path_factory):
     root = tmp_path_factory.mktemp("two_bases")
     llama = model_dir("llama", root / "models")
     qwen2 = model_dir("qwen2", root / "models", tokenizer=other_tokenizer(root / "models"))
-    run = train(root, "collm_cc", "--model.base.name", llama, "--model.agents", f"[{{base: null}}, {{base: {qwen2}}}]",
-                "--trainer.max_steps", "1")
+    run = train(
+        root,
+        "collm_cc",
+        "--model.base.name",
+        llama,
+        "--model.agents",
+        f"[{{base: null}}, {{base: {qwen2}}}]",
+        "--trainer.max_steps",
+        "1",
+    )
     out = root / "exported"
     result = command("collab.export", str(run), str(out), "--base-id", f"{qwen2}=Qwen/Qwen2-0.5B", cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""SIGTERM inside a step (issue 31, item 8): honoured within 30 s wherever the run is, in one line, exit 143.
+"""SIGTERM inside a step: honoured within 30 s wherever the run is, in one line, exit 143.
 
 ``collab.fit`` runs as a command (MAGRPO, math, the tiny model, 6-token answers) with the test hook of
 :mod:`collab.preemption`: ``COLLAB_SIGTERM_AT=<phase>@<n>`` sends SIGTERM to the launching
@@ -6,8 +6,9 @@ process (rank 0) at the first check point inside the n-th evaluation, rollout or
 time it sent it; ``COLLAB_SIGTERM_GRACE=0`` stops at that check point (the default grace lets a step end,
 which ``tests/training/test_signals.py`` covers). Each run must end with 143 within 30 s of the signal,
 with the one line and no traceback, write no checkpoint after the signal, leave no process behind (the
-second rank under DDP), and its last checkpoint must load and (1 process) resume to the end. One launch per case: 1 process
-for the evaluation and the update, 2 gloo processes for the same two, and the rollout in this process
+second rank under DDP), and its last checkpoint must load and (1 process) resume to the end. One launch per
+case: 1 process for the evaluation and the update, 2 gloo processes for the same two, and the rollout in this
+process
 (``collab.fit.main(argv)``, as a notebook calls it).
 """
 
@@ -25,22 +26,56 @@ import pytest
 import torch
 
 from collab import preemption
+from collab.errors import UserError
+from collab.preemption import state
 
 ROOT = Path(__file__).resolve().parents[2]
-CALLBACKS = json.dumps([
-    {"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True, "every_n_train_steps": 1}},
-    {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
-    {"class_path": "collab.training.callbacks.RewardSummary"},
-    {"class_path": "collab.training.callbacks.EvaluationCallback",
-     "init_args": {"at_start": True, "at_end": False, "num_samples": 2, "ks": [1], "seed": 7, "max_tasks": 3,
-                   "tasks_per_batch": 1}},
-])
-ARGS = ["--algo", "magrpo", "--data.env", "math", "--data.env_options", "{dataset: addition, profile: solo}",
-        "--model.base.name", "tiny", "--model.agents", json.dumps([{"sampling": {"max_new_tokens": 6}}]),
-        "--data.batch_size", "4", "--trainer.accelerator", "cpu", "--trainer.enable_model_summary", "false",
-        "--trainer.callbacks", CALLBACKS]
-LINE = re.compile(r"stopped by SIGTERM (.*?); (no checkpoint yet|last checkpoint: step (\d+) (\S+) "
-                  r"\(resume with --ckpt_path (\S+)\))$")
+CALLBACKS = json.dumps(
+    [
+        {
+            "class_path": "collab.training.callbacks.ModelCheckpoint",
+            "init_args": {"save_last": True, "every_n_train_steps": 1},
+        },
+        {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
+        {"class_path": "collab.training.callbacks.RewardSummary"},
+        {
+            "class_path": "collab.training.callbacks.EvaluationCallback",
+            "init_args": {
+                "at_start": True,
+                "at_end": False,
+                "num_samples": 2,
+                "ks": [1],
+                "seed": 7,
+                "max_tasks": 3,
+                "tasks_per_batch": 1,
+            },
+        },
+    ]
+)
+ARGS = [
+    "--algo",
+    "magrpo",
+    "--data.env",
+    "math",
+    "--data.env_options",
+    "{dataset: addition, profile: solo}",
+    "--model.base.name",
+    "tiny",
+    "--model.agents",
+    json.dumps([{"sampling": {"max_new_tokens": 6}}]),
+    "--data.batch_size",
+    "4",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.enable_model_summary",
+    "false",
+    "--trainer.callbacks",
+    CALLBACKS,
+]
+LINE = re.compile(
+    r"stopped by SIGTERM (.*?); (no checkpoint yet|last checkpoint: step (\d+) (\S+) "
+    r"\(resume with --ckpt_path (\S+)\))$"
+)
 
 
 def left_behind(folder: Path) -> list[int]:
@@ -57,14 +92,36 @@ def left_behind(folder: Path) -> list[int]:
 
 
 def stop_at(tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0") -> tuple[str, float, Path]:
-    """Run until the hook's SIGTERM at ``at``; the run's line, the seconds from the signal to the exit and its folder."""
+    """Run until the hook's SIGTERM at ``at``; the run's line, the seconds from the signal to the exit and its
+    folder."""
     sent = tmp / "sent"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "COLLAB_SIGTERM_AT": at,
-           "COLLAB_SIGTERM_FILE": str(sent), "COLLAB_SIGTERM_GRACE": grace}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "OMP_NUM_THREADS": "1",
+        "COLLAB_SIGTERM_AT": at,
+        "COLLAB_SIGTERM_FILE": str(sent),
+        "COLLAB_SIGTERM_GRACE": grace,
+    }
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2"] if devices == 2 else []
-    proc = subprocess.Popen([sys.executable, "-m", "collab.fit", *ARGS, *ddp, "--trainer.max_steps", str(steps),
-                             "--trainer.logger.init_args.save_dir", str(tmp / "runs")],
-                            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "collab.fit",
+            *ARGS,
+            *ddp,
+            "--trainer.max_steps",
+            str(steps),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp / "runs"),
+        ],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=400)
     except subprocess.TimeoutExpired:
@@ -84,8 +141,11 @@ def stop_at(tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0") 
     print(f"{at} at {devices} process(es): exit {seconds:.2f} s after the signal")
     assert seconds < 30
     run = tmp / "runs" / "magrpo" / "version_0"
-    written = [p for p in run.rglob("*") if p.is_file() and p.suffix in (".ckpt", ".safetensors")
-               and p.stat().st_mtime > float(sent.read_text())]
+    written = [
+        p
+        for p in run.rglob("*")
+        if p.is_file() and p.suffix in (".ckpt", ".safetensors") and p.stat().st_mtime > float(sent.read_text())
+    ]
     assert grace != "0" or not written, written  # nothing saved of the stopped step
     return lines[0], seconds, run
 
@@ -100,9 +160,25 @@ def resumes(tmp: Path, line: str, step: int, monkeypatch) -> None:
     assert torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"] == step
     monkeypatch.chdir(tmp)
     root = tmp / "resumed"
-    assert main([*ARGS, "--trainer.max_steps", str(step + 1), "--trainer.enable_progress_bar", "false",
-                 "--trainer.logger.init_args.save_dir", str(root), "--ckpt_path", str(ckpt)]) == 0
-    last = torch.load(root / "magrpo" / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert (
+        main(
+            [
+                *ARGS,
+                "--trainer.max_steps",
+                str(step + 1),
+                "--trainer.enable_progress_bar",
+                "false",
+                "--trainer.logger.init_args.save_dir",
+                str(root),
+                "--ckpt_path",
+                str(ckpt),
+            ]
+        )
+        == 0
+    )
+    last = torch.load(
+        root / "magrpo" / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
+    )
     assert last["global_step"] == step + 1
 
 
@@ -119,7 +195,11 @@ def test_sigterm_inside_a_rollout_in_this_process(tmp_path, monkeypatch, capsys,
     from collab.fit import main
 
     sent, handler = tmp_path / "sent", signal.getsignal(signal.SIGTERM)
-    for key, value in {"COLLAB_SIGTERM_AT": "rollout@2", "COLLAB_SIGTERM_FILE": str(sent), "COLLAB_SIGTERM_GRACE": "0"}.items():
+    for key, value in {
+        "COLLAB_SIGTERM_AT": "rollout@2",
+        "COLLAB_SIGTERM_FILE": str(sent),
+        "COLLAB_SIGTERM_GRACE": "0",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:
@@ -157,24 +237,24 @@ def test_sigterm_inside_an_update(devices, tmp_path, monkeypatch, one_thread):
 # -- the module alone ----------------------------------------------------------------------------------
 def test_grace_lets_a_step_end_and_a_new_step_does_not_start(monkeypatch):
     """The grace, the evaluation before training without one, no new step, and the hook's spelling."""
-    monkeypatch.setattr(preemption, "_state", preemption._State(grace=5.0))
+    monkeypatch.setattr(state, "_state", state._State(grace=5.0))
     with preemption.phase("rollout"):
         preemption.check()  # no signal: nothing
-        preemption._state.received_at = time.monotonic()
+        state._state.received_at = time.monotonic()
         preemption.check()  # within the grace: the step goes on
-        preemption._state.received_at -= 5.0
+        state._state.received_at -= 5.0
         with pytest.raises(preemption.Preempted) as stop:
             preemption.check()
     assert (stop.value.phase, stop.value.code) == ("rollout", 143)
-    preemption._state.received_at = time.monotonic()
+    state._state.received_at = time.monotonic()
     with preemption.phase("evaluation"), pytest.raises(preemption.Preempted):
         preemption.check()  # the evaluation before the first step has nothing to reach: no grace
-    preemption._state.steps = 1
+    state._state.steps = 1
     with preemption.phase("evaluation"):
         preemption.check()  # a periodic evaluation: its step's checkpoint comes after it, within the grace
     with pytest.raises(preemption.Preempted):
         preemption.check_step()
-    with pytest.raises(preemption.UserError, match="COLLAB_SIGTERM_AT"):
+    with pytest.raises(UserError, match="COLLAB_SIGTERM_AT"):
         preemption._hook("decode@0")
     assert preemption._hook("update@3") == ("update", 3)
 
@@ -182,17 +262,20 @@ def test_grace_lets_a_step_end_and_a_new_step_does_not_start(monkeypatch):
 def test_a_process_blocked_in_c_exits_by_the_watchdog(tmp_path):
     """The main thread waits in C (a store's wait, as in a gloo collective) where Python runs no signal
     handler: the wakeup-fd reader notices the signal and the watchdog ends the process with 143 and the line."""
-    child = ("import signal, time, datetime, torch.distributed as dist\n"
-             "from collab import preemption as p\n"
-             "p._state = p._State(hard_exit=1.0)\n"
-             "signal.signal(signal.SIGTERM, lambda *a: p.notice())\n"
-             "p._watch(p._state)\n"
-             "store = dist.TCPStore('127.0.0.1', 0, 1, True, timeout=datetime.timedelta(seconds=60))\n"
-             "print('ready', flush=True)\n"
-             "store.wait(['never'])\n")
+    child = (
+        "import signal, time, datetime, torch.distributed as dist\n"
+        "from collab.preemption import state, watchdog\n"
+        "state._state = state._State(hard_exit=1.0)\n"
+        "signal.signal(signal.SIGTERM, lambda *a: watchdog.notice())\n"
+        "watchdog._watch(state._state)\n"
+        "store = dist.TCPStore('127.0.0.1', 0, 1, True, timeout=datetime.timedelta(seconds=60))\n"
+        "print('ready', flush=True)\n"
+        "store.wait(['never'])\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-c", child], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)  # inside store.wait
     sent = time.monotonic()

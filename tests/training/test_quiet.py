@@ -1,10 +1,10 @@
-"""Quiet output (issue 34): a run prints collab's own lines and no library's deprecation warnings.
+"""Quiet output: a run prints collab's own lines and no library's deprecation warnings.
 
 The quick start's command (``python -m collab.fit --algo marft_a``, cut to one rollout on the tiny model)
 runs with every DeprecationWarning and FutureWarning turned into an error, its stdout a pipe (not a
 terminal): it must end well, with no warning on stderr and none of Lightning's chatter (the model summary
 table, "GPU available", "LOCAL_RANK", "Seed set"), while collab's lines are all there. The few warnings
-that a library raises about its own code are ignored by one filter each (``collab.training.checks.
+that a library raises about its own code are ignored by one filter each (``collab.runtime.library_warnings.
 LIBRARY_WARNINGS``), which the last tests check match their message from their module only.
 """
 
@@ -20,14 +20,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STRICT = ["-W", "error::DeprecationWarning", "-W", "error::FutureWarning",
-          # torch's own torch.utils.mkldnn calls its deprecated torch.jit.script_method when torch's compiler is
-          # imported (bitsandbytes compiles a kernel at import); hidden by Python's default filters
-          "-W", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning:torch.jit._script"]
+STRICT = [
+    "-W",
+    "error::DeprecationWarning",
+    "-W",
+    "error::FutureWarning",
+    # torch's own torch.utils.mkldnn calls its deprecated torch.jit.script_method when torch's compiler is
+    # imported (bitsandbytes compiles a kernel at import); hidden by Python's default filters
+    "-W",
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning:torch.jit._script",
+]
 # A machine with many cores, where Lightning asks a DataLoader for worker processes (the GPU machines have 16)
 MANY_CORES = "import lightning.fabric.utilities.data as d; d._num_cpus_available = lambda: 16\n"
-CHATTER = ("┏", "Trainable params", "Total params", "GPU available", "TPU available", "HPU available", "LOCAL_RANK",
-           "Seed set", "Trainer.fit` stopped", "litlogger", "Loading weights")
+CHATTER = (
+    "┏",
+    "Trainable params",
+    "Total params",
+    "GPU available",
+    "TPU available",
+    "HPU available",
+    "LOCAL_RANK",
+    "Seed set",
+    "Trainer.fit` stopped",
+    "litlogger",
+    "Loading weights",
+)
 """Lightning's model summary and information lines, transformers' progress bars."""
 WARNING = re.compile(r"\w+Warning\b|\.py:\d+: ")
 """A warning as Python shows it (``file.py:12: FutureWarning: ...``) or as Lightning does (``file.py:12: ...``)."""
@@ -38,8 +55,9 @@ def command(entry: str, *args: str, cwd: Path, timeout: int = 600) -> subprocess
     that Lightning takes for one with 16 cores."""
     code = MANY_CORES + f"import sys; from collab.{entry} import main; sys.exit(main(sys.argv[1:]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, *STRICT, "-c", code, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *STRICT, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def assert_quiet(result: subprocess.CompletedProcess) -> None:
@@ -52,19 +70,49 @@ def assert_quiet(result: subprocess.CompletedProcess) -> None:
 
 def test_quick_start_is_quiet(tmp_path):
     """The quick start, one rollout of the tiny DUO team and an evaluation of 4 problems before and after."""
-    result = command("fit", "--algo", "marft_a", "--trainer.max_steps", "1", "--model.base.name", "tiny",
-                     "--trainer.accelerator", "cpu", "--data.env_options.num_eval", "4", cwd=tmp_path)
+    result = command(
+        "fit",
+        "--algo",
+        "marft_a",
+        "--trainer.max_steps",
+        "1",
+        "--model.base.name",
+        "tiny",
+        "--trainer.accelerator",
+        "cpu",
+        "--data.env_options.num_eval",
+        "4",
+        cwd=tmp_path,
+    )
     assert_quiet(result)
     assert result.stderr.startswith("config: ")  # which configs the run read (collab's line)
-    for line in ("evaluation at step 0 (4 eval tasks", "step 1/1  reward ", "reward: mean of first 1 rollouts",
-                 "held-out accuracy (4 eval problems, greedy): before "):
+    for line in (
+        "evaluation at step 0 (4 eval tasks",
+        "step 1/1  reward ",
+        "reward: mean of first 1 rollouts",
+        "held-out accuracy (4 eval problems, greedy): before ",
+    ):
         assert line in result.stdout, result.stdout
     assert (tmp_path / "runs" / "marft_a" / "version_0" / "adapters" / "last" / "agent1").is_dir()
 
 
 def test_evaluate_is_quiet(tmp_path):
-    result = command("evaluate", "--algo", "marft_a", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
-                     "--num_samples", "1", "--k", "1", "--max_tasks", "2", cwd=tmp_path)
+    result = command(
+        "evaluate",
+        "--algo",
+        "marft_a",
+        "--model.base.name",
+        "tiny",
+        "--trainer.accelerator",
+        "cpu",
+        "--num_samples",
+        "1",
+        "--k",
+        "1",
+        "--max_tasks",
+        "2",
+        cwd=tmp_path,
+    )
     assert_quiet(result)
     assert "marft_a on math (eval: 2 tasks x 1 samples; weights: untrained)" in result.stdout, result.stdout
 
@@ -81,13 +129,13 @@ def test_command_output_puts_the_libraries_back(terminal, monkeypatch):
     import lightning.pytorch  # noqa: F401 (its import sets its loggers' levels)
     from transformers.utils import logging as transformers_logging
 
-    from collab.training import checks
+    from collab.cli import output
 
     names = ("lightning.pytorch", "lightning.fabric", "bitsandbytes")
     before = [logging.getLogger(n).level for n in names], transformers_logging.is_progress_bar_enabled()
     monkeypatch.setattr(sys, "stdout", _Terminal() if terminal else io.StringIO())
-    with checks.command_output():
-        checks.hold_logs()  # as build_cli does
+    with output.command_output():
+        output.hold_logs()  # as build_cli does
         levels = [logging.getLogger(n).level for n in names[:2]]
         assert levels == (before[0][:2] if terminal else [logging.WARNING] * 2)
         assert transformers_logging.is_progress_bar_enabled() == (terminal and before[1])
@@ -97,41 +145,65 @@ def test_command_output_puts_the_libraries_back(terminal, monkeypatch):
 
 LIBRARY_MESSAGES = {  # as Lightning 2.6, peft 0.21 on transformers 5.24 and jsonargparse 4.53 raise them
     "is_gradient_checkpointing": (
-        "`is_gradient_checkpointing` is deprecated and will be removed in v6. Use `is_activation_checkpointing` instead.",
-        FutureWarning, "transformers.modeling_utils"),
+        "`is_gradient_checkpointing` is deprecated and will be removed in v6. "
+        "Use `is_activation_checkpointing` instead.",
+        FutureWarning,
+        "transformers.modeling_utils",
+    ),
     "LeafSpec": (
         "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and treespec.is_leaf()` "
-        "instead.", FutureWarning, "lightning.pytorch.utilities._pytree"),
+        "instead.",
+        FutureWarning,
+        "lightning.pytorch.utilities._pytree",
+    ),
     "dataloader_iter flavor": (
         "You are using the `dataloader_iter` step flavor. If you consume the iterator more than once per step, ...",
-        UserWarning, "lightning.pytorch.trainer.configuration_validator"),
+        UserWarning,
+        "lightning.pytorch.trainer.configuration_validator",
+    ),
     "dataloader_iter argument": (
         "Found `dataloader_iter` argument in the `training_step`. Note that the support for this signature is "
-        "experimental and the behavior is subject to change.", UserWarning, "lightning.pytorch.loops.utilities"),
+        "experimental and the behavior is subject to change.",
+        UserWarning,
+        "lightning.pytorch.loops.utilities",
+    ),
     "no workers": (
         "The 'train_dataloader' does not have many workers which may be a bottleneck. Consider increasing the value of "
         "the `num_workers` argument` to `num_workers=15` in the `DataLoader` to improve performance.",
-        UserWarning, "lightning.pytorch.trainer.connectors.data_connector"),
+        UserWarning,
+        "lightning.pytorch.trainer.connectors.data_connector",
+    ),
     "jsonargparse notice": (
-        "\n    By default only one JsonargparseDeprecationWarning per type is shown. To see all warnings set environment\n"
+        "\n    By default only one JsonargparseDeprecationWarning per type is shown. To see all warnings set "
+        "environment\n"
         "    variable JSONARGPARSE_DEPRECATION_WARNINGS=all and to disable the warnings set\n"
-        "    JSONARGPARSE_DEPRECATION_WARNINGS=off.\n", DeprecationWarning, "lightning.pytorch.cli"),
+        "    JSONARGPARSE_DEPRECATION_WARNINGS=off.\n",
+        DeprecationWarning,
+        "lightning.pytorch.cli",
+    ),
     "add_instantiator": (
-        "\n    ``ArgumentParser.add_instantiator`` was deprecated in v4.49.0 and will be removed in v5.0.0. Instead use "
-        "the\n    ``instantiators`` parameter of ``instantiate``, ``auto_cli`` or ``from_config``.\n",
-        DeprecationWarning, "lightning.pytorch.cli"),
+        "\n    ``ArgumentParser.add_instantiator`` was deprecated in v4.49.0 and will be removed in v5.0.0. "
+        "Instead use the\n    ``instantiators`` parameter of ``instantiate``, ``auto_cli`` or ``from_config``.\n",
+        DeprecationWarning,
+        "lightning.pytorch.cli",
+    ),
     "instantiate_classes": (
         "\n    ``instantiate_classes`` was deprecated in v4.49.0 and will be removed in v5.0.0. Instead use "
-        "``instantiate``.\n", DeprecationWarning, "lightning.pytorch.cli"),
+        "``instantiate``.\n",
+        DeprecationWarning,
+        "lightning.pytorch.cli",
+    ),
     "skip_none": (
         "\n    skip_none parameter was deprecated in v4.49.0 and will be removed in v5.0.0. Instead use skip_unset.\n",
-        DeprecationWarning, "lightning.pytorch.cli"),
+        DeprecationWarning,
+        "lightning.pytorch.cli",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", LIBRARY_MESSAGES)
 def test_library_warnings_are_ignored_from_their_module_only(name):
-    from collab.training.checks import ignore_library_warnings
+    from collab.runtime.library_warnings import ignore_library_warnings
 
     message, category, module = LIBRARY_MESSAGES[name]
     with warnings.catch_warnings(record=True) as shown:

@@ -1,4 +1,4 @@
-"""A resumed run is the uninterrupted run, bitwise (issue 17).
+"""A resumed run is the uninterrupted run, bitwise.
 
 Every algorithm trains 4 optimizer steps straight, and 2 steps then ``--ckpt_path .../last.ckpt`` to 4,
 through ``collab.fit`` (its shipped config, the tiny model, the CPU, one thread); the two end with
@@ -51,13 +51,30 @@ ALGOS = {
     "collm_cc": lambda tmp: [*MATRIX, "--data.num_turns", "2"],
     "collm_dc": lambda tmp: [*MATRIX],
     "ippo": lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.num_epochs", "2"],
-    "marft_a": lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.agents", "null", "--model.critic_warmup", "1",
-                            "--model.agent_schedule", "round_robin"],
+    "marft_a": lambda tmp: [
+        *MATRIX,
+        "--data.num_turns",
+        "2",
+        "--model.agents",
+        "null",
+        "--model.critic_warmup",
+        "1",
+        "--model.agent_schedule",
+        "round_robin",
+    ],
     "marft_t": lambda tmp: [*MATRIX, "--model.agents", "null", "--model.num_epochs", "2"],
-    "maporl": lambda tmp: ["--data.env_options", json.dumps({"dataset": seven(tmp), "agents": 2, "train_split": "0:4",
-                                                              "eval_split": "0:4", "stop_on_consensus": False}),
-                           "--model.agents", '[{choices: ["7", "3"]}, {choices: ["7", "3"]}]',
-                           "--model.per_turn", "true", "--data.batch_size", "2"],
+    "maporl": lambda tmp: [
+        "--data.env_options",
+        json.dumps(
+            {"dataset": seven(tmp), "agents": 2, "train_split": "0:4", "eval_split": "0:4", "stop_on_consensus": False}
+        ),
+        "--model.agents",
+        '[{choices: ["7", "3"]}, {choices: ["7", "3"]}]',
+        "--model.per_turn",
+        "true",
+        "--data.batch_size",
+        "2",
+    ],
 }
 
 

@@ -1,4 +1,4 @@
-"""Interrupting ``python -m collab.fit`` (issue 17), on a real child process with the tiny model.
+"""Interrupting ``python -m collab.fit``, on a real child process with the tiny model.
 
 The child is ``collab.fit`` run as ``__main__`` after a global optimizer pre-step hook that, at the
 ``AT``-th optimizer step (0-based), creates a marker file and sleeps ``PAUSE`` seconds: the test
@@ -24,8 +24,16 @@ import torch
 from tests.support import adapters, assert_same_tensors, fit, load
 
 ROOT = Path(__file__).resolve().parents[2]
-ARGS = ["--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu",
-        "--trainer.enable_model_summary", "false"]
+ARGS = [
+    "--data.env",
+    "matrix",
+    "--model.base.name",
+    "tiny",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.enable_model_summary",
+    "false",
+]
 
 CHILD = r"""
 import os, runpy, sys, time
@@ -52,10 +60,22 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def start(tmp_path: Path, at: int, pause: float, steps: int = 50) -> tuple[subprocess.Popen, Path]:
     marker = tmp_path / "inside_update"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "MARKER": str(marker),
-           "AT": str(at), "PAUSE": str(pause), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, "--algo", "magrpo", *ARGS, "--trainer.max_steps", str(steps)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "MARKER": str(marker),
+        "AT": str(at),
+        "PAUSE": str(pause),
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, "--algo", "magrpo", *ARGS, "--trainer.max_steps", str(steps)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 240
     while not marker.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -90,8 +110,10 @@ def test_sigterm_mid_update_saves_the_step_and_exits_143(tmp_path, monkeypatch):
     resumed = fit(tmp_path / "runs", "magrpo", args, 4, run / "checkpoints" / "last.ckpt")
     straight = fit(tmp_path / "straight", "magrpo", args, 4)
     assert_same_tensors(load(straight)["state_dict"], load(resumed)["state_dict"], "state_dict")
-    assert (json.loads((resumed / "reward_summary.json").read_text())["rewards"]
-            == json.loads((straight / "reward_summary.json").read_text())["rewards"])
+    assert (
+        json.loads((resumed / "reward_summary.json").read_text())["rewards"]
+        == json.loads((straight / "reward_summary.json").read_text())["rewards"]
+    )
 
 
 def test_sigkill_mid_update_leaves_a_loadable_run(tmp_path, monkeypatch):
@@ -111,8 +133,7 @@ def test_sigkill_mid_update_leaves_a_loadable_run(tmp_path, monkeypatch):
     assert [p.name for p in run.iterdir() if p.name.endswith(".tmp")] == []
 
     monkeypatch.chdir(tmp_path)
-    resumed = fit(tmp_path / "runs", "magrpo", ["--data.env", "matrix"], 6,
-                  run / "checkpoints" / "last.ckpt")
+    resumed = fit(tmp_path / "runs", "magrpo", ["--data.env", "matrix"], 6, run / "checkpoints" / "last.ckpt")
     assert load(resumed)["global_step"] == 6
     continued = json.loads((resumed / "reward_summary.json").read_text())
     assert continued["rollouts"] == 6 and continued["rewards"][:5] == summary["rewards"]

@@ -9,7 +9,7 @@ a datamodule from the packaged configs (:mod:`collab.algos.configured`).
 from __future__ import annotations
 
 from collab.algos.configured import data_from_config, from_config
-from collab.training.checks_options import ALGO_ENVS, algo_envs
+from collab.algos.options import ALGO_ENVS, algo_envs
 
 __all__ = ["ALGO_ENVS", "algo_envs", "algo_registry", "data_from_config", "from_config"]
 
@@ -22,5 +22,12 @@ def algo_registry() -> dict[str, type]:
     from collab.algos.marft_a import MARFTA
     from collab.algos.marft_t import MARFTT
 
-    return {"magrpo": MAGRPO, "collm_cc": CoLLM, "collm_dc": CoLLM, "ippo": IPPO, "marft_a": MARFTA, "marft_t": MARFTT,
-            "maporl": MAPoRL}
+    return {
+        "magrpo": MAGRPO,
+        "collm_cc": CoLLM,
+        "collm_dc": CoLLM,
+        "ippo": IPPO,
+        "marft_a": MARFTA,
+        "marft_t": MARFTT,
+        "maporl": MAPoRL,
+    }

@@ -10,13 +10,12 @@ rate) and the critics (``critic_lr``) together: the critic is updated once per m
 The actor loss is the PPO-clipped form of equations 2 and 4 (rho clipped to [1 - eps, 1 + eps] with
 eps = ``clip``), each agent's loss the mean over its samples, summed over agents (as MAGRPO).
 
-A micro-batch's loss is a sum of separate terms: each critic's (its values, the TD targets or GAE returns it is
-fitted to, and the advantages of the agents it advises) and each agent's actor term. The update runs them as
-separate forward/backward passes, critic j's first and then the actor terms of the agents it advises
-(:meth:`ActorCritic.terms`): the gradient of the sum either way, but one LLM forward's activations alive at a
-time instead of every agent's and the critic's together, which is what bounds a step's memory when one
-transition is already larger than the micro-batch budget (issue 33: CoLLM-CC's default transition holds two
-agents' responses and a 384-token critic input).
+A micro-batch's loss is a list of terms, each a backward pass of its own (:meth:`ActorCritic.terms`): critic j's
+(its values, the TD targets or GAE returns it is fitted to, and the advantages of the agents it advises), then
+the actor terms of the agents it advises. The gradient is that of their sum, with one LLM forward's activations
+alive at a time instead of every agent's and the critic's together: what bounds a step's memory when one
+transition is already larger than the micro-batch budget (CoLLM-CC's default transition holds two agents'
+responses and a 384-token critic input).
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ from functools import partial
 
 import torch
 
-from collab.algos.base import CollabModule, add_term
-from collab.algos.llm_critics import MODES, CriticSpec, Critics, check_critic_spec
+from collab.algos.base import CollabModule, Term
+from collab.algos.llm_critics import MODES, Critics, CriticSpec, check_critic_spec
 from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, ratio_stats
 from collab.rollout.episodes import play_once
@@ -34,9 +33,18 @@ from collab.rollout.experience import Batch, Experience, Normalizers, Transition
 
 
 class ActorCritic(CollabModule):
-
-    def __init__(self, *, critic: str, critic_spec: CriticSpec, critic_lr: float, gamma: float, clip: float,
-                 num_epochs: int, minibatch_size: int | None, **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        critic: str,
+        critic_spec: CriticSpec,
+        critic_lr: float,
+        gamma: float,
+        clip: float,
+        num_epochs: int,
+        minibatch_size: int | None,
+        **kwargs,
+    ) -> None:
         """
         Args:
             critic: centralized (one critic on the joint history, CoLLM-CC) | decentralized (one per agent).
@@ -48,8 +56,13 @@ class ActorCritic(CollabModule):
             minibatch_size: Transitions per update; None: all of them.
         """
         super().__init__(**kwargs)
-        require_ranges(locals(), unit=("gamma",), positive=("critic_lr", "clip"),
-                       counts=("num_epochs", "minibatch_size"), choices={"critic": MODES})
+        require_ranges(
+            locals(),
+            unit=("gamma",),
+            positive=("critic_lr", "clip"),
+            counts=("num_epochs", "minibatch_size"),
+            choices={"critic": MODES},
+        )
         self.critic_mode, self.critic_spec, self.critic_lr = critic, critic_spec, critic_lr
         check_critic_spec(self.critic_spec)
         self.gamma, self.clip, self.num_epochs, self.minibatch_size = gamma, clip, num_epochs, minibatch_size
@@ -61,8 +74,9 @@ class ActorCritic(CollabModule):
     def param_groups(self):
         groups = super().param_groups()
         lr = self.critic_spec.lr or self.critic_lr
-        return groups + [{"params": self.critics.parameters_of(j), "lr": lr, "name": f"critic{j}"}
-                         for j in range(len(self.critics))]
+        return groups + [
+            {"params": self.critics.parameters_of(j), "lr": lr, "name": f"critic{j}"} for j in range(len(self.critics))
+        ]
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Transition]:
@@ -79,56 +93,59 @@ class ActorCritic(CollabModule):
         """The agents whose actors critic ``j`` weighs: every agent (a centralized critic) or agent j."""
         return list(range(len(self.team))) if self.critic_mode == "centralized" else [j]
 
-    def critic_term(self, micro: list[Transition], scale: Normalizers, j: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def terms(self, micro: list[Transition], scale: Normalizers) -> list[Term]:
+        """The micro-batch's loss: the critics' value losses (their mean) plus the agents' clipped policy losses
+        (their sum), means over its transitions weighted by its share of the minibatch of all ranks
+        (``len(micro) / scale.count``), as critic j's term, then the actor terms of the agents it advises, each
+        weighted by the advantages critic j's term computed. Statistics: the critics' and the agents' means;
+        ``train/critic_loss`` and ``train/actor_loss``, their losses' sums."""
+        weight, n_critics, n_agents = len(micro) / scale.count, len(self.critics), len(self.team)
+        advantages: dict[int, torch.Tensor] = {}  # critic j's, [B, len(advised(j))], for the actor terms after it
+
+        def critic(j: int) -> tuple[torch.Tensor, dict[str, float]]:
+            loss, advantages[j], stats = self.critic_loss(micro, scale, j)
+            values = {key: value / n_critics for key, value in stats.items()}
+            return loss * weight, {**values, "train/critic_loss": float(loss.detach())}
+
+        def actor(j: int, k: int, agent: int) -> tuple[torch.Tensor, dict[str, float]]:
+            loss, stats = self.actor_loss(micro, agent, advantages[j][:, k])
+            values = {key: value / n_agents for key, value in stats.items()}
+            return loss * weight, {**values, "train/actor_loss": float(loss.detach())}
+
+        return [
+            term
+            for j in range(n_critics)
+            for term in [partial(critic, j), *(partial(actor, j, k, i) for k, i in enumerate(self.advised(j)))]
+        ]
+
+    def critic_loss(
+        self, micro: list[Transition], scale: Normalizers, j: int
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """Critic ``j``'s loss on the micro-batch (its share of the mean over critics: divided by their number),
         the advantages ``[B, len(advised(j))]`` its agents' actors are weighted by (no gradient), and its
-        statistics (means over the micro-batch; the loss's own value is logged by the caller)."""
+        statistics (means over the micro-batch; the loss's own value is logged by :meth:`terms`)."""
         raise NotImplementedError
 
-    def actor_term(self, micro: list[Transition], agent: int, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Agent ``agent``'s clipped policy-gradient loss, the mean over the micro-batch's transitions, each
-        response weighted by ``advantages[b]``."""
+    def actor_loss(
+        self, micro: list[Transition], agent: int, advantages: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Agent ``agent``'s clipped policy-gradient loss (CoLLM Eqs. 2 and 4, the PPO clip), the mean over the
+        micro-batch's transitions, each response weighted by ``advantages[b]``."""
         completions = [tr.actions[agent] for tr in micro]
-        token_logprobs = self.team.logprobs([agent] * len(micro), [c.prompt_ids for c in completions],
-                                            [c.completion_ids for c in completions])
+        token_logprobs = self.team.logprobs(
+            [agent] * len(micro), [c.prompt_ids for c in completions], [c.completion_ids for c in completions]
+        )
         logprobs = torch.stack([t.sum() for t in token_logprobs])
-        old = torch.tensor([c.logprob for c in completions], dtype=logprobs.dtype, device=logprobs.device)
-        per_sample = clipped_surrogate(logprobs, old, advantages.detach().reshape(-1).to(logprobs), self.clip)
-        return per_sample.mean(), ratio_stats(logprobs, old, self.clip)
-
-    def loss(self, micro: list[Transition], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's actor + critic losses (means over its transitions; the actors' summed over agents,
-        the critics' averaged over critics), weighted by its share of the minibatch of all ranks (``scale.count``:
-        the global transition count): the sum of :meth:`terms`, in one backward."""
-        stats: dict[str, float] = {}
-        total = sum(term() for term in self.terms(micro, scale, stats, 1.0))
-        return total, stats
-
-    def terms(self, micro: list[Transition], scale: Normalizers, stats: dict[str, float], share: float) -> list:
-        """The micro-batch's loss as separate backward passes (the module docstring): critic j's term, then the
-        actor terms of the agents it advises, each weighted by ``len(micro) / scale.count``; their statistics
-        averaged over critics and over agents, their losses (``train/critic_loss``, ``train/actor_loss``) summed."""
-        weight = len(micro) / scale.count
-        advantages: dict[int, torch.Tensor] = {}
-        n_critics, n_agents = len(self.critics), len(self.team)
-
-        def critic(j: int) -> torch.Tensor:
-            loss, advantages[j], critic_stats = self.critic_term(micro, scale, j)
-            values = {key: value / n_critics for key, value in critic_stats.items()}
-            return add_term(stats, share, loss * weight, {**values, "train/critic_loss": float(loss.detach())})
-
-        def actor(j: int, k: int, agent: int) -> torch.Tensor:
-            loss, actor_stats = self.actor_term(micro, agent, advantages[j][:, k])
-            values = {key: value / n_agents for key, value in actor_stats.items()}
-            return add_term(stats, share, loss * weight, {**values, "train/actor_loss": float(loss.detach())})
-
-        return [term for j in range(n_critics)
-                for term in [partial(critic, j)] + [partial(actor, j, k, i) for k, i in enumerate(self.advised(j))]]
+        old_logprobs = torch.tensor([c.logprob for c in completions], dtype=logprobs.dtype, device=logprobs.device)
+        per_sample = clipped_surrogate(logprobs, old_logprobs, advantages.detach().reshape(-1).to(logprobs), self.clip)
+        return per_sample.mean(), ratio_stats(logprobs, old_logprobs, self.clip)
 
     def rewards_of(self, minibatch: list[Transition]) -> torch.Tensor:
         """``[B, n_critics]``: each critic's reward; a centralized critic learns the team's mean reward. An
         early end's reward repeats for the turns it skipped (:meth:`Transition.returned_rewards`)."""
-        r = torch.tensor([tr.returned_rewards(self.gamma) for tr in minibatch], dtype=torch.float32, device=self.team.device)
+        r = torch.tensor(
+            [tr.returned_rewards(self.gamma) for tr in minibatch], dtype=torch.float32, device=self.team.device
+        )
         return r.mean(-1, keepdim=True) if self.critic_mode == "centralized" else r
 
     def on_save_checkpoint(self, checkpoint) -> None:

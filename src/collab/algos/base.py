@@ -1,8 +1,9 @@
-"""What every collab algorithm shares: the team, optimizers, checkpoints and logging.
+"""What every collab algorithm shares: the team, optimizers, checkpoints and the training step.
 
 A :class:`CollabModule` builds its :class:`~collab.policy.team.AgentTeam` in ``configure_model`` from the
-datamodule's environment (one agent per environment role; ``agents`` overrides a role's defaults), so
-the same config trains on any environment.
+datamodule's environment (one agent per environment role, :mod:`collab.algos.agents`; ``agents`` overrides a
+role's defaults), so the same config trains on any environment. A step ends by logging its rollout's and its
+update's statistics (:mod:`collab.algos.logs`).
 
 **The training step, the same for every algorithm.** Optimization is manual; ``training_step`` is
 
@@ -14,26 +15,33 @@ the same config trains on any environment.
         scale = normalizers(minibatch, batch, index)  # global: counts, normalized advantages (one per item)
         for positions in micro_batches(minibatch):    # at most ``micro_batch_tokens`` padded tokens each
             micro = [minibatch[i] for i in positions]
-            backward(loss(micro, scale.select(positions)))  # gradient accumulated; synchronised on the last one
+            for term in terms(micro, scale.select(positions)):  # the micro-batch's loss is the sum of its terms
+                backward(term())                      # gradient accumulated; synchronised on the last pass
         if accept(stats, len(minibatch), scale): optimizer step   # (MARFT's ``target_kl`` may refuse it and stop)
 
-What flows between the steps is typed (:mod:`collab.rollout.experience`): :class:`~collab.rollout.experience.Experience`,
-:class:`~collab.rollout.experience.Batch`, :class:`~collab.rollout.experience.Normalizers`. The dataloader
+A micro-batch's loss is a list of terms, each a backward pass of its own, the loss being their sum: one term
+where one forward computes it (MAGRPO, MAPoRL: an item is one agent's response), and where an item holds every
+agent's response (CoLLM, IPPO, MARFT) one per critic and one per agent (critic j's, then the actor terms of the
+agents it advises), so that one LLM forward's activations are alive at a time: the same gradient in less memory.
+
+What flows between the steps is typed (:mod:`collab.rollout.experience`):
+:class:`~collab.rollout.experience.Experience`, :class:`~collab.rollout.experience.Batch`,
+:class:`~collab.rollout.experience.Normalizers`. The dataloader
 yields tasks only and the rollout is played here, with the current weights (no prefetching: on-policy). An
-algorithm's file holds only its paper's parts: ``rollout``, ``prepare``, ``loss`` (and ``normalizers``
+algorithm's file holds only its paper's parts: ``rollout``, ``prepare``, ``terms`` (and ``normalizers``
 where its loss divides by counts or normalizes advantages over the minibatch). Lightning's
-``global_step`` counts optimizer updates, as ``trainer.max_steps`` does; :mod:`collab.training.distributed`
+``global_step`` counts optimizer updates, as ``trainer.max_steps`` does; :mod:`collab.runtime.collectives`
 makes each update the same on every rank.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open. Checkpoints hold only trainable
 weights (adapters and heads), not the frozen bases, and what makes a resumed run repeat the
-uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.training.resume`).
+uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.runtime.rank_state`;
+:mod:`collab.training.resume` says when they are saved and restored).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
@@ -43,39 +51,28 @@ import lightning as L
 import torch
 
 from collab import preemption
-from collab.policy import sharded
-from collab.training.distributed import global_count, global_means, minibatch_schedule, optimizer_step
+from collab.algos.agents import resolve_agents
+from collab.algos.logs import log_rollout
 from collab.envs import Env
-from collab.errors import UserError, require
+from collab.errors import require
 from collab.policy.models import BaseConfig
-from collab.training.resume import gather_per_rank, pick_rank, rng_state, set_rng_state
-from collab.training.memory import budget_bytes, release, token_budget_chunks
-from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
+from collab.rollout.experience import Batch, Experience, Normalizers, epochs
+from collab.runtime import sharded
+from collab.runtime.collectives import global_count, minibatch_schedule, optimizer_step
+from collab.runtime.memory import budget_bytes, release, token_budget_chunks
+from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
+
+Term = Callable[[], tuple[torch.Tensor, dict[str, float]]]
+"""One backward pass of a micro-batch's loss: it returns its part of the minibatch's loss (already divided by the
+minibatch's global normalizers) and its statistics (a micro-batch's statistics are the sum of its terms')."""
 
 
-def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
-    """One spec per environment role: the user's spec with empty fields filled from the role."""
-    if agents and len(agents) != env.n_agents:
-        raise UserError(f"{len(agents)} agents configured but env {env.name!r} has {env.n_agents} roles "
-                        f"({', '.join(r.name for r in env.roles)}); give {env.n_agents} agents or none")
-    out = []
-    for i, role in enumerate(env.roles):
-        spec = copy.deepcopy(agents[i]) if agents else AgentSpec()
-        spec.role = spec.role or role.name
-        spec.system_prompt = spec.system_prompt if spec.system_prompt is not None else role.system_prompt
-        if spec.choices is None and role.choices is not None:
-            spec.choices = list(role.choices)
-        if spec.sampling.max_new_tokens is None and role.max_new_tokens is not None:
-            spec.sampling = replace(spec.sampling, max_new_tokens=role.max_new_tokens)
-        out.append(spec)
-    return out
-
-
-def add_term(stats: dict[str, float], share: float, loss: torch.Tensor, values: dict[str, float]) -> torch.Tensor:
-    """Add one backward pass's statistics to the minibatch's ``stats``, ``share`` (its micro-batch's part of the
-    minibatch) times each, and its loss (already scaled to the minibatch) to ``train/loss``; returns ``loss``."""
+def run_term(term: Term, stats: dict[str, float], share: float) -> torch.Tensor:
+    """Run ``term``; add its statistics to the minibatch's ``stats``, ``share`` (its micro-batch's part of the
+    minibatch) times each, and its loss to ``train/loss``; return the loss, for its backward pass."""
+    loss, values = term()
     for key, value in values.items():
         stats[key] = stats.get(key, 0.0) + share * value
     stats["train/loss"] = stats.get("train/loss", 0.0) + float(loss.detach())
@@ -93,10 +90,21 @@ class CollabModule(L.LightningModule):
     minibatch_size: int | None = None
     """Items per optimizer update; None: the whole experience."""
 
-    def __init__(self, *, base: BaseConfig, agents: list[AgentSpec] | None, agent_lr: float, max_new_tokens: int,
-                 max_grad_norm: float, log_samples_every: int, micro_batch_tokens: int | Literal["auto"] | None,
-                 micro_batch_memory_gb: float | None, decode_memory_gb: float | None, engine: str,
-                 engine_options: dict | None) -> None:
+    def __init__(
+        self,
+        *,
+        base: BaseConfig,
+        agents: list[AgentSpec] | None,
+        agent_lr: float,
+        max_new_tokens: int,
+        max_grad_norm: float,
+        log_samples_every: int,
+        micro_batch_tokens: int | Literal["auto"] | None,
+        micro_batch_memory_gb: float | None,
+        decode_memory_gb: float | None,
+        engine: str,
+        engine_options: dict | None,
+    ) -> None:
         """Every option is keyword-only and has no default here: ``conf/algo/NAME.yaml`` holds each value once
         (``python -m collab.fit`` reads it; :func:`collab.algos.from_config` builds a module from it in Python).
 
@@ -110,7 +118,7 @@ class CollabModule(L.LightningModule):
             micro_batch_tokens: Padded tokens (items x largest item's prompt + response tokens) per
                 forward/backward within an update: each minibatch's gradient is accumulated over parts of
                 at most this size (at least one item each), the same gradient in bounded memory. ``auto``: sized
-                once per run from a memory budget (:mod:`collab.training.memory`). None: one pass.
+                once per run from a memory budget (:mod:`collab.runtime.memory`). None: one pass.
             micro_batch_memory_gb: The budget of ``auto`` micro-batches' activations in GiB; None: 1/16 of the RAM
                 (at most 1 GiB) on a CPU, 1/4 of the GPU's memory on a GPU.
             decode_memory_gb: The KV cache one decoding batch may hold, in GiB: a rollout's or an evaluation's
@@ -128,16 +136,23 @@ class CollabModule(L.LightningModule):
         super().__init__()
         require(agent_lr > 0 and agent_lr != float("inf"), f"model.agent_lr must be > 0, got {agent_lr}")
         require(max_new_tokens >= 1, f"model.max_new_tokens must be >= 1, got {max_new_tokens}")
-        require(micro_batch_tokens is None or micro_batch_tokens == "auto" or (
-            isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 1),
-            f"model.micro_batch_tokens must be >= 1, auto or null, got {micro_batch_tokens}")
+        require(
+            micro_batch_tokens is None
+            or micro_batch_tokens == "auto"
+            or (isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 1),
+            f"model.micro_batch_tokens must be >= 1, auto or null, got {micro_batch_tokens}",
+        )
         for option, gib in (("micro_batch_memory_gb", micro_batch_memory_gb), ("decode_memory_gb", decode_memory_gb)):
-            require(gib is None or (isinstance(gib, (int, float)) and not isinstance(gib, bool) and 0 < gib < float("inf")),
-                    f"model.{option} must be > 0 (GiB) or null, got {gib}")
+            require(
+                gib is None or (isinstance(gib, (int, float)) and not isinstance(gib, bool) and 0 < gib < float("inf")),
+                f"model.{option} must be > 0 (GiB) or null, got {gib}",
+            )
         check_agents(agents)
         require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-        require(engine == "vllm" or not engine_options, "model.engine_options are settings of --model.engine vllm; "
-                f"the engine is {engine!r}")
+        require(
+            engine == "vllm" or not engine_options,
+            f"model.engine_options are settings of --model.engine vllm; the engine is {engine!r}",
+        )
         self.engine, self.engine_options = engine, vllm_options(engine_options) if engine == "vllm" else None
         check_engine(engine)
         self.micro_batch_tokens, self.micro_batch_memory_gb = micro_batch_tokens, micro_batch_memory_gb
@@ -187,8 +202,11 @@ class CollabModule(L.LightningModule):
 
     def param_groups(self) -> list[dict[str, Any]]:
         assert self.team is not None
-        return [{"params": self.team.adapter_parameters(i), "lr": spec.lr or self.agent_lr, "name": name}
-                for i, (spec, name) in enumerate(zip(self.team.specs, self.team.names)) if not self.team.is_frozen(i)]
+        return [
+            {"params": self.team.adapter_parameters(i), "lr": spec.lr or self.agent_lr, "name": name}
+            for i, (spec, name) in enumerate(zip(self.team.specs, self.team.names))
+            if not self.team.is_frozen(i)
+        ]
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.param_groups(), weight_decay=0.0)
@@ -230,18 +248,18 @@ class CollabModule(L.LightningModule):
             preemption.check()
             with torch.no_grad():
                 batch = self.prepare(experience)
-            release()  # the rollout's KV caches back to the OS before the update's activations (training.memory)
+            release()  # the rollout's KV caches back to the OS before the update's activations (runtime.memory)
             metrics = self.update(batch)
             release()
-        self.log_rollout(experience, {**batch.metrics, **metrics})
+        log_rollout(self, experience, {**batch.metrics, **metrics})
         sharded.settle()  # a sharded base: every rank's gathers served before the step's last collective
         preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
 
     def update(self, batch: Batch) -> dict[str, float]:
         """Epochs of minibatches of the batch's items, one optimizer step each (the module docstring's loop).
 
-        Every rank takes the same number of steps (:func:`~collab.training.distributed.minibatch_schedule` pads with
-        empty minibatches) and of backward passes (:func:`~collab.training.distributed.optimizer_step`); when no rank
+        Every rank takes the same number of steps (:func:`~collab.runtime.collectives.minibatch_schedule` pads with
+        empty minibatches) and of backward passes (:func:`~collab.runtime.collectives.optimizer_step`); when no rank
         has anything to train on, every rank takes one empty step (:meth:`skip_update`). The minibatches'
         order is drawn from a generator seeded by the rollout count, the same on every rank.
         """
@@ -281,36 +299,38 @@ class CollabModule(L.LightningModule):
         if self._auto_tokens is None:
             import sys
 
-            from collab.training.memory import auto_tokens
+            from collab.runtime.memory import auto_tokens
 
             self._auto_tokens, line = auto_tokens(self.team, self.team.device, self.micro_batch_memory_gb)
             if self._trainer is None or self.trainer.is_global_zero:
                 print(line, file=sys.stderr, flush=True)
         return self._auto_tokens
 
-    def parts(self, minibatch: list, scale: Normalizers, stats: dict[str, float]) -> list[Callable[[], torch.Tensor]]:
-        """The minibatch's loss as callables (what :func:`~collab.training.distributed.optimizer_step` runs backward
-        on, one pass each): every micro-batch's :meth:`terms`, each divided by the minibatch's global ``scale``;
-        each adds its statistics to ``stats``, weighted by its share of the minibatch (``train/loss``: the parts'
-        sum, the minibatch's loss)."""
-        return [term for chunk in self.micro_batches(minibatch)
-                for term in self.terms([minibatch[i] for i in chunk], scale.select(chunk), stats,
-                                       len(chunk) / len(minibatch))]
-
-    def terms(self, micro: list, scale: Normalizers, stats: dict[str, float], share: float) -> list[Callable[[], torch.Tensor]]:
-        """The micro-batch's loss as backward passes (``share``: its part of the minibatch). Default: one,
-        :meth:`loss`; the algorithms whose item holds several agents' responses split it into a term per critic
-        and per agent (:meth:`collab.algos.actor_critic.ActorCritic.terms`, :meth:`collab.algos.marft.MARFT.terms`)."""
-        return [partial(self._part, micro, scale, stats, share)]
-
-    def _part(self, micro: list, scale: Normalizers, stats: dict[str, float], share: float) -> torch.Tensor:
-        loss, part_stats = self.loss(micro, scale)
-        return add_term(stats, share, loss, part_stats)
+    def terms(self, micro: list, scale: Normalizers) -> list[Term]:
+        """The micro-batch's part of the minibatch's loss as the terms it sums, in the order of their backward
+        passes (the module docstring). Each term returns its loss, already divided by the global ``scale`` (whose
+        per-item values are the micro-batch's), and its statistics: means over the micro-batch, shared between
+        the terms where several compute one (an actor statistic divided by the number of agents)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define terms(micro, scale): its micro-batch loss "
+            f"as a list of terms (one backward pass each), the loss being their sum"
+        )
 
     def loss(self, micro: list, scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's part of the minibatch's loss (already divided by the global ``scale``, whose per-item
-        values are the micro-batch's) and its statistics (means over the micro-batch)."""
-        raise NotImplementedError
+        """The micro-batch's loss, the sum of its :meth:`terms`, in one backward pass, and its statistics as the
+        update logs them (to inspect a loss: the update runs each term's backward pass on its own)."""
+        stats: dict[str, float] = {}
+        return sum(run_term(term, stats, 1.0) for term in self.terms(micro, scale)), stats
+
+    def parts(self, minibatch: list, scale: Normalizers, stats: dict[str, float]) -> list[Callable[[], torch.Tensor]]:
+        """The minibatch's backward passes (what :func:`~collab.runtime.collectives.optimizer_step` runs): every
+        micro-batch's :meth:`terms`, each adding its statistics to ``stats`` weighted by its micro-batch's share of
+        the minibatch (``train/loss``: the terms' sum, the minibatch's loss)."""
+        parts = []
+        for positions in self.micro_batches(minibatch):
+            micro, share = [minibatch[i] for i in positions], len(positions) / len(minibatch)
+            parts += [partial(run_term, term, stats, share) for term in self.terms(micro, scale.select(positions))]
+        return parts
 
     def accept(self, stats: dict[str, float], count: int, scale: Normalizers) -> bool:
         """Whether to apply the update whose gradient was just accumulated over a minibatch of ``count`` items
@@ -334,37 +354,18 @@ class CollabModule(L.LightningModule):
             self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
         opt.step()
 
-    # -- logging -----------------------------------------------------------------------------------
-    def log_rollout(self, experience: Experience, metrics: dict[str, float]) -> None:
-        """Log the rollout's statistics and ``metrics`` (the batch's and the update's) and, every
-        ``log_samples_every`` rollouts, sample texts."""
-        # every rank has its own rollout: log each scalar's mean over the ranks (the global mean, the ranks
-        # playing equal shares of the step's tasks); the same values on every rank
-        engine = self.team.engine
-        if engine is not None:  # adapter exports so far, their versions, vLLM's log-prob agreement
-            metrics = {**metrics, **engine.metrics()}
-        scalars = global_means(self, {**experience.stats, **metrics, "rollout/count": float(self.rollouts)})
-        bar = {"reward": scalars.get("reward/return", float("nan")),
-               "tok_s": scalars.get("rollout/tokens_per_s", float("nan"))}
-        self.log_dict(bar, prog_bar=True, logger=False, on_step=True, batch_size=1)
-        self.log_dict(scalars, on_step=True, batch_size=1)
-        logger = self.logger
-        if logger is not None and experience.examples and (self.rollouts - 1) % max(self.log_samples_every, 1) == 0:
-            experiment = getattr(logger, "experiment", None)
-            if hasattr(experiment, "add_text"):
-                text = "\n\n---\n\n".join(
-                    "\n\n".join(f"**{self.team.specs[i].role}** (reward {ex['reward'][i]:.3f}): {r}"
-                                for i, r in enumerate(ex["responses"])) for ex in experience.examples)
-                experiment.add_text("samples", text, self.global_step)
-
     # -- checkpoints -------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Trainable weights only, the rollout counter and the random state of every process (a
         collective under DDP: Lightning calls it on every rank)."""
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
-        checkpoint["collab"] = {"rollouts": self.rollouts, "agents": [s.role for s in self.team.specs],
-                                "rng": gather_per_rank(rng_state(self.device)), "micro_batch_tokens": self._auto_tokens}
+        checkpoint["collab"] = {
+            "rollouts": self.rollouts,
+            "agents": [s.role for s in self.team.specs],
+            "rng": gather_per_rank(rng_state(self.device)),
+            "micro_batch_tokens": self._auto_tokens,
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("collab", {})

@@ -32,25 +32,32 @@ from collab.rollout.experience import Normalizers, Transition
 
 
 class CoLLM(ActorCritic):
-    def critic_term(self, micro: list[Transition], scale: Normalizers, j: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def critic_loss(
+        self, micro: list[Transition], scale: Normalizers, j: int
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """Critic j's Eq. 5 loss (Eq. 3 for CoLLM-DC's critic of agent j), its share of the mean over critics,
         and Eq. 4's actor weights of the agents it advises: the TD errors (Q(h_t, a_t) for a Q-critic)."""
         critics, q = self.critics, self.critic_spec.kind == "q"
-        values = critics.state_values([tr.state for tr in micro],
-                                      [[c.text for c in tr.actions] for tr in micro] if q else None, critic=j)
+        values = critics.state_values(
+            [tr.state for tr in micro], [[c.text for c in tr.actions] for tr in micro] if q else None, critic=j
+        )
         next_values = torch.zeros_like(values)
         live = [b for b, tr in enumerate(micro) if not tr.done]
         if live:
             with torch.no_grad():
-                nxt = critics.state_values([micro[b].next_state for b in live],
-                                           [micro[b].next_actions for b in live] if q else None, critic=j)
+                nxt = critics.state_values(
+                    [micro[b].next_state for b in live], [micro[b].next_actions for b in live] if q else None, critic=j
+                )
             next_values[live] = nxt
-        rewards = self.rewards_of(micro)[:, j:j + 1]
+        rewards = self.rewards_of(micro)[:, j : j + 1]
         targets = td_targets(rewards, next_values, self.dones(micro, values.device), self.gamma)
         deltas = (targets - values).detach()
         weights = values.detach() if q else deltas
         advantages = weights.expand(-1, len(self.advised(j)))
-        stats = {"train/value_mean": float(values.detach().mean()), "train/td_error_mean": float(deltas.mean()),
-                 "train/td_error_abs": float(deltas.abs().mean()),
-                 "train/explained_variance": explained_variance(values, targets)}
+        stats = {
+            "train/value_mean": float(values.detach().mean()),
+            "train/td_error_mean": float(deltas.mean()),
+            "train/td_error_abs": float(deltas.abs().mean()),
+            "train/explained_variance": explained_variance(values, targets),
+        }
         return value_loss(values, targets) / len(critics), advantages, stats

@@ -20,14 +20,21 @@ import torch
 
 from collab.algos.actor_critic import ActorCritic
 from collab.errors import require
-from collab.training.distributed import global_count, normalize_pieces
 from collab.objectives import explained_variance, gae, mixed_rewards, value_loss
 from collab.rollout.experience import Batch, Experience, Normalizers, Transition
+from collab.runtime.collectives import global_count, normalize_pieces
 
 
 class IPPO(ActorCritic):
-    def __init__(self, *, gae_lambda: float, own_reward_weight: float, value_clip: float | None,
-                 normalize_advantages: bool, **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        gae_lambda: float,
+        own_reward_weight: float,
+        value_clip: float | None,
+        normalize_advantages: bool,
+        **kwargs,
+    ) -> None:
         """
         Args:
             gae_lambda: GAE lambda (1: Monte Carlo returns, 0: TD(0) errors).
@@ -35,14 +42,19 @@ class IPPO(ActorCritic):
             value_clip: PPO value clipping around the rollout-time values (None: off).
             normalize_advantages: Normalize advantages over each minibatch.
         """
-        require(kwargs.get("critic", "decentralized") == "decentralized",
-                f"IPPO's critics are decentralized (one per agent); model.critic must be decentralized, got {kwargs.get('critic')!r}")
+        require(
+            kwargs.get("critic", "decentralized") == "decentralized",
+            "IPPO's critics are decentralized (one per agent); model.critic must be decentralized, "
+            f"got {kwargs.get('critic')!r}",
+        )
         kwargs["critic"] = "decentralized"
         super().__init__(**kwargs)
         require(0 <= gae_lambda <= 1, f"model.gae_lambda must be in [0, 1], got {gae_lambda}")
         require(0 <= own_reward_weight <= 1, f"model.own_reward_weight must be in [0, 1], got {own_reward_weight}")
-        require(self.critic_spec.kind == "v",
-                f"IPPO's GAE needs state values V(h_i,t); model.critic_spec.kind must be v, got {self.critic_spec.kind!r}")
+        require(
+            self.critic_spec.kind == "v",
+            f"IPPO's GAE needs state values V(h_i,t); model.critic_spec.kind must be v, got {self.critic_spec.kind!r}",
+        )
         self.gae_lambda, self.own_reward_weight = gae_lambda, own_reward_weight
         self.value_clip, self.normalize_advantages = value_clip, normalize_advantages
 
@@ -54,9 +66,11 @@ class IPPO(ActorCritic):
         for tr in experience.items:
             episodes.setdefault(tr.episode, []).append(tr)
         for steps in episodes.values():
-            values = self.critics.state_values([tr.state for tr in steps]).T            # [n, T]
-            scores = torch.tensor([tr.returned_rewards(self.gamma) for tr in steps], dtype=values.dtype, device=values.device)
-            rewards = mixed_rewards(scores, self.own_reward_weight).T                  # [n, T]
+            values = self.critics.state_values([tr.state for tr in steps]).T  # [n, T]
+            scores = torch.tensor(
+                [tr.returned_rewards(self.gamma) for tr in steps], dtype=values.dtype, device=values.device
+            )
+            rewards = mixed_rewards(scores, self.own_reward_weight).T  # [n, T]
             dones = torch.tensor([float(tr.done) for tr in steps], device=values.device).expand_as(values)
             advantages, returns = gae(rewards, values, dones, self.gamma, self.gae_lambda)
             for t, tr in enumerate(steps):
@@ -70,16 +84,21 @@ class IPPO(ActorCritic):
         advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
         return Normalizers(global_count(self, len(minibatch)), advantages=advantages)
 
-    def critic_term(self, micro: list[Transition], scale: Normalizers, j: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def critic_loss(
+        self, micro: list[Transition], scale: Normalizers, j: int
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """Critic j's (clipped) loss against agent j's GAE returns, its share of the mean over critics, and
         agent j's (normalized) GAE advantages for its actor term."""
-        advantages = torch.stack([tr.advantages[j] for tr in micro])                     # [B]
+        advantages = torch.stack([tr.advantages[j] for tr in micro])  # [B]
         returns = torch.stack([tr.returns[j] for tr in micro])[:, None]
         old_values = torch.stack([tr.values[j] for tr in micro])[:, None]
-        values = self.critics.state_values([tr.state for tr in micro], critic=j)          # [B, 1]
+        values = self.critics.state_values([tr.state for tr in micro], critic=j)  # [B, 1]
         clip = self.value_clip
         critic = value_loss(values, returns, old_values if clip else None, clip if clip else None)
-        stats = {"train/value_mean": float(values.detach().mean()), "train/adv_mean": float(advantages.mean()),
-                 "train/adv_abs": float(advantages.abs().mean()),
-                 "train/explained_variance": explained_variance(values, returns)}
+        stats = {
+            "train/value_mean": float(values.detach().mean()),
+            "train/adv_mean": float(advantages.mean()),
+            "train/adv_abs": float(advantages.abs().mean()),
+            "train/explained_variance": explained_variance(values, returns),
+        }
         return critic / len(self.critics), torch.stack([a[j] for a in scale.advantages])[:, None], stats

@@ -38,13 +38,17 @@ from torch import Tensor, nn
 
 from collab.envs.base import Env, EnvState, Message
 from collab.errors import require
-from collab.policy.team import recompute_with_forward_adapters, train_adapters_only
+from collab.policy.adapters import recompute_with_forward_adapters, train_adapters_only
 
 MODES = ("centralized", "decentralized")
 KINDS = ("v", "q")
-CRITIC_SYSTEM = ("You are the critic of a team of {n} collaborating agents. Read the dialog and the global "
-                 "information, and judge how well the team is doing.")
-GLOBAL_INFO = "You are at turn = {turn} over a {num_turns}-turn episode.\nYour last-turn reward is {last_reward} / {reward_max}."
+CRITIC_SYSTEM = (
+    "You are the critic of a team of {n} collaborating agents. Read the dialog and the global "
+    "information, and judge how well the team is doing."
+)
+GLOBAL_INFO = (
+    "You are at turn = {turn} over a {num_turns}-turn episode.\nYour last-turn reward is {last_reward} / {reward_max}."
+)
 
 
 @dataclass
@@ -52,7 +56,7 @@ class CriticLora:
     r: int = 8
     alpha: int = 16
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    """As an agent's (:class:`collab.policy.team.LoraSpec`): ``all-linear`` is every linear layer of the decoder."""
+    """As an agent's (:class:`collab.policy.specs.LoraSpec`): ``all-linear`` is every linear layer of the decoder."""
 
 
 @dataclass
@@ -78,17 +82,23 @@ class CriticSpec:
 def check_critic_spec(spec: CriticSpec, option: str = "model.critic_spec") -> None:
     """The critics' settings in range (a UserError naming the option)."""
     from collab.policy.models import check_name
-    from collab.policy.team import check_lora
+    from collab.policy.specs import check_lora
 
     require(spec.kind in KINDS, f"unknown critic kind {spec.kind!r} ({option}.kind); valid: {', '.join(KINDS)}")
-    require(spec.context is None or spec.context >= 8, f"{option}.context must be >= 8 tokens or null, got {spec.context}")
-    require(spec.lr is None or (spec.lr > 0 and spec.lr != float("inf")),
-            f"{option}.lr must be > 0, or null for model.critic_lr, got {spec.lr}")
+    require(
+        spec.context is None or spec.context >= 8, f"{option}.context must be >= 8 tokens or null, got {spec.context}"
+    )
+    require(
+        spec.lr is None or (spec.lr > 0 and spec.lr != float("inf")),
+        f"{option}.lr must be > 0, or null for model.critic_lr, got {spec.lr}",
+    )
     check_lora(spec.lora, f"{option}.lora")
     if spec.base is not None:
         check_name(spec.base)
-    require(not spec.share_agent_adapter or spec.base is None,
-            f"{option}.share_agent_adapter reads through an agent's adapter, so it shares its base: set {option}.base null")
+    require(
+        not spec.share_agent_adapter or spec.base is None,
+        f"{option}.share_agent_adapter reads through an agent's adapter, so it shares its base: set {option}.base null",
+    )
 
 
 # -- inputs ------------------------------------------------------------------------------------------
@@ -111,23 +121,39 @@ def global_info(state: EnvState, num_turns: int, reward_max: float | None, agent
 def render(messages: Sequence[Message]) -> str:
     """An agent's dialog as text: its prompts and responses (system prompts left out)."""
     names = {"user": "Prompt", "assistant": "Response"}
-    return "\n\n".join(f"[{names.get(m['role'], m['role'])}]\n{m['content']}" for m in messages if m["role"] != "system")
+    return "\n\n".join(
+        f"[{names.get(m['role'], m['role'])}]\n{m['content']}" for m in messages if m["role"] != "system"
+    )
 
 
-def centralized_input(state: EnvState, roles: Sequence[str], num_turns: int, reward_max: float | None,
-                      actions: Sequence[str] | None = None, with_global_info: bool = True) -> list[Message]:
+def centralized_input(
+    state: EnvState,
+    roles: Sequence[str],
+    num_turns: int,
+    reward_max: float | None,
+    actions: Sequence[str] | None = None,
+    with_global_info: bool = True,
+) -> list[Message]:
     """The joint history h_t (every agent's dialog), optionally the joint action, then m_t."""
     parts = [f"## Agent {i + 1} ({role})\n{render(h)}" for i, (role, h) in enumerate(zip(roles, state.histories))]
     if actions is not None:
         parts += [f"## Agent {i + 1} ({role}) now responds\n{a}" for i, (role, a) in enumerate(zip(roles, actions))]
     if with_global_info:
         parts.append(global_info(state, num_turns, reward_max))
-    return [{"role": "system", "content": CRITIC_SYSTEM.format(n=len(roles))},
-            {"role": "user", "content": "\n\n".join(parts)}]
+    return [
+        {"role": "system", "content": CRITIC_SYSTEM.format(n=len(roles))},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
 
 
-def decentralized_input(state: EnvState, agent: int, num_turns: int, reward_max: float | None,
-                        action: str | None = None, with_global_info: bool = True) -> list[Message]:
+def decentralized_input(
+    state: EnvState,
+    agent: int,
+    num_turns: int,
+    reward_max: float | None,
+    action: str | None = None,
+    with_global_info: bool = True,
+) -> list[Message]:
     """Agent ``agent``'s own history h_{i,t} as its chat, optionally its action, then m_t."""
     messages = [dict(m) for m in state.histories[agent]]
     extra = []
@@ -167,14 +193,17 @@ class Critics(nn.Module):
         spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
         check_critic_spec(spec)
-        require(not spec.share_agent_adapter or mode == "decentralized",
-                "model.critic_spec.share_agent_adapter is the decentralized variant (Appendix B); use it with "
-                "decentralized critics")
+        require(
+            not spec.share_agent_adapter or mode == "decentralized",
+            "model.critic_spec.share_agent_adapter is the decentralized variant (Appendix B); use it with "
+            "decentralized critics",
+        )
         self.team, self.env, self.mode, self.spec = [team], env, mode, spec  # list: not a registered submodule
         self.roles = [s.role for s in team.specs]
         n = 1 if mode == "centralized" else len(team)
         self.own = nn.ModuleDict()  # the critic's own base, when it has one
         self.names, self.keys = [], []
+
         def lora(layers, where: str):  # the critic's LoRA on one base (its target names resolved there)
             return lora_config(layers, spec.lora, "model.critic_spec.lora.target_modules", where)
 
@@ -223,22 +252,26 @@ class Critics(nn.Module):
         return [p for n, p in self.model(j).named_parameters() if "lora_" in n and tag in n] + head
 
     # -- inputs ------------------------------------------------------------------------------------
-    def inputs(self, state: EnvState, actions: Sequence[str] | None = None, critic: int | None = None) -> list[tuple[int, list[Message]]]:
+    def inputs(
+        self, state: EnvState, actions: Sequence[str] | None = None, critic: int | None = None
+    ) -> list[tuple[int, list[Message]]]:
         """``(critic index, chat)`` of every critic that values ``state`` (one if centralized, n if not), or of
         critic ``critic`` alone."""
         env, spec = self.env, self.spec
         acts = actions if spec.kind == "q" else None
         if self.mode == "centralized":
             return [(0, centralized_input(state, self.roles, env.horizon, env.reward_max, acts, spec.global_info))]
-        return [(i, decentralized_input(state, i, env.horizon, env.reward_max, acts[i] if acts else None, spec.global_info))
-                for i in (range(len(self)) if critic is None else [critic])]
+        return [
+            (i, decentralized_input(state, i, env.horizon, env.reward_max, acts[i] if acts else None, spec.global_info))
+            for i in (range(len(self)) if critic is None else [critic])
+        ]
 
     # -- values ------------------------------------------------------------------------------------
     def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
         """Value of each chat under its critic, with gradients (float32, shape ``[len(chats)]``)."""
+        from collab.policy.adapters import eval_mode
         from collab.policy.models import encode_chat
         from collab.policy.prefill import pad_left, per_row_forward
-        from collab.policy.team import eval_mode
 
         device = self.heads[0].linear.weight.device
         if not chats:
@@ -250,10 +283,15 @@ class Critics(nn.Module):
                 continue
             j0 = critic[idx[0]]
             model, tokenizer = self.model(j0), self.tokenizer(j0)
-            seqs = [encode_chat(tokenizer, chats[b])[-(self.spec.context or 0):] for b in idx]
+            seqs = [encode_chat(tokenizer, chats[b])[-(self.spec.context or 0) :] for b in idx]
             input_ids, mask, positions = pad_left(seqs, tokenizer.pad_token_id, device)
-            inputs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, output_hidden_states=True,
-                          logits_to_keep=1)
+            inputs = dict(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                output_hidden_states=True,
+                logits_to_keep=1,
+            )
             names = [self.names[critic[b]] for b in idx]
             if model.training and self.team[0].base_config.gradient_checkpointing:
                 hidden = _checkpointed_last_hidden(model, names, inputs)
@@ -264,8 +302,9 @@ class Critics(nn.Module):
                 rows[b] = self.heads[critic[b]](hidden[r])
         return torch.stack(rows).float()
 
-    def state_values(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]] | None = None,
-                     critic: int | None = None) -> Tensor:
+    def state_values(
+        self, states: Sequence[EnvState], actions: Sequence[Sequence[str]] | None = None, critic: int | None = None
+    ) -> Tensor:
         """``[len(states), len(self)]``: every critic's value of every state (with gradients); ``[len(states), 1]``:
         critic ``critic``'s alone."""
         pairs = [p for k, s in enumerate(states) for p in self.inputs(s, actions[k] if actions else None, critic)]
@@ -285,4 +324,3 @@ def _checkpointed_last_hidden(model, names: list[str], inputs: dict) -> Tensor:
             hidden[r] = h
     train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
     return torch.stack(hidden)
-

@@ -23,14 +23,16 @@ rewards (a POSG such as matrix ``table2b``) each agent learns from its own rewar
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from collab.algos.base import CollabModule
-from collab.training.distributed import global_sum
+from collab.algos.base import CollabModule, Term
 from collab.errors import require, require_ranges
 from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
+from collab.runtime.collectives import global_sum
 
 
 def set_group_advantages(samples: list[Decision], baseline: str = "mean", normalize_std: bool = False) -> None:
@@ -46,10 +48,24 @@ def set_group_advantages(samples: list[Decision], baseline: str = "mean", normal
 
 
 class MAGRPO(CollabModule):
-    def __init__(self, *, num_generations: int | None, joint_mode: str, baseline: str, normalize_std: bool,
-                 gamma: float, clip: float, num_epochs: int, minibatch_size: int | None, kl_coef: float,
-                 log_kl: bool, termination_threshold: float | None, termination: str, cross_reduction: str,
-                 **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        num_generations: int | None,
+        joint_mode: str,
+        baseline: str,
+        normalize_std: bool,
+        gamma: float,
+        clip: float,
+        num_epochs: int,
+        minibatch_size: int | None,
+        kl_coef: float,
+        log_kl: bool,
+        termination_threshold: float | None,
+        termination: str,
+        cross_reduction: str,
+        **kwargs,
+    ) -> None:
         """
         Args:
             num_generations: K, responses per agent per history node (>= 2 for a group baseline); None: the
@@ -72,16 +88,36 @@ class MAGRPO(CollabModule):
             **kwargs: The options of :class:`~collab.algos.base.CollabModule`.
         """
         super().__init__(**kwargs)
-        require(num_generations is None or num_generations >= 2,
-                f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}")
-        require_ranges(locals(), unit=("gamma",), positive=("clip",), non_negative=("kl_coef",),
-                       counts=("num_epochs", "minibatch_size"),
-                       choices={"joint_mode": JOINT_MODES, "baseline": BASELINES, "termination": TERMINATIONS,
-                                "cross_reduction": CROSS_REDUCTIONS})
-        self.k, self.joint_mode, self.baseline, self.normalize_std = num_generations, joint_mode, baseline, normalize_std
+        require(
+            num_generations is None or num_generations >= 2,
+            f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}",
+        )
+        require_ranges(
+            locals(),
+            unit=("gamma",),
+            positive=("clip",),
+            non_negative=("kl_coef",),
+            counts=("num_epochs", "minibatch_size"),
+            choices={
+                "joint_mode": JOINT_MODES,
+                "baseline": BASELINES,
+                "termination": TERMINATIONS,
+                "cross_reduction": CROSS_REDUCTIONS,
+            },
+        )
+        self.k, self.joint_mode, self.baseline, self.normalize_std = (
+            num_generations,
+            joint_mode,
+            baseline,
+            normalize_std,
+        )
         self.gamma, self.clip, self.num_epochs = gamma, clip, num_epochs
         self.minibatch_size, self.kl_coef, self.log_kl = minibatch_size, kl_coef, log_kl
-        self.termination_threshold, self.termination, self.cross_reduction = termination_threshold, termination, cross_reduction
+        self.termination_threshold, self.termination, self.cross_reduction = (
+            termination_threshold,
+            termination,
+            cross_reduction,
+        )
 
     def build_extra(self, env) -> None:
         if self.k is None:
@@ -89,8 +125,18 @@ class MAGRPO(CollabModule):
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
-        return tree_batch(self.team, self.env, tasks, self.k, self.gamma, self.joint_mode, self.termination_threshold,
-                          self.max_new_tokens, self.termination, self.cross_reduction)
+        return tree_batch(
+            self.team,
+            self.env,
+            tasks,
+            self.k,
+            self.gamma,
+            self.joint_mode,
+            self.termination_threshold,
+            self.max_new_tokens,
+            self.termination,
+            self.cross_reduction,
+        )
 
     @torch.no_grad()
     def prepare(self, experience: Experience[Decision]) -> Batch[Decision]:
@@ -99,8 +145,15 @@ class MAGRPO(CollabModule):
         set_group_advantages(samples, self.baseline, self.normalize_std)
         adv = torch.tensor([s.advantages for s in samples])
         active = [s for s in samples if s.advantages != 0 or self.kl_coef]
-        return Batch(active, {"train/adv_mean": float(adv.mean()), "train/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
-                              "train/adv_abs_max": float(adv.abs().max()), "train/active_samples": float(len(active))})
+        return Batch(
+            active,
+            {
+                "train/adv_mean": float(adv.mean()),
+                "train/adv_std": float(adv.std()) if len(adv) > 1 else 0.0,
+                "train/adv_abs_max": float(adv.abs().max()),
+                "train/active_samples": float(len(active)),
+            },
+        )
 
     # -- loss (step 3) ---------------------------------------------------------------------------------
     def normalizers(self, minibatch: list[Decision], batch: Batch[Decision], index: int) -> Normalizers:
@@ -109,25 +162,36 @@ class MAGRPO(CollabModule):
         counts = global_sum(self, [sum(s.agent == a for s in minibatch) for a in range(len(self.team))]).tolist()
         return Normalizers(sum(counts), per_agent=counts, with_kl=bool(self.kl_coef) or (self.log_kl and index == 0))
 
-    def loss(self, micro: list[Decision], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
+    def terms(self, micro: list[Decision], scale: Normalizers) -> list[Term]:
+        """One term: a sample is one agent's response, and one forward computes every sample's."""
+        return [partial(self.policy_loss, micro, scale)]
+
+    def policy_loss(self, micro: list[Decision], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """CoLLM Eq. 1 with the PPO clip: each sample's clipped surrogate (plus the KL penalty) divided by
         its agent's sample count in the minibatch, summed: over a minibatch, the sum over agents of each
         agent's mean."""
         team = self.team
-        token_logprobs = team.logprobs([s.member for s in micro], [s.prompt_ids for s in micro],
-                                       [s.completion_ids for s in micro])
+        token_logprobs = team.logprobs(
+            [s.member for s in micro], [s.prompt_ids for s in micro], [s.completion_ids for s in micro]
+        )
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old_logprobs = torch.tensor([s.old_logprob for s in micro], device=logprobs.device, dtype=logprobs.dtype)
         advantages = torch.tensor([s.advantages for s in micro], device=logprobs.device, dtype=logprobs.dtype)
         per_sample = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip)
         stats: dict[str, float] = {}
         if scale.with_kl:
-            ref = team.logprobs([s.member for s in micro], [s.prompt_ids for s in micro],
-                                [s.completion_ids for s in micro], reference=True)
+            ref = team.logprobs(
+                [s.member for s in micro],
+                [s.prompt_ids for s in micro],
+                [s.completion_ids for s in micro],
+                reference=True,
+            )
             kl = torch.stack([kl_k3(t, r.detach()).mean() for t, r in zip(token_logprobs, ref)])
             stats["train/kl_ref"] = float(kl.detach().mean())
             if self.kl_coef:
                 per_sample = per_sample + self.kl_coef * kl
-        weights = torch.tensor([1.0 / scale.per_agent[s.agent] for s in micro], device=per_sample.device, dtype=per_sample.dtype)
+        weights = torch.tensor(
+            [1.0 / scale.per_agent[s.agent] for s in micro], device=per_sample.device, dtype=per_sample.dtype
+        )
         stats.update(ratio_stats(logprobs, old_logprobs, self.clip))
         return (weights * per_sample).sum(), stats

@@ -12,9 +12,7 @@ sampled debate) is
 
 Prepare. Per-token rewards (Section 3.2) r(q, s_ta^{1:x}) = 1(x = |s_ta|) R(q, s_ta) - lambda_KL KL_x
 (:func:`collab.objectives.token_rewards`, which says which KL estimate and why). Each team member has a
-value head V(i^x_ta; theta_vta): an MLP (:class:`~collab.policy.mlp_head.CriticHead`) on its frozen base's last
-hidden state (adapters off) at every position that chooses a response token, computed once per rollout (in a
-team of several bases, on the member's own base, in its own tokens: :func:`~collab.policy.mlp_head.team_features`).
+value head V(i^x_ta; theta_vta) on its frozen base (:mod:`collab.algos.maporl_team`), computed once per rollout.
 GAE (``token_gamma``, ``gae_lambda``) runs over each response's tokens, terminal at its last token: R
 already holds the future turns, so one (turn, agent) response is one PPO episode, as the paper's V_ta.
 
@@ -22,8 +20,8 @@ Loss. One optimizer step per minibatch of responses (the skeleton of :mod:`colla
 L = L_surrogate(theta_ta) + value_coef * L_value(theta_vta) - entropy_coef * H: the token-level clipped
 surrogate and the squared error against V_target = V_old + A, means over the minibatch's tokens.
 
-An early stop on consensus (debate env's ``stop_on_consensus``) is an absorbing state (:func:`~collab.objectives.episode_rewards`
-says how the reference code differs); ``format_penalty`` is the reference's rule (:mod:`collab.envs.debate.penalties`).
+An early stop on consensus (``stop_on_consensus``) is an absorbing state (:func:`~collab.objectives.episode_rewards`
+says how the reference code differs); ``format_penalty``, the reference code's: :mod:`collab.algos.maporl_rewards`.
 
 Where the paper is silent: gamma (Definition 1) defaults to 0.5; the incentives default to 0 (pure
 Definition 1); the value heads read the frozen base rather than a LoRA-shared trunk (cheaper, and the
@@ -32,36 +30,59 @@ value loss never moves the policy); advantages are normalized over each minibatc
 
 from __future__ import annotations
 
-import copy
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
-from collab.algos.base import CollabModule, resolve_agents
-from collab.training.distributed import global_count, normalize_pieces
-from collab.envs.debate.penalties import penalise
-from collab.errors import UserError, require_ranges
-from collab.policy.mlp_head import CriticHead, team_features
-from collab.objectives import (clipped_surrogate, episode_rewards, explained_variance, gae, ratio_stats, token_rewards,
-                               value_loss)
-from collab.policy.team import AgentSpec
+from collab.algos.base import CollabModule, Term
+from collab.algos.maporl_rewards import answer_rewards
+from collab.algos.maporl_team import MAPoRLTeam
+from collab.errors import require_ranges
+from collab.objectives import clipped_surrogate, explained_variance, gae, ratio_stats, token_rewards, value_loss
+from collab.policy.mlp_head import team_features
 from collab.rollout.episodes import Episode, play_once
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers, decisions, turn_means
+from collab.runtime.collectives import global_count, normalize_pieces
 
 
-class MAPoRL(CollabModule):
-    def __init__(self, *, gamma: float, alpha0: float, alpha1: float, beta0: float, beta1: float, kl_coef: float,
-                 token_gamma: float, gae_lambda: float, clip: float, num_epochs: int, minibatch_size: int | None,
-                 value_coef: float, critic_lr: float, critic_hidden: list[int], entropy_coef: float, per_turn: bool,
-                 train_from_turn: int, normalize_advantages: bool, format_penalty: float | None,
-                 min_response_tokens: int, max_repeats: int | None, **kwargs) -> None:
+class MAPoRL(MAPoRLTeam, CollabModule):
+    def __init__(
+        self,
+        *,
+        gamma: float,
+        alpha0: float,
+        alpha1: float,
+        beta0: float,
+        beta1: float,
+        kl_coef: float,
+        token_gamma: float,
+        gae_lambda: float,
+        clip: float,
+        num_epochs: int,
+        minibatch_size: int | None,
+        value_coef: float,
+        critic_lr: float,
+        critic_hidden: list[int],
+        entropy_coef: float,
+        per_turn: bool,
+        train_from_turn: int,
+        normalize_advantages: bool,
+        format_penalty: float | None,
+        min_response_tokens: int,
+        max_repeats: int | None,
+        **kwargs,
+    ) -> None:
         """
         Args:
             gamma: Discount of Definition 1 over later turns' verifier scores.
-            alpha0: Table 1: reward for W -> R against a wrong majority (critical reasoning); penalty for R -> W with it.
+            alpha0: Table 1: reward for W -> R against a wrong majority (critical reasoning); penalty for R -> W
+                with it.
             alpha1: Table 1: reward for W -> R with a right majority (being persuaded); penalty for R -> W against it.
-            beta0: Table 2: for a wrong answer at t after which the others' majority turns right (penalty if it turns wrong).
-            beta1: Table 2: for a right answer at t after which the others' majority turns right (penalty if it turns wrong).
+            beta0: Table 2: for a wrong answer at t after which the others' majority turns right (penalty if it
+                turns wrong).
+            beta1: Table 2: for a right answer at t after which the others' majority turns right (penalty if it
+                turns wrong).
             kl_coef: lambda_KL, the per-token KL penalty to the reference policy (adapters disabled).
             token_gamma: Discount between the tokens of a response in GAE.
             gae_lambda: GAE lambda.
@@ -78,78 +99,44 @@ class MAPoRL(CollabModule):
             normalize_advantages: Normalize advantages over each minibatch's tokens.
             format_penalty: The score of a malformed answer before Definition 1 (reference: -10; None: no penalty).
             min_response_tokens: With ``format_penalty``: shorter answers are malformed (reference: 50; 0: any length).
-            max_repeats: With ``format_penalty``: more repeats of a 1-20 token run are malformed (reference: 3; None: off).
+            max_repeats: With ``format_penalty``: more repeats of a 1-20 token run are malformed (reference: 3;
+                None: off).
         """
         super().__init__(**kwargs)
-        require_ranges(locals(), unit=("gamma", "token_gamma", "gae_lambda"), positive=("clip", "critic_lr"),
-                       non_negative=("alpha0", "alpha1", "beta0", "beta1", "kl_coef", "value_coef", "min_response_tokens"),
-                       counts=("num_epochs", "minibatch_size", "train_from_turn", "max_repeats"), widths=("critic_hidden",))
-        self.format_penalty, self.min_response_tokens, self.max_repeats = format_penalty, min_response_tokens, max_repeats
+        require_ranges(
+            locals(),
+            unit=("gamma", "token_gamma", "gae_lambda"),
+            positive=("clip", "critic_lr"),
+            non_negative=("alpha0", "alpha1", "beta0", "beta1", "kl_coef", "value_coef", "min_response_tokens"),
+            counts=("num_epochs", "minibatch_size", "train_from_turn", "max_repeats"),
+            widths=("critic_hidden",),
+        )
+        self.format_penalty, self.min_response_tokens = format_penalty, min_response_tokens
+        self.max_repeats = max_repeats
         self.gamma, self.incentives = gamma, dict(alpha0=alpha0, alpha1=alpha1, beta0=beta0, beta1=beta1)
         self.kl_coef, self.token_gamma, self.gae_lambda, self.clip = kl_coef, token_gamma, gae_lambda, clip
-        self.num_epochs, self.minibatch_size = num_epochs, minibatch_size
+        self.num_epochs, self.minibatch_size, self.critic_hidden = num_epochs, minibatch_size, list(critic_hidden)
         self.value_coef, self.critic_lr, self.entropy_coef = value_coef, critic_lr, entropy_coef
-        self.critic_hidden = list(critic_hidden)
         self.per_turn, self.train_from_turn, self.normalize_advantages = per_turn, train_from_turn, normalize_advantages
         self.value_heads: nn.ModuleList | None = None
-
-    # -- construction ------------------------------------------------------------------------------
-    def team_specs(self, env) -> list[AgentSpec]:
-        specs = resolve_agents(env, self.agent_specs)
-        return [copy.deepcopy(spec) for _ in range(env.horizon) for spec in specs] if self.per_turn else specs
-
-    def build_extra(self, env) -> None:
-        if not hasattr(env, "grade_answers"):
-            raise UserError(f"MAPoRL trains a debate; env {env.name!r} is not one (use --data.env debate)")
-        if self.per_turn:
-            self.team.turn_agents = [[t * env.n_agents + a for a in range(env.n_agents)] for t in range(env.horizon)]
-        heads = [CriticHead(self.team.model_of(m).config.hidden_size, self.critic_hidden) for m in range(len(self.team))]
-        self.value_heads = nn.ModuleList(heads).to(self.team.device)
-        frozen = self.untrained_members(env)  # no gradient to synchronise under DDP, nothing in the optimizer
-        self.team.freeze(frozen)
-        for m in frozen:
-            self.value_heads[m].requires_grad_(False)
-
-    def untrained_members(self, env) -> list[int]:
-        """The per-turn members of the turns before ``train_from_turn`` (theta_ta of the turns whose answers are
-        not trained: the turn-1 debaters of Experiment 1). They act with their initial adapter (LoRA B = 0: the
-        base policy) and are frozen at build. Shared adapters (``per_turn`` false) are trained at the later turns,
-        so none is frozen."""
-        if not self.per_turn:
-            return []
-        return [t * env.n_agents + a for t in range(min(self.train_from_turn - 1, env.horizon)) for a in range(env.n_agents)]
-
-    def param_groups(self):
-        heads = [p for p in self.value_heads.parameters() if p.requires_grad]  # the frozen members' heads left out
-        return super().param_groups() + [{"params": heads, "lr": self.critic_lr, "name": "value_heads"}]
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
         episodes, stats, examples = play_once(self.team, self.env, tasks, self.max_new_tokens, example_turn=-1)
         answers, rewards, malformed = self.responses(episodes)
-        # the rewards of the played turns (an early stop's absorbing turns are not answers)
-        stats.update(turn_means("reward/maporl", [r[:len(ep.completions)] for r, ep in zip(rewards, episodes)]))
+        stats.update(turn_means("reward/maporl", [r[: len(ep.completions)] for r, ep in zip(rewards, episodes)]))
         if self.format_penalty is not None:
             stats["train/malformed"] = malformed
         return Experience(answers, stats, examples, episodes)
 
     def responses(self, episodes: list[Episode]) -> tuple[list[Decision], list[Tensor], float]:
-        """Every trained answer with its reward R(q, s_ta) (:func:`collab.objectives.episode_rewards` on the verifier
-        scores, penalised by ``format_penalty``), each episode's ``[T, A]`` rewards (rows past an early stop:
-        the absorbing turns), and the share of malformed answers (0 without ``format_penalty``)."""
-        all_rewards, flagged = [], []
+        """Every trained answer with its reward R(q, s_ta), each episode's ``[T, A]`` rewards (rows past an early stop:
+        absorbing turns, not answers: no reward logged), and the share of malformed answers (0 without
+        ``format_penalty``): :func:`~collab.algos.maporl_rewards.answer_rewards`."""
         decode = lambda t, a, ids: self.team.tokenizer_of(self.team.acting(t, a)).decode(ids)  # noqa: E731
-        for ep in episodes:
-            memory = ep.state.memory
-            scores = torch.tensor(memory["scores"], dtype=torch.float32)
-            if self.format_penalty is not None:
-                scores, flags = penalise(scores, memory["answers"], ep.completions, self.format_penalty,
-                                         self.min_response_tokens, self.max_repeats, decode)
-                flagged.append(flags.flatten())
-            all_rewards.append(episode_rewards(scores, memory["answers"], memory["correct"], ep.steps[-1].turns_left,
-                                               self.gamma, **self.incentives))
-        malformed = float(torch.cat(flagged).float().mean()) if flagged else 0.0
-        return decisions(episodes, all_rewards, self.team.acting, self.train_from_turn - 1), all_rewards, malformed
+        penalty = self.format_penalty, self.min_response_tokens, self.max_repeats
+        rewards, malformed = answer_rewards(episodes, decode, self.gamma, self.incentives, *penalty)
+        return decisions(episodes, rewards, self.team.acting, self.train_from_turn - 1), rewards, malformed
 
     @torch.no_grad()
     def prepare(self, experience: Experience[Decision]) -> Batch[Decision]:
@@ -163,15 +150,13 @@ class MAPoRL(CollabModule):
         kls = []
         for r, ref_lp, features in zip(answers, ref, team_features(self.team, members, prompts, completions)):
             ref_lp = ref_lp.float().cpu()
-            r.features = features
-            r.values = self.value_heads[r.member](features.to(self.team.device)).float().cpu()
+            r.features, r.values = features, self.value_heads[r.member](features.to(self.team.device)).float().cpu()
             rewards = token_rewards(r.reward, r.old_logprobs, ref_lp, self.kl_coef)
             dones = (torch.arange(len(rewards)) == len(rewards) - 1).to(rewards)  # terminal at the last token
             r.advantages, r.returns = gae(rewards, r.values, dones, self.token_gamma, self.gae_lambda)
             kls.append(r.old_logprobs - ref_lp)
-        kl = torch.cat(kls)
-        return Batch(answers, {"train/kl_ref": float(kl.mean()),
-                               "train/kl_ref_sum": float(torch.stack([k.sum() for k in kls]).mean())})
+        kl, kl_sum = torch.cat(kls).mean(), torch.stack([k.sum() for k in kls]).mean()  # per token, per answer
+        return Batch(answers, {"train/kl_ref": float(kl), "train/kl_ref_sum": float(kl_sum)})
 
     # -- loss --------------------------------------------------------------------------------------
     def normalizers(self, minibatch: list[Decision], batch: Batch[Decision], index: int) -> Normalizers:
@@ -181,31 +166,30 @@ class MAPoRL(CollabModule):
         advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
         return Normalizers(global_count(self, sum(len(a) for a in advantages)), advantages=advantages)
 
-    def loss(self, micro: list[Decision], scale: Normalizers) -> tuple[Tensor, dict[str, float]]:
-        """``L_surrogate + value_coef * L_value - entropy_coef * H`` over the micro-batch's tokens, weighted by
-        its share of the minibatch's tokens."""
-        advantages = torch.cat(scale.advantages)
-        actor, entropy, stats = self.actor_loss(micro, advantages)
-        critic, critic_stats = self.critic_loss(micro)
-        stats.update(critic_stats)
-        return (advantages.numel() / scale.count) * (actor + self.value_coef * critic - self.entropy_coef * entropy), stats
+    def terms(self, micro: list[Decision], scale: Normalizers) -> list[Term]:
+        """One term: an answer is one member's response, and one forward computes every answer's."""
+        return [partial(self.ppo_loss, micro, torch.cat(scale.advantages), scale.count)]
 
-    def actor_loss(self, minibatch: list[Decision], advantages: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
-        """The token-level clipped surrogate of Section 3.2, averaged over the answers' tokens (``advantages``:
-        theirs, concatenated)."""
-        logprobs, entropies = self.team.logprobs([r.member for r in minibatch], [r.prompt_ids for r in minibatch],
-                                                 [r.completion_ids for r in minibatch], entropy=True)
+    def ppo_loss(self, micro: list[Decision], advantages: Tensor, count: float) -> tuple[Tensor, dict[str, float]]:
+        """The micro-batch's part of Section 3.2's L (the module docstring); ``advantages``: its tokens',
+        concatenated."""
+        logprobs, entropies = self.team.logprobs(
+            [r.member for r in micro], [r.prompt_ids for r in micro], [r.completion_ids for r in micro], entropy=True
+        )
         logprobs = torch.cat(logprobs)
-        old_logprobs = torch.cat([r.old_logprobs for r in minibatch]).to(logprobs)
-        loss = clipped_surrogate(logprobs, old_logprobs, advantages.to(logprobs), self.clip).mean()
+        old_logprobs = torch.cat([r.old_logprobs for r in micro]).to(logprobs)
+        actor = clipped_surrogate(logprobs, old_logprobs, advantages.to(logprobs), self.clip).mean()
         entropy = torch.cat(entropies).mean()
-        return loss, entropy, {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
-                               **ratio_stats(logprobs, old_logprobs, self.clip)}
-
-    def critic_loss(self, minibatch: list[Decision]) -> tuple[Tensor, dict[str, float]]:
-        """L_value: the squared error of every token's value against V_target = V_old + A."""
-        values = torch.cat([self.value_heads[r.member](r.features.to(self.team.device)) for r in minibatch])
-        returns = torch.cat([r.returns for r in minibatch]).to(values)
-        loss = value_loss(values, returns)
-        return loss, {"train/value_loss": float(loss.detach()), "train/value_mean": float(values.detach().mean()),
-                      "train/return_mean": float(returns.mean()), "train/explained_variance": explained_variance(values, returns)}
+        values = torch.cat([self.value_heads[r.member](r.features.to(self.team.device)) for r in micro])
+        returns = torch.cat([r.returns for r in micro]).to(values)
+        critic = value_loss(values, returns)
+        stats = {
+            "train/actor_loss": float(actor.detach()),
+            "train/entropy": float(entropy.detach()),
+            **ratio_stats(logprobs, old_logprobs, self.clip),
+            "train/value_loss": float(critic.detach()),
+            "train/value_mean": float(values.detach().mean()),
+            "train/return_mean": float(returns.mean()),
+            "train/explained_variance": explained_variance(values, returns),
+        }
+        return (advantages.numel() / count) * (actor + self.value_coef * critic - self.entropy_coef * entropy), stats

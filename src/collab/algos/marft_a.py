@@ -35,8 +35,10 @@ class MARFTA(MARFT):
             logprob_reduction: sum (the response's sequence log-prob) | mean (token-normalized).
         """
         super().__init__(**kwargs)
-        require(logprob_reduction in REDUCTIONS,
-                f"unknown model.logprob_reduction {logprob_reduction!r}; valid: {', '.join(REDUCTIONS)}")
+        require(
+            logprob_reduction in REDUCTIONS,
+            f"unknown model.logprob_reduction {logprob_reduction!r}; valid: {', '.join(REDUCTIONS)}",
+        )
         self.logprob_reduction = logprob_reduction
 
     @torch.no_grad()
@@ -45,7 +47,7 @@ class MARFTA(MARFT):
         episode's agent chain (the team reward on the last agent's link)."""
         n, items = len(self.team), experience.items
         features = torch.stack(self.features(self.observation_ids(experience))).view(len(items), n, -1)
-        values = self.critic(features.to(self.critic.net[0].weight.device)).cpu()           # [turns, n]
+        values = self.critic(features.to(self.critic.net[0].weight.device)).cpu()  # [turns, n]
         by_episode: dict[int, list[int]] = {}
         for k, tr in enumerate(items):
             by_episode.setdefault(tr.episode, []).append(k)
@@ -56,7 +58,12 @@ class MARFTA(MARFT):
             for j, k in enumerate(rows):
                 span = slice(j * n, (j + 1) * n)
                 tr = items[k]
-                tr.features, tr.values, tr.advantages, tr.returns = features[k], values[k], advantages[span], returns[span]
+                tr.features, tr.values, tr.advantages, tr.returns = (
+                    features[k],
+                    values[k],
+                    advantages[span],
+                    returns[span],
+                )
         return self.scheduled(experience)
 
     def observation_ids(self, experience: Experience[Transition]) -> list[list[int]]:
@@ -83,10 +90,16 @@ class MARFTA(MARFT):
         rows = [(tr, i) for tr in minibatch for i in agents]
         token_logprobs, entropies = self.policy_forward(rows)
         logprobs = torch.stack([self.sequence_logprob(lp) for lp in token_logprobs])
-        old = torch.stack([self.sequence_logprob(torch.tensor(tr.actions[i].logprobs)) for tr, i in rows]).to(logprobs)
+        old_logprobs = torch.stack([self.sequence_logprob(torch.tensor(tr.actions[i].logprobs)) for tr, i in rows]).to(
+            logprobs
+        )
         advantages = advantages.to(logprobs)
-        loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
+        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip).mean()
         entropy = torch.stack([e.mean() for e in entropies]).mean()
-        stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
-                 **ratio_stats(logprobs, old, self.clip), "train/adv_mean": float(advantages.mean())}
+        stats = {
+            "train/actor_loss": float(loss.detach()),
+            "train/entropy": float(entropy.detach()),
+            **ratio_stats(logprobs, old_logprobs, self.clip),
+            "train/adv_mean": float(advantages.mean()),
+        }
         return loss, entropy, stats

@@ -34,10 +34,12 @@ class MARFTT(MARFT):
         super().build_extra(env)
         if len(set(self.team.base_of)) > 1:  # the critic's tokens would not line up with another tokenizer's
             names = list(dict.fromkeys(spec.base or self.base.name for spec in self.team.specs))
-            raise UserError(f"marft_t values every token of every agent's response with one critic, in the agents' own "
-                            f"tokens, so every agent must share one base; model.agents name {len(names)} bases "
-                            f"({', '.join(names)}): give them one base, or use marft_a (a value per response) for a team "
-                            f"of several bases")
+            raise UserError(
+                f"marft_t values every token of every agent's response with one critic, in the agents' own "
+                f"tokens, so every agent must share one base; model.agents name {len(names)} bases "
+                f"({', '.join(names)}): give them one base, or use marft_a (a value per response) for a team "
+                f"of several bases"
+            )
 
     @torch.no_grad()
     def prepare(self, experience: Experience[Transition]) -> Batch[Transition]:
@@ -46,7 +48,7 @@ class MARFTT(MARFT):
         n, items = len(self.team), experience.items
         prompts = [list(c.prompt_ids) for tr in items for c in tr.actions]
         completions = [list(c.completion_ids) for tr in items for c in tr.actions]
-        features = self.features(prompts, completions)                                    # n per item, [L, H] each
+        features = self.features(prompts, completions)  # n per item, [L, H] each
         device = self.critic.net[0].weight.device
         values = [self.critic(f.to(device)).cpu() if len(f) else torch.zeros(0) for f in features]
         by_episode: dict[int, list[int]] = {}
@@ -62,7 +64,7 @@ class MARFTT(MARFT):
             for k, length in zip(rows, lengths):
                 span = slice(start, start + length)
                 tr = items[k]
-                tr.features, tr.values = torch.cat(features[k * n:(k + 1) * n]), flat_values[span]
+                tr.features, tr.values = torch.cat(features[k * n : (k + 1) * n]), flat_values[span]
                 tr.advantages, tr.returns = advantages[span], returns[span]
                 start += length
         return self.scheduled(experience)
@@ -70,20 +72,21 @@ class MARFTT(MARFT):
     def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
         """The advantages of agent ``agent``'s tokens: its span of the turn's token chain."""
         start = sum(len(c.completion_ids) for c in tr.actions[:agent])
-        return tr.advantages[start:start + len(tr.actions[agent].completion_ids)]
+        return tr.advantages[start : start + len(tr.actions[agent].completion_ids)]
 
     def actor_loss(self, minibatch: list[Transition], agents: list[int], advantages: torch.Tensor):
         rows = [(tr, i) for tr in minibatch for i in agents if tr.actions[i].completion_ids]
-        if not rows:
-            zero = self.critic.net[0].weight.sum() * 0.0
-            return zero, zero, {"train/approx_kl": 0.0}
         token_logprobs, entropies = self.policy_forward(rows)
         logprobs = torch.cat(token_logprobs)
-        old = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
+        old_logprobs = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
         advantages = advantages.to(logprobs)
-        loss = clipped_surrogate(logprobs, old, advantages, self.clip).mean()
+        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip).mean()
         entropy = torch.cat(entropies).mean()
-        stats = {"train/actor_loss": float(loss.detach()), "train/entropy": float(entropy.detach()),
-                 **ratio_stats(logprobs, old, self.clip), "train/adv_mean": float(advantages.mean()),
-                 "train/tokens": float(len(logprobs))}
+        stats = {
+            "train/actor_loss": float(loss.detach()),
+            "train/entropy": float(entropy.detach()),
+            **ratio_stats(logprobs, old_logprobs, self.clip),
+            "train/adv_mean": float(advantages.mean()),
+            "train/tokens": float(len(logprobs)),
+        }
         return loss, entropy, stats

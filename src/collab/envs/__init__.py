@@ -6,7 +6,6 @@ from __future__ import annotations
 from collab.envs.base import AgentRole, Env, EnvState, Score, StepResult
 from collab.errors import UserError, unknown
 
-
 # name -> "module:Class"; an environment's module is imported only when it is built.
 _ENVS = {
     "matrix": "collab.envs.matrix:MatrixEnv",

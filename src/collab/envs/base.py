@@ -25,8 +25,8 @@ environments (MAGRPO appendix, Appendix A.2) give each agent its own.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -154,8 +154,11 @@ class Env(ABC):
         """
         headers = role_headers(self.roles)
         shared = len(messages) > 1 and len(set(messages)) == 1
-        parts = [f"You are one assistant doing the work of a team of {self.n_agents} agents "
-                 f"({', '.join(headers)})." + (" Their instructions follow." if turn == 0 else " Each part's feedback follows.")]
+        parts = [
+            f"You are one assistant doing the work of a team of {self.n_agents} agents "
+            f"({', '.join(headers)})."
+            + (" Their instructions follow." if turn == 0 else " Each part's feedback follows.")
+        ]
         if shared:
             parts.append(messages[0])
         for role, header, message in zip(self.roles, headers, messages):
@@ -177,17 +180,21 @@ class Env(ABC):
         found, a role whose header is missing gets the text before the first header (often empty).
         """
         headers = role_headers(self.roles)
-        pattern = re.compile(r"^[ \t]*(?:#+[ \t]*)?(?:\*\*)?[ \t]*(" + "|".join(re.escape(h) for h in headers)
-                             + r")[ \t]*(?:\*\*)?[ \t]*:?[ \t]*(?:\*\*)?[ \t]*$", re.I | re.M)
+        pattern = re.compile(
+            r"^[ \t]*(?:#+[ \t]*)?(?:\*\*)?[ \t]*("
+            + "|".join(re.escape(h) for h in headers)
+            + r")[ \t]*(?:\*\*)?[ \t]*:?[ \t]*(?:\*\*)?[ \t]*$",
+            re.I | re.M,
+        )
         found = list(pattern.finditer(text))
         if not found:
             return [text] * self.n_agents
         lower = [h.lower() for h in headers]
         sections: dict[int, list[str]] = {}
         for m, nxt in zip(found, found[1:] + [None]):
-            body = text[m.end():nxt.start() if nxt else len(text)].strip("\n")
+            body = text[m.end() : nxt.start() if nxt else len(text)].strip("\n")
             sections.setdefault(lower.index(m.group(1).lower()), []).append(body.strip())
-        preamble = text[:found[0].start()].strip()
+        preamble = text[: found[0].start()].strip()
         return ["\n\n".join(sections[i]) if i in sections else preamble for i in range(self.n_agents)]
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -227,7 +234,9 @@ class Env(ABC):
         next_state = replace(state, histories=tuple(histories), turn=state.turn + 1, done=done, memory=memory)
         return StepResult(next_state, rewards, done, score.info, max(self.horizon - state.turn - 1, 0) if done else 0)
 
-    def next_histories(self, state: EnvState, actions: Sequence[str], score: Score, done: bool) -> list[tuple[Message, ...]]:
+    def next_histories(
+        self, state: EnvState, actions: Sequence[str], score: Score, done: bool
+    ) -> list[tuple[Message, ...]]:
         """Each agent's history after a turn: its action appended, then (unless done) its feedback, cut to
         the last :attr:`history_window` turns."""
         histories = [h + ({"role": "assistant", "content": a},) for h, a in zip(state.histories, actions)]
@@ -244,4 +253,4 @@ def window(history: tuple[Message, ...], turns: int | None) -> tuple[Message, ..
     starts = [j for j, m in enumerate(history) if m["role"] == "assistant"]
     if turns is None or turns >= len(starts):
         return history
-    return history[:starts[0]] + history[starts[-turns]:]
+    return history[: starts[0]] + history[starts[-turns] :]

@@ -51,12 +51,18 @@ def parse_profile(entries, source: str) -> tuple[AgentProfile, ...]:
         raise UserError(f"profile {source}: expected a non-empty JSON list of agents, got {type(entries).__name__}")
     out = []
     for k, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not isinstance(entry.get("role"), str) or not isinstance(entry.get("prompt"), str):
-            raise UserError(f"profile {source}: agent {k} needs string fields 'role' and 'prompt' "
-                            f"(and optionally a boolean 'with_answer'), got {entry!r:.80}")
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("role"), str)
+            or not isinstance(entry.get("prompt"), str)
+        ):
+            raise UserError(
+                f"profile {source}: agent {k} needs string fields 'role' and 'prompt' "
+                f"(and optionally a boolean 'with_answer'), got {entry!r:.80}"
+            )
         out.append(AgentProfile(entry["role"], entry["prompt"].strip(), bool(entry.get("with_answer", False))))
     if not any(p.with_answer for p in out):
-        raise UserError(f"profile {source}: no agent has \"with_answer\": true, so nothing would be graded")
+        raise UserError(f'profile {source}: no agent has "with_answer": true, so nothing would be graded')
     return tuple(out)
 
 

@@ -57,14 +57,18 @@ def load_records(path: str | Path, required: Iterable[str] = ()) -> list[dict[st
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise UserError(f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno}); "
-                                "expected one JSON object per line") from None
+                raise UserError(
+                    f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno}); "
+                    "expected one JSON object per line"
+                ) from None
     else:
         try:
             records = json.loads(text)
         except json.JSONDecodeError as e:
-            raise UserError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
-                            "expected a .json list or .jsonl records") from None
+            raise UserError(
+                f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+                "expected a .json list or .jsonl records"
+            ) from None
     if isinstance(records, Mapping):  # {"data": [...]} style wrappers
         lists = [v for v in records.values() if isinstance(v, list)]
         records = lists[0] if len(lists) == 1 else [records]
@@ -77,11 +81,15 @@ def check_fields(records: Sequence[Any], required: Iterable[str], source: str) -
     required = list(required)
     for i, record in enumerate(records):
         if not isinstance(record, Mapping):
-            raise UserError(f"{source}: record {i} is a {type(record).__name__}, expected an object with fields {required}")
+            raise UserError(
+                f"{source}: record {i} is a {type(record).__name__}, expected an object with fields {required}"
+            )
         missing = [f for f in required if f not in record]
         if missing:
             have = ", ".join(sorted(record)) or "none"
-            raise UserError(f"{source}: record {i} has no {missing[0]!r} field (it has: {have}); required: {', '.join(required)}")
+            raise UserError(
+                f"{source}: record {i} has no {missing[0]!r} field (it has: {have}); required: {', '.join(required)}"
+            )
 
 
 def select(records: Sequence[Any], spec: str | None) -> list[Any]:

@@ -52,7 +52,9 @@ class SharedStateEnv(Env):
     def grade(self, task: Mapping[str, Any], answer: str) -> tuple[float, dict[str, float]]:
         """The reward of the graded agent's ``answer`` (in [0, 1]) and named diagnostics to log."""
 
-    def grade_batch(self, tasks: Sequence[Mapping[str, Any]], answers: Sequence[str]) -> list[tuple[float, dict[str, float]]]:
+    def grade_batch(
+        self, tasks: Sequence[Mapping[str, Any]], answers: Sequence[str]
+    ) -> list[tuple[float, dict[str, float]]]:
         """:meth:`grade` of many answers (override to grade them in parallel)."""
         return [self.grade(t, a) for t, a in zip(tasks, answers, strict=True)]
 
@@ -68,7 +70,9 @@ class SharedStateEnv(Env):
         out = []
         for reward, info in graded:
             solved = reward >= self.solve_threshold
-            out.append(Score((float(reward),) * self.n_agents, terminated=solved, info={**info, "solved": float(solved)}))
+            out.append(
+                Score((float(reward),) * self.n_agents, terminated=solved, info={**info, "solved": float(solved)})
+            )
         return out
 
     def state_text(self, state: EnvState) -> str:
@@ -84,8 +88,12 @@ class SharedStateEnv(Env):
         """The judge line's verdict (an environment may add detail, e.g. tests passed)."""
         return "correct" if score.terminated else "incorrect"
 
-    def next_histories(self, state: EnvState, actions: Sequence[str], score: Score, done: bool) -> list[tuple[Message, ...]]:
+    def next_histories(
+        self, state: EnvState, actions: Sequence[str], score: Score, done: bool
+    ) -> list[tuple[Message, ...]]:
         if done:  # the final actions, kept for logs and evaluation
             return [h + ({"role": "assistant", "content": a},) for h, a in zip(state.histories, actions)]
         nxt = self.transition(state, actions, score)
-        return [tuple(m for m in h if m["role"] == "system") + ({"role": "user", "content": nxt},) for h in state.histories]
+        return [
+            tuple(m for m in h if m["role"] == "system") + ({"role": "user", "content": nxt},) for h in state.histories
+        ]

@@ -82,15 +82,23 @@ class SingleModelEnv(_Wrapper):
             self.voxels = lambda state: env.voxels(state.memory["inner"])
         budgets = [role.max_new_tokens for role in env.roles]
         choices = {role.choices for role in env.roles}
-        self.roles = (AgentRole("single", None, sum(budgets) if None not in budgets else None,
-                                choices.pop() if len(choices) == 1 else None),)
+        self.roles = (
+            AgentRole(
+                "single",
+                None,
+                sum(budgets) if None not in budgets else None,
+                choices.pop() if len(choices) == 1 else None,
+            ),
+        )
 
     def _prompt(self, inner: EnvState) -> str:
         return self.inner.single_agent_prompt(_last_user_messages(inner), inner.turn)
 
     def reset(self, task: Mapping[str, Any]) -> EnvState:
         inner = self.inner.reset(task)
-        return EnvState(task=task, histories=(({"role": "user", "content": self._prompt(inner)},),), memory={"inner": inner})
+        return EnvState(
+            task=task, histories=(({"role": "user", "content": self._prompt(inner)},),), memory={"inner": inner}
+        )
 
     def observe(self, task: Mapping[str, Any]) -> list[str]:
         return [self._prompt(self.inner.reset(task))]
@@ -112,8 +120,10 @@ class SingleModelEnv(_Wrapper):
         return out
 
 
-DRAFT_REPLY = ("The other agents' responses:\n\n{others}\n\n"
-               "Using their responses as additional information, give your updated response.")
+DRAFT_REPLY = (
+    "The other agents' responses:\n\n{others}\n\n"
+    "Using their responses as additional information, give your updated response."
+)
 """Each agent's user message after the draft round (one-turn environments)."""
 TURN_REPLY = "The other agents' responses in the last turn:\n\n{others}"
 """Appended to each agent's next user message in multi-turn environments."""
@@ -145,8 +155,9 @@ class DiscussionEnv(_Wrapper):
         """The other agents' outputs as agent ``i`` reads them (``role: text``), leaving out any that
         ``shown`` already contains."""
         names = [role.name for role in self.roles]
-        return "\n\n".join(f"{names[j]}: {a.strip()}" for j, a in enumerate(actions)
-                           if j != i and a.strip() not in shown)
+        return "\n\n".join(
+            f"{names[j]}: {a.strip()}" for j, a in enumerate(actions) if j != i and a.strip() not in shown
+        )
 
     def step_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[StepResult]:
         out: list[StepResult | None] = [None] * len(states)
@@ -160,9 +171,14 @@ class DiscussionEnv(_Wrapper):
         return out  # type: ignore[return-value]
 
     def _draft(self, state: EnvState, actions: Sequence[str]) -> StepResult:
-        histories = tuple(h + ({"role": "assistant", "content": a},
-                               {"role": "user", "content": DRAFT_REPLY.format(others=self.others(actions, i))})
-                          for i, (h, a) in enumerate(zip(state.histories, actions, strict=True)))
+        histories = tuple(
+            h
+            + (
+                {"role": "assistant", "content": a},
+                {"role": "user", "content": DRAFT_REPLY.format(others=self.others(actions, i))},
+            )
+            for i, (h, a) in enumerate(zip(state.histories, actions, strict=True))
+        )
         nxt = replace(state, histories=histories, memory={**state.memory, DRAFTING: False})  # turn unchanged
         return StepResult(nxt, (0.0,) * self.n_agents, False, {})
 
@@ -216,8 +232,11 @@ def prepare(name: str, env: Env) -> Protocol:
         raise unknown("baseline", name, BASELINES)
     if name == "single":
         return Protocol(name, SingleModelEnv(env))
-    require(env.n_agents >= 2, f"the {name} baseline needs at least 2 agents; env {env.name!r} has {env.n_agents} "
-                               "(use --baseline single, or a profile with more agents)")
+    require(
+        env.n_agents >= 2,
+        f"the {name} baseline needs at least 2 agents; env {env.name!r} has {env.n_agents} "
+        "(use --baseline single, or a profile with more agents)",
+    )
     if name == "pipeline":
         return Protocol(name, env, Dependency("chain", env.n_agents))
     if name == "discussion":

@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 import torch
 from torchmetrics import MeanMetric, Metric
 
+from collab import preemption
 from collab.envs.base import Env
 from collab.errors import require
 from collab.evaluation.metrics import AccuracyAtK, IoU, MajorityVoteAccuracy, PassAtK
 from collab.rollout.episodes import Episode, play
-from collab import preemption
 
 DEFAULT_KS = (1, 3, 5, 10)
 
@@ -92,26 +92,39 @@ def _record(task: int, eps: Sequence[Episode], env: Env) -> TaskRecord:
                 one = IoU(sync_on_compute=False)
                 one.update(*voxels(ep.state))
                 ious.append(float(one.compute()))
-    return TaskRecord(task, [float(ep.return_) for ep in eps], [{k: float(v) for k, v in ep.info.items()} for ep in eps],
-                      ious, [votes(ep.state) for ep in eps if ep.state is not None] if callable(votes) else [])
+    return TaskRecord(
+        task,
+        [float(ep.return_) for ep in eps],
+        [{k: float(v) for k, v in ep.info.items()} for ep in eps],
+        ious,
+        [votes(ep.state) for ep in eps if ep.state is not None] if callable(votes) else [],
+    )
 
 
 def gather_records(records: Sequence[TaskRecord]) -> list[TaskRecord]:
     """Every process's records on every process (``all_gather_object``), ordered by task index."""
     rank, world = _world()
     if world > 1:
-        from collab.policy import sharded
+        from collab.runtime import sharded
 
         parts: list = [None] * world
-        sharded.settle()  # a sharded base: every rank's decoding done (collab.policy.sharded)
+        sharded.settle()  # a sharded base: every rank's decoding done (collab.runtime.sharded)
         torch.distributed.all_gather_object(parts, list(records))
         records = [r for part in parts for r in part]
     return sorted(records, key=lambda r: r.task)
 
 
-def play_records(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tokens: int = 128,
-                 tasks_per_batch: int | None = 4, dependency=None, seed: int | None = None,
-                 device: torch.device | str = "cpu") -> tuple[list[TaskRecord], list[list[Episode]]]:
+def play_records(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    num_samples: int,
+    max_new_tokens: int = 128,
+    tasks_per_batch: int | None = 4,
+    dependency=None,
+    seed: int | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[list[TaskRecord], list[list[Episode]]]:
     """Play this process's batches and gather every task's :class:`TaskRecord` (all tasks, in order)
     and this process's episodes.
 
@@ -142,8 +155,13 @@ def play_records(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max
     return gather_records(records), episodes
 
 
-def record_metrics(records: Sequence[TaskRecord], ks: Sequence[int], num_samples: int, env: Env | None = None,
-                   device: torch.device | str = "cpu") -> dict[str, float]:
+def record_metrics(
+    records: Sequence[TaskRecord],
+    ks: Sequence[int],
+    num_samples: int,
+    env: Env | None = None,
+    device: torch.device | str = "cpu",
+) -> dict[str, float]:
     """The metrics of the module docstring over all ``records`` (every task, each once), computed on this
     process alone (no collective: every process gets the same figures from the same records)."""
     local = {"sync_on_compute": False, "dist_sync_on_step": False}
@@ -175,8 +193,11 @@ def record_metrics(records: Sequence[TaskRecord], ks: Sequence[int], num_samples
             for k in ks:
                 acc_k[k].update([torch.tensor([info["pass_rate"] for info in rec.infos])])
     played = any(rec.returns for rec in records)
-    metrics = {"eval/return": float(returns.compute()) if played else float("nan"),
-               "eval/problems": float(len(records)), "eval/samples": float(num_samples)}
+    metrics = {
+        "eval/return": float(returns.compute()) if played else float("nan"),
+        "eval/problems": float(len(records)),
+        "eval/samples": float(num_samples),
+    }
     metrics.update({f"eval/env/{key}": float(m.compute()) for key, m in sorted(info_means.items())})
     if solved:
         metrics.update({f"eval/pass@{k}": float(pass_k[k].compute()) for k in ks})
@@ -188,25 +209,44 @@ def record_metrics(records: Sequence[TaskRecord], ks: Sequence[int], num_samples
     return metrics
 
 
-def evaluate_records(team, env: Env, tasks: Sequence[Mapping], num_samples: int = 10, ks: Sequence[int] = DEFAULT_KS,
-                     max_new_tokens: int = 128, device: torch.device | str = "cpu", tasks_per_batch: int | None = 4,
-                     dependency=None, seed: int | None = None
-                     ) -> tuple[dict[str, float], list[TaskRecord], list[list[Episode]]]:
+def evaluate_records(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    num_samples: int = 10,
+    ks: Sequence[int] = DEFAULT_KS,
+    max_new_tokens: int = 128,
+    device: torch.device | str = "cpu",
+    tasks_per_batch: int | None = 4,
+    dependency=None,
+    seed: int | None = None,
+) -> tuple[dict[str, float], list[TaskRecord], list[list[Episode]]]:
     """:func:`evaluate`, also returning every task's record (all processes', in task order)."""
     ks = sorted({int(k) for k in ks if int(k) <= num_samples})
     require(len(ks) > 0, f"no k <= num_samples ({num_samples}); give num_samples >= the smallest k")
-    records, episodes = play_records(team, env, tasks, num_samples, max_new_tokens, tasks_per_batch, dependency, seed, device)
+    records, episodes = play_records(
+        team, env, tasks, num_samples, max_new_tokens, tasks_per_batch, dependency, seed, device
+    )
     return record_metrics(records, ks, num_samples, env, device), records, episodes
 
 
-def evaluate(team, env: Env, tasks: Sequence[Mapping], num_samples: int = 10, ks: Sequence[int] = DEFAULT_KS,
-             max_new_tokens: int = 128, device: torch.device | str = "cpu",
-             tasks_per_batch: int | None = 4, dependency=None, seed: int | None = None
-             ) -> tuple[dict[str, float], list[list[Episode]]]:
+def evaluate(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    num_samples: int = 10,
+    ks: Sequence[int] = DEFAULT_KS,
+    max_new_tokens: int = 128,
+    device: torch.device | str = "cpu",
+    tasks_per_batch: int | None = 4,
+    dependency=None,
+    seed: int | None = None,
+) -> tuple[dict[str, float], list[list[Episode]]]:
     """The metrics of ``num_samples`` episodes per task over all tasks (see the module docstring and
     :func:`play_records`) and this process's episodes (``ep.task``: the task's index in ``tasks``)."""
-    metrics, _, episodes = evaluate_records(team, env, tasks, num_samples, ks, max_new_tokens, device,
-                                            tasks_per_batch, dependency, seed)
+    metrics, _, episodes = evaluate_records(
+        team, env, tasks, num_samples, ks, max_new_tokens, device, tasks_per_batch, dependency, seed
+    )
     return metrics, episodes
 
 
@@ -259,6 +299,7 @@ def score_key(episodes: Sequence[Sequence[Episode]]) -> str:
 def task_scores(episodes: Sequence[Sequence[Episode]], key: str = "return") -> list[float]:
     """Each task's score: the mean over its episodes of the return (``key="return"``), or of an env
     info value at the last step (``"solved"``: 1 when solved, else 0)."""
+
     def one(ep: Episode) -> float:
         if key == "return":
             return float(ep.return_)
@@ -275,6 +316,7 @@ def record_score_key(records: Sequence[TaskRecord]) -> str:
 
 def record_scores(records: Sequence[TaskRecord], key: str = "return") -> list[float]:
     """:func:`task_scores` over gathered records: each task's score, in the records' (task) order."""
+
     def one(rec: TaskRecord, i: int) -> float:
         if key == "return":
             return rec.returns[i]
@@ -292,15 +334,20 @@ def format_se(mean: float, se: float | None, problems: int) -> str:
 
 
 def format_metrics(metrics: Mapping[str, float]) -> str:
-    """A short human-readable summary: pass@k / acc@k / majority@t rows, the return (and IoU) and the scheme distribution."""
+    """A short human-readable summary: pass@k / acc@k / majority@t rows, the return (and IoU) and the scheme
+    distribution."""
     lines = []
     for prefix in ("pass@", "acc@", "majority@"):
         row = [f"{key.removeprefix('eval/')} {v:.4f}" for key, v in metrics.items() if key.startswith("eval/" + prefix)]
         if row:
             lines.append("  ".join(row))
-    lines.append(f"return {metrics.get('eval/return', float('nan')):.4f}"
-                 + (f"  iou {metrics['eval/iou']:.4f}" if "eval/iou" in metrics else ""))
-    schemes = {key.removeprefix("eval/env/scheme/"): v for key, v in metrics.items() if key.startswith("eval/env/scheme/")}
+    lines.append(
+        f"return {metrics.get('eval/return', float('nan')):.4f}"
+        + (f"  iou {metrics['eval/iou']:.4f}" if "eval/iou" in metrics else "")
+    )
+    schemes = {
+        key.removeprefix("eval/env/scheme/"): v for key, v in metrics.items() if key.startswith("eval/env/scheme/")
+    }
     if schemes:
         lines.append("schemes: " + "  ".join(f"{name} {v:.2f}" for name, v in schemes.items()))
     return "\n".join(lines)

@@ -81,7 +81,6 @@ class PassAtK(_MeanOverProblemsAtK):
         self.count += est.numel()
 
 
-
 class AccuracyAtK(_MeanOverProblemsAtK):
     """Mean over problems of the best test pass rate among a problem's first k samples.
 

@@ -16,18 +16,60 @@ Algorithm files call these and read like the papers' pseudo-code. Import them fr
 """
 
 from collab.objectives.critic import explained_variance, value_loss
-from collab.objectives.debate import (absorb, debate_rewards, episode_rewards, influence_incentives, influence_rewards,
-                                      majority_of_others, majority_of_others_table, majority_vote, revision_incentives,
-                                      token_rewards)
+from collab.objectives.debate import (
+    absorb,
+    debate_rewards,
+    episode_rewards,
+    influence_incentives,
+    influence_rewards,
+    majority_of_others,
+    majority_of_others_table,
+    majority_vote,
+    revision_incentives,
+    token_rewards,
+)
 from collab.objectives.policy import clipped_surrogate, kl_k3, ratio_stats
-from collab.objectives.returns import (BASELINES, absorbing_reward, bellman_targets, chain, discounted_returns, gae,
-                                       group_advantages, mixed_rewards, normalize, num_inference_calls, td_errors,
-                                       td_targets)
+from collab.objectives.returns import (
+    BASELINES,
+    absorbing_reward,
+    bellman_targets,
+    chain,
+    discounted_returns,
+    gae,
+    group_advantages,
+    mixed_rewards,
+    normalize,
+    num_inference_calls,
+    td_errors,
+    td_targets,
+)
 
 __all__ = [
-    "BASELINES", "absorb", "absorbing_reward", "bellman_targets", "chain", "clipped_surrogate", "debate_rewards",
-    "discounted_returns", "episode_rewards", "explained_variance", "gae", "group_advantages", "influence_incentives",
-    "influence_rewards", "kl_k3", "majority_of_others", "majority_of_others_table", "majority_vote", "mixed_rewards",
-    "normalize", "num_inference_calls", "ratio_stats", "revision_incentives", "td_errors", "td_targets",
-    "token_rewards", "value_loss",
+    "BASELINES",
+    "absorb",
+    "absorbing_reward",
+    "bellman_targets",
+    "chain",
+    "clipped_surrogate",
+    "debate_rewards",
+    "discounted_returns",
+    "episode_rewards",
+    "explained_variance",
+    "gae",
+    "group_advantages",
+    "influence_incentives",
+    "influence_rewards",
+    "kl_k3",
+    "majority_of_others",
+    "majority_of_others_table",
+    "majority_vote",
+    "mixed_rewards",
+    "normalize",
+    "num_inference_calls",
+    "ratio_stats",
+    "revision_incentives",
+    "td_errors",
+    "td_targets",
+    "token_rewards",
+    "value_loss",
 ]

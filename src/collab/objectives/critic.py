@@ -1,4 +1,5 @@
-"""Critic losses: the squared (or clipped, or Huber) value loss of CoLLM and MARFT, and the critic's explained variance."""
+"""Critic losses: the squared (or clipped, or Huber) value loss of CoLLM and MARFT, and the critic's explained
+variance."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ import torch
 from torch import Tensor
 
 
-def value_loss(values: Tensor, targets: Tensor, old_values: Tensor | None = None, clip: float | None = None,
-               huber_delta: float | None = None) -> Tensor:
+def value_loss(
+    values: Tensor,
+    targets: Tensor,
+    old_values: Tensor | None = None,
+    clip: float | None = None,
+    huber_delta: float | None = None,
+) -> Tensor:
     """Critic loss mean_t (y_t - V(h_t))^2 of CoLLM Eqs. 3/5 (CoLLM-DC/CC) and MARFT Alg. 1 line 15.
 
     The papers' plain squared error, no 0.5 factor (that is only a learning-rate scale); the mean over samples is

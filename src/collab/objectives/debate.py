@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-
 # --- MAPoRL (MAPoRL, Sections 3.1-3.3 and 4.1) ---------------------------------------------------------------------
 #
 # A debate of A agents over T turns yields a verifier score s[t, a] of every answer (0-based turns and agents here).
@@ -103,8 +102,9 @@ def majority_of_others_table(answers: Sequence[Sequence[str | None]], correct: S
 
 def _check_incentive_inputs(correct: Tensor, majority: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     if correct.shape != majority.shape or correct.dim() < 2:
-        raise ValueError(f"correct and majority must both be [..., T, A], got {tuple(correct.shape)} and "
-                         f"{tuple(majority.shape)}")
+        raise ValueError(
+            f"correct and majority must both be [..., T, A], got {tuple(correct.shape)} and {tuple(majority.shape)}"
+        )
     right = correct.bool()
     maj = majority.to(torch.promote_types(majority.dtype, torch.float32))
     known = ~torch.isnan(maj)
@@ -167,13 +167,24 @@ def influence_incentives(correct: Tensor, majority: Tensor, beta0: float, beta1:
 
 # --- MAPoRL's rewards of a played debate (MAPoRL, Section 3.3) and its per-token reward (Section 3.2) ---------
 
-def debate_rewards(scores: Tensor, correct: Tensor, majority: Tensor, gamma: float, alpha0: float = 0.0,
-                   alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
+
+def debate_rewards(
+    scores: Tensor,
+    correct: Tensor,
+    majority: Tensor,
+    gamma: float,
+    alpha0: float = 0.0,
+    alpha1: float = 0.0,
+    beta0: float = 0.0,
+    beta1: float = 0.0,
+) -> Tensor:
     """``[T, A]`` rewards of every answer: Definition 1 plus the Table 1 and Table 2 incentives (MAPoRL, 3.3)."""
     correct = correct.bool()
-    return (influence_rewards(scores.float(), gamma)
-            + revision_incentives(correct, majority, alpha0, alpha1)
-            + influence_incentives(correct, majority, beta0, beta1))
+    return (
+        influence_rewards(scores.float(), gamma)
+        + revision_incentives(correct, majority, alpha0, alpha1)
+        + influence_incentives(correct, majority, beta0, beta1)
+    )
 
 
 def absorb(rows, turns_left: int):
@@ -189,8 +200,17 @@ def absorb(rows, turns_left: int):
     return rows + rows[-1:] * turns_left
 
 
-def episode_rewards(scores: Tensor, answers, correct, turns_left: int, gamma: float, alpha0: float = 0.0,
-                    alpha1: float = 0.0, beta0: float = 0.0, beta1: float = 0.0) -> Tensor:
+def episode_rewards(
+    scores: Tensor,
+    answers,
+    correct,
+    turns_left: int,
+    gamma: float,
+    alpha0: float = 0.0,
+    alpha1: float = 0.0,
+    beta0: float = 0.0,
+    beta1: float = 0.0,
+) -> Tensor:
     """``[T, A]`` :func:`debate_rewards` of a debate played for t turns (``scores``: ``[t, A]``; ``answers`` and
     ``correct``: t rows of A) that ended ``turns_left`` = T - t turns early: the tables are first extended to T
     turns by :func:`absorb`. Rows t.. are the absorbing turns' rewards (not trained).
@@ -206,12 +226,21 @@ def episode_rewards(scores: Tensor, answers, correct, turns_left: int, gamma: fl
     """
     answers, correct = absorb(answers, turns_left), absorb(correct, turns_left)
     majority = majority_of_others_table(answers, correct)
-    return debate_rewards(absorb(scores, turns_left), torch.tensor(correct, dtype=torch.bool), majority, gamma,
-                          alpha0, alpha1, beta0, beta1)
+    return debate_rewards(
+        absorb(scores, turns_left),
+        torch.tensor(correct, dtype=torch.bool),
+        majority,
+        gamma,
+        alpha0,
+        alpha1,
+        beta0,
+        beta1,
+    )
 
 
 def token_rewards(reward: float | Tensor, old_logprobs: Tensor, ref_logprobs: Tensor, kl_coef: float) -> Tensor:
-    """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R at the last.
+    """Section 3.2's per-token reward of one response: -lambda_KL (log pi_old - log pi_ref) at every token, plus R
+    at the last.
 
     The paper writes the KL term as KL(pi_ref || pi); the per-token sample estimate of KL(pi || pi_ref) used
     here is the usual choice of PPO fine-tuning (InstructGPT, TRL) and needs no full-vocabulary sums: it is

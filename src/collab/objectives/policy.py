@@ -1,4 +1,5 @@
-"""Policy losses: PPO's clipped surrogate (CoLLM Eq. 1, MARFT, MAPoRL), its diagnostics, and the k3 KL penalty (MAGRPO)."""
+"""Policy losses: PPO's clipped surrogate (CoLLM Eq. 1, MARFT, MAPoRL), its diagnostics, and the k3 KL penalty
+(MAGRPO)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ def ratio_stats(logprobs: Tensor, old_logprobs: Tensor, clip: float) -> dict[str
     """
     log_ratio = (logprobs.detach() - old_logprobs.detach()).float()
     ratio = log_ratio.exp()
-    return {"train/ratio": float(ratio.mean()),
-            "train/clip_frac": float(((ratio - 1).abs() > clip).float().mean()),
-            "train/approx_kl": float((ratio - 1 - log_ratio).mean())}
+    return {
+        "train/ratio": float(ratio.mean()),
+        "train/clip_frac": float(((ratio - 1).abs() > clip).float().mean()),
+        "train/approx_kl": float((ratio - 1 - log_ratio).mean()),
+    }
 
 
 def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

@@ -53,9 +53,10 @@ def absorbing_reward(reward: Tensor | float, turns_left: Tensor | int, gamma: fl
     if gamma == 1.0:
         factor = (m + 1).to(r.dtype)
     else:
-        factor = (1.0 - torch.pow(torch.as_tensor(gamma, dtype=r.dtype, device=r.device), (m + 1).to(r.dtype))) / (1.0 - gamma)
+        factor = (1.0 - torch.pow(torch.as_tensor(gamma, dtype=r.dtype, device=r.device), (m + 1).to(r.dtype))) / (
+            1.0 - gamma
+        )
     return r * factor
-
 
 
 def group_advantages(returns: Tensor, baseline: str = "mean", normalize_std: bool = False, eps: float = 1e-6) -> Tensor:
@@ -136,7 +137,6 @@ def gae(
     return advantages, advantages + values
 
 
-
 def mixed_rewards(rewards: Tensor, own_weight: float = 0.5) -> Tensor:
     """MAPoRL / IPPO reward of MARFT Sec. 5.2 over the last dim (agents): r^i = w s^i + (1 - w) mean_k s^k.
 
@@ -181,7 +181,9 @@ def chain(step_rewards: Tensor, lengths: Sequence[int], terminated: bool = True)
     return rewards, dones
 
 
-def bellman_targets(rewards: Tensor, values: Tensor, dones: Tensor, gamma: float, last_value: float | Tensor = 0.0) -> Tensor:
+def bellman_targets(
+    rewards: Tensor, values: Tensor, dones: Tensor, gamma: float, last_value: float | Tensor = 0.0
+) -> Tensor:
     """One-step backup along a chain, y_k = r_k + gamma (1 - done_k) V_{k+1} (V after the chain: ``last_value``).
 
     On MARFT-T's token chain this is Section 4's token-level Bellman backup: 0 + gamma V(next token) inside a

@@ -1,4 +1,4 @@
-"""Per-token log-probs and entropies from the output head without a full-vocabulary logits tensor (issue 33).
+"""Per-token log-probs and entropies from the output head without a full-vocabulary logits tensor.
 
 A policy's log-prob of token ``y`` after the final hidden state ``h`` is ``log_softmax(W h / T)[y]`` (``W`` the
 ``V x H`` output head, ``T`` the temperature, restricted to the agent's action vocabulary): a row of ``V`` logits
@@ -52,7 +52,7 @@ class _ChunkedHead(torch.autograd.Function):
         ctx.save_for_backward(hidden)
         logps, ents = [], []
         for s in range(0, hidden.shape[0], chunk):
-            lp, ent = fn(hidden[s:s + chunk], s, s + chunk)
+            lp, ent = fn(hidden[s : s + chunk], s, s + chunk)
             logps.append(lp)
             ents.append(ent)
         has_entropy = ents[0] is not None if ents else False
@@ -69,20 +69,26 @@ class _ChunkedHead(torch.autograd.Function):
         grad = torch.zeros_like(hidden)
         for s in range(0, hidden.shape[0], ctx.chunk):
             with torch.enable_grad():
-                h = hidden[s:s + ctx.chunk].detach().requires_grad_()
+                h = hidden[s : s + ctx.chunk].detach().requires_grad_()
                 lp, ent = ctx.fn(h, s, s + ctx.chunk)
-                outputs, grads = [lp], [g_logp[s:s + ctx.chunk]]
+                outputs, grads = [lp], [g_logp[s : s + ctx.chunk]]
                 if ctx.has_entropy and g_entropy is not None:
                     outputs.append(ent)
-                    grads.append(g_entropy[s:s + ctx.chunk])
+                    grads.append(g_entropy[s : s + ctx.chunk])
                 torch.autograd.backward(outputs, grads)
-            grad[s:s + ctx.chunk] = h.grad
+            grad[s : s + ctx.chunk] = h.grad
         return grad, None, None
 
 
-def token_logprobs(hidden: Tensor, head: nn.Module, targets: Tensor, temperature: Tensor,
-                   masks: tuple[Tensor, Tensor] | None = None, entropy: bool = False,
-                   chunk: int | None = None) -> tuple[Tensor, Tensor | None]:
+def token_logprobs(
+    hidden: Tensor,
+    head: nn.Module,
+    targets: Tensor,
+    temperature: Tensor,
+    masks: tuple[Tensor, Tensor] | None = None,
+    entropy: bool = False,
+    chunk: int | None = None,
+) -> tuple[Tensor, Tensor | None]:
     """Log-prob of each ``targets[t]`` (and the policy's entropy) after ``hidden[t]``: ``hidden`` ``(N, H)`` final
     hidden states, ``head`` the output head (frozen), ``temperature`` ``(N,)`` (0: greedy, scored at 1), ``masks``
     ``(allowed, which)``: ``allowed`` ``(M, V)`` boolean action vocabularies and ``which`` ``(N,)`` each token's

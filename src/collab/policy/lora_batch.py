@@ -94,8 +94,10 @@ def _unflatten(x: torch.Tensor, rows: int) -> torch.Tensor:
     (Qwen2-MoE) on the batch's tokens flattened row by row. A layer that sees a subset of the tokens (an expert's)
     has no row to take an adapter from: such layers are not adapted (:func:`collab.policy.targets.lora_targets`)."""
     if x.shape[0] % rows:
-        raise RuntimeError(f"a LoRA layer got {x.shape[0]} token rows, not a multiple of the batch's {rows} rows: "
-                           "a mixed-adapter batch cannot adapt a layer that sees some of the tokens (an expert's)")
+        raise RuntimeError(
+            f"a LoRA layer got {x.shape[0]} token rows, not a multiple of the batch's {rows} rows: "
+            "a mixed-adapter batch cannot adapt a layer that sees some of the tokens (an expert's)"
+        )
     return x.reshape(rows, x.shape[0] // rows, x.shape[-1])
 
 

@@ -1,5 +1,5 @@
-"""The MLP value head on the frozen base: MARFT's central critic (MARFT, Figure 3; hidden -> 1024 -> 512 -> 1 in its reference code),
-also MAPoRL's per-agent value heads and the learned verifier's scorer.
+"""The MLP value head on the frozen base: MARFT's central critic (MARFT, Figure 3; hidden -> 1024 -> 512 -> 1 in
+its reference code), also MAPoRL's per-agent value heads and the learned verifier's scorer.
 
 The critic is a small MLP on the last-layer hidden state of the *frozen* base model with every
 adapter disabled: hidden -> 1024 -> 512 -> 1 (the reference code's sizes). Only the MLP trains. One
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from collab.policy.adapters import adapters_disabled, eval_mode
 from collab.policy.prefill import pad_left
-from collab.policy.team import adapters_disabled, eval_mode
 
 HIDDEN = (1024, 512)
 
@@ -52,8 +52,13 @@ class CriticHead(nn.Module):
 
 
 @torch.no_grad()
-def base_features(model, pad_id: int, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]] | None = None,
-                  batch_size: int = 8) -> list[Tensor]:
+def base_features(
+    model,
+    pad_id: int,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]] | None = None,
+    batch_size: int = 8,
+) -> list[Tensor]:
     """Last-layer hidden states of the peft ``model``'s frozen base with its adapters disabled (float32, CPU).
 
     Without ``completions``: one ``[hidden]`` vector per prompt, at its last token. With them: one
@@ -77,13 +82,13 @@ def base_features(model, pad_id: int, prompts: Sequence[Sequence[int]], completi
                 elif not completions[r]:  # an empty response has no decision points
                     out.append(hidden.new_zeros((0, hidden.shape[-1])).float().cpu())
                 else:
-                    out.append(hidden[b, hidden.shape[1] - len(t) - 1:].float().cpu())
+                    out.append(hidden[b, hidden.shape[1] - len(t) - 1 :].float().cpu())
     return out
 
 
-
-def team_features(team, members: Sequence[int], prompts: Sequence[Sequence[int]],
-                  completions: Sequence[Sequence[int]]) -> list[Tensor]:
+def team_features(
+    team, members: Sequence[int], prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]
+) -> list[Tensor]:
     """:func:`base_features` of each row (member, prompt, completion) on its member's frozen base: the hidden state
     at every position that chooses a response token, one batch per distinct base."""
     out: list[Tensor | None] = [None] * len(members)
@@ -92,8 +97,12 @@ def team_features(team, members: Sequence[int], prompts: Sequence[Sequence[int]]
         if not rows:
             continue
         member = members[rows[0]]
-        feats = base_features(team.model_of(member), team.tokenizer_of(member).pad_token_id,
-                              [prompts[k] for k in rows], [completions[k] for k in rows])
+        feats = base_features(
+            team.model_of(member),
+            team.tokenizer_of(member).pad_token_id,
+            [prompts[k] for k in rows],
+            [completions[k] for k in rows],
+        )
         for k, f in zip(rows, feats):
             out[k] = f
     return out  # type: ignore[return-value]

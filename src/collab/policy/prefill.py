@@ -45,8 +45,8 @@ def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
         if s:
-            ids[i, width - len(s):] = torch.as_tensor(s)
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.as_tensor(s)
+            mask[i, width - len(s) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
@@ -54,9 +54,9 @@ def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor
 PREFILL_CHUNK = 512
 """Most prompt tokens (columns) a prefill pass feeds at once: a wider prefill runs in pieces of this many columns,
 each appending to the KV cache. A pass's transient memory (attention scores, rows x heads x its columns x the
-keys so far, and the MLP's activations) grows with its width: 8 Minecraft prompts of ~1,900 tokens took ~0.8 GiB
+keys so far, and the MLP's activations) grows with its width: 8 Minecraft prompts of ~1,900 tokens take ~0.8 GiB
 beside their cache in one pass (docs/models.md, "Memory"). Narrower prompts (every default but Minecraft's) run
-in one pass as before."""
+in one pass."""
 
 MIN_SHARED_PREFIX = 64
 """Shortest common prompt start (tokens) worth a prefill of its own."""
@@ -70,7 +70,9 @@ def _common(a: list[int], b: list[int]) -> int:
     return next((j for j in range(n) if a[j] != b[j]), n)
 
 
-def shared_prefixes(prompts: list[list[int]], adapters: list[str], min_prefix: int = MIN_SHARED_PREFIX) -> tuple[list[int], list[int]]:
+def shared_prefixes(
+    prompts: list[list[int]], adapters: list[str], min_prefix: int = MIN_SHARED_PREFIX
+) -> tuple[list[int], list[int]]:
     """Group the prompts that one adapter reads by their common starts, to prefill each start once.
 
     A group's prefix is its rows' longest common start, one token short of its shortest prompt (every
@@ -98,7 +100,7 @@ def shared_prefixes(prompts: list[list[int]], adapters: list[str], min_prefix: i
     runs = []
     j = n
     while j > 0:
-        runs.append((order[start[j]:j], prefix[j]))
+        runs.append((order[start[j] : j], prefix[j]))
         j = start[j]
     group_of, lengths = [0] * n, []
     for rows, length in sorted(runs, key=lambda run: min(run[0])):
@@ -118,12 +120,31 @@ def prefill(model, prompts: list[list[int]], adapters: list[str], pad: int, devi
     A pass wider than :data:`PREFILL_CHUNK` columns runs in pieces (:func:`in_chunks`) into a cache reserved for
     the prompts and ``room`` more tokens (:func:`reserved_cache`: the decode's new tokens).
     """
-    return shared_prefix_forward(in_chunks(per_row_forward(model)), prompts, [[] for _ in prompts], adapters, pad, device,
-                                 share=shares_prefixes(model), use_cache=True, logits_to_keep=1, room=room)
+    return shared_prefix_forward(
+        in_chunks(per_row_forward(model)),
+        prompts,
+        [[] for _ in prompts],
+        adapters,
+        pad,
+        device,
+        share=shares_prefixes(model),
+        use_cache=True,
+        logits_to_keep=1,
+        room=room,
+    )
 
 
-def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list[int]], adapters: list[str], pad: int,
-                          device, share: bool = True, room: int = 0, **kwargs):
+def shared_prefix_forward(
+    forward,
+    prompts: list[list[int]],
+    suffixes: list[list[int]],
+    adapters: list[str],
+    pad: int,
+    device,
+    share: bool = True,
+    room: int = 0,
+    **kwargs,
+):
     """``forward(row_adapters, **inputs)`` over the rows ``prompts[r] + suffixes[r]``, each group of prompts'
     shared start computed once: ``(out, attention_mask, position_ids)``, each row's positions ending at
     the right edge as in one left-padded pass.
@@ -158,15 +179,26 @@ def shared_prefix_forward(forward, prompts: list[list[int]], suffixes: list[list
     if not share or saved < MIN_PREFIX_SAVING * sum(len(p) for p in prompts):
         ids, mask, positions = pad_left(seqs, pad, device)
         cache = {key: new_cache([ids.shape[1]])} if kwargs.get("use_cache") else {}
-        return forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **cache, **kwargs), mask, positions
+        return (
+            forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **cache, **kwargs),
+            mask,
+            positions,
+        )
     heads = [prompts[group_of.index(g)][:n] for g, n in enumerate(lengths)]
     head_adapters = [adapters[group_of.index(g)] for g in range(len(lengths))]
-    tails = [s[lengths[g]:] for s, g in zip(seqs, group_of)]
+    tails = [s[lengths[g] :] for s, g in zip(seqs, group_of)]
     cache = new_cache([max(lengths), max(len(t) for t in tails)])
     if any(heads):
         ids, head_mask, positions = pad_left(heads, pad, device)
-        cache = forward(head_adapters, input_ids=ids, attention_mask=head_mask, position_ids=positions,
-                        **{key: cache}, use_cache=True, logits_to_keep=1)[key]
+        cache = forward(
+            head_adapters,
+            input_ids=ids,
+            attention_mask=head_mask,
+            position_ids=positions,
+            **{key: cache},
+            use_cache=True,
+            logits_to_keep=1,
+        )[key]
         rows = torch.tensor(group_of, device=device)
         cache.batch_select_indices(rows)
         head_mask = head_mask[rows]
@@ -233,7 +265,7 @@ class ReservedLayer(DynamicLayer):
     def batch_select_indices(self, indices: Tensor) -> None:
         """Keep only the rows ``indices`` (their reserved room included)."""
         self._keys, self._values = self._keys[indices], self._values[indices]
-        self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+        self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:
@@ -243,8 +275,8 @@ class ReservedLayer(DynamicLayer):
             self._keys = torch.cat([self.keys, key_states], dim=-2)
             self._values = torch.cat([self.values, value_states], dim=-2)
         else:
-            self._keys[:, :, self.length:end] = key_states
-            self._values[:, :, self.length:end] = value_states
+            self._keys[:, :, self.length : end] = key_states
+            self._values[:, :, self.length : end] = value_states
         self.length = end
         self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
         return self.keys, self.values
@@ -261,15 +293,22 @@ def in_chunks(forward, chunk: int | None = None):
     def chunked(row_adapters, *, input_ids, attention_mask, position_ids, **kwargs):
         width, size = input_ids.shape[1], chunk or PREFILL_CHUNK
         if not kwargs.get("use_cache") or width <= size:
-            return forward(row_adapters, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                           **kwargs)
+            return forward(
+                row_adapters, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
+            )
         key = cache_key()
         past = attention_mask.shape[1] - width  # columns already in the cache (a shared prefix's)
         keep = kwargs.pop("logits_to_keep", 0)
         for start in range(0, width, size):
             end = min(width, start + size)
-            out = forward(row_adapters, input_ids=input_ids[:, start:end], attention_mask=attention_mask[:, :past + end],
-                          position_ids=position_ids[:, start:end], logits_to_keep=keep if end == width else 1, **kwargs)
+            out = forward(
+                row_adapters,
+                input_ids=input_ids[:, start:end],
+                attention_mask=attention_mask[:, : past + end],
+                position_ids=position_ids[:, start:end],
+                logits_to_keep=keep if end == width else 1,
+                **kwargs,
+            )
             kwargs[key] = out[key]
         return out
 

@@ -3,8 +3,9 @@
 peft runs a batch whose rows use different adapters (``adapter_names=``), so the K samples of all n
 agents go through the model together: n*K rows per decoding step instead of n separate ``generate``
 calls. Each distinct prompt is prefilled once and its KV cache repeated for its samples, and prompts
-that open with the same long start under one adapter prefill that start once (:func:`~collab.policy.prefill.prefill`). Rows
-carry their own temperature, top-p, top-k, length limit and action vocabulary.
+that open with the same long start under one adapter prefill that start once
+(:func:`~collab.policy.prefill.prefill`). Rows carry their own temperature, top-p, top-k, length limit and action
+vocabulary.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from collab.policy.prefill import AdapterRows, cache_key, prefill, reserve
+
 from collab import preemption
+from collab.policy.prefill import AdapterRows, cache_key, prefill, reserve
 
 
 @dataclass
@@ -99,8 +101,14 @@ def _categorical(probs: Tensor, slots: Tensor | None = None, width: int | None =
     return (probs / noise[slots]).argmax(-1)
 
 
-def sample_tokens(logits: Tensor, top_p: Tensor, top_k: Tensor, candidates: int | tuple[int, ...] = (256, 2048),
-                  slots: Tensor | None = None, width: int | None = None) -> Tensor:
+def sample_tokens(
+    logits: Tensor,
+    top_p: Tensor,
+    top_k: Tensor,
+    candidates: int | tuple[int, ...] = (256, 2048),
+    slots: Tensor | None = None,
+    width: int | None = None,
+) -> Tensor:
     """Sample one token per row from ``softmax(logits)`` truncated to its top-k / top-p.
 
     The nucleus usually lies among the few hundred most likely tokens: when the ``c`` most likely
@@ -127,8 +135,9 @@ def sample_tokens(logits: Tensor, top_p: Tensor, top_k: Tensor, candidates: int 
             if bool(covered.all()):
                 ranks = torch.arange(c, device=logits.device).expand_as(values)
                 before = values.cumsum(-1) - values
-                drop = (((top_k[:, None] > 0) & (ranks >= top_k[:, None]))
-                        | ((before >= top_p[:, None]) & (top_p[:, None] < 1)))
+                drop = ((top_k[:, None] > 0) & (ranks >= top_k[:, None])) | (
+                    (before >= top_p[:, None]) & (top_p[:, None] < 1)
+                )
                 values = values.masked_fill(drop, 0.0)
                 return index.gather(-1, draw(values)[:, None]).squeeze(-1)
     return draw(truncate(logits, top_p, top_k).softmax(-1))
@@ -155,7 +164,9 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     request_limits = [1 if settings[i][4] is not None else settings[i][3] for i in range(len(rows))]
     out, mask, positions = prefill(model, [r.prompt_ids for r in rows], adapters, pad, device, room=max(request_limits))
     # Repeat each prompt's cache and last logits for its n samples.
-    index = torch.repeat_interleave(torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device))
+    index = torch.repeat_interleave(
+        torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device)
+    )
     cache = out[cache_key()]
     cache.batch_select_indices(index)
     logits = out.logits[index, -1].float()
@@ -165,11 +176,13 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     reserve(cache, max(limits))  # a prefill in one pass left dynamic layers; one in pieces reserved the room already
     choices = [settings[i][4] for i in rix]
     state = {
-        "mask": mask[index], "positions": positions[index, -1:],
+        "mask": mask[index],
+        "positions": positions[index, -1:],
         "temperature": torch.tensor([settings[i][0] for i in rix], device=device, dtype=torch.float),
         "top_p": torch.tensor([settings[i][1] for i in rix], device=device, dtype=torch.float),
         "top_k": torch.tensor([settings[i][2] for i in rix], device=device),
-        "allowed": None, "slots": torch.arange(batch, device=device),
+        "allowed": None,
+        "slots": torch.arange(batch, device=device),
     }
     if any(c is not None for c in choices):  # closed action vocabularies as a row mask
         vocab = logits.shape[-1]
@@ -206,8 +219,13 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
             step_forward = AdapterRows(model, [adapters[rix[b]] for b in running])
         state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], dim=-1)
         state["positions"] = state["positions"] + 1
-        out = step_forward(input_ids=nxt[:, None], attention_mask=state["mask"], position_ids=state["positions"],
-                           **{cache_key(): cache}, use_cache=True)
+        out = step_forward(
+            input_ids=nxt[:, None],
+            attention_mask=state["mask"],
+            position_ids=state["positions"],
+            **{cache_key(): cache},
+            use_cache=True,
+        )
         cache = out[cache_key()]
         logits = out.logits[:, -1].float()
     step_forward.close()

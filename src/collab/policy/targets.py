@@ -2,8 +2,9 @@
 
 :func:`model_layers` sorts a model's layers by role (decoder linear layers, output head, routers and experts of
 mixtures of experts, GPT-2's ``Conv1D``); :func:`lora_targets` turns an agent's ``target_modules`` (``all-linear``
-or layer names) into peft's target list on that model, and :func:`lora_config` into peft's ``LoraConfig``.
-Used by :class:`collab.policy.team.AgentTeam` for the agents and by :mod:`collab.algos.llm_critics` for the critics.
+or layer names) into peft's target list on that model, and :func:`lora_config` into peft's ``LoraConfig``;
+:func:`targets_report` says what LoRA adapts on each base of a team. Used by :class:`collab.policy.team.AgentTeam`
+for the agents and by :mod:`collab.algos.llm_critics` for the critics.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def model_layers(model: nn.Module) -> Layers:
     for path, m in model.named_modules():
         out.modules.append(path)
         block = next((b for b in moe if b and path.startswith(f"{b}.")), None)
-        rest = path[len(block) + 1:].split(".") if block else []
+        rest = path[len(block) + 1 :].split(".") if block else []
         if m is head:
             out.head.append(path)
         elif rest[:1] == ["experts"]:
@@ -130,8 +131,10 @@ def lora_targets(layers: Layers, requested: list[str], option: str, where: str) 
             names += layers.names(layers.linear)
         elif not any(_matches(p, entry) for p in layers.modules):
             every = layers.names(layers.linear + layers.head + layers.routers + layers.expert_linear)
-            raise UserError(f"{option}: no layer {entry!r} in {where}; its linear layers: {' '.join(every)} "
-                            f"(or {ALL_LINEAR}: all but {' '.join(layers.names(layers.head)) or 'the head'})")
+            raise UserError(
+                f"{option}: no layer {entry!r} in {where}; its linear layers: {' '.join(every)} "
+                f"(or {ALL_LINEAR}: all but {' '.join(layers.names(layers.head)) or 'the head'})"
+            )
         else:
             names.append(entry)
     names = list(dict.fromkeys(names))
@@ -149,6 +152,51 @@ def lora_config(layers: Layers, lora, option: str, where: str):
     from peft import LoraConfig
 
     targets = lora_targets(layers, list(lora.target_modules), option, where)
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=getattr(lora, "dropout", 0.0),
-                      target_modules=targets.target_modules, exclude_modules=targets.exclude_modules or None,
-                      fan_in_fan_out=targets.fan_in_fan_out, bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=getattr(lora, "dropout", 0.0),
+        target_modules=targets.target_modules,
+        exclude_modules=targets.exclude_modules or None,
+        fan_in_fan_out=targets.fan_in_fan_out,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def targets_report(team) -> str:
+    """What LoRA adapts on each base of ``team`` (an :class:`~collab.policy.team.AgentTeam`), one line per base (per
+    distinct target set when its agents differ): ``LoRA targets (base0, LlamaForCausalLM): q_proj k_proj v_proj
+    o_proj gate_proj up_proj down_proj (30 layers x 7)``, and for a mixture of experts what is not adapted
+    (:func:`lora_targets`)."""
+    from peft.tuners.lora import LoraLayer
+
+    lines = []
+    for key, model in team.models.items():
+        agents = [i for i in range(len(team)) if team.base_of[i] == key]
+        adapted: dict[tuple[str, ...], list[int]] = {}
+        for i in agents:
+            paths = [
+                p
+                for p, m in model.get_base_model().named_modules()
+                if isinstance(m, LoraLayer) and team.names[i] in m.lora_A
+            ]
+            adapted.setdefault(tuple(paths), []).append(i)
+        for paths, who in adapted.items():
+            names = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in paths))
+            per_layer: dict[str, int] = {}
+            for p in paths:
+                block = p[: len(p) - len(in_layer(p))]
+                per_layer[block] = per_layer.get(block, 0) + 1
+            counts = set(per_layer.values())
+            size = f"{len(per_layer)} layers x {counts.pop()}" if len(counts) == 1 else f"{len(paths)} modules"
+            label = key + ("" if len(adapted) == 1 else ", " + " ".join(team.names[i] for i in who))
+            line = f"LoRA targets ({label}, {type(model.get_base_model()).__name__}): {' '.join(names)} ({size})"
+            layers = team.layers[key]
+            if layers.experts:
+                routers = " ".join(dict.fromkeys(in_layer(p) for p in layers.routers))
+                experts = " ".join(dict.fromkeys(in_layer(p) for p in layers.experts))
+                kind = "" if layers.expert_linear else " (3-D parameters)"
+                line += f"; not adapted: routers {routers}, experts {experts}{kind}"
+            lines.append(line)
+    return "\n".join(lines)

@@ -10,109 +10,29 @@ vocabulary when its environment role has one (``choices``). Behaviour log-probs 
 :meth:`AgentTeam.generate` and the teacher-forced log-probs of :meth:`AgentTeam.logprobs` are both
 taken under that distribution, so the importance ratio ``rho = pi / pi_old`` is exactly 1 before the
 first update. ``top_p``/``top_k`` truncation is applied when sampling only (as in TRL and the
-reference code); with truncation the behaviour log-probs still use the untruncated policy.
+reference code); with truncation the behaviour log-probs still use the untruncated policy. The teacher-forced
+forward of one base: :mod:`~collab.policy.scoring`; which adapters train or run: :mod:`~collab.policy.adapters`.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from collab.errors import UserError, require
-from collab.policy.models import (TINY, BaseConfig, checkpointing_enable, encode_chat, load_model, load_tokenizer,
-                                  model_folder)
-from collab.policy.prefill import per_row_forward
+from collab.errors import UserError
+from collab.policy.adapters import eval_mode, recompute_with_forward_adapters, train_adapters_only
+from collab.policy.models import TINY, BaseConfig, encode_chat, load_model, load_tokenizer, model_folder
 from collab.policy.sampling import Completion, GenerationRequest, decode
-from collab.policy.targets import ALL_LINEAR, Layers, in_layer, lora_config, model_layers
+from collab.policy.scoring import logprobs_on_base
+from collab.policy.specs import AgentSpec, LoraSpec, SamplingSpec, check_agents, check_lora
+from collab.policy.targets import Layers, lora_config, model_layers, targets_report
 
-
-@dataclass
-class LoraSpec:
-    """LoRA adapter hyper-parameters (peft ``LoraConfig``)."""
-
-    r: int = 8
-    """Rank of the update."""
-    alpha: int = 16
-    """Scaling numerator: the update is scaled by alpha / r."""
-    dropout: float = 0.0
-    """Dropout on the adapter input. Non-zero values turn off mixed-adapter training forwards."""
-    target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR])
-    """The layers that get an adapter: layer names (the last part of a module's path, as peft matches them), or
-    ``all-linear`` (the default): every linear layer of the decoder, whatever the architecture calls it
-    (:func:`lora_targets`)."""
-
-
-@dataclass
-class SamplingSpec:
-    """How an agent samples its responses."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    """0 disables top-k."""
-    max_new_tokens: int | None = None
-    """``None``: the environment role's suggestion (else 128)."""
-
-
-@dataclass
-class AgentSpec:
-    """One agent of a team. Empty fields are filled from the environment's role for the agent."""
-
-    role: str = ""
-    system_prompt: str | None = None
-    base: str | None = None
-    """A base model name; ``None``: the team's default base."""
-    lora: LoraSpec = field(default_factory=LoraSpec)
-    sampling: SamplingSpec = field(default_factory=SamplingSpec)
-    lr: float | None = None
-    """This agent's learning rate; ``None``: the algorithm's ``agent_lr``."""
-    choices: list[str] | None = None
-    """Closed action vocabulary (one token each); filled from the environment role."""
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def check_lora(lora, where: str) -> None:
-    """LoRA settings peft would refuse (or train nothing with), as one-line UserErrors naming the option."""
-    require(isinstance(lora.r, int) and not isinstance(lora.r, bool) and lora.r >= 1,
-            f"{where}.r (the LoRA rank) must be an integer >= 1, got {lora.r!r}")
-    require(_number(lora.alpha) and lora.alpha > 0, f"{where}.alpha must be > 0 (the update is scaled by alpha / r), "
-            f"got {lora.alpha!r}")
-    dropout = getattr(lora, "dropout", 0.0)
-    require(_number(dropout) and 0 <= dropout < 1, f"{where}.dropout must be in [0, 1), got {dropout!r}")
-    modules = lora.target_modules
-    require(isinstance(modules, (list, tuple)) and len(modules) > 0 and all(isinstance(m, str) and m for m in modules),
-            f"{where}.target_modules must be a non-empty list of layer names (e.g. [all-linear] or [q_proj, v_proj]), "
-            f"got {modules!r}")
-
-
-def check_agents(agents: list[AgentSpec] | None, option: str = "model.agents") -> None:
-    """Every agent's LoRA, sampling and learning-rate settings in range; a UserError naming the first bad one
-    (``model.agents[1].sampling.top_p must be in (0, 1] ...``)."""
-    for i, spec in enumerate(agents or []):
-        where = f"{option}[{i}]"
-        check_lora(spec.lora, f"{where}.lora")
-        s = spec.sampling
-        require(_number(s.temperature) and s.temperature >= 0,
-                f"{where}.sampling.temperature must be >= 0 (0: greedy), got {s.temperature!r}")
-        require(_number(s.top_p) and 0 < s.top_p <= 1, f"{where}.sampling.top_p must be in (0, 1] (1: off), got {s.top_p!r}")
-        require(isinstance(s.top_k, int) and s.top_k >= 0, f"{where}.sampling.top_k must be an integer >= 0 (0: off), "
-                f"got {s.top_k!r}")
-        require(s.max_new_tokens is None or (isinstance(s.max_new_tokens, int) and s.max_new_tokens >= 1),
-                f"{where}.sampling.max_new_tokens must be >= 1 or null (the role's default), got {s.max_new_tokens!r}")
-        require(spec.lr is None or (_number(spec.lr) and spec.lr > 0),
-                f"{where}.lr must be > 0, or null for model.agent_lr, got {spec.lr!r}")
-        require(spec.choices is None or (len(spec.choices) > 0 and all(isinstance(c, str) and c for c in spec.choices)),
-                f"{where}.choices must be a non-empty list of actions or null, got {spec.choices!r}")
+__all__ = ["AgentSpec", "AgentTeam", "LoraSpec", "SamplingSpec", "base_location", "check_agents", "check_lora"]
 
 
 class AgentTeam(nn.Module):
@@ -157,8 +77,10 @@ class AgentTeam(nn.Module):
                     self.models[key].add_adapter(name, lora)
             except ValueError as e:  # a name peft cannot adapt (a norm, a whole block)
                 layers = self.layers[key]
-                raise UserError(f"{option}: {str(e).splitlines()[0]}; the linear layers of {where}: "
-                                f"{' '.join(layers.names(layers.linear + layers.head))}") from None
+                raise UserError(
+                    f"{option}: {str(e).splitlines()[0]}; the linear layers of {where}: "
+                    f"{' '.join(layers.names(layers.linear + layers.head))}"
+                ) from None
         for model in self.models.values():
             train_adapters_only(model)
             if base.gradient_checkpointing:
@@ -199,38 +121,9 @@ class AgentTeam(nn.Module):
         return type(model).__name__
 
     def targets_report(self) -> str:
-        """What LoRA adapts on each base, one line per base (per distinct target set when its agents differ):
-        ``LoRA targets (base0, LlamaForCausalLM): q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
-        (30 layers x 7)``, and for a mixture of experts what is not adapted (:func:`lora_targets`). Printed
+        """What LoRA adapts on each base, one line per base (:func:`~collab.policy.targets.targets_report`); printed
         once at the start of a run."""
-        from peft.tuners.lora import LoraLayer
-
-        lines = []
-        for key, model in self.models.items():
-            agents = [i for i in range(len(self)) if self.base_of[i] == key]
-            adapted: dict[tuple[str, ...], list[int]] = {}
-            for i in agents:
-                paths = [p for p, m in model.get_base_model().named_modules()
-                         if isinstance(m, LoraLayer) and self.names[i] in m.lora_A]
-                adapted.setdefault(tuple(paths), []).append(i)
-            for paths, who in adapted.items():
-                names = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in paths))
-                per_layer: dict[str, int] = {}
-                for p in paths:
-                    block = p[: len(p) - len(in_layer(p))]
-                    per_layer[block] = per_layer.get(block, 0) + 1
-                counts = set(per_layer.values())
-                size = f"{len(per_layer)} layers x {counts.pop()}" if len(counts) == 1 else f"{len(paths)} modules"
-                label = key + ("" if len(adapted) == 1 else ", " + " ".join(self.names[i] for i in who))
-                line = f"LoRA targets ({label}, {self._architecture(key)}): {' '.join(names)} ({size})"
-                layers = self.layers[key]
-                if layers.experts:
-                    routers = " ".join(dict.fromkeys(in_layer(p) for p in layers.routers))
-                    experts = " ".join(dict.fromkeys(in_layer(p) for p in layers.experts))
-                    kind = "" if layers.expert_linear else " (3-D parameters)"
-                    line += f"; not adapted: routers {routers}, experts {experts}{kind}"
-                lines.append(line)
-        return "\n".join(lines)
+        return targets_report(self)
 
     def model_of(self, agent: int):
         return self.models[self.base_of[agent]]
@@ -265,7 +158,10 @@ class AgentTeam(nn.Module):
         for choice in choices:
             tokens = tokenizer.encode(choice, add_special_tokens=False)
             if len(tokens) != 1:
-                raise UserError(f"action choice {choice!r} is {len(tokens)} tokens for this tokenizer; choices must be single tokens")
+                raise UserError(
+                    f"action choice {choice!r} is {len(tokens)} tokens for this tokenizer; "
+                    "choices must be single tokens"
+                )
             ids.append(tokens[0])
         return torch.tensor(ids)
 
@@ -295,17 +191,20 @@ class AgentTeam(nn.Module):
             settings = []
             for r in rows:
                 s = self.specs[r.agent].sampling
-                settings.append((s.temperature, s.top_p, s.top_k, s.max_new_tokens or max_new_tokens, self.choice_ids[r.agent]))
-            was_training = model.training
-            model.eval()
-            try:
+                settings.append(
+                    (s.temperature, s.top_p, s.top_k, s.max_new_tokens or max_new_tokens, self.choice_ids[r.agent])
+                )
+            with eval_mode(model):
                 for part in self.decode_parts(key, rows, settings):
-                    outs = decode(model, self.tokenizers[key], [rows[j] for j in part],
-                                  [self.names[rows[j].agent] for j in part], [settings[j] for j in part])
+                    outs = decode(
+                        model,
+                        self.tokenizers[key],
+                        [rows[j] for j in part],
+                        [self.names[rows[j].agent] for j in part],
+                        [settings[j] for j in part],
+                    )
                     for j, out in zip(part, outs):
                         results[mine[j]] = out
-            finally:
-                model.train(was_training)
         return results  # type: ignore[return-value]
 
     def decode_parts(self, key: str, rows: list[GenerationRequest], settings) -> list[list[int]]:
@@ -321,7 +220,7 @@ class AgentTeam(nn.Module):
         own rows)."""
         if self.decode_memory is None:
             return [list(range(len(rows)))] if rows else []
-        from collab.training.memory import token_budget_chunks
+        from collab.runtime.memory import token_budget_chunks
 
         lengths = [len(r.prompt_ids) + (1 if s[4] is not None else s[3]) for r, s in zip(rows, settings)]
         budget = max(1, int(self.decode_memory // self.cache_bytes_per_token(key)))
@@ -329,15 +228,21 @@ class AgentTeam(nn.Module):
         if need <= budget:
             return [list(range(len(rows)))] if rows else []
         order = sorted(range(len(rows)), key=lambda j: (rows[j].agent, rows[j].prompt_ids))
-        parts = [[order[j] for j in part] for part in
-                 token_budget_chunks([lengths[j] for j in order], budget, [rows[j].n for j in order])]
+        parts = [
+            [order[j] for j in part]
+            for part in token_budget_chunks([lengths[j] for j in order], budget, [rows[j].n for j in order])
+        ]
         if len(parts) > 1:
             if self.decode_parts_seen == 0:
                 import sys
 
-                print(f"decoding in parts: {sum(r.n for r in rows)} samples x {max(lengths)} tokens of KV cache "
-                      f"({need * self.cache_bytes_per_token(key) / 2**30:.2f} GiB) is over --model.decode_memory_gb "
-                      f"({self.decode_memory / 2**30:.2f} GiB): {len(parts)} parts", file=sys.stderr, flush=True)
+                print(
+                    f"decoding in parts: {sum(r.n for r in rows)} samples x {max(lengths)} tokens of KV cache "
+                    f"({need * self.cache_bytes_per_token(key) / 2**30:.2f} GiB) is over --model.decode_memory_gb "
+                    f"({self.decode_memory / 2**30:.2f} GiB): {len(parts)} parts",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self.decode_parts_seen += 1
         return parts
 
@@ -349,21 +254,27 @@ class AgentTeam(nn.Module):
 
             model, probe = self.models[key], list(range(10, 18))
             agent = self.base_of.index(key)
-            was_training = model.training
-            model.eval()
-            try:
-                with torch.no_grad():
-                    out, _, _ = prefill(model, [probe], [self.names[agent]], self.tokenizers[key].pad_token_id,
-                                        model.get_input_embeddings().weight.device)
-            finally:
-                model.train(was_training)
+            with eval_mode(model), torch.no_grad():
+                out, _, _ = prefill(
+                    model,
+                    [probe],
+                    [self.names[agent]],
+                    self.tokenizers[key].pad_token_id,
+                    model.get_input_embeddings().weight.device,
+                )
             layers = [layer for layer in out[cache_key()].layers if getattr(layer, "keys", None) is not None]
             self._cache_bytes[key] = sum(layer.keys.nbytes + layer.values.nbytes for layer in layers) / len(probe)
         return self._cache_bytes[key]
 
     # -- learning ----------------------------------------------------------------------------------
-    def logprobs(self, agent: int | list[int], prompt_ids: list[list[int]], completion_ids: list[list[int]],
-                 reference: bool = False, entropy: bool = False):
+    def logprobs(
+        self,
+        agent: int | list[int],
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        reference: bool = False,
+        entropy: bool = False,
+    ):
         """Teacher-forced per-token log-probs of each completion given its prompt (with gradients).
 
         ``agent`` is one agent for all rows or one per row (rows of agents on different bases are
@@ -378,91 +289,18 @@ class AgentTeam(nn.Module):
         for key in self.models:
             idx = [i for i, a in enumerate(agents) if self.base_of[a] == key]
             if idx:
-                res = self._logprobs_on_base(key, [agents[i] for i in idx], [prompt_ids[i] for i in idx],
-                                             [completion_ids[i] for i in idx], reference, entropy)
+                res = logprobs_on_base(
+                    self,
+                    key,
+                    [agents[i] for i in idx],
+                    [prompt_ids[i] for i in idx],
+                    [completion_ids[i] for i in idx],
+                    reference,
+                    entropy,
+                )
                 for i, (r, e) in zip(idx, res):
                     out[i], ent[i] = r, e
         return (out, ent) if entropy else out
-
-    def _logprobs_on_base(self, key, agents, prompts, completions, reference, entropy=False) -> list[tuple[Tensor, Tensor | None]]:
-        from contextlib import nullcontext
-
-        from collab.policy.head import hidden_states, output_head
-        from collab.policy.prefill import pad_left, shared_prefix_forward, shares_prefixes
-        from collab.policy.sampling import action_mask, policy_logits
-
-        model = self.models[key]
-        pad = self.tokenizers[key].pad_token_id
-        seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
-        # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
-        # and gradient checkpointing (active in train mode only) is off.
-        mixed = not reference and all(self.specs[a].lora.dropout == 0 for a in agents) and not self.base_config.gradient_checkpointing
-        groups = [list(range(len(agents)))] if (mixed or reference) else [
-            [i for i, a in enumerate(agents) if a == b] for b in sorted(set(agents))
-        ]
-        result: list[Tensor | None] = [None] * len(agents)
-        chunked = output_head(model) is not None  # the head applied in chunks of tokens (collab.policy.head)
-        share = shares_prefixes(model)
-        for g in groups:
-            # Only the completion positions need logits (the vocabulary projection dominates).
-            keep = max(len(completions[i]) for i in g) + 1
-            with hidden_states(model) if chunked else nullcontext() as head:  # chunked: logits are the hidden states
-                if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
-                    with adapters_disabled(model):
-                        logits = shared_prefix_forward(lambda _, **inputs: model(**inputs), prompts, completions,
-                                                       ["reference"] * len(g), pad, self.device, share=share,
-                                                       logits_to_keep=keep)[0].logits
-                elif mixed:
-                    with eval_mode(model):
-                        logits = shared_prefix_forward(per_row_forward(model), prompts, completions,
-                                                       [self.names[a] for a in agents], pad, self.device, share=share,
-                                                       logits_to_keep=keep)[0].logits
-                else:
-                    input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, self.device)
-                    model.set_adapter(self.names[agents[g[0]]])
-                    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                   logits_to_keep=keep).logits
-            if chunked:
-                self._score_hidden(logits, head, g, agents, completions, entropy, result)
-                continue
-            for j, i in enumerate(g):
-                n = len(completions[i])
-                a = agents[i]
-                step_logits = logits[j, -n - 1:-1].float()
-                allowed = action_mask(self.choice_ids[a], step_logits.shape[-1], step_logits.device)
-                lp = policy_logits(step_logits, self.specs[a].sampling.temperature, allowed).log_softmax(-1)
-                target = torch.as_tensor(completions[i], device=lp.device)
-                # -sum p log p over the allowed tokens (masked ones have log p = -inf, p = 0: left out,
-                # so that neither the value nor its gradient sees 0 * inf)
-                ent = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(-1) if entropy else None
-                result[i] = (lp.gather(-1, target[:, None]).squeeze(-1), ent)
-        if not (mixed or reference):
-            train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
-        return result  # type: ignore[return-value]
-
-    def _score_hidden(self, hidden: Tensor, head, group: list[int], agents: list[int], completions: list[list[int]],
-                      entropy: bool, result: list) -> None:
-        """The group's per-token log-probs (and entropies) from its final hidden states (row j of ``hidden`` is
-        item ``group[j]``), through the output head in chunks (:func:`collab.policy.head.token_logprobs`)."""
-        from collab.policy.head import token_logprobs, vocab_size
-        from collab.policy.sampling import action_mask
-
-        lengths = [len(completions[i]) for i in group]
-        rows = torch.cat([hidden[j, -n - 1:-1] for j, n in enumerate(lengths)])
-        device = rows.device
-        targets = torch.as_tensor([t for i in group for t in completions[i]], dtype=torch.long, device=device)
-        temperature = torch.as_tensor([self.specs[agents[i]].sampling.temperature for i, n in zip(group, lengths)
-                                       for _ in range(n)], dtype=torch.float, device=device)
-        masks = None
-        closed = sorted({agents[i] for i in group if self.choice_ids[agents[i]] is not None})
-        if closed:  # closed action vocabularies: one mask per agent, an index per token
-            allowed = torch.stack([action_mask(self.choice_ids[a], vocab_size(head), device) for a in closed])
-            which = torch.as_tensor([closed.index(agents[i]) if agents[i] in closed else -1
-                                     for i, n in zip(group, lengths) for _ in range(n)], dtype=torch.long, device=device)
-            masks = (allowed, which)
-        logp, ent = token_logprobs(rows, head, targets, temperature, masks, entropy)
-        for i, lp, e in zip(group, torch.split(logp, lengths), torch.split(ent, lengths) if entropy else [None] * len(group)):
-            result[i] = (lp, e)
 
     # -- persistence -------------------------------------------------------------------------------
     def save_adapters(self, folder: str | Path) -> None:
@@ -511,78 +349,3 @@ def base_location(name: str) -> str | None:
         return None
     folder = model_folder(name)
     return str(Path(folder).resolve()) if Path(folder).exists() else folder
-
-
-def recompute_with_forward_adapters(model) -> None:
-    """Gradient checkpointing of a peft model whose recomputation uses the adapters its forward used.
-
-    A checkpointed layer's forward is recomputed inside the backward, with the modules' state at *that* time. A
-    call that computes several agents' log-probs on one base sets each agent's adapter in turn
-    (``set_adapter``) before the loss's one backward, so every recomputed layer would run the *last* agent's
-    adapter: gradients off by more than their own size (tests/policy/test_team.py). Here every checkpointed
-    forward records each LoRA layer's active adapter and disabled flag, and its recomputation runs under them
-    (``torch.utils.checkpoint``'s ``context_fn``, non-reentrant)."""
-    from contextlib import contextmanager, nullcontext
-
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    cache: dict[tuple, list] = {}
-
-    def layers() -> list:  # adapters added later (a critic's) may add LoRA layers
-        key = tuple(model.peft_config)
-        if key not in cache:
-            cache.clear()
-            cache[key] = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-        return cache[key]
-
-    @contextmanager
-    def as_in_forward(state):
-        found = layers()
-        saved = [(m._active_adapter, m._disable_adapters) for m in found]
-        for m, (active, disabled) in zip(found, state):
-            m._active_adapter, m._disable_adapters = active, disabled
-        try:
-            yield
-        finally:
-            for m, (active, disabled) in zip(found, saved):
-                m._active_adapter, m._disable_adapters = active, disabled
-
-    def context_fn():
-        state = [(m._active_adapter, m._disable_adapters) for m in layers()]
-        return nullcontext(), as_in_forward(state)
-
-    checkpointing_enable(model.base_model.model, {"use_reentrant": False, "context_fn": context_fn})
-
-
-def train_adapters_only(model: nn.Module) -> None:
-    """Mark every LoRA parameter of ``model`` trainable and everything else frozen (``set_adapter``
-    leaves only the active adapter trainable; this restores all of them), except the adapters frozen by
-    :meth:`AgentTeam.freeze` (named in the model's ``collab_frozen``)."""
-    frozen = [f".{name}." for name in getattr(model, "collab_frozen", ())]
-    for name, p in model.named_parameters():
-        p.requires_grad_("lora_" in name and not any(tag in name for tag in frozen))
-
-
-@contextmanager
-def adapters_disabled(model):
-    """Run ``model`` (a peft model) as its base alone: peft's ``disable_adapter()``. On exit peft
-    re-enables only the active adapter (leaving the others frozen), so every adapter is made
-    trainable again."""
-    try:
-        with model.disable_adapter():
-            yield
-    finally:
-        train_adapters_only(model)
-
-
-class eval_mode:
-    """``with eval_mode(module):`` runs ``module`` in eval mode (no dropout), then restores its mode."""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.module, self.was = module, module.training
-
-    def __enter__(self):
-        self.module.eval()
-
-    def __exit__(self, *exc):
-        self.module.train(self.was)

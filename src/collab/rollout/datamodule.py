@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from collab.envs import Env, make_env
 from collab.errors import require
-from collab.training.resume import gather_per_rank, tuples
+from collab.runtime.rank_state import gather_per_rank, tuples
 
 
 class TaskStream:
@@ -52,8 +52,11 @@ class TaskStream:
         self.rng.setstate(tuples(state["rng"]))
         n = state.get("tasks", len(self.tasks))
         if n != len(self.tasks):  # another split or dataset: the saved order does not index it
-            warnings.warn(f"the checkpoint's task stream had {n} tasks, this split has {len(self.tasks)}; "
-                          "starting a new pass over it", stacklevel=2)
+            warnings.warn(
+                f"the checkpoint's task stream had {n} tasks, this split has {len(self.tasks)}; "
+                "starting a new pass over it",
+                stacklevel=2,
+            )
             self.order = []
         else:
             self.order = list(state["order"])
@@ -67,9 +70,11 @@ class _Tasks(IterableDataset):
 
     def __iter__(self) -> Iterator[list[Mapping[str, Any]]]:
         trainer = self.dm.trainer
-        require(self.dm.batch_size >= trainer.world_size,
-                f"data.batch_size ({self.dm.batch_size}) is the global number of tasks per step and must be >= the "
-                f"number of processes ({trainer.world_size}): each process plays its own share of the tasks")
+        require(
+            self.dm.batch_size >= trainer.world_size,
+            f"data.batch_size ({self.dm.batch_size}) is the global number of tasks per step and must be >= the "
+            f"number of processes ({trainer.world_size}): each process plays its own share of the tasks",
+        )
         while True:
             yield shard(self.dm.stream.next(), trainer.global_rank, trainer.world_size)
 
@@ -84,13 +89,22 @@ def shard(tasks: list, rank: int, world: int) -> list:
 class RolloutDataModule(L.LightningDataModule):
     """Environment, task stream and the on-policy dataloader."""
 
-    def __init__(self, *, env: str, env_options: dict[str, Any] | None, num_turns: int | None, batch_size: int,
-                 shuffle: bool, seed: int) -> None:
+    def __init__(
+        self,
+        *,
+        env: str,
+        env_options: dict[str, Any] | None,
+        num_turns: int | None,
+        batch_size: int,
+        shuffle: bool,
+        seed: int,
+    ) -> None:
         """Every option is keyword-only and has no default here: ``conf/algo/NAME.yaml`` and ``conf/env/ENV.yaml``
         hold each value once (:func:`collab.algos.data_from_config` builds a datamodule from them in Python).
 
         Args:
-            env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, debate, math, matrix, minecraft, writing.
+            env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, debate, math, matrix,
+                minecraft, writing.
             env_options: Keyword options of the environment (dataset path, preset, splits...).
             num_turns: Turns per episode (the horizon H); ``None`` keeps the environment's default.
             batch_size: Tasks per training step (the rollout buffer size of CoLLM, Appendix C).

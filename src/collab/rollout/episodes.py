@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from collab.envs.base import Env, EnvState, Message, StepResult
 from collab.errors import require
-from collab.rollout.protocol import Dependency, fuse
 from collab.policy.sampling import Completion, GenerationRequest
+from collab.rollout.protocol import Dependency, fuse
 
 
 @dataclass
@@ -58,8 +58,15 @@ class Episode:
         return self.steps[-1].info if self.steps else {}
 
 
-def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tokens: int = 128,
-         tasks_per_batch: int | None = None, dependency: Dependency | None = None) -> list[list[Episode]]:
+def play(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    num_samples: int,
+    max_new_tokens: int = 128,
+    tasks_per_batch: int | None = None,
+    dependency: Dependency | None = None,
+) -> list[list[Episode]]:
     """``num_samples`` episodes of each task, every turn of all live episodes in batched ``team.generate`` calls.
 
     Without a ``dependency`` (D = 0) all agents act at once: one ``generate`` per turn. With one, the
@@ -78,7 +85,9 @@ def play(team, env: Env, tasks: Sequence[Mapping], num_samples: int, max_new_tok
     if tasks_per_batch and len(tasks) > tasks_per_batch:
         out = []
         for start in range(0, len(tasks), tasks_per_batch):
-            for eps in play(team, env, tasks[start:start + tasks_per_batch], num_samples, max_new_tokens, None, dependency):
+            for eps in play(
+                team, env, tasks[start : start + tasks_per_batch], num_samples, max_new_tokens, None, dependency
+            ):
                 for ep in eps:
                     ep.task += start
                 out.append(eps)
@@ -147,13 +156,24 @@ def episode_stats(episodes: Sequence[Episode], seconds: float) -> dict[str, floa
                 scalars.setdefault(f"env/{key}", []).append(float(v))
             tokens += sum(len(c.completion_ids) for c in ep.completions[t])
     stats = {key: sum(v) / len(v) for key, v in scalars.items()}
-    stats.update({"rollout/tokens": float(tokens), "rollout/seconds": seconds,
-                  "rollout/tokens_per_s": tokens / max(seconds, 1e-9)})
+    stats.update(
+        {
+            "rollout/tokens": float(tokens),
+            "rollout/seconds": seconds,
+            "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
+        }
+    )
     return stats
 
 
-def play_once(team, env: Env, tasks: Sequence[Mapping], max_new_tokens: int = 128,
-              dependency: Dependency | None = None, example_turn: int = 0) -> tuple[list[Episode], dict[str, float], list[dict]]:
+def play_once(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    max_new_tokens: int = 128,
+    dependency: Dependency | None = None,
+    example_turn: int = 0,
+) -> tuple[list[Episode], dict[str, float], list[dict]]:
     """A training rollout of whole episodes: one episode per task (:func:`play`), its :func:`episode_stats`, and
     the first episode's prompts, responses and rewards at ``example_turn`` (-1: the last) for the sample-text log."""
     import time
@@ -161,7 +181,12 @@ def play_once(team, env: Env, tasks: Sequence[Mapping], max_new_tokens: int = 12
     start = time.perf_counter()
     episodes = [eps[0] for eps in play(team, env, tasks, 1, max_new_tokens, dependency=dependency)]
     stats = episode_stats(episodes, time.perf_counter() - start)
-    examples = [{"prompts": [obs[-1]["content"] for obs in ep.observations[example_turn]],
-                 "responses": ep.responses[example_turn], "reward": list(ep.steps[example_turn].rewards)}
-                for ep in episodes[:1]]
+    examples = [
+        {
+            "prompts": [obs[-1]["content"] for obs in ep.observations[example_turn]],
+            "responses": ep.responses[example_turn],
+            "reward": list(ep.steps[example_turn].rewards),
+        }
+        for ep in episodes[:1]
+    ]
     return episodes, stats, examples

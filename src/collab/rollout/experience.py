@@ -1,11 +1,11 @@
 """What flows through the training step, typed: rollout -> :class:`Experience` -> prepare -> :class:`Batch`
--> minibatches -> ``normalizers`` -> :class:`Normalizers` -> ``loss``.
+-> minibatches -> ``normalizers`` -> :class:`Normalizers` -> ``terms`` (the micro-batch's loss, their sum).
 
 A rollout ends in an :class:`Experience`: the units the update draws its minibatches from (``items``),
 the episodes they come from, and what is logged (``stats``, ``examples``). The algorithm's ``prepare``
 fixes what the update needs once per rollout (without gradients) and hands a :class:`Batch` to the
 update: the items to train on, the rollout's metrics and the agents that learn from it. For each
-minibatch the algorithm's ``normalizers`` computes, from every rank's minibatch, what its ``loss``
+minibatch the algorithm's ``normalizers`` computes, from every rank's minibatch, what its loss
 divides or weighs by: :class:`Normalizers`, whose per-item values are aligned with the minibatch by
 position (:meth:`Normalizers.select` cuts a micro-batch's out). The units are of two kinds, both with
 named fields where the papers have names:
@@ -67,7 +67,8 @@ class Decision:
     """The history node it was drawn at (MAGRPO: siblings share it)."""
     text: str = ""
     adapter_version: int | None = None
-    """The version of the member's adapter that sampled it (``Completion.adapter_version``; ``None``: the torch engine)."""
+    """The version of the member's adapter that sampled it (``Completion.adapter_version``; ``None``: the torch
+    engine)."""
 
     @property
     def old_logprob(self) -> float:
@@ -126,8 +127,19 @@ def transitions(episodes: Sequence[Episode], first_episode: int = 0) -> list[Tra
     for e, ep in enumerate(episodes):
         for t, step in enumerate(ep.steps):
             nxt = [c.text for c in ep.completions[t + 1]] if t + 1 < len(ep.steps) else None
-            out.append(Transition(ep.state_at(t), list(ep.completions[t]), tuple(step.rewards), step.done,
-                                  step.state, first_episode + e, t, nxt, turns_left=step.turns_left))
+            out.append(
+                Transition(
+                    ep.state_at(t),
+                    list(ep.completions[t]),
+                    tuple(step.rewards),
+                    step.done,
+                    step.state,
+                    first_episode + e,
+                    t,
+                    nxt,
+                    turns_left=step.turns_left,
+                )
+            )
     return out
 
 
@@ -168,7 +180,7 @@ class Batch(Generic[Item]):
 @dataclass
 class Normalizers:
     """What a minibatch's loss needs from the minibatch of every rank, computed once per minibatch by the
-    algorithm's ``normalizers`` (collectives under DDP) and handed to ``loss`` with each micro-batch."""
+    algorithm's ``normalizers`` (collectives under DDP) and handed to ``terms`` with each micro-batch."""
 
     count: float
     """The loss's denominator: the minibatch's items (MAPoRL: answer tokens) over every rank."""
@@ -196,7 +208,7 @@ def minibatches(items: Sequence, size: int | None, generator: torch.Generator) -
     order = torch.randperm(len(items), generator=generator).tolist()
     size = size or len(order) or 1
     for start in range(0, len(order), size):
-        yield [items[i] for i in order[start:start + size]]
+        yield [items[i] for i in order[start : start + size]]
 
 
 def epochs(items: Sequence, num_epochs: int, size: int | None, generator: torch.Generator) -> Iterator[list]:
@@ -205,15 +217,30 @@ def epochs(items: Sequence, num_epochs: int, size: int | None, generator: torch.
         yield from minibatches(items, size, generator)
 
 
-def decisions(episodes: Sequence[Episode], rewards: Sequence[Tensor], member_of=None, from_turn: int = 0) -> list[Decision]:
+def decisions(
+    episodes: Sequence[Episode], rewards: Sequence[Tensor], member_of=None, from_turn: int = 0
+) -> list[Decision]:
     """Every non-empty response of turns >= ``from_turn`` of the episodes as a :class:`Decision` carrying
     ``rewards[e][t, a]`` (episode e's ``[T, A]`` table); ``member_of(t, a)``: the team member that acted
     (default: agent a)."""
-    return [Decision(member_of(t, a) if member_of else a, a, t, list(c.prompt_ids), list(c.completion_ids),
-                     torch.tensor(c.logprobs, dtype=torch.float32), float(table[t, a]), text=c.text,
-                     adapter_version=c.adapter_version)
-            for ep, table in zip(episodes, rewards) for t, joint in enumerate(ep.completions) if t >= from_turn
-            for a, c in enumerate(joint) if len(c.completion_ids)]
+    return [
+        Decision(
+            member_of(t, a) if member_of else a,
+            a,
+            t,
+            list(c.prompt_ids),
+            list(c.completion_ids),
+            torch.tensor(c.logprobs, dtype=torch.float32),
+            float(table[t, a]),
+            text=c.text,
+            adapter_version=c.adapter_version,
+        )
+        for ep, table in zip(episodes, rewards)
+        for t, joint in enumerate(ep.completions)
+        if t >= from_turn
+        for a, c in enumerate(joint)
+        if len(c.completion_ids)
+    ]
 
 
 def turn_means(name: str, tables: Sequence[Tensor]) -> dict[str, float]:

@@ -40,21 +40,30 @@ def named_parents(name: str, n: int) -> Parents:
         return [[] for _ in range(n)]
     if name == "previous":
         return [[i - 1] if i else [] for i in range(n)]
-    raise UserError(f"unknown model.dependency {name!r}; valid: {', '.join(NAMED)}, or a list of parent lists per agent")
+    raise UserError(
+        f"unknown model.dependency {name!r}; valid: {', '.join(NAMED)}, or a list of parent lists per agent"
+    )
 
 
 def check_parents(parents: Parents, n: int, where: str = "") -> Parents:
     """Validate one step's parent lists: one list per agent, each parent an earlier agent."""
     if not isinstance(parents, list) or len(parents) != n or not all(isinstance(p, list) for p in parents):
-        raise UserError(f"model.dependency{where}: expected {n} parent lists (one per agent, e.g. "
-                        f"{named_parents('chain', n)}), or one of {', '.join(NAMED)}; got {parents!r}")
+        raise UserError(
+            f"model.dependency{where}: expected {n} parent lists (one per agent, e.g. "
+            f"{named_parents('chain', n)}), or one of {', '.join(NAMED)}; got {parents!r}"
+        )
     for i, ps in enumerate(parents):
         for p in ps:
             if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < i:
-                allowed = "no agent (agent 0 acts first: its list must be [])" if i == 0 else \
-                    (f"agent 0 only" if i == 1 else f"agents 0..{i - 1} only")
-                raise UserError(f"model.dependency{where}: agent {i} cannot depend on {p!r}; agents act in index order, "
-                                f"so agent {i} may see {allowed}")
+                allowed = (
+                    "no agent (agent 0 acts first: its list must be [])"
+                    if i == 0
+                    else ("agent 0 only" if i == 1 else f"agents 0..{i - 1} only")
+                )
+                raise UserError(
+                    f"model.dependency{where}: agent {i} cannot depend on {p!r}; agents act in index order, "
+                    f"so agent {i} may see {allowed}"
+                )
     return [sorted(set(ps)) for ps in parents]
 
 
@@ -68,7 +77,11 @@ class Dependency:
             self._steps: list[Parents] = []
         elif isinstance(spec, str):
             self._fn, self._steps = None, [named_parents(spec, n)]
-        elif isinstance(spec, list) and spec and all(isinstance(s, list) and s and all(isinstance(p, list) for p in s) for s in spec):
+        elif (
+            isinstance(spec, list)
+            and spec
+            and all(isinstance(s, list) and s and all(isinstance(p, list) for p in s) for s in spec)
+        ):
             # a list of per-step parent lists: its elements' elements are lists
             self._fn, self._steps = None, [check_parents(s, n, f" at step {t}") for t, s in enumerate(spec)]
         else:

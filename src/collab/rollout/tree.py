@@ -24,7 +24,7 @@ value, as in Proposition 3.1). A child that ends before the horizon is an absorb
 its reward for the turns it skipped (:func:`~collab.objectives.absorbing_reward`), so a branch that
 succeeds at turn 1 never gets a lower return than a sibling that succeeds later. Each sample carries
 its return and its group (an agent's K siblings), from which MAGRPO makes group-relative advantages
-(:func:`collab.algos.magrpo.prepare`); in ``cross`` mode agent i's sample j is valued by the
+(:meth:`collab.algos.magrpo.MAGRPO.prepare`); in ``cross`` mode agent i's sample j is valued by the
 ``cross_reduction`` of the returns of the children that contain it: ``mean`` (collab's default, on the
 scale of one joint return) or ``sum`` (the reference code's, K^(n-1) times larger).
 """
@@ -41,8 +41,8 @@ import torch
 
 from collab.envs.base import Env, EnvState
 from collab.objectives import absorbing_reward
-from collab.rollout.experience import Decision, Experience
 from collab.policy.sampling import Completion, GenerationRequest
+from collab.rollout.experience import Decision, Experience
 
 JOINT_MODES = ("aligned", "cross")
 TERMINATIONS = ("branch", "node")
@@ -80,19 +80,28 @@ def joint_indices(n_agents: int, k: int, mode: str) -> list[tuple[int, ...]]:
     raise ValueError(f"unknown joint mode {mode!r}; valid: {', '.join(JOINT_MODES)}")
 
 
-def expand_tree(team, env: Env, tasks: Sequence[Mapping], k: int, joint_mode: str = "aligned",
-                termination_threshold: float | None = None, max_new_tokens: int = 128,
-                termination: str = "branch") -> list[TreeNode]:
+def expand_tree(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    k: int,
+    joint_mode: str = "aligned",
+    termination_threshold: float | None = None,
+    max_new_tokens: int = 128,
+    termination: str = "branch",
+) -> list[TreeNode]:
     """Grow one rollout tree per task, breadth first: each depth is one batched ``team.generate``."""
     roots = [TreeNode(env.reset(task), 0) for task in tasks]
     frontier = list(roots)
     n = env.n_agents
     while frontier:
-        requests = [GenerationRequest(i, team.encode(i, node.state.histories[i]), k) for node in frontier for i in range(n)]
+        requests = [
+            GenerationRequest(i, team.encode(i, node.state.histories[i]), k) for node in frontier for i in range(n)
+        ]
         outs = team.generate(requests, max_new_tokens=max_new_tokens)
         pending = []  # (node, joint action) of this whole depth, scored by one env.step_batch
         for m, node in enumerate(frontier):
-            node.samples = outs[m * n:(m + 1) * n]
+            node.samples = outs[m * n : (m + 1) * n]
             node.joints = joint_indices(n, k, joint_mode)
             pending += [(node, [node.samples[i][j].text for i, j in enumerate(joint)]) for joint in node.joints]
         steps = env.step_batch([node.state for node, _ in pending], [actions for _, actions in pending])
@@ -119,7 +128,11 @@ def early_ends(node: TreeNode, threshold: float | None, termination: str = "bran
         return [c for c, r in enumerate(node.rewards) if node.children[c] is not None and min(r) >= threshold]
     if termination == "node":
         team = [sum(r) / len(r) for r in node.rewards]
-        return [c for c, child in enumerate(node.children) if child is not None] if sum(team) / len(team) > threshold else []
+        return (
+            [c for c, child in enumerate(node.children) if child is not None]
+            if sum(team) / len(team) > threshold
+            else []
+        )
     raise ValueError(f"unknown termination {termination!r}; valid: {', '.join(TERMINATIONS)}")
 
 
@@ -139,7 +152,8 @@ def backup_returns(node: TreeNode, gamma: float) -> torch.Tensor:
 
 
 def sample_values(node: TreeNode, agent: int, k: int, reduction: str = "mean") -> torch.Tensor:
-    """Value of each of agent ``agent``'s K samples: the mean (or ``sum``) of the returns of the children that use it."""
+    """Value of each of agent ``agent``'s K samples: the mean (or ``sum``) of the returns of the children that use
+    it."""
     assert node.returns is not None
     if reduction not in CROSS_REDUCTIONS:
         raise ValueError(f"unknown cross reduction {reduction!r}; valid: {', '.join(CROSS_REDUCTIONS)}")
@@ -151,12 +165,22 @@ def sample_values(node: TreeNode, agent: int, k: int, reduction: str = "mean") -
     return sums if reduction == "sum" else sums / counts
 
 
-def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 1.0, joint_mode: str = "aligned",
-               termination_threshold: float | None = None, max_new_tokens: int = 128, termination: str = "branch",
-               cross_reduction: str = "mean") -> Experience:
-    """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a :class:`~collab.rollout.experience.Decision`
-    carrying its return (:func:`sample_values`) and its group (the node and agent it was drawn for); the
-    algorithm turns returns into advantages (:func:`collab.algos.magrpo.prepare`)."""
+def tree_batch(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    k: int,
+    gamma: float = 1.0,
+    joint_mode: str = "aligned",
+    termination_threshold: float | None = None,
+    max_new_tokens: int = 128,
+    termination: str = "branch",
+    cross_reduction: str = "mean",
+) -> Experience:
+    """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a
+    :class:`~collab.rollout.experience.Decision` carrying its return (:func:`sample_values`) and its group (the
+    node and agent it was drawn for); the
+    algorithm turns returns into advantages (:meth:`collab.algos.magrpo.MAGRPO.prepare`)."""
     start = time.perf_counter()
     roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens, termination)
     seconds = time.perf_counter() - start
@@ -171,9 +195,20 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
                 values = sample_values(node, i, k, cross_reduction)
                 for j, c in enumerate(node.samples[i]):
                     tokens += len(c.completion_ids)
-                    samples.append(Decision(i, i, node.depth, c.prompt_ids, c.completion_ids, torch.tensor(c.logprobs),
-                                            returns=float(values[j]), group=group, text=c.text,
-                                            adapter_version=c.adapter_version))
+                    samples.append(
+                        Decision(
+                            i,
+                            i,
+                            node.depth,
+                            c.prompt_ids,
+                            c.completion_ids,
+                            torch.tensor(c.logprobs),
+                            returns=float(values[j]),
+                            group=group,
+                            text=c.text,
+                            adapter_version=c.adapter_version,
+                        )
+                    )
                 group += 1
                 for reward in node.rewards:
                     scalars[f"reward/turn{node.depth}/agent{i}"].append(reward[i])
@@ -182,12 +217,22 @@ def tree_batch(team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 
                     scalars[f"env/{key}"].append(float(v))
         scalars["reward/return"].extend(root.returns.mean(1).tolist())
     stats = {key: sum(v) / len(v) for key, v in scalars.items() if v}
-    stats.update({"rollout/tokens": float(tokens), "rollout/seconds": seconds,
-                  "rollout/tokens_per_s": tokens / max(seconds, 1e-9), "rollout/samples": float(len(samples))})
+    stats.update(
+        {
+            "rollout/tokens": float(tokens),
+            "rollout/seconds": seconds,
+            "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
+            "rollout/samples": float(len(samples)),
+        }
+    )
     examples = []
     for root in roots[:1]:
         for c in range(min(2, len(root.joints))):
-            examples.append({"prompts": [h[-1]["content"] for h in root.state.histories],
-                             "responses": [root.samples[i][j].text for i, j in enumerate(root.joints[c])],
-                             "reward": list(root.rewards[c])})
+            examples.append(
+                {
+                    "prompts": [h[-1]["content"] for h in root.state.histories],
+                    "responses": [root.samples[i][j].text for i, j in enumerate(root.joints[c])],
+                    "reward": list(root.rewards[c]),
+                }
+            )
     return Experience(samples, stats, examples)

@@ -130,15 +130,24 @@ def run(code: str, stdin: str = "", limits: Limits | None = None) -> Result:
             f.write(code)
         if uid is not None:
             os.chown(workdir, uid, uid)
-        args = [-1 if uid is None else uid, limits.max_file_mb, limits.memory_mb,
-                *rlimits(limits, uid is not None, cgroup is not None)]
+        args = [
+            -1 if uid is None else uid,
+            limits.max_file_mb,
+            limits.memory_mb,
+            *rlimits(limits, uid is not None, cgroup is not None),
+        ]
         args.append(f"{cgroup.name}:{len(cgroup.procs)}" if cgroup is not None else ":")
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
         python = limits.python or interpreter()
         proc = subprocess.Popen(
             [python, "-I", "-S", "-B", "-c", _launcher_source(), *map(str, args)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=workdir, env=env, start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
         if cgroup is not None:  # while the interpreter starts (moving a process waits for an RCU grace period)
             try:

@@ -80,7 +80,7 @@ def _probe(parent: str, control_file: str) -> bool:
     """Whether a child cgroup with ``control_file`` can be made under ``parent``; removes stale ones."""
     try:
         for name in os.listdir(parent):  # left by parents that were killed
-            pid = name[len(_CG_PREFIX):].split("-")[0]
+            pid = name[len(_CG_PREFIX) :].split("-")[0]
             if name.startswith(_CG_PREFIX) and pid.isdigit() and not _pid_alive(int(pid)):
                 try:
                     os.rmdir(os.path.join(parent, name))
@@ -285,5 +285,3 @@ def remove_all() -> None:
         except OSError:
             pass
         cg.remove()
-
-

@@ -24,6 +24,7 @@ syntax that the oldest interpreter the sandbox may fall back to (``/usr/bin/pyth
 
 def _die(what, err):
     import os
+
     os.write(2, ("collab sandbox: setup failed: %s: %s\n" % (what, err)).encode())
     os._exit(125)
 
@@ -45,6 +46,7 @@ def _jail(libc, uid, file_mb, source):
     import ctypes
     import os
     import sys
+
     RO, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, MOVE, REC = 1, 2, 4, 8, 32, 4096, 8192, 16384
     workdir = new = os.getcwd()
     _mount(libc, "tmpfs", new, "tmpfs", NOSUID | NODEV, "size=1m,mode=755")
@@ -84,8 +86,18 @@ def _jail(libc, uid, file_mb, source):
         for lib in {line.split(None, 5)[5].strip() for line in f if "/" in line}:
             if lib.startswith("/") and not lib.endswith("(deleted)"):
                 expose(os.path.realpath(lib))
-    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "alternatives",
-                 "hosts", "nsswitch.conf", "os-release", "mime.types"):
+    for name in (
+        "ld.so.cache",
+        "ld.so.conf",
+        "ld.so.conf.d",
+        "localtime",
+        "timezone",
+        "alternatives",
+        "hosts",
+        "nsswitch.conf",
+        "os-release",
+        "mime.types",
+    ):
         expose("/etc/" + name)
     mkpoint("/etc", True)
     with open(new + "/etc/passwd", "w") as f:
@@ -130,6 +142,7 @@ def _jail(libc, uid, file_mb, source):
 def _isolate(libc, uid, file_mb, memory_mb, source):
     """New network, IPC and mount namespaces; in the last, the jail (as root only)."""
     import resource
+
     libc.unshare(0x40000000)  # CLONE_NEWNET: fresh namespace, only a loopback that is down
     if libc.unshare(0x08000000) == 0:  # CLONE_NEWIPC: SysV objects die with the run
         for name, value in (("shmall", (memory_mb << 20) // resource.getpagesize()), ("msgmni", 16)):
@@ -149,6 +162,7 @@ def _isolate(libc, uid, file_mb, memory_mb, source):
 def _join_cgroup(arg):
     """Wait until the parent has moved this process into the run's cgroups (``arg``: name:hierarchies)."""
     import time
+
     cgroup, _, hierarchies = arg.rpartition(":")
     if not cgroup:
         return
@@ -178,10 +192,13 @@ def _guard_socket():
 
                 def refuse(*args, **kwargs):
                     raise OSError(101, "network access is disabled in the sandbox")
+
                 module.socket.connect = module.socket.connect_ex = module.socket.sendto = refuse
                 module.create_connection = refuse
+
             spec.loader.exec_module = exec_module
             return spec
+
     sys.meta_path.insert(0, SocketGuard)
 
 
@@ -190,6 +207,7 @@ def _setup():
     import os
     import resource
     import sys
+
     uid, file_mb, memory_mb, *limits = map(int, sys.argv[1:-1])
     with open("prog.py", "rb") as f:
         source = f.read()
@@ -197,6 +215,7 @@ def _setup():
     libc = None
     if uid >= 0:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         _isolate(libc, uid, file_mb, memory_mb, source)
     _join_cgroup(sys.argv[-1])

@@ -1,2 +1,2 @@
-"""Training machinery around the algorithms: callbacks (checkpoints, progress, evaluation), exact resume,
-multi-process helpers and the checks of user input before a run starts."""
+"""Lightning's side of a run, around the algorithms: callbacks (adapters and reward summary, held-out evaluation,
+progress display), the checkpoint callback and exact resume, the sharded strategy, and multi-process timeouts."""

@@ -4,7 +4,7 @@ as comments on ``--print_config``'s lines (:func:`annotate`), in ``conf/`` and i
 - ``data.batch_size`` is **global**: the tasks of one training step over all processes; each of N processes
   plays its own share (every N-th task: ``batch_size / N`` each; :mod:`collab.rollout.datamodule`).
 - ``model.minibatch_size`` is **per process**: items of this process's experience per optimizer update (the
-  update's normalisers are still global: :mod:`collab.training.distributed`).
+  update's normalisers are still global: :mod:`collab.runtime.collectives`).
 - ``model.micro_batch_tokens`` is **per process**: the padded tokens of one forward/backward (a memory bound);
   so are ``model.micro_batch_memory_gb`` and ``model.decode_memory_gb`` (one decoding batch's KV cache).
 - The held-out evaluation's ``max_tasks`` is **global** (each eval task is scored once, by one process) and

@@ -5,8 +5,8 @@ A checkpoint (``checkpoints/last.ckpt``) holds everything the next rollout depen
 - the trainable weights (adapters, critics, value heads) and the optimizer state (Lightning);
 - the loop state: ``global_step``, batches, logger step (Lightning);
 - the module's counters (``rollouts``: minibatch order, critic warm-up, round-robin schedule) and the
-  random state of every process (:func:`rng_state`: torch's CPU and accelerator generators, which
-  sampling and dropout draw from, python's ``random`` and numpy's), under ``collab``;
+  random state of every process (:func:`collab.runtime.rank_state.rng_state`: torch's CPU and accelerator
+  generators, which sampling and dropout draw from, python's ``random`` and numpy's), under ``collab``;
 - the task stream (the datamodule's ``state_dict``: the shuffle's random state and the pass's
   remaining order);
 - the callbacks' state: the rewards of every rollout so far (:class:`collab.training.callbacks.RewardSummary`),
@@ -41,133 +41,19 @@ SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with -
 Whatever happens, the process ends 20 s after the signal at the latest (a watchdog), within the 30 s a
 scheduler usually leaves before SIGKILL.
 
-Files written at the end of a run are replaced whole (:func:`atomic_write_text`,
-:func:`replace_folder`): a run killed while writing (SIGKILL) leaves the previous version, never a
-truncated one. Lightning writes checkpoints the same way (``_atomic_save``: a temporary file, then a
-move).
+Files written at the end of a run are replaced whole (:mod:`collab.runtime.files`): a run killed while
+writing (SIGKILL) leaves the previous version, never a truncated one. Lightning writes checkpoints the
+same way (``_atomic_save``: a temporary file, then a move).
 """
 
 from __future__ import annotations
 
-import os
-import random
-import shutil
-import warnings
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as _LightningModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from collab.preemption import SIGTERM_EXIT_CODE  # noqa: E402 (re-exported: 128 + 15, a process ended by SIGTERM)
 
-
-# -- random state ------------------------------------------------------------------------------------
-def rng_state(device: torch.device | str | None = None) -> dict[str, Any]:
-    """This process's random state: torch's CPU generator, the generator of ``device`` (cuda, mps),
-    python's ``random`` and numpy's global generator, as plain tensors, tuples and lists (loadable
-    with ``torch.load(weights_only=True)``)."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    device = torch.device(device) if device is not None else None
-    if device is not None and device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    elif device is not None and device.type == "mps":
-        state["mps"] = torch.mps.get_rng_state()
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
-        pass
-    else:
-        name, keys, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = (name, keys.tolist(), int(pos), int(has_gauss), float(cached))
-    return state
-
-
-def set_rng_state(state: dict[str, Any], device: torch.device | str | None = None) -> None:
-    """Put back a state from :func:`rng_state` (the accelerator's only on a device of the same type)."""
-    torch.set_rng_state(state["torch"].cpu() if isinstance(state["torch"], torch.Tensor) else state["torch"])
-    random.setstate(tuples(state["python"]))
-    device = torch.device(device) if device is not None else None
-    if "cuda" in state and device is not None and device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
-    if "mps" in state and device is not None and device.type == "mps":
-        torch.mps.set_rng_state(state["mps"].cpu())
-    if "numpy" in state:
-        import numpy as np
-
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def tuples(value):
-    """python's random state is nested tuples; a checkpoint may hand them back as lists."""
-    return tuple(tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-def gather_per_rank(obj: Any) -> list[Any]:
-    """``[obj of rank 0, obj of rank 1, ...]`` across the processes of a distributed run (a collective:
-    every rank must call it, as every rank calls ``trainer.save_checkpoint``); ``[obj]`` in one process."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        from collab.policy import sharded
-
-        out: list[Any] = [None] * dist.get_world_size()
-        sharded.settle()
-        dist.all_gather_object(out, obj)
-        return out
-    return [obj]
-
-
-def pick_rank(states: list[Any], rank: int, what: str) -> Any | None:
-    """This rank's entry of a :func:`gather_per_rank` list (``None``, with a warning, when the checkpoint
-    came from fewer processes)."""
-    if rank < len(states):
-        return states[rank]
-    warnings.warn(f"the checkpoint holds the {what} of {len(states)} process(es), not of rank {rank}; "
-                  f"rank {rank} starts its own, as at a fresh start", stacklevel=2)
-    return None
-
-
-# -- whole files -------------------------------------------------------------------------------------
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename: a reader (or a
-    run killed meanwhile) sees the old file or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def replace_folder(folder: str | Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` fills a temporary sibling folder, which then replaces ``folder``: ``folder`` is
-    always the previous complete version or the new one (for the instant between the two renames,
-    the previous one is ``<folder>.old``)."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
-    for leftover in (tmp, old):
-        if leftover.exists():
-            shutil.rmtree(leftover)
-    write(tmp)
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(tmp, folder)
-    if old.exists():
-        shutil.rmtree(old)
-
-
-# -- checkpoints -------------------------------------------------------------------------------------
 class ModelCheckpoint(_LightningModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` (same arguments) for collab's rollout loop.
 

@@ -3,7 +3,7 @@
 :class:`ShardedBaseStrategy` is :class:`~lightning.pytorch.strategies.DDPStrategy` (adapters, heads and their
 optimizer states replicated, their gradients all-reduced once per optimizer step) whose processes each keep
 ``1/world`` of the frozen base's ``Linear`` and ``Embedding`` weights and gather a layer only while it
-computes (:mod:`collab.policy.sharded` says how, and why not Lightning's own ``FSDPStrategy``). It runs on
+computes (:mod:`collab.runtime.sharded` says how, and why not Lightning's own ``FSDPStrategy``). It runs on
 CPU (gloo) and GPU (NCCL) alike. ``--trainer.strategy fsdp`` names it (:func:`alias`): Lightning's own FSDP
 needs a GPU and every process running the same forwards, which collab's processes do not.
 """
@@ -18,27 +18,32 @@ NAME = "collab_fsdp"
 
 
 class ShardedBaseStrategy(DDPStrategy):
-    """DDP whose frozen base is sharded across the processes (:func:`collab.policy.sharded.shard_frozen`)."""
+    """DDP whose frozen base is sharded across the processes (:func:`collab.runtime.sharded.shard_frozen`)."""
 
     strategy_name = NAME
 
     def setup(self, trainer) -> None:
-        from collab.policy import sharded
+        from collab.runtime import sharded
 
         if self.world_size > 1 and sharded.active() is None:  # the team exists (configure_model); DDP wraps it next
             import torch.distributed as dist
 
             group = dist.new_group(backend=dist.get_backend())
             before = sum(p.numel() * p.element_size() for p in self.lightning_module.parameters())
-            gatherer = sharded.shard_frozen(self.lightning_module, group, self.global_rank, self.world_size,
-                                            self.root_device)
+            gatherer = sharded.shard_frozen(
+                self.lightning_module, group, self.global_rank, self.world_size, self.root_device
+            )
             after = sum(p.numel() * p.element_size() for p in self.lightning_module.parameters())
             kept = after + gatherer.local_bytes()
             if self.global_rank == 0:
-                print(f"fsdp: the frozen base sharded across {self.world_size} processes: each keeps "
-                      f"{kept / 2**20:.1f} of {before / 2**20:.1f} MiB of weights, in {len(gatherer.shards)} units "
-                      "gathered as used (one per decoder layer, the embedding, the output head; adapters, heads and "
-                      "norms whole)", file=sys.stderr, flush=True)
+                print(
+                    f"fsdp: the frozen base sharded across {self.world_size} processes: each keeps "
+                    f"{kept / 2**20:.1f} of {before / 2**20:.1f} MiB of weights, in {len(gatherer.shards)} units "
+                    "gathered as used (one per decoder layer, the embedding, the output head; adapters, heads and "
+                    "norms whole)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         super().setup(trainer)
 
     def load_device(self) -> str:
@@ -47,7 +52,7 @@ class ShardedBaseStrategy(DDPStrategy):
         return "cpu" if self.world_size > 1 else str(self.root_device)
 
     def teardown(self) -> None:
-        from collab.policy import sharded
+        from collab.runtime import sharded
 
         sharded.release()
         super().teardown()
@@ -61,14 +66,22 @@ def check(strategy, module) -> None:
     if not isinstance(strategy, ShardedBaseStrategy):
         return
     quantization = getattr(module.base, "quantization", "none")
-    require(quantization == "none", f"--trainer.strategy fsdp shards a float base; --model.base.quantization is "
-            f"{quantization}: use --trainer.strategy ddp with a quantized base, or fsdp with --model.base.quantization none")
-    require(getattr(module, "engine", "torch") == "torch", "--trainer.strategy fsdp shards the base that collab's torch "
-            "engine decodes with; --model.engine vllm keeps a whole copy in vLLM: use --model.engine torch, or ddp")
+    require(
+        quantization == "none",
+        f"--trainer.strategy fsdp shards a float base; --model.base.quantization is "
+        f"{quantization}: use --trainer.strategy ddp with a quantized base, or fsdp with "
+        "--model.base.quantization none",
+    )
+    require(
+        getattr(module, "engine", "torch") == "torch",
+        "--trainer.strategy fsdp shards the base that collab's torch "
+        "engine decodes with; --model.engine vllm keeps a whole copy in vLLM: use --model.engine torch, or ddp",
+    )
 
 
-StrategyRegistry.register(NAME, ShardedBaseStrategy, description="DDP with the frozen base sharded (collab)",
-                          override=True)
+StrategyRegistry.register(
+    NAME, ShardedBaseStrategy, description="DDP with the frozen base sharded (collab)", override=True
+)
 
 ALIASES = ("fsdp",)
 """What ``--trainer.strategy`` may say for :class:`ShardedBaseStrategy` besides its own name."""

@@ -69,9 +69,9 @@ from typing import Any
 from collab import sandbox
 from collab.envs.base import AgentRole, Env, EnvState, Score
 from collab.envs.coding import reference, schemes
+from collab.envs.coding.harness import TestReport, run_many
 from collab.envs.coding.reward import STAGES, RewardWeights, coding_reward
 from collab.envs.coding.static import CodeFacts, analyze
-from collab.envs.coding.harness import TestReport, run_many
 from collab.envs.coding.tasks import load_tasks
 from collab.envs.records import select
 from collab.errors import UserError, require, unknown
@@ -124,12 +124,22 @@ def aux_usage(facts: CodeFacts) -> str:
 
 def diagnostics(facts: CodeFacts, report: TestReport | None, entry_point: str) -> str:
     """CoLLM E.2's "Static and execution diagnostics" block (without the closing instruction)."""
-    lines = ["Static and execution diagnostics:",
-             "- Aux definition: " + ("FOUND (Auxiliary function aux defined)" if facts.aux_defined
-                                     else "MISSING (no function aux with a return statement)"),
-             "- Main definition: " + (f"FOUND (Main function {entry_point} defined)" if facts.main_defined
-                                      else f"MISSING (no function {entry_point} with a return statement)"),
-             "- Syntax: " + ("OK (Combined code syntax OK)" if facts.syntax_ok else f"ERROR ({facts.syntax_error})")]
+    lines = [
+        "Static and execution diagnostics:",
+        "- Aux definition: "
+        + (
+            "FOUND (Auxiliary function aux defined)"
+            if facts.aux_defined
+            else "MISSING (no function aux with a return statement)"
+        ),
+        "- Main definition: "
+        + (
+            f"FOUND (Main function {entry_point} defined)"
+            if facts.main_defined
+            else f"MISSING (no function {entry_point} with a return statement)"
+        ),
+        "- Syntax: " + ("OK (Combined code syntax OK)" if facts.syntax_ok else f"ERROR ({facts.syntax_error})"),
+    ]
     if report is None:
         lines.append("- Tests: not run")
     else:
@@ -149,10 +159,19 @@ class CodingEnv(Env):
     name = "coding"
     roles = (AgentRole("aux", max_new_tokens=256), AgentRole("main", max_new_tokens=256))
 
-    def __init__(self, horizon: int = 1, dataset: str = "humaneval", path: str | None = None,
-                 train_split: str | None = None, eval_split: str | None = None, test_timeout: float | None = None,
-                 workers: int | None = None, stop_on_failure: bool = False,
-                 weights: Mapping[str, float] | None = None, reward_mode: str = "paper") -> None:
+    def __init__(
+        self,
+        horizon: int = 1,
+        dataset: str = "humaneval",
+        path: str | None = None,
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        test_timeout: float | None = None,
+        workers: int | None = None,
+        stop_on_failure: bool = False,
+        weights: Mapping[str, float] | None = None,
+        reward_mode: str = "paper",
+    ) -> None:
         """
         Args:
             horizon: Turns per episode.
@@ -198,8 +217,10 @@ class CodingEnv(Env):
 
     def observe(self, task: Mapping[str, Any]) -> list[str]:
         prompt = task["prompt"].strip("\n")
-        return [AUX_PROMPT.format(prompt=prompt),
-                MAIN_PROMPT.format(prompt=prompt, entry_point=task["entry_point"], params=task["params"])]
+        return [
+            AUX_PROMPT.format(prompt=prompt),
+            MAIN_PROMPT.format(prompt=prompt, entry_point=task["entry_point"], params=task["params"]),
+        ]
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         return self.score_batch([state], [actions])[0]
@@ -219,15 +240,23 @@ class CodingEnv(Env):
         facts = [reference.analyze(a[0], a[1], s.task) for s, a in zip(states, actions)]
         testable = [i for i, f in enumerate(facts) if f.main_defined and f.syntax_ok and f.cases]
         reports: list[reference.RefReport | None] = [None] * len(facts)
-        runs = reference.run_many([(facts[i].program, facts[i].cases) for i in testable], self.limits.timeout_s,
-                                  self.workers, self.limits)
+        runs = reference.run_many(
+            [(facts[i].program, facts[i].cases) for i in testable], self.limits.timeout_s, self.workers, self.limits
+        )
         for i, report in zip(testable, runs):
             reports[i] = report
-        return [self._score(s, f, r, reference.reference_reward(f, r, self.weights))
-                for s, f, r in zip(states, facts, reports)]
+        return [
+            self._score(s, f, r, reference.reference_reward(f, r, self.weights))
+            for s, f, r in zip(states, facts, reports)
+        ]
 
-    def _score(self, state: EnvState, facts: CodeFacts, report: TestReport | None,
-               scored: tuple[float, str, dict[str, float]] | None = None) -> Score:
+    def _score(
+        self,
+        state: EnvState,
+        facts: CodeFacts,
+        report: TestReport | None,
+        scored: tuple[float, str, dict[str, float]] | None = None,
+    ) -> Score:
         if isinstance(facts, reference.RefFacts):
             n_total = len(facts.cases)
             n_passed = report.n_passed if isinstance(report, reference.RefReport) and report.loaded else 0
@@ -236,20 +265,33 @@ class CodingEnv(Env):
         total, stage, parts = scored or coding_reward(facts, n_passed, n_total, self.weights)
         solved = report is not None and n_total > 0 and n_passed == n_total
         scheme = schemes.classify(facts.main_code, state.task["entry_point"]) if facts.aux_defined else "none"
-        info = {**parts, "total": total, "pass_rate": n_passed / max(n_total, 1), "solved": float(solved),
-                "aux_defined": float(facts.aux_defined), "main_defined": float(facts.main_defined),
-                "syntax_ok": float(facts.syntax_ok), "calls_aux": float(facts.calls_aux),
-                "discards_aux": float(facts.discards_aux), "thin_wrapper": float(facts.thin_wrapper),
-                **{f"stage/{s}": float(s == stage) for s in STAGES if s != "cooperation"},
-                **{f"scheme/{s}": float(s == scheme) for s in schemes.SCHEMES}}
-        terminated = (solved and facts.calls_aux) or (self.stop_on_failure and stage in ("structure", "syntax", "tests"))
+        info = {
+            **parts,
+            "total": total,
+            "pass_rate": n_passed / max(n_total, 1),
+            "solved": float(solved),
+            "aux_defined": float(facts.aux_defined),
+            "main_defined": float(facts.main_defined),
+            "syntax_ok": float(facts.syntax_ok),
+            "calls_aux": float(facts.calls_aux),
+            "discards_aux": float(facts.discards_aux),
+            "thin_wrapper": float(facts.thin_wrapper),
+            **{f"stage/{s}": float(s == stage) for s in STAGES if s != "cooperation"},
+            **{f"scheme/{s}": float(s == scheme) for s in schemes.SCHEMES},
+        }
+        terminated = (solved and facts.calls_aux) or (
+            self.stop_on_failure and stage in ("structure", "syntax", "tests")
+        )
         memory = {"diagnostics": diagnostics(facts, report, state.task["entry_point"])}
         return Score(rewards=(total, total), terminated=terminated, info=info, memory=memory)
 
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         """E.2: both agents see the diagnostics, then "Revise your <function> accordingly."."""
         text = score.memory["diagnostics"]
-        return [f"{text}\n\nRevise your aux accordingly.", f"{text}\n\nRevise your {state.task['entry_point']} accordingly."]
+        return [
+            f"{text}\n\nRevise your aux accordingly.",
+            f"{text}\n\nRevise your {state.task['entry_point']} accordingly.",
+        ]
 
     def code(self, state: EnvState, actions: Sequence[str]) -> str:
         """The program the tests run for a joint action (for inspection in notebooks)."""

@@ -42,7 +42,7 @@ FAIL_MARK, END_MARK, PASS_MARK = "__COLLAB_FAIL__", "__COLLAB_END__", "__COLLAB_
 
 # Runs first in every test program. _collab_at[0] is the index in _collab_src of the statement of the
 # test being executed (set before each one); _collab_fail prints the diagnostic block and exits.
-_PRELUDE = f'''\
+_PRELUDE = f"""\
 import sys as _collab_sys, os as _collab_os
 __name__ = "solution"
 _collab_sys.modules[__name__] = _collab_sys.modules["__main__"]
@@ -110,10 +110,20 @@ def _collab_run(check, candidate):
 
 
 _collab_sys.excepthook = _collab_hook
-'''
+"""
 
-_SYMBOLS = {ast.Eq: "==", ast.Is: "is", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-            ast.In: "in", ast.NotIn: "not in", ast.IsNot: "is not"}
+_SYMBOLS = {
+    ast.Eq: "==",
+    ast.Is: "is",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.IsNot: "is not",
+}
 _FUTURE = re.compile(r"^from\s+__future__\s+import\b.*$", re.M)
 
 
@@ -129,8 +139,10 @@ def test_program(task: dict[str, Any], code: str, i: int) -> str:
     parts = (task.get("imports", ""), task.get("helpers", ""), code, task.get("setup", ""))
     module = "\n\n".join(p.strip("\n") for p in parts if p.strip())
     future = _FUTURE.findall(module)  # ``from __future__`` must open the file
-    test = f"_collab_src = {sources!r}\n\n\n{ast.unparse(ast.fix_missing_locations(check))}\n\n\n" \
-           f"_collab_run(_collab_check, lambda: {task['entry_point']})\n"
+    test = (
+        f"_collab_src = {sources!r}\n\n\n{ast.unparse(ast.fix_missing_locations(check))}\n\n\n"
+        f"_collab_run(_collab_check, lambda: {task['entry_point']})\n"
+    )
     return "".join(line + "\n" for line in future) + _PRELUDE + "\n\n" + _FUTURE.sub("", module) + "\n\n\n" + test
 
 
@@ -186,6 +198,7 @@ def _rewrite_assert(node: ast.Assert) -> list[ast.stmt]:
 # ---------------------------------------------------------------------------------------------------
 # Running the tests
 
+
 @dataclass
 class TestReport:
     """Outcome of every test of one task: ``failures[i]`` is the diagnostic block of failed test ``i``."""
@@ -212,7 +225,9 @@ class TestReport:
         return next((f for f in self.failures if f is not None), None)
 
 
-def run_task_tests(task: dict[str, Any], code: str, pool: Pool | None = None, limits: Limits | None = None) -> TestReport:
+def run_task_tests(
+    task: dict[str, Any], code: str, pool: Pool | None = None, limits: Limits | None = None
+) -> TestReport:
     """Run every test of ``task`` against ``code``, each in its own sandboxed process, in parallel.
 
     ``limits`` is used for a new pool when ``pool`` is not given (the pool's own limits apply otherwise).
@@ -246,7 +261,10 @@ def diagnose(result: Result, test: str, limits: Limits) -> str | None:
     if result.timed_out:
         return f"{line}\nTimeout: the test did not finish within {limits.timeout_s} s"
     if result.killed_by == "cpu":
-        return f"{line}\nTimeout: the test used more than its {limits.cpu_s or math.ceil(limits.timeout_s) + 1} s of CPU time"
+        return (
+            f"{line}\nTimeout: the test used more than its {limits.cpu_s or math.ceil(limits.timeout_s) + 1} s "
+            "of CPU time"
+        )
     if block is not None:
         return block
     if result.truncated:
@@ -256,7 +274,8 @@ def diagnose(result: Result, test: str, limits: Limits) -> str | None:
     if result.returncode == 0:
         return f"{line}\nSystemExit: the program exited before the test finished"
     return _traceback_tail(result.stderr) or f"{line}\nError: the program ended with exit code {result.returncode}" + (
-        f" ({result.killed_by})" if result.killed_by else "")
+        f" ({result.killed_by})" if result.killed_by else ""
+    )
 
 
 def _fail_block(stderr: str) -> str | None:
@@ -264,7 +283,7 @@ def _fail_block(stderr: str) -> str | None:
     end = stderr.find(f"\n{END_MARK}", start + 1)
     if start < 0 or end < 0:
         return None
-    return stderr[start + len(FAIL_MARK) + 2:end]
+    return stderr[start + len(FAIL_MARK) + 2 : end]
 
 
 def _last_statement(test: str) -> str:

@@ -90,9 +90,24 @@ from collab.envs.coding.reference_sandbox import MAX_TIMEOUTS, TEST_TIMEOUT, Ref
 from collab.envs.coding.reward import RewardWeights
 from collab.envs.coding.static import AUX, CodeFacts
 
-__all__ = ["RefFacts", "RefReport", "analyze", "clean", "extract_function", "has_definition", "is_wrapper",
-           "prompt_imports", "reference_reward", "run_many", "test_cases", "test_code", "uses_aux",
-           "wastes_aux", "MAX_TIMEOUTS", "TEST_TIMEOUT"]
+__all__ = [
+    "RefFacts",
+    "RefReport",
+    "analyze",
+    "clean",
+    "extract_function",
+    "has_definition",
+    "is_wrapper",
+    "prompt_imports",
+    "reference_reward",
+    "run_many",
+    "test_cases",
+    "test_code",
+    "uses_aux",
+    "wastes_aux",
+    "MAX_TIMEOUTS",
+    "TEST_TIMEOUT",
+]
 
 
 _IMPORT_LINES = (re.compile(r"from\s+[\w.]+\s+import\s+.*"), re.compile(r"import\s+[\w.,\s]+"))
@@ -104,6 +119,7 @@ _QUOTES = ('"""', "'''")
 
 # ---------------------------------------------------------------------------------------------------
 # Static rules (R1-R6, R12-R14)
+
 
 def prompt_imports(prompt: str) -> str:
     """R1: the prompt's import lines, stripped, first occurrences only, one per line."""
@@ -125,8 +141,12 @@ def _in_block(line: str, indent: int) -> bool:
 
 def _sentence(line: str) -> bool:
     text = line.strip()
-    return bool(text) and not text.startswith(("#",) + _QUOTES) \
-        and not any(mark in line for mark in _CODE_MARKS) and _SENTENCE.fullmatch(text) is not None
+    return (
+        bool(text)
+        and not text.startswith(("#",) + _QUOTES)
+        and not any(mark in line for mark in _CODE_MARKS)
+        and _SENTENCE.fullmatch(text) is not None
+    )
 
 
 def clean(text: str) -> str:
@@ -257,12 +277,16 @@ def wastes_aux(main_func: str) -> bool:
     """R14: a stripped line of main is ``aux``, one whitespace, and one character in parentheses."""
     if not main_func or AUX not in main_func:
         return False
-    return any(re.fullmatch(rf"{AUX}\s\([^)]\)", line.strip()) for line in main_func.split("\n")
-               if line.strip() and not line.strip().startswith("#"))
+    return any(
+        re.fullmatch(rf"{AUX}\s\([^)]\)", line.strip())
+        for line in main_func.split("\n")
+        if line.strip() and not line.strip().startswith("#")
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
 # One (aux, main) pair
+
 
 @dataclass(frozen=True)
 class RefFacts(CodeFacts):
@@ -297,16 +321,24 @@ def analyze(aux_response: str, main_response: str, task: Mapping[str, Any]) -> R
     except ValueError as e:  # null bytes: the reference would raise here
         syntax_error = str(e)
     return RefFacts(
-        aux_code=aux_func, main_code=main_func, program=program,
-        aux_defined=has_definition(aux_response, AUX), main_defined=has_definition(main_response, entry_point),
-        syntax_ok=syntax_error is None, syntax_error=syntax_error,
-        calls_aux=uses_aux(main_func), discards_aux=wastes_aux(main_func), thin_wrapper=is_wrapper(main_func),
-        aux_extracted=bool(aux_func), cases=tuple(test_cases(test_code(task), entry_point)),
+        aux_code=aux_func,
+        main_code=main_func,
+        program=program,
+        aux_defined=has_definition(aux_response, AUX),
+        main_defined=has_definition(main_response, entry_point),
+        syntax_ok=syntax_error is None,
+        syntax_error=syntax_error,
+        calls_aux=uses_aux(main_func),
+        discards_aux=wastes_aux(main_func),
+        thin_wrapper=is_wrapper(main_func),
+        aux_extracted=bool(aux_func),
+        cases=tuple(test_cases(test_code(task), entry_point)),
     )
 
 
-def reference_reward(facts: RefFacts, report: RefReport | None,
-                     weights: RewardWeights | None = None) -> tuple[float, str, dict[str, float]]:
+def reference_reward(
+    facts: RefFacts, report: RefReport | None, weights: RewardWeights | None = None
+) -> tuple[float, str, dict[str, float]]:
     """Total, stage (as :func:`~collab.envs.coding.reward.coding_reward`) and components, in the reference's order."""
     w = weights or RewardWeights()
     parts = {"structure": 0.0, "syntax": 0.0, "tests": 0.0, "cooperation": 0.0}

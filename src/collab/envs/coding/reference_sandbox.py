@@ -36,7 +36,7 @@ _MARK = "__COLLAB_REF__"
 
 # Runs the agents' code and the tests the way the reference does, reporting each test on a copy of
 # stderr as ``_MARK json`` (the last report of a test wins, so text the agents print cannot replace it).
-_RUNNER = '''\
+_RUNNER = """\
 import json as _json, math as _math, os as _os, re as _re, signal as _signal
 
 _fd = _os.dup(2)
@@ -93,7 +93,7 @@ for _i, _case in enumerate(_CASES):
         _say(_i, "fail", *_why(e))
 _say("done")
 _os._exit(0)
-'''.format(mark=_MARK, max_timeouts=MAX_TIMEOUTS)
+""".format(mark=_MARK, max_timeouts=MAX_TIMEOUTS)
 
 
 def program(code: str, cases: Sequence[str], timeout: float) -> str:
@@ -106,7 +106,7 @@ def _report(result: sandbox.Result, cases: Sequence[str], timeout: float) -> Ref
     for line in result.stderr.split("\n"):
         if line.startswith(_MARK + " "):
             try:
-                fields = json.loads(line[len(_MARK) + 1:])
+                fields = json.loads(line[len(_MARK) + 1 :])
             except ValueError:
                 continue
             if isinstance(fields, list) and fields and isinstance(fields[0], (int, str)):
@@ -136,8 +136,12 @@ def _report(result: sandbox.Result, cases: Sequence[str], timeout: float) -> Ref
     return RefReport(passed, failures, loaded="loaded" in events, timeouts=timeouts)
 
 
-def run_many(items: Sequence[tuple[str, Sequence[str]]], timeout: float = TEST_TIMEOUT, workers: int = 1,
-             limits: sandbox.Limits | None = None) -> list[RefReport]:
+def run_many(
+    items: Sequence[tuple[str, Sequence[str]]],
+    timeout: float = TEST_TIMEOUT,
+    workers: int = 1,
+    limits: sandbox.Limits | None = None,
+) -> list[RefReport]:
     """Reports of ``(code, cases)`` pairs, each pair's tests in one sandboxed program (identical ones once).
 
     The program's wall-clock limit is ``len(cases) * timeout + 5`` s; ``limits`` gives the other limits.
@@ -149,9 +153,15 @@ def run_many(items: Sequence[tuple[str, Sequence[str]]], timeout: float = TEST_T
 
     def run(prog: str) -> sandbox.Result:
         wall = sizes[prog] * timeout + 5.0
-        lim = sandbox.Limits(timeout_s=wall, cpu_s=math.ceil(wall) + 1, memory_mb=base.memory_mb,
-                             max_output_bytes=base.max_output_bytes, max_processes=base.max_processes,
-                             max_file_mb=base.max_file_mb, python=base.python)
+        lim = sandbox.Limits(
+            timeout_s=wall,
+            cpu_s=math.ceil(wall) + 1,
+            memory_mb=base.memory_mb,
+            max_output_bytes=base.max_output_bytes,
+            max_processes=base.max_processes,
+            max_file_mb=base.max_file_mb,
+            python=base.python,
+        )
         return sandbox.run(prog, "", lim)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:

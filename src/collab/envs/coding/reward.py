@@ -52,8 +52,9 @@ def cooperation_reward(facts: CodeFacts, w: RewardWeights) -> float:
     return value - (w.discard_penalty if facts.discards_aux else 0.0)
 
 
-def coding_reward(facts: CodeFacts, n_passed: int, n_total: int,
-                  weights: RewardWeights | None = None) -> tuple[float, str, dict[str, float]]:
+def coding_reward(
+    facts: CodeFacts, n_passed: int, n_total: int, weights: RewardWeights | None = None
+) -> tuple[float, str, dict[str, float]]:
     """Total reward, the stage where the evaluation stopped (``complete`` if none), and the components.
 
     ``n_passed`` / ``n_total`` are the test counts; they are ignored (and need not have been run)

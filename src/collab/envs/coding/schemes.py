@@ -50,8 +50,15 @@ from collections import Counter
 from collections.abc import Iterable
 
 from collab.envs.coding.static import (
-    AUX, body_statements, calls, clean_response, function_def, is_call_to, parse_code,
-    returns_value, thin_wrapper,
+    AUX,
+    body_statements,
+    calls,
+    clean_response,
+    function_def,
+    is_call_to,
+    parse_code,
+    returns_value,
+    thin_wrapper,
 )
 
 SCHEMES = ("fallback", "decorator", "coordinator", "strategy_filter", "none")
@@ -126,8 +133,10 @@ def _children(node: ast.AST):
         per_element = [c for c in ast.iter_child_nodes(node) if c is not first] + first.ifs
         return [(first.iter, set()), (first.target, set())] + [(c, {"coordinator"}) for c in per_element]
     if isinstance(node, ast.Call):
-        return [(c, {"coordinator"} if isinstance(c, ast.Lambda) else set())
-                for c in [node.func, *node.args, *(k.value for k in node.keywords)]]
+        return [
+            (c, {"coordinator"} if isinstance(c, ast.Lambda) else set())
+            for c in [node.func, *node.args, *(k.value for k in node.keywords)]
+        ]
     return [(c, set()) for c in ast.iter_child_nodes(node)]
 
 
@@ -165,8 +174,11 @@ def _unwrap(body: list[ast.stmt]) -> list[ast.stmt]:
     """``body`` with each ``try`` that only silences errors (no ``else``/``finally`` work) replaced by its body."""
     out = []
     for s in body:
-        if isinstance(s, _TRY) and not any(_does_work(h) for h in s.handlers) \
-                and all(isinstance(t, ast.Pass) for t in s.orelse + s.finalbody):
+        if (
+            isinstance(s, _TRY)
+            and not any(_does_work(h) for h in s.handlers)
+            and all(isinstance(t, ast.Pass) for t in s.orelse + s.finalbody)
+        ):
             out += _unwrap([t for t in s.body if not isinstance(t, ast.Pass)])
         else:
             out.append(s)

@@ -8,7 +8,7 @@ is never cut, so a response whose code does not parse as written (``return y +``
 kept as it is and fails the syntax level. A response with no code at all (``I cannot help with
 that.``) contributes nothing: that agent's function is missing, the team's code is not broken.
 
-Choices where the paper is silent (tested in ``tests/test_coding_reward.py``):
+Choices where the paper is silent (tested in ``tests/envs/test_coding_reward.py``):
 
 - From the auxiliary agent's response we keep imports and top-level functions except a definition of
   the entry point; from the main agent's response, imports and top-level functions except ``aux``
@@ -36,8 +36,9 @@ import re
 from dataclasses import dataclass
 
 AUX = "aux"
-_CODE_START = re.compile(r"^(?:(?:async\s+)?def\s+\w+\s*\(|class\s+\w+|import\s+[\w.]+|from\s+[\w.]+\s+import\b|@[\w.]+)",
-                         re.M)
+_CODE_START = re.compile(
+    r"^(?:(?:async\s+)?def\s+\w+\s*\(|class\s+\w+|import\s+[\w.]+|from\s+[\w.]+\s+import\b|@[\w.]+)", re.M
+)
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -48,7 +49,7 @@ def clean_response(text: str) -> str:
     blocks = _FENCE.findall(text)
     code = "\n\n".join(b.strip("\n") for b in blocks) if blocks else text
     start = _CODE_START.search(code)
-    return code[start.start():].strip("\n") if start else ""
+    return code[start.start() :].strip("\n") if start else ""
 
 
 # Words that open Python statements or expressions: a line starting with one is code, not prose.
@@ -60,8 +61,8 @@ def is_prose(line: str) -> bool:
     """An unindented line of natural language or markdown, not of code.
 
     It does not parse on its own, and either is a markdown bullet, quote, heading, emphasis or fence
-    (``- The ...``, ``1. ...``, ``**Note**``, a stray ```` ``` ````), or is a capitalised sentence of words ending in ``.!?:``
-    (``This is it.``, ``Explanation:``), or holds two consecutive words, neither a Python keyword nor
+    (``- The ...``, ``1. ...``, ``**Note**``, a stray ```` ``` ````), or is a capitalised sentence of words ending in
+    ``.!?:`` (``This is it.``, ``Explanation:``), or holds two consecutive words, neither a Python keyword nor
     ``print``, separated by one space (``I cannot help with that``): two names in a row never make
     valid Python. Indented lines are never prose: they belong to a block.
     """
@@ -74,11 +75,16 @@ def is_prose(line: str) -> bool:
         pass
     if re.match(r"(?:[-*+>]|\d+[.)])\s+[A-Za-z*`]|\*\*\w|#+\s|```[\w+-]*\s*$", line):
         return True  # markdown, a stray fence line included
-    if re.fullmatch(r"[A-Z][\w'’,]*(?: [\w'’,]+)*[.!?:]", line.strip()) and _WORDS.match(line).group() not in _NOT_PROSE:
+    if (
+        re.fullmatch(r"[A-Z][\w'’,]*(?: [\w'’,]+)*[.!?:]", line.strip())
+        and _WORDS.match(line).group() not in _NOT_PROSE
+    ):
         return True  # a sentence: "Explanation:", "This is it."
     words = [(m.group(), m.start(), m.end()) for m in _WORDS.finditer(line)]
-    return any(a not in _NOT_PROSE and b not in _NOT_PROSE and line[end_a:start_b] == " "
-               for (a, _, end_a), (b, start_b, _) in zip(words, words[1:]))
+    return any(
+        a not in _NOT_PROSE and b not in _NOT_PROSE and line[end_a:start_b] == " "
+        for (a, _, end_a), (b, start_b, _) in zip(words, words[1:])
+    )
 
 
 def parse_code(code: str) -> ast.Module | None:
@@ -118,8 +124,8 @@ def defined_in_text(code: str, name: str) -> bool:
     for i, line in enumerate(lines):
         if not header.match(line):
             continue
-        block = [line[header.match(line).end():]]
-        for nxt in lines[i + 1:]:
+        block = [line[header.match(line).end() :]]
+        for nxt in lines[i + 1 :]:
             if nxt.strip() and not nxt[0].isspace():
                 break
             block.append(nxt)
@@ -137,9 +143,12 @@ def select_definitions(response: str, drop: str) -> str:
     module, code = _parse_code(clean_response(response))
     if module is None:
         return code
-    keep = [n for n in module.body
-            if isinstance(n, (ast.Import, ast.ImportFrom))
-            or (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name != drop)]
+    keep = [
+        n
+        for n in module.body
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        or (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name != drop)
+    ]
     return "\n\n".join(ast.get_source_segment(code, n, padded=False) or ast.unparse(n) for n in keep)
 
 
@@ -181,8 +190,12 @@ def calls(fn: ast.FunctionDef | None, name: str = AUX) -> bool:
 def body_statements(fn: ast.FunctionDef) -> list[ast.stmt]:
     """``fn``'s top-level statements without a docstring and ``pass``."""
     body = list(fn.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]
     return [s for s in body if not isinstance(s, ast.Pass)]
 
@@ -203,8 +216,11 @@ def discards(fn: ast.FunctionDef | None, name: str = AUX) -> bool:
 
 
 def _plain_call(node: ast.AST, name: str) -> bool:
-    return is_call_to(node, name) and all(isinstance(a, (ast.Name, ast.Constant)) for a in node.args) \
+    return (
+        is_call_to(node, name)
+        and all(isinstance(a, (ast.Name, ast.Constant)) for a in node.args)
         and all(isinstance(k.value, (ast.Name, ast.Constant)) for k in node.keywords)
+    )
 
 
 def thin_wrapper(fn: ast.FunctionDef | None, name: str = AUX) -> bool:
@@ -217,8 +233,12 @@ def thin_wrapper(fn: ast.FunctionDef | None, name: str = AUX) -> bool:
     if len(body) == 2 and isinstance(body[0], ast.Assign) and isinstance(body[1], ast.Return):
         target = body[0].targets[0] if len(body[0].targets) == 1 else None
         value = body[1].value
-        return (isinstance(target, ast.Name) and _plain_call(body[0].value, name)
-                and isinstance(value, ast.Name) and value.id == target.id)
+        return (
+            isinstance(target, ast.Name)
+            and _plain_call(body[0].value, name)
+            and isinstance(value, ast.Name)
+            and value.id == target.id
+        )
     return False
 
 
@@ -258,11 +278,16 @@ def analyze(aux_response: str, main_response: str, entry_point: str, imports: st
     aux_module, main_module = _try_parse(aux_code), _try_parse(main_code)
     aux_fn, main_fn = function_def(aux_module, AUX), function_def(main_module, entry_point)
     return CodeFacts(
-        aux_code=aux_code, main_code=main_code, program=program,
+        aux_code=aux_code,
+        main_code=main_code,
+        program=program,
         aux_defined=returns_value(aux_fn) if aux_module is not None else defined_in_text(aux_code, AUX),
         main_defined=returns_value(main_fn) if main_module is not None else defined_in_text(main_code, entry_point),
-        syntax_ok=module is not None, syntax_error=syntax_error,
-        calls_aux=calls(main_fn), discards_aux=discards(main_fn), thin_wrapper=thin_wrapper(main_fn),
+        syntax_ok=module is not None,
+        syntax_error=syntax_error,
+        calls_aux=calls(main_fn),
+        discards_aux=discards(main_fn),
+        thin_wrapper=thin_wrapper(main_fn),
     )
 
 

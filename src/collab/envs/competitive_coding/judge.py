@@ -41,8 +41,11 @@ _PYTHON_TAGS = {"python", "py", "python3"}
 _FINAL = re.compile(r"final\s+answer\s*:(?:\*\*)?", re.I)
 _ANSWER = re.compile(r"^[ \t#>*_]*answer\s*:(?:\*\*|__)?", re.I | re.M)
 _TARGET = r"[A-Za-z_][\w.\[\]]*"  # an assignment target: n, a[i], self.x
-_CODE_LINE = re.compile(rf"^(?:(?:def|class|import|from|for|while|if|with|try)\b|print\s*\(|@|"
-                        rf"{_TARGET}(?:\s*,\s*{_TARGET})*\s*[-+*/%|&^]?=[^=])", re.M)
+_CODE_LINE = re.compile(
+    rf"^(?:(?:def|class|import|from|for|while|if|with|try)\b|print\s*\(|@|"
+    rf"{_TARGET}(?:\s*,\s*{_TARGET})*\s*[-+*/%|&^]?=[^=])",
+    re.M,
+)
 
 
 def compiles(code: str) -> bool:
@@ -75,7 +78,7 @@ def _unfenced(text: str) -> str | None:
             candidate = "\n".join(lines[:end])
             if compiles(candidate):
                 return candidate
-    return text[starts[0]:].rstrip() if starts else None
+    return text[starts[0] :].rstrip() if starts else None
 
 
 def extract_program(response: str) -> str:
@@ -84,7 +87,7 @@ def extract_program(response: str) -> str:
     final = list(_FINAL.finditer(response))
     answer = final or list(_ANSWER.finditer(response))
     if answer:
-        parts.append(response[answer[-1].end():])
+        parts.append(response[answer[-1].end() :])
     parts.append(response)
     for part in parts:
         code = _fenced(part)
@@ -112,9 +115,14 @@ class Judgement:
 
     def info(self) -> dict[str, float]:
         """The diagnostics logged as ``env/<name>`` (and read back by the judge line's verdict)."""
-        return {"pass_rate": self.pass_rate, "compiled": float(self.compiled), "has_code": float(self.has_code),
-                "timeouts": self.timeouts / self.total if self.total else 0.0,
-                "tests_passed": float(self.passed), "tests_total": float(self.total)}
+        return {
+            "pass_rate": self.pass_rate,
+            "compiled": float(self.compiled),
+            "has_code": float(self.has_code),
+            "timeouts": self.timeouts / self.total if self.total else 0.0,
+            "tests_passed": float(self.passed),
+            "tests_total": float(self.total),
+        }
 
 
 def _passed(result: Result, seconds: float, wall: float, want: str, checker: str) -> tuple[bool, bool]:
@@ -128,8 +136,13 @@ def _passed(result: Result, seconds: float, wall: float, want: str, checker: str
     return ok, timed_out
 
 
-def judge(problems: Sequence[Mapping], programs: Sequence[str], timeouts: Sequence[float],
-          workers: int | None = None, memory_mb: int = 1024) -> list[Judgement]:
+def judge(
+    problems: Sequence[Mapping],
+    programs: Sequence[str],
+    timeouts: Sequence[float],
+    workers: int | None = None,
+    memory_mb: int = 1024,
+) -> list[Judgement]:
     """Run every program on every test of its problem (``timeouts``: seconds per test, per problem).
 
     One pool map runs them all, with the batch's longest time limit as the sandbox's wall clock; a run
@@ -137,8 +150,12 @@ def judge(problems: Sequence[Mapping], programs: Sequence[str], timeouts: Sequen
     are not run. The output cap fits the largest expected output.
     """
     runnable = {code: bool(code.strip()) and compiles(code) for code in programs}
-    jobs = [(code, t["input"]) for problem, code in zip(problems, programs, strict=True) if runnable[code]
-            for t in problem["tests"]]
+    jobs = [
+        (code, t["input"])
+        for problem, code in zip(problems, programs, strict=True)
+        if runnable[code]
+        for t in problem["tests"]
+    ]
     unique = list(dict.fromkeys(jobs))
     results: dict[tuple[str, str], Result] = {}
     wall = max(timeouts, default=0.0)
@@ -151,7 +168,9 @@ def judge(problems: Sequence[Mapping], programs: Sequence[str], timeouts: Sequen
         passed = timed = 0
         if runnable[code]:
             for t in problem["tests"]:
-                ok, late = _passed(results[(code, t["input"])], seconds, wall, t["output"], problem.get("checker", "tokens"))
+                ok, late = _passed(
+                    results[(code, t["input"])], seconds, wall, t["output"], problem.get("checker", "tokens")
+                )
                 passed += ok
                 timed += late
         out.append(Judgement(passed, len(problem["tests"]), bool(code.strip()), runnable[code], timed))

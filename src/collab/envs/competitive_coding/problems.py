@@ -77,8 +77,16 @@ from typing import Any
 from collab.envs.records import load_records
 from collab.errors import UserError, unknown
 
-__all__ = ["CHECKERS", "CF_FIELDS", "Skipped", "check_output", "guess_checker", "load_problems", "normalize",
-           "render_statement"]
+__all__ = [
+    "CHECKERS",
+    "CF_FIELDS",
+    "Skipped",
+    "check_output",
+    "guess_checker",
+    "load_problems",
+    "normalize",
+    "render_statement",
+]
 
 CF_FIELDS = ("description", "input_format", "output_format")
 """Fields a CodeForces-style record must have (the statement)."""
@@ -159,18 +167,28 @@ def _limit(value: Any, default: float) -> float:
     return value if value > 0 else default
 
 
-def render_statement(description: str, input_format: str | None, output_format: str | None,
-                     examples: list[Mapping[str, str]], note: str | None = None,
-                     time_limit: float = DEFAULT_TIME_LIMIT, memory_limit: float = DEFAULT_MEMORY_LIMIT) -> str:
+def render_statement(
+    description: str,
+    input_format: str | None,
+    output_format: str | None,
+    examples: list[Mapping[str, str]],
+    note: str | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    memory_limit: float = DEFAULT_MEMORY_LIMIT,
+) -> str:
     """A problem statement in MARFT E.2's layout (module docstring)."""
-    parts = [f"Execution time limit: {float(time_limit)} seconds\nMemory limit: {float(memory_limit)} MB",
-             f"# Problem\n\n{description.strip()}"]
+    parts = [
+        f"Execution time limit: {float(time_limit)} seconds\nMemory limit: {float(memory_limit)} MB",
+        f"# Problem\n\n{description.strip()}",
+    ]
     for title, text in (("Input Format", input_format), ("Output Format", output_format)):
         if text and str(text).strip():
             parts.append(f"## {title}\n\n{str(text).strip()}")
     if examples:
-        blocks = [f"```input\n{str(e['input']).strip(NL)}\n```\n\n```output\n{str(e['output']).strip(NL)}\n```"
-                  for e in examples]
+        blocks = [
+            f"```input\n{str(e['input']).strip(NL)}\n```\n\n```output\n{str(e['output']).strip(NL)}\n```"
+            for e in examples
+        ]
         parts.append("## Examples\n\n" + "\n\n".join(blocks))
     if note and str(note).strip():
         parts.append(f"## Note\n\n{str(note).strip()}")
@@ -183,7 +201,7 @@ def _pairs(value: Any, where: str) -> list[dict[str, str]]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(t, Mapping) and "input" in t and "output" in t for t in value):
-        raise UserError(f"{where}: tests must be a list of {{\"input\": ..., \"output\": ...}} objects, got {value!r:.80}")
+        raise UserError(f'{where}: tests must be a list of {{"input": ..., "output": ...}} objects, got {value!r:.80}')
     return [{"input": str(t["input"]), "output": str(t["output"])} for t in value]
 
 
@@ -216,9 +234,11 @@ def normalize(record: Any, i: int, source: str) -> dict[str, Any] | str:
     missing = [f for f in (LOCAL_FIELDS if local else CF_FIELDS) if f not in record]
     if missing or not record.get("statement" if local else "description"):
         have = ", ".join(sorted(record)) or "none"
-        raise UserError(f"{where} has no {(missing or ['statement' if local else 'description'])[0]!r} "
-                        f"(it has: {have}); a problem needs {', '.join(CF_FIELDS)} plus examples/official_tests "
-                        f"(CodeForces style) or {', '.join(LOCAL_FIELDS)} (local)")
+        raise UserError(
+            f"{where} has no {(missing or ['statement' if local else 'description'])[0]!r} "
+            f"(it has: {have}); a problem needs {', '.join(CF_FIELDS)} plus examples/official_tests "
+            f"(CodeForces style) or {', '.join(LOCAL_FIELDS)} (local)"
+        )
     if record.get("interaction_format"):
         return "interactive"
     if record.get("generated_checker"):
@@ -231,18 +251,36 @@ def normalize(record: Any, i: int, source: str) -> dict[str, Any] | str:
     else:
         examples = _pairs(record.get("examples"), where)
         tests = _unique_inputs(examples + _pairs(record.get("official_tests"), where))
-        statement = render_statement(record["description"], record["input_format"], record["output_format"],
-                                     examples, record.get("note"), time_limit, memory_limit)
-        default_checker, default_source = guess_checker(f"{record['output_format'] or ''}\n{record.get('note') or ''}\n"
-                                                        f"{record['description']}"), "codeforces"
+        statement = render_statement(
+            record["description"],
+            record["input_format"],
+            record["output_format"],
+            examples,
+            record.get("note"),
+            time_limit,
+            memory_limit,
+        )
+        default_checker, default_source = (
+            guess_checker(f"{record['output_format'] or ''}\n{record.get('note') or ''}\n{record['description']}"),
+            "codeforces",
+        )
     if not tests:
         return "no tests"
     checker = record.get("checker") or default_checker
     if checker not in CHECKERS:
         raise unknown(f"checker of {where}:", checker, CHECKERS)
-    return {"id": pid, "source": str(record.get("source") or default_source), "statement": statement,
-            "tests": tests, "time_limit": time_limit, "memory_limit": memory_limit, "checker": checker,
-            "title": record.get("title"), "rating": record.get("rating"), "solution": record.get("solution")}
+    return {
+        "id": pid,
+        "source": str(record.get("source") or default_source),
+        "statement": statement,
+        "tests": tests,
+        "time_limit": time_limit,
+        "memory_limit": memory_limit,
+        "checker": checker,
+        "title": record.get("title"),
+        "rating": record.get("rating"),
+        "solution": record.get("solution"),
+    }
 
 
 def load_problems(path: str | Path) -> tuple[list[dict[str, Any]], Skipped]:
@@ -255,6 +293,8 @@ def load_problems(path: str | Path) -> tuple[list[dict[str, Any]], Skipped]:
         else:
             problems.append(problem)
     if not problems:
-        raise UserError(f"{path}: no usable problems (skipped: {skipped}); each needs at least one "
-                        f"{{\"input\", \"output\"}} test in tests, examples or official_tests")
+        raise UserError(
+            f"{path}: no usable problems (skipped: {skipped}); each needs at least one "
+            f'{{"input", "output"}} test in tests, examples or official_tests'
+        )
     return problems, skipped

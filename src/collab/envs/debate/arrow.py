@@ -46,6 +46,7 @@ def read_arrow(path: str | Path) -> list[dict[str, Any]]:
 
 # -- the pure-Python fallback -----------------------------------------------------------------------
 
+
 class _Table:
     """A flatbuffer table at ``pos`` of ``buf``."""
 
@@ -79,7 +80,7 @@ class _Table:
             return None
         start = self._deref(at)
         n = struct.unpack_from("<I", self.buf, start)[0]
-        return self.buf[start + 4:start + 4 + n].decode("utf-8")
+        return self.buf[start + 4 : start + 4 + n].decode("utf-8")
 
     def vector(self, i: int) -> tuple[int, int]:
         """(position of the first element, length) of vector field ``i``."""
@@ -120,7 +121,7 @@ def _column(kind: int, spec: _Table | None, length: int, nulls: int, buffers: li
         width = "q" if kind == _LARGE_UTF8 else "i"
         offsets = struct.unpack_from(f"<{length + 1}{width}", buffers[1]) if length else ()
         data = buffers[2]
-        return [data[offsets[i]:offsets[i + 1]].decode("utf-8") if valid(i) else None for i in range(length)]
+        return [data[offsets[i] : offsets[i + 1]].decode("utf-8") if valid(i) else None for i in range(length)]
     if kind == _BOOL:
         return [bool(buffers[1][i >> 3] >> (i & 7) & 1) if valid(i) else None for i in range(length)]
     if kind == _INT:
@@ -149,11 +150,11 @@ def _read_stream(data: bytes, source: str) -> list[dict[str, Any]]:
             pos += 4
         if size <= 0:
             break  # end of stream
-        meta = data[pos:pos + size]
+        meta = data[pos : pos + size]
         pos += size
         msg = _Table(meta, struct.unpack_from("<I", meta, 0)[0])
         header_type, header, body_len = msg.scalar(1, "B"), msg.table(2), msg.scalar(3, "q")
-        body = data[pos:pos + body_len]
+        body = data[pos : pos + body_len]
         pos += body_len
         if header_type == _SCHEMA:
             fields = _schema(header, source)
@@ -167,11 +168,11 @@ def _read_stream(data: bytes, source: str) -> list[dict[str, Any]]:
             bufs_at, n_bufs = header.vector(2)
             nodes = [struct.unpack_from("<qq", meta, nodes_at + 16 * k) for k in range(n_nodes)]
             spans = [struct.unpack_from("<qq", meta, bufs_at + 16 * k) for k in range(n_bufs)]
-            buffers = [body[o:o + n] for o, n in spans]
+            buffers = [body[o : o + n] for o, n in spans]
             columns, b = {}, 0
             for (name, kind, spec), (count, nulls) in zip(fields, nodes, strict=True):
                 take = 3 if kind in (_UTF8, _LARGE_UTF8) else 2
-                columns[name] = _column(kind, spec, count, nulls, buffers[b:b + take])
+                columns[name] = _column(kind, spec, count, nulls, buffers[b : b + take])
                 b += take
             rows += [{name: columns[name][i] for name, _, _ in fields} for i in range(length)]
         elif header_type != 0:

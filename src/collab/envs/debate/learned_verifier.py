@@ -8,11 +8,11 @@ Proposed solution: ...  Is the proposed solution correct?``. The features are st
 training set's mean and standard deviation; only the head trains, by binary cross-entropy on labelled
 ``(question, answer text, correct)`` examples, so the features are computed once and cached. MAPoRL
 trains its verifiers on a separate part of the data (GSM8K train, the first 10,000 ANLI training
-examples) from the one MAPoRL trains on. It lives outside ``envs/``: the environment takes a verifier
-object and never imports this module.
+examples) from the one MAPoRL trains on. The environment takes a verifier object and never imports
+this module.
 
 Training a learned verifier with collab: sample answers with the base model, label them with the
-rule verifier and fit the head (:func:`sample_examples`, :func:`main`)::
+rule verifier (:mod:`collab.envs.debate.verifier_examples`) and fit the head (:func:`main`)::
 
     python -m collab.envs.debate.learned_verifier --dataset gsm_symbolic --model smollm2-135m-instruct \
         --out runs/verifier --problems 256 --samples 4 --seed 1 --epochs 50
@@ -35,7 +35,6 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,27 +42,14 @@ import torch
 from torch import Tensor, nn
 
 from collab.envs.debate.verifier import RuleVerifier, Verifier
+from collab.envs.debate.verifier_examples import VerifierExample, question_text, sample_examples
 from collab.errors import UserError, require
 
-__all__ = ["LearnedVerifier", "VerifierExample", "label_examples", "load_verifier", "main", "sample_examples",
-           "with_verifier"]
+__all__ = ["LearnedVerifier", "load_verifier", "main", "with_verifier"]
 
 CONFIG, WEIGHTS = "verifier.json", "head.pt"
 HEAD_WIDTHS = (256,)
 FORMAT = "Question: {question}\n\nProposed solution: {answer}\n\nIs the proposed solution correct?"
-
-
-@dataclass(frozen=True)
-class VerifierExample:
-    """One labelled answer: the question's text, a response to it and whether the response is correct."""
-
-    question: str
-    answer: str
-    correct: bool
-
-
-def _question(task: Mapping[str, Any] | str) -> str:
-    return task if isinstance(task, str) else str(task["problem"])
 
 
 class _Head(nn.Module):
@@ -84,8 +70,17 @@ class _Head(nn.Module):
 class LearnedVerifier(Verifier):
     """A sigmoid value head on a frozen causal LM's last hidden state, trained by binary cross-entropy."""
 
-    def __init__(self, model, tokenizer, base: str | None = None, widths: Sequence[int] = HEAD_WIDTHS,
-                 max_length: int = 1024, batch_size: int = 8, seed: int = 0, base_seed: int = 0) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        base: str | None = None,
+        widths: Sequence[int] = HEAD_WIDTHS,
+        max_length: int = 1024,
+        batch_size: int = 8,
+        seed: int = 0,
+        base_seed: int = 0,
+    ) -> None:
         """
         Args:
             model: A transformers causal LM (a peft model is read with its adapters disabled); it is not trained.
@@ -107,8 +102,9 @@ class LearnedVerifier(Verifier):
         self.head.to(self.device)
 
     @classmethod
-    def from_base(cls, base: str, device: str = "auto", dtype: str = "float32", base_seed: int = 0,
-                  **kwargs) -> LearnedVerifier:
+    def from_base(
+        cls, base: str, device: str = "auto", dtype: str = "float32", base_seed: int = 0, **kwargs
+    ) -> LearnedVerifier:
         """A fresh verifier on the collab base model ``base`` (loaded frozen)."""
         from collab.policy.models import BaseConfig, load_model, load_tokenizer
 
@@ -121,9 +117,10 @@ class LearnedVerifier(Verifier):
 
     # -- features ----------------------------------------------------------------------------------
     def encode(self, question: str, answer: str) -> list[int]:
-        ids = self.tokenizer(FORMAT.format(question=question.strip(), answer=(answer or "").strip()),
-                             add_special_tokens=True)["input_ids"]
-        return list(ids[-self.max_length:])
+        ids = self.tokenizer(
+            FORMAT.format(question=question.strip(), answer=(answer or "").strip()), add_special_tokens=True
+        )["input_ids"]
+        return list(ids[-self.max_length :])
 
     @torch.no_grad()
     def features(self, questions: Sequence[str], answers: Sequence[str]) -> Tensor:
@@ -134,7 +131,7 @@ class LearnedVerifier(Verifier):
         model = self.model
         context = nullcontext()
         if hasattr(model, "get_base_model"):  # peft: read the base with every adapter disabled
-            from collab.policy.team import adapters_disabled
+            from collab.policy.adapters import adapters_disabled
 
             context, model = adapters_disabled(model), model.get_base_model()
         decoder = getattr(model, model.base_model_prefix, None)
@@ -145,12 +142,13 @@ class LearnedVerifier(Verifier):
         try:
             with context:
                 for start in range(0, len(seqs), self.batch_size):
-                    ids, mask, positions = pad_left(seqs[start:start + self.batch_size], pad, self.device)
+                    ids, mask, positions = pad_left(seqs[start : start + self.batch_size], pad, self.device)
                     if decoder is not None:
                         hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
                     else:
-                        hidden = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                       output_hidden_states=True).hidden_states[-1]
+                        hidden = model(
+                            input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True
+                        ).hidden_states[-1]
                     out.append(hidden[:, -1].float())
         finally:
             self.model.train(was_training)
@@ -165,11 +163,18 @@ class LearnedVerifier(Verifier):
         return torch.sigmoid(self.head(self.features(questions, answers))).tolist()
 
     def score(self, tasks: Sequence[Mapping[str, Any] | str], texts: Sequence[str]) -> list[float]:
-        return self.probabilities([_question(t) for t in tasks], list(texts))
+        return self.probabilities([question_text(t) for t in tasks], list(texts))
 
     # -- training ----------------------------------------------------------------------------------
-    def fit(self, examples: Sequence[VerifierExample | tuple[Any, str, bool]], epochs: int = 50, lr: float = 1e-3,
-            batch_size: int = 32, weight_decay: float = 0.0, seed: int = 0) -> list[float]:
+    def fit(
+        self,
+        examples: Sequence[VerifierExample | tuple[Any, str, bool]],
+        epochs: int = 50,
+        lr: float = 1e-3,
+        batch_size: int = 32,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> list[float]:
         """Train the head by binary cross-entropy on labelled examples (``(question or task, answer text, correct)``).
 
         The frozen model's features are computed once; the standardisation is set from them. Returns the mean loss of
@@ -177,12 +182,16 @@ class LearnedVerifier(Verifier):
         """
         require(len(examples) > 0, "the verifier needs at least one labelled example")
         require(epochs >= 1 and lr > 0, f"epochs must be >= 1 and lr > 0, got {epochs} and {lr}")
-        rows = [e if isinstance(e, VerifierExample) else VerifierExample(_question(e[0]), e[1], bool(e[2]))
-                for e in examples]
+        rows = [
+            e if isinstance(e, VerifierExample) else VerifierExample(question_text(e[0]), e[1], bool(e[2]))
+            for e in examples
+        ]
         feats = self.features([r.question for r in rows], [r.answer for r in rows])
         labels = torch.tensor([float(r.correct) for r in rows], device=feats.device)
         self.head.mean.copy_(feats.mean(0))
-        self.head.std.copy_(feats.std(0, unbiased=False).clamp_min(1e-4) if len(rows) > 1 else torch.ones_like(feats[0]))
+        self.head.std.copy_(
+            feats.std(0, unbiased=False).clamp_min(1e-4) if len(rows) > 1 else torch.ones_like(feats[0])
+        )
         optimizer = torch.optim.Adam(self.head.mlp.parameters(), lr=lr, weight_decay=weight_decay)
         generator = torch.Generator().manual_seed(seed)
         losses = []
@@ -191,7 +200,7 @@ class LearnedVerifier(Verifier):
             order = torch.randperm(len(rows), generator=generator).to(feats.device)
             total = 0.0
             for start in range(0, len(rows), batch_size):
-                idx = order[start:start + batch_size]
+                idx = order[start : start + batch_size]
                 loss = nn.functional.binary_cross_entropy_with_logits(self.head(feats[idx]), labels[idx])
                 optimizer.zero_grad()
                 loss.backward()
@@ -206,9 +215,15 @@ class LearnedVerifier(Verifier):
         """Write ``verifier.json`` and ``head.pt`` into the folder ``path``."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        config = {"kind": "collab.debate.learned_verifier", "base": self.base, "base_seed": self.base_seed,
-                  "hidden_size": int(self.model.config.hidden_size), "widths": list(self.widths),
-                  "max_length": self.max_length, "format": FORMAT}
+        config = {
+            "kind": "collab.debate.learned_verifier",
+            "base": self.base,
+            "base_seed": self.base_seed,
+            "hidden_size": int(self.model.config.hidden_size),
+            "widths": list(self.widths),
+            "max_length": self.max_length,
+            "format": FORMAT,
+        }
         (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         torch.save({k: v.detach().cpu() for k, v in self.head.state_dict().items()}, folder / WEIGHTS)
 
@@ -217,8 +232,10 @@ class LearnedVerifier(Verifier):
         """A verifier saved by :meth:`save`; the base model is loaded by its saved name unless ``model`` is given."""
         folder = Path(path)
         if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
-            raise UserError(f"{folder} is not a learned verifier folder (expected {CONFIG} and {WEIGHTS}); "
-                            "train one with: python -m collab.envs.debate.learned_verifier --out FOLDER")
+            raise UserError(
+                f"{folder} is not a learned verifier folder (expected {CONFIG} and {WEIGHTS}); "
+                "train one with: python -m collab.envs.debate.learned_verifier --out FOLDER"
+            )
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
         kwargs = dict(widths=config["widths"], max_length=config["max_length"])
         if model is None:
@@ -228,8 +245,10 @@ class LearnedVerifier(Verifier):
             require(tokenizer is not None, "LearnedVerifier.load(model=...) needs its tokenizer too")
             verifier = cls(model, tokenizer, base=config.get("base"), base_seed=config.get("base_seed", 0), **kwargs)
         hidden = int(verifier.model.config.hidden_size)
-        require(hidden == config["hidden_size"], f"{folder}: the head expects hidden size {config['hidden_size']}, "
-                                                 f"the model has {hidden}")
+        require(
+            hidden == config["hidden_size"],
+            f"{folder}: the head expects hidden size {config['hidden_size']}, the model has {hidden}",
+        )
         state = torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True)
         verifier.head.load_state_dict(state)
         verifier.head.to(verifier.device).eval()
@@ -244,8 +263,9 @@ def load_verifier(spec: str | Verifier, fallback: bool = True, device: str = "au
         return RuleVerifier(fallback)
     if Path(spec).is_dir():
         return LearnedVerifier.load(spec, device=device)
-    raise UserError(f"unknown verifier {spec!r}; valid: rule or the folder of a learned verifier "
-                    f"(with {CONFIG} and {WEIGHTS})")
+    raise UserError(
+        f"unknown verifier {spec!r}; valid: rule or the folder of a learned verifier (with {CONFIG} and {WEIGHTS})"
+    )
 
 
 def with_verifier(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -260,39 +280,7 @@ def with_verifier(options: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-# -- labelled examples and the command line -----------------------------------------------------------
-
-def label_examples(env, tasks: Sequence[Mapping[str, Any]], texts: Sequence[Sequence[str]]) -> list[VerifierExample]:
-    """Rule-labelled examples: ``texts[k]`` are responses to ``tasks[k]``, graded by ``env.grade_answers``."""
-    out = []
-    for task, answers in zip(tasks, texts, strict=True):
-        for text, (_, correct) in zip(answers, env.grade_answers(task, answers)):
-            out.append(VerifierExample(str(task["problem"]), text, correct))
-    return out
-
-
-@torch.no_grad()
-def sample_examples(env, model, tokenizer, tasks: Sequence[Mapping[str, Any]], samples: int = 4,
-                    max_new_tokens: int = 256, temperature: float = 1.0, batch_size: int = 8,
-                    seed: int = 0) -> list[VerifierExample]:
-    """Sample ``samples`` turn-1 answers per task with ``model`` (the env's first prompt, chat template) and label
-    them with the rule verifier (:func:`label_examples`)."""
-    from collab.policy.models import encode_chat
-    from collab.policy.prefill import pad_left
-
-    torch.manual_seed(seed)
-    device = model.get_input_embeddings().weight.device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = [encode_chat(tokenizer, env.reset(t).histories[0]) for t in tasks]
-    texts: list[list[str]] = []
-    for start in range(0, len(prompts), batch_size):
-        ids, mask, _ = pad_left(prompts[start:start + batch_size], pad, device)
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=temperature > 0,
-                             temperature=temperature if temperature > 0 else None, top_p=None, top_k=None,
-                             max_new_tokens=max_new_tokens, num_return_sequences=samples, pad_token_id=pad)
-        decoded = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
-        texts += [decoded[k:k + samples] for k in range(0, len(decoded), samples)]
-    return label_examples(env, tasks, texts)
+# -- the command line ---------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -315,20 +303,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     args = p.parse_args(argv)
     require(args.problems >= 1 and args.samples >= 1, "--problems and --samples must be >= 1")
     random.seed(args.seed)
-    env = DebateEnv(dataset=args.dataset, agents=1, horizon=1, num_train=args.problems, seed=args.seed,
-                    train_split=args.train_split)
-    tasks = list(env.tasks("train"))[:args.problems]
+    env = DebateEnv(
+        dataset=args.dataset, agents=1, horizon=1, num_train=args.problems, seed=args.seed, train_split=args.train_split
+    )
+    tasks = list(env.tasks("train"))[: args.problems]
     verifier = LearnedVerifier.from_base(args.model, device=args.device, seed=args.seed)
-    examples = sample_examples(env, verifier.model, verifier.tokenizer, tasks, args.samples, args.max_new_tokens,
-                               args.temperature, seed=args.seed)
+    examples = sample_examples(
+        env,
+        verifier.model,
+        verifier.tokenizer,
+        tasks,
+        args.samples,
+        args.max_new_tokens,
+        args.temperature,
+        seed=args.seed,
+    )
     losses = verifier.fit(examples, epochs=args.epochs, lr=args.lr, seed=args.seed)
     scores = verifier.score([e.question for e in examples], [e.answer for e in examples])
     accuracy = sum((s >= 0.5) == e.correct for s, e in zip(scores, examples)) / len(examples)
     verifier.save(args.out)
-    summary = {"examples": float(len(examples)), "positive": sum(e.correct for e in examples) / len(examples),
-               "first_loss": losses[0], "final_loss": losses[-1], "train_accuracy": accuracy}
-    print(f"verifier saved to {args.out}: " + ", ".join(
-        f"{k} {v:.4g}" if not math.isnan(v) else f"{k} nan" for k, v in summary.items()))
+    summary = {
+        "examples": float(len(examples)),
+        "positive": sum(e.correct for e in examples) / len(examples),
+        "first_loss": losses[0],
+        "final_loss": losses[-1],
+        "train_accuracy": accuracy,
+    }
+    print(
+        f"verifier saved to {args.out}: "
+        + ", ".join(f"{k} {v:.4g}" if not math.isnan(v) else f"{k} nan" for k, v in summary.items())
+    )
     return summary
 
 

@@ -23,8 +23,8 @@ def repetitive(ids, max_repeats: int, max_len: int = 20, exempt=None) -> bool:
     n = len(ids)
     for length in range(1, min(max_len, n) + 1):
         for start in range(n - (max_repeats + 1) * length + 1):
-            run, count, pos = ids[start:start + length], 1, start + length
-            while pos + length <= n and ids[pos:pos + length] == run:
+            run, count, pos = ids[start : start + length], 1, start + length
+            while pos + length <= n and ids[pos : pos + length] == run:
                 count, pos = count + 1, pos + length
                 if count > max_repeats:
                     if exempt is None or not exempt(run):
@@ -33,8 +33,9 @@ def repetitive(ids, max_repeats: int, max_len: int = 20, exempt=None) -> bool:
     return False
 
 
-def malformed(answer: str | None, completion_ids, min_tokens: int = 0, max_repeats: int | None = None,
-              exempt=None) -> bool:
+def malformed(
+    answer: str | None, completion_ids, min_tokens: int = 0, max_repeats: int | None = None, exempt=None
+) -> bool:
     """Whether an answer earns the format penalty: unparsable (``answer`` None; an empty response is), shorter than
     ``min_tokens`` tokens, or (with ``max_repeats``) :func:`repetitive`."""
     if answer is None or len(completion_ids) < min_tokens:
@@ -42,17 +43,29 @@ def malformed(answer: str | None, completion_ids, min_tokens: int = 0, max_repea
     return max_repeats is not None and repetitive(completion_ids, max_repeats, exempt=exempt)
 
 
-def penalise(scores, answers, completions, penalty: float, min_tokens: int = 0, max_repeats: int | None = None,
-             decode=None):
+def penalise(
+    scores, answers, completions, penalty: float, min_tokens: int = 0, max_repeats: int | None = None, decode=None
+):
     """An episode's ``[t, A]`` verifier ``scores`` with every malformed answer's (:func:`malformed`) replaced by
     ``penalty``, and the ``[t, A]`` boolean flags. ``answers[t][a]``: the parsed answer (None: unparsable);
     ``completions[t][a]``: the response (its ``completion_ids``); ``decode(t, a, ids)``: the text of a token run
     of that agent's tokenizer (runs that decode to digits are exempt from the repetition check)."""
     import torch
 
-    flags = torch.tensor([[malformed(answer, c.completion_ids, min_tokens, max_repeats,
-                                     exempt=None if decode is None else
-                                     (lambda run, t=t, a=a: decode(t, a, run).strip().isdigit()))
-                           for a, (answer, c) in enumerate(zip(answers[t], joint))]
-                          for t, joint in enumerate(completions)], dtype=torch.bool)
+    flags = torch.tensor(
+        [
+            [
+                malformed(
+                    answer,
+                    c.completion_ids,
+                    min_tokens,
+                    max_repeats,
+                    exempt=None if decode is None else (lambda run, t=t, a=a: decode(t, a, run).strip().isdigit()),
+                )
+                for a, (answer, c) in enumerate(zip(answers[t], joint))
+            ]
+            for t, joint in enumerate(completions)
+        ],
+        dtype=torch.bool,
+    )
     return torch.where(flags, torch.tensor(float(penalty)), scores), flags

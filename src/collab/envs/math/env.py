@@ -46,13 +46,22 @@ class MathEnv(SharedStateEnv):
     domain = "math"
     default_max_new_tokens = 256
 
-    def __init__(self, dataset: str = "gsm_symbolic", profile: str = "duo", horizon: int = 2,
-                 train_split: str | None = None, eval_split: str | None = None, num_train: int = 512,
-                 num_eval: int = 64, fallback: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dataset: str = "gsm_symbolic",
+        profile: str = "duo",
+        horizon: int = 2,
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        num_train: int = 512,
+        num_eval: int = 64,
+        fallback: bool = True,
+        seed: int = 0,
+    ) -> None:
         """
         Args:
-            dataset: ``gsm_symbolic`` (default), ``arithmetic``, ``addition``, ``gsm8k``, ``math``, ``math500``, ``aime``
-                (:mod:`collab.envs.math.datasets`) or a path to a ``.json`` / ``.jsonl`` file with
+            dataset: ``gsm_symbolic`` (default), ``arithmetic``, ``addition``, ``gsm8k``, ``math``, ``math500``,
+                ``aime`` (:mod:`collab.envs.math.datasets`) or a path to a ``.json`` / ``.jsonl`` file with
                 ``problem`` (or ``question``) and ``answer``.
             profile: ``solo``, ``duo`` (Reasoner -> Actor), ``trio``, a shipped profile name or a path.
             horizon: Attempts per problem; the episode also ends at the first correct answer.
@@ -64,9 +73,12 @@ class MathEnv(SharedStateEnv):
         """
         super().__init__(profile, horizon)
         if dataset not in DATASETS and not is_path(dataset):
-            raise UserError(f"unknown math dataset {dataset!r}; valid: {', '.join(DATASETS)} "
-                            "or a path to a .json/.jsonl file")
-        require(num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}")
+            raise UserError(
+                f"unknown math dataset {dataset!r}; valid: {', '.join(DATASETS)} or a path to a .json/.jsonl file"
+            )
+        require(
+            num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}"
+        )
         for spec in (train_split, eval_split):
             select([], spec)  # a malformed slice fails here, not at the first tasks() call
         self.dataset, self.fallback, self.seed = dataset, fallback, seed
@@ -101,8 +113,11 @@ class MathEnv(SharedStateEnv):
             else:
                 taken = {r["id"] for r in self.tasks(other)}
                 out = [r for r in self._records() if r["id"] not in taken]
-        require(bool(out), f"the {split} split of math dataset {self.dataset!r} is empty ({split}_split={spec!r}); "
-                           f"pass {split}_split, e.g. '[:]' for every record")
+        require(
+            bool(out),
+            f"the {split} split of math dataset {self.dataset!r} is empty ({split}_split={spec!r}); "
+            f"pass {split}_split, e.g. '[:]' for every record",
+        )
         return out
 
     def _records(self) -> list[dict[str, Any]]:

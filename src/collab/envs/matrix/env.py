@@ -59,8 +59,14 @@ def utilities(preset: str, choices: Sequence[int | None], invalid_penalty: float
 class MatrixEnv(Env):
     name = "matrix"
 
-    def __init__(self, preset: str = "table1", team_reward: bool | None = None, constrained: bool = True,
-                 invalid_penalty: float = -1.0, horizon: int = 1) -> None:
+    def __init__(
+        self,
+        preset: str = "table1",
+        team_reward: bool | None = None,
+        constrained: bool = True,
+        invalid_penalty: float = -1.0,
+        horizon: int = 1,
+    ) -> None:
         super().__init__(horizon)
         if preset not in PAYOFFS:
             raise unknown("matrix preset", preset, PAYOFFS)
@@ -73,7 +79,10 @@ class MatrixEnv(Env):
         self.reward_max = max(joint) if self.joint_reward else max(u for pair in pairs for u in pair)
         choices = OPTIONS if constrained else None
         system = "You are playing a game with a partner. Answer with a single letter."
-        self.roles = tuple(AgentRole(f"player{i + 1}", system, max_new_tokens=1 if constrained else 8, choices=choices) for i in range(2))
+        self.roles = tuple(
+            AgentRole(f"player{i + 1}", system, max_new_tokens=1 if constrained else 8, choices=choices)
+            for i in range(2)
+        )
 
     def tasks(self, split: str):
         if split not in ("train", "eval"):
@@ -81,8 +90,10 @@ class MatrixEnv(Env):
         return [{"id": f"matrix-{self.preset}"}]
 
     def observe(self, task) -> list[str]:
-        text = ("You and your partner each choose A or B at the same time, without talking. "
-                "Your team scores best when you coordinate. Your choice (A or B):")
+        text = (
+            "You and your partner each choose A or B at the same time, without talking. "
+            "Your team scores best when you coordinate. Your choice (A or B):"
+        )
         return [text, text]
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
@@ -92,6 +103,9 @@ class MatrixEnv(Env):
         if None in choices:  # a joint reward cannot be earned with an unusable answer
             joint = self.invalid_penalty
         rewards = (joint, joint) if self.joint_reward else u
-        info = {"joint_utility": float(sum(u) if self.preset != "table1" else u[0]),
-                "optimum": float(choices == [0, 0]), "invalid": float(sum(c is None for c in choices))}
+        info = {
+            "joint_utility": float(sum(u) if self.preset != "table1" else u[0]),
+            "optimum": float(choices == [0, 0]),
+            "invalid": float(sum(c is None for c in choices)),
+        }
         return Score(tuple(float(r) for r in rewards), info=info)

@@ -2,7 +2,8 @@
 
 :mod:`~collab.envs.minecraft.world` holds the voxel world, :mod:`~collab.envs.minecraft.commands`
 parses the agents' commands, :mod:`~collab.envs.minecraft.threats` simulates the spiders,
-:mod:`~collab.envs.minecraft.scoring` measures a build, :mod:`~collab.envs.minecraft.prompts`
-writes the prompts and feedback, :mod:`~collab.envs.minecraft.tasks` loads the houses and
-:mod:`~collab.envs.minecraft.env` holds :class:`MinecraftEnv` (built by ``make_env("minecraft")``).
+:mod:`~collab.envs.minecraft.scoring` measures a build, :mod:`~collab.envs.minecraft.turn` plays one
+turn (the fills, the fight, the reward), :mod:`~collab.envs.minecraft.prompts` writes the prompts and
+feedback, :mod:`~collab.envs.minecraft.tasks` loads the houses and :mod:`~collab.envs.minecraft.env`
+holds :class:`MinecraftEnv` (built by ``make_env("minecraft")``).
 """

@@ -98,7 +98,9 @@ def parse_fill(tokens: list[str], house: House) -> Fill:
     if len(tokens) < 8:
         raise Rejected("incomplete /fill; format: /fill x1 y1 z1 x2 y2 z2 block")
     if len(tokens) > 8:
-        raise Rejected("extra arguments after the block (fill modes are not supported); format: /fill x1 y1 z1 x2 y2 z2 block")
+        raise Rejected(
+            "extra arguments after the block (fill modes are not supported); format: /fill x1 y1 z1 x2 y2 z2 block"
+        )
     xyz = [_coordinate(t) for t in tokens[1:7]]
     a, b = tuple(xyz[:3]), tuple(xyz[3:])
     block_id = house.block_id(tokens[7])

@@ -7,8 +7,9 @@ then player 2's: a later write overwrites an earlier one) to a world that persis
 (``EnvState.memory["world"]``, immutable bytes), and the attacks of both players are resolved
 against the turn's spiders (:mod:`~collab.envs.minecraft.threats`). The joint reward of a turn is
 ``coverage - 0.5 * redundancy - min(1, damage / hp) * 0.2`` of the world after it
-(:mod:`~collab.envs.minecraft.scoring`). A simulated player's feedback lists what is missing or
-wrong, the player's rejected lines and the coming threat (:mod:`~collab.envs.minecraft.prompts`).
+(:mod:`~collab.envs.minecraft.scoring`; the whole turn: :mod:`~collab.envs.minecraft.turn`). A simulated
+player's feedback lists what is missing or wrong, the player's rejected lines and the coming threat
+(:mod:`~collab.envs.minecraft.prompts`).
 A player's history keeps the E.3 prompt and its last ``history_window`` turns (default 1: its last
 commands and the feedback on them; ``None``: the whole dialog).
 
@@ -91,46 +92,28 @@ with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from collab.envs.base import AgentRole, Env, EnvState, Score
 from collab.envs.minecraft import reference as ref
-from collab.envs.minecraft.commands import Parsed, parse_commands
 from collab.envs.minecraft.prompts import feedback_text, first_prompt, reference_feedback, reference_prompt
-from collab.envs.minecraft.scoring import REDUNDANCY_WEIGHT, Measures, as_tensor, build_reward, measure
-from collab.envs.minecraft.tasks import (SHIPPED_SPLITS, default_splits, house_from_record, load_houses,
-                                         shipped_path, split_houses)
-from collab.envs.minecraft.threats import PENALTY, Fight, Spiders, fight, penalty, spawn
-from collab.envs.minecraft.world import House, empty_world, fill
+from collab.envs.minecraft.scoring import REDUNDANCY_WEIGHT, as_tensor
+from collab.envs.minecraft.tasks import (
+    SHIPPED_SPLITS,
+    default_splits,
+    house_from_record,
+    load_houses,
+    shipped_path,
+    split_houses,
+)
+from collab.envs.minecraft.threats import PENALTY, Spiders, spawn
+from collab.envs.minecraft.turn import Outcome, paper_turn, reference_turn
+from collab.envs.minecraft.world import House, empty_world
 from collab.errors import UserError, require, unknown
 
 REWARD_MODES = ("paper", "reference")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Everything a turn does: the world after it, each player's parse, the fight, the health and the reward."""
-
-    world: bytes
-    parsed: tuple[Parsed, ...]
-    spiders: Spiders
-    fight: Fight
-    hp_before: float
-    hp: float
-    measures: Measures
-    penalty: float
-    reward: float
-
-
-def apply(house: House, world: bytes, parsed: Sequence[Parsed]) -> bytes:
-    """``world`` after every player's fills, player 0's first, each in its own order."""
-    for p in parsed:
-        for f in p.fills:
-            world = fill(world, house, f.lo, f.hi, f.block_id)
-    return world
 
 
 class MinecraftEnv(Env):
@@ -143,13 +126,28 @@ class MinecraftEnv(Env):
     """MAGRPO's K for this env when the config leaves it unset (CoLLM C.3: K = 2 for Minecraft, since the
     4-turn rollout tree has K^4 leaves)."""
 
-    def __init__(self, dataset: str | None = None, train_split: str | None = None, eval_split: str | None = None,
-                 horizon: int = 4, n_agents: int = 2, max_commands: int | None = None, min_spiders: int | None = None,
-                 max_spiders: int | None = None, spider_atk: int = 3, spider_hp: float = 16.0,
-                 player_hp: int | None = None, player_atk: float = 16.0, seed: int = 0,
-                 redundancy_weight: float = REDUNDANCY_WEIGHT, spider_penalty: float | None = None,
-                 max_new_tokens: int | None = None, history_window: int | None = 1, reward_mode: str = "paper",
-                 limited_resource: bool | None = None) -> None:
+    def __init__(
+        self,
+        dataset: str | None = None,
+        train_split: str | None = None,
+        eval_split: str | None = None,
+        horizon: int = 4,
+        n_agents: int = 2,
+        max_commands: int | None = None,
+        min_spiders: int | None = None,
+        max_spiders: int | None = None,
+        spider_atk: int = 3,
+        spider_hp: float = 16.0,
+        player_hp: int | None = None,
+        player_atk: float = 16.0,
+        seed: int = 0,
+        redundancy_weight: float = REDUNDANCY_WEIGHT,
+        spider_penalty: float | None = None,
+        max_new_tokens: int | None = None,
+        history_window: int | None = 1,
+        reward_mode: str = "paper",
+        limited_resource: bool | None = None,
+    ) -> None:
         """
         Args:
             dataset: A HouseBuild ``.json`` / ``.jsonl`` file (the paper's format); ``None``: the 12 shipped houses.
@@ -185,16 +183,21 @@ class MinecraftEnv(Env):
             raise unknown("reward_mode", reward_mode, REWARD_MODES)
         self.reward_mode = reward_mode
         reference = reward_mode == "reference"
-        require(limited_resource is None or isinstance(limited_resource, bool),
-                f"limited_resource must be true, false or null, got {limited_resource!r}")
+        require(
+            limited_resource is None or isinstance(limited_resource, bool),
+            f"limited_resource must be true, false or null, got {limited_resource!r}",
+        )
         require(reference or not limited_resource, "limited_resource applies to reward_mode reference only")
         require(not reference or n_agents in (1, 2), f"reward_mode reference takes 1 or 2 agents, got {n_agents}")
         if reference:
             max_commands = ref.TOTAL_COMMANDS // max(1, n_agents) if max_commands is None else max_commands
             max_spiders = ref.SPIDERS if max_spiders is None else max_spiders
             min_spiders = max_spiders if min_spiders is None else min_spiders
-            require(min_spiders == max_spiders, "reward_mode reference meets a fixed number of spiders: "
-                    f"set min_spiders == max_spiders, got {min_spiders}, {max_spiders}")
+            require(
+                min_spiders == max_spiders,
+                "reward_mode reference meets a fixed number of spiders: "
+                f"set min_spiders == max_spiders, got {min_spiders}, {max_spiders}",
+            )
             player_hp = ref.PLAYER_HP if player_hp is None else player_hp
             spider_penalty = ref.PENALTY if spider_penalty is None else spider_penalty
             max_new_tokens = ref.MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
@@ -207,20 +210,30 @@ class MinecraftEnv(Env):
         self.limited_resource = reference and limited_resource is not False
         require(n_agents >= 1, f"n_agents must be >= 1, got {n_agents}")
         require(max_commands >= 1, f"max_commands must be >= 1, got {max_commands}")
-        require(history_window is None or history_window >= 1, f"history_window must be >= 1 or null, got {history_window}")
-        require(0 <= min_spiders <= max_spiders and spider_atk >= 1,
-                f"need 0 <= min_spiders <= max_spiders and spider_atk >= 1, got {min_spiders}, {max_spiders}, {spider_atk}")
-        require(spider_hp > 0 and player_hp > 0 and player_atk > 0,
-                f"spider_hp, player_hp and player_atk must be > 0, got {spider_hp}, {player_hp}, {player_atk}")
-        require(redundancy_weight >= 0 and spider_penalty >= 0,
-                f"redundancy_weight and spider_penalty must be >= 0, got {redundancy_weight}, {spider_penalty}")
+        require(
+            history_window is None or history_window >= 1, f"history_window must be >= 1 or null, got {history_window}"
+        )
+        require(
+            0 <= min_spiders <= max_spiders and spider_atk >= 1,
+            f"need 0 <= min_spiders <= max_spiders and spider_atk >= 1, got {min_spiders}, {max_spiders}, {spider_atk}",
+        )
+        require(
+            spider_hp > 0 and player_hp > 0 and player_atk > 0,
+            f"spider_hp, player_hp and player_atk must be > 0, got {spider_hp}, {player_hp}, {player_atk}",
+        )
+        require(
+            redundancy_weight >= 0 and spider_penalty >= 0,
+            f"redundancy_weight and spider_penalty must be >= 0, got {redundancy_weight}, {spider_penalty}",
+        )
         self.roles = tuple(AgentRole(f"player{i + 1}", max_new_tokens=max_new_tokens) for i in range(n_agents))
         self.max_commands, self.seed, self.redundancy_weight = max_commands, seed, redundancy_weight
         self.history_window = history_window
         self.spider_penalty = spider_penalty
         self.spider_range, self.spider_atk, self.spider_hp = (min_spiders, max_spiders), spider_atk, spider_hp
         self.player_hp, self.player_atk = player_hp, player_atk
-        self.reference_spiders = Spiders(ref.spider_attacks(seed, max_spiders, spider_atk), spider_hp) if reference else None
+        self.reference_spiders = (
+            Spiders(ref.spider_attacks(seed, max_spiders, spider_atk), spider_hp) if reference else None
+        )
         if dataset is None:
             records, defaults = load_houses(shipped_path()), SHIPPED_SPLITS
         else:
@@ -246,10 +259,16 @@ class MinecraftEnv(Env):
         spiders = self.spiders(house.task_id, 0)
         if self.reward_mode == "reference":
             rt = self.reference_task(task, house)
-            return [reference_prompt(house, rt.palette, rt.budgets, i, self.n_agents, spiders, self.player_hp,
-                                     self.max_commands) for i in range(self.n_agents)]
-        return [first_prompt(house, i, self.n_agents, spiders, self.player_hp, self.player_atk, self.max_commands)
-                for i in range(self.n_agents)]
+            return [
+                reference_prompt(
+                    house, rt.palette, rt.budgets, i, self.n_agents, spiders, self.player_hp, self.max_commands
+                )
+                for i in range(self.n_agents)
+            ]
+        return [
+            first_prompt(house, i, self.n_agents, spiders, self.player_hp, self.player_atk, self.max_commands)
+            for i in range(self.n_agents)
+        ]
 
     # -- a turn --------------------------------------------------------------------------------------
     def outcome(self, state: EnvState, actions: Sequence[str]) -> Outcome:
@@ -257,49 +276,48 @@ class MinecraftEnv(Env):
         if self.reward_mode == "reference":
             return self.reference_outcome(state, actions)
         house = house_from_record(state.task)
-        parsed = tuple(parse_commands(a, house, self.max_commands, self.player_atk) for a in actions)
-        world = apply(house, state.memory.get("world") or empty_world(house), parsed)
-        spiders = self.spiders(house.task_id, state.turn)
-        result = fight(spiders, [a for p in parsed for a in p.attacks])
-        hp_before = state.memory.get("hp", self.player_hp)
-        m = measure(house, world)
-        pen = penalty(result.damage, hp_before, self.spider_penalty)
-        return Outcome(world=world, parsed=parsed, spiders=spiders, fight=result, hp_before=hp_before,
-                       hp=max(0, hp_before - result.damage), measures=m, penalty=pen,
-                       reward=build_reward(m, self.redundancy_weight) - pen)
+        return paper_turn(
+            house,
+            state.memory.get("world") or empty_world(house),
+            state.memory.get("hp", self.player_hp),
+            self.spiders(house.task_id, state.turn),
+            actions,
+            self.max_commands,
+            self.player_atk,
+            self.spider_penalty,
+            self.redundancy_weight,
+        )
 
     def reference_task(self, task: Mapping[str, Any], house: House | None = None) -> ref.RefTask:
         """``task`` as the reference reads it (its block names and, with ``limited_resource``, the budgets)."""
         return ref.ref_task(task, house or house_from_record(task), self.n_agents, self.limited_resource)
 
     def reference_outcome(self, state: EnvState, actions: Sequence[str]) -> Outcome:
-        """Reference mode's turn: this turn's commands alone on an empty bbox, scored by the reference's
-        score, minus the spider penalty unless some player's accepted commands hold a ``/kill``."""
+        """Reference mode's turn (:func:`~collab.envs.minecraft.turn.reference_turn`): this turn's commands
+        alone on an empty bbox, minus the spider penalty unless some player's accepted commands hold a ``/kill``."""
         house = house_from_record(state.task)
         task = self.reference_task(state.task, house)
-        parsed = tuple(ref.parse_reference(a, task, self.max_commands) for a in actions)
-        built = ref.build(task, parsed)
         spiders = self.spiders(house.task_id, state.turn)
-        kills = sum(len(p.attacks) for p in parsed)
-        damage = 0 if kills else spiders.total_damage
-        pen = ref.spider_penalty(spiders.total_damage, self.player_hp, self.spider_penalty, kills > 0)
-        if self.n_agents == 1:
-            pen = 0.0  # the reference's one-agent reward has no spider term
-        world = ref.to_house_ids(task, built)
-        m = replace(measure(house, world), score=ref.score(task, built))
-        result = Fight(killed=spiders.num if kills else 0, damage=damage, 
-                       wasted=max(0, kills - 1) if spiders.num else kills)
-        return Outcome(world=world, parsed=parsed, spiders=spiders, fight=result, hp_before=self.player_hp,
-                       hp=max(0, self.player_hp - damage), measures=m, penalty=pen, reward=m.score - pen)
+        return reference_turn(
+            task, house, spiders, actions, self.max_commands, self.player_hp, self.spider_penalty, self.n_agents
+        )
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         o = self.outcome(state, actions)
         m = o.measures
-        info = {"iou": m.iou, "coverage": m.coverage, "redundancy": m.redundancy, "score": m.score,
-                "hp": o.hp / self.player_hp, "damage": float(o.fight.damage), "penalty": o.penalty,
-                "spiders": float(o.spiders.num), "killed": float(o.fight.killed),
-                "commands": float(sum(len(p.commands) for p in o.parsed)),
-                "rejected": float(sum(len(p.rejected) for p in o.parsed))}
+        info = {
+            "iou": m.iou,
+            "coverage": m.coverage,
+            "redundancy": m.redundancy,
+            "score": m.score,
+            "hp": o.hp / self.player_hp,
+            "damage": float(o.fight.damage),
+            "penalty": o.penalty,
+            "spiders": float(o.spiders.num),
+            "killed": float(o.fight.killed),
+            "commands": float(sum(len(p.commands) for p in o.parsed)),
+            "rejected": float(sum(len(p.rejected) for p in o.parsed)),
+        }
         memory = {"world": o.world} if self.reward_mode == "reference" else {"world": o.world, "hp": o.hp}
         return Score(rewards=(o.reward,) * self.n_agents, info=info, memory=memory)
 
@@ -309,13 +327,28 @@ class MinecraftEnv(Env):
         o = self.outcome(state, actions)
         if self.reward_mode == "reference":
             # The reference's feedback recomputes the reward with the spider term even for one agent.
-            shown = o.measures.score - ref.spider_penalty(o.spiders.total_damage, self.player_hp, self.spider_penalty,
-                                                          any(p.attacks for p in o.parsed))
+            shown = o.measures.score - ref.spider_penalty(
+                o.spiders.total_damage, self.player_hp, self.spider_penalty, any(p.attacks for p in o.parsed)
+            )
             return [reference_feedback(state.turn, self.horizon, shown)] * self.n_agents
         house = house_from_record(state.task)
         coming = self.spiders(house.task_id, state.turn + 1)
-        return [feedback_text(house, o.world, o.measures, p.rejected, state.turn, o.spiders, o.fight, o.hp,
-                              self.player_hp, coming, self.player_atk) for p in o.parsed]
+        return [
+            feedback_text(
+                house,
+                o.world,
+                o.measures,
+                p.rejected,
+                state.turn,
+                o.spiders,
+                o.fight,
+                o.hp,
+                self.player_hp,
+                coming,
+                self.player_atk,
+            )
+            for p in o.parsed
+        ]
 
     # -- evaluation ----------------------------------------------------------------------------------
     def voxels(self, state: EnvState) -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,7 +55,7 @@ def block_name(token: str) -> str:
     """A block name as the reference compares it: trimmed, one leading ``minecraft:`` dropped; case and
     block states kept (``Stone`` and ``stone_stairs[facing=north]`` are not ``stone`` / ``stone_stairs``)."""
     name = token.strip()
-    return name[len("minecraft:"):] if name.startswith("minecraft:") else name
+    return name[len("minecraft:") :] if name.startswith("minecraft:") else name
 
 
 def command_lines(text: str) -> list[str]:
@@ -216,4 +216,3 @@ def spider_penalty(damage: float, hp: float, weight: float, killed: bool) -> flo
     if killed or damage <= 0 or hp <= 0:
         return 0.0
     return min(1.0, damage / hp) * weight
-

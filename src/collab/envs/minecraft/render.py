@@ -85,8 +85,10 @@ class Counts:
 
 def _grids(built: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
     b, t = np.asarray(built), np.asarray(target)
-    require(b.ndim == 3 and b.shape == t.shape,
-            f"built and target must be (X, Y, Z) grids of the same shape, got {b.shape} and {t.shape}")
+    require(
+        b.ndim == 3 and b.shape == t.shape,
+        f"built and target must be (X, Y, Z) grids of the same shape, got {b.shape} and {t.shape}",
+    )
     return b.astype(np.int64), t.astype(np.int64)
 
 
@@ -115,11 +117,14 @@ def summary_line(built: Any, target: Any, hp: float | None = None) -> str:
     ``hp``: the remaining health as a fraction of the starting health (``None``: not shown)."""
     c = count(built, target)
     health = f"  HP {100 * hp:.0f}%" if hp is not None else ""
-    return (f"IoU {100 * c.iou:.1f}%{health}  coverage {c.coverage:.2f}  redundancy {c.redundancy:.2f}  |  "
-            f"{c.correct}/{c.target_blocks} blocks right, {c.missing} missing, {c.wrong} wrong, {c.extra} extra")
+    return (
+        f"IoU {100 * c.iou:.1f}%{health}  coverage {c.coverage:.2f}  redundancy {c.redundancy:.2f}  |  "
+        f"{c.correct}/{c.target_blocks} blocks right, {c.missing} missing, {c.wrong} wrong, {c.extra} extra"
+    )
 
 
 # -- colours -------------------------------------------------------------------------------------
+
 
 def block_colours(palette: Sequence[str]) -> np.ndarray:
     """RGBA colour of each palette id (``palette[0]`` is air: transparent). Glass-like blocks are pale
@@ -146,9 +151,18 @@ def block_colours(palette: Sequence[str]) -> np.ndarray:
 
 # -- figures -------------------------------------------------------------------------------------
 
-def draw_layers(target: Any, builds: Any, palette: Sequence[str], *, origin: Sequence[int] = (0, 0, 0),
-                summaries: Mapping[str, str] | None = None, title: str | None = None,
-                columns: int = 8, cell: float | None = None):
+
+def draw_layers(
+    target: Any,
+    builds: Any,
+    palette: Sequence[str],
+    *,
+    origin: Sequence[int] = (0, 0, 0),
+    summaries: Mapping[str, str] | None = None,
+    title: str | None = None,
+    columns: int = 8,
+    cell: float | None = None,
+):
     """The target and every build, layer by layer, with the mismatches marked (module docstring).
 
     Args:
@@ -192,8 +206,10 @@ def draw_layers(target: Any, builds: Any, palette: Sequence[str], *, origin: Seq
     rows = bands * (1 + len(grids))
     legend_rows = 2 + len(palette) // 6
     head = 0.35 * (1 + (title is not None) + len(summaries or {}))
-    fig = Figure(figsize=(max(6.0, per_row * (sx * cell + 0.35) + 0.8),
-                          rows * (sz * cell + 0.45) + head + 0.3 * legend_rows), layout="constrained")
+    fig = Figure(
+        figsize=(max(6.0, per_row * (sx * cell + 0.35) + 0.8), rows * (sz * cell + 0.45) + head + 0.3 * legend_rows),
+        layout="constrained",
+    )
     axes = fig.subplots(rows, per_row, squeeze=False)
     extent = (ox - 0.5, ox + sx - 0.5, oz + sz - 0.5, oz - 0.5)
 
@@ -235,8 +251,18 @@ def draw_layers(target: Any, builds: Any, palette: Sequence[str], *, origin: Seq
     used = sorted(set(np.unique(t).tolist()).union(*(np.unique(g).tolist() for g in grids.values())) - {AIR_ID})
     handles: list[Any] = [Patch(facecolor=colours[i], edgecolor="0.4", label=palette[i]) for i in used]
     for code, (marker, what) in MARKS.items():
-        handles.append(Line2D([], [], linestyle="none", marker=marker, color="black", markerfacecolor="none",
-                              markersize=4 if code == MISSING else 7, label=what))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=marker,
+                color="black",
+                markerfacecolor="none",
+                markersize=4 if code == MISSING else 7,
+                label=what,
+            )
+        )
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=8, frameon=False)
     lines = ([title] if title else []) + [f"{name}: {text}" for name, text in (summaries or {}).items()]
     if lines:
@@ -250,12 +276,24 @@ def _mark(ax, xs: np.ndarray, zs: np.ndarray, marker: str, cell: float) -> None:
 
     size = max(12.0, (cell * 72 * 0.55) ** 2) * (0.25 if marker == "o" else 1.0)
     colour = {"facecolors": "none", "edgecolors": "black"} if marker == "o" else {"c": "black"}
-    ax.scatter(xs, zs, marker=marker, s=size, linewidths=1.2, **colour,
-               path_effects=[patheffects.withStroke(linewidth=2.5, foreground="white")])
+    ax.scatter(
+        xs,
+        zs,
+        marker=marker,
+        s=size,
+        linewidths=1.2,
+        **colour,
+        path_effects=[patheffects.withStroke(linewidth=2.5, foreground="white")],
+    )
 
 
-def draw_house(house: House, builds: Mapping[str, bytes], hp: Mapping[str, float] | None = None,
-               title: str | None = None, **options: Any):
+def draw_house(
+    house: House,
+    builds: Mapping[str, bytes],
+    hp: Mapping[str, float] | None = None,
+    title: str | None = None,
+    **options: Any,
+):
     """:func:`draw_layers` for a :class:`~collab.envs.minecraft.world.House` and worlds as the env keeps
     them (``bytes`` in the house's voxel order), each build's :func:`summary_line` printed with its
     ``hp`` (a fraction of the starting health) when given."""
@@ -264,8 +302,15 @@ def draw_house(house: House, builds: Mapping[str, bytes], hp: Mapping[str, float
     target = as_tensor(house, house.target)
     grids = {name: as_tensor(house, world) for name, world in builds.items()}
     summaries = {name: summary_line(grid, target, (hp or {}).get(name)) for name, grid in grids.items()}
-    return draw_layers(target, grids, house.palette, origin=house.origin, summaries=summaries,
-                       title=title if title is not None else house.task_id, **options)
+    return draw_layers(
+        target,
+        grids,
+        house.palette,
+        origin=house.origin,
+        summaries=summaries,
+        title=title if title is not None else house.task_id,
+        **options,
+    )
 
 
 def draw_states(env, states: Mapping[str, EnvState], title: str | None = None, **options: Any):
@@ -282,6 +327,7 @@ def draw_states(env, states: Mapping[str, EnvState], title: str | None = None, *
 
 
 # -- a hand-written example build ----------------------------------------------------------------
+
 
 def target_commands(house: House, layers: Iterable[int] | None = None) -> list[str]:
     """``/fill`` commands that build the target's local ``layers`` (all by default) exactly, one per
@@ -326,11 +372,14 @@ def play_commands(env, task: Mapping[str, Any], commands: Sequence[str]) -> EnvS
     attack as in any episode; nobody fights back. Stops when the lines run out (at least one turn)."""
     per_turn = env.max_commands * env.n_agents
     turns = max(1, -(-len(commands) // per_turn))
-    require(turns <= env.horizon, f"{len(commands)} commands need {turns} turns of {env.n_agents} players x "
-                                  f"{env.max_commands} commands, more than the horizon ({env.horizon})")
+    require(
+        turns <= env.horizon,
+        f"{len(commands)} commands need {turns} turns of {env.n_agents} players x "
+        f"{env.max_commands} commands, more than the horizon ({env.horizon})",
+    )
     state = env.reset(task)
     for turn in range(turns):
-        chunk = commands[turn * per_turn:(turn + 1) * per_turn]
-        actions = ["\n".join(chunk[i * env.max_commands:(i + 1) * env.max_commands]) for i in range(env.n_agents)]
+        chunk = commands[turn * per_turn : (turn + 1) * per_turn]
+        actions = ["\n".join(chunk[i * env.max_commands : (i + 1) * env.max_commands]) for i in range(env.n_agents)]
         state = env.step(state, actions).state
     return state

@@ -78,7 +78,10 @@ def measure(house: House, built: bytes) -> Measures:
         coverage=correct / target_blocks if target_blocks else 1.0,
         redundancy=wrong / placed if placed else 0.0,
         score=same / house.volume,
-        correct=correct, target_blocks=target_blocks, placed=placed, wrong=wrong,
+        correct=correct,
+        target_blocks=target_blocks,
+        placed=placed,
+        wrong=wrong,
     )
 
 

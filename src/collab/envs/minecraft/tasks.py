@@ -29,19 +29,27 @@ SHIPPED_SPLITS = ("[0:8]", "[8:12]")
 
 
 def _vec(value: Any, what: str) -> tuple[int, int, int]:
-    ok = isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 3 \
+    ok = (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and len(value) == 3
         and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    )
     require(ok, f"{what} must be a list of 3 integers, got {value!r}")
     return tuple(value)  # type: ignore[return-value]
 
 
 def _legend(inventory: Any, where: str) -> tuple[tuple[str, str], ...]:
-    require(isinstance(inventory, Mapping) and len(inventory) > 0,
-            f"{where}: 'inventory' must be an object letter -> block name, got {inventory!r}")
+    require(
+        isinstance(inventory, Mapping) and len(inventory) > 0,
+        f"{where}: 'inventory' must be an object letter -> block name, got {inventory!r}",
+    )
     legend = []
     for letter, block in inventory.items():
-        require(isinstance(letter, str) and len(letter) == 1 and isinstance(block, str) and normalize_block(block),
-                f"{where}: inventory entry {letter!r}: {block!r} must map one letter to a block name")
+        require(
+            isinstance(letter, str) and len(letter) == 1 and isinstance(block, str) and normalize_block(block),
+            f"{where}: inventory entry {letter!r}: {block!r} must map one letter to a block name",
+        )
         legend.append((letter, normalize_block(block)))
     return tuple(legend)
 
@@ -52,20 +60,29 @@ def _layers(spec: Mapping[str, Any], size: tuple[int, int, int], letters: set[st
     require(isinstance(layers, list), f"{where}: target_spec.layers must be a list of {{'y', 'rows'}} objects")
     out: dict[int, list[str]] = {}
     for i, item in enumerate(layers):
-        require(isinstance(item, Mapping) and "y" in item and "rows" in item,
-                f"{where}: target_spec.layers[{i}] must have 'y' and 'rows'")
+        require(
+            isinstance(item, Mapping) and "y" in item and "rows" in item,
+            f"{where}: target_spec.layers[{i}] must have 'y' and 'rows'",
+        )
         y, rows = item["y"], item["rows"]
-        require(isinstance(y, int) and 0 <= y < sy and y not in out,
-                f"{where}: layer {i} has y={y!r}; expected a distinct integer in 0..{sy - 1}")
-        require(isinstance(rows, list) and len(rows) == sz,
-                f"{where}: layer y={y} must have {sz} rows (size Z), got {len(rows) if isinstance(rows, list) else rows!r}")
+        require(
+            isinstance(y, int) and 0 <= y < sy and y not in out,
+            f"{where}: layer {i} has y={y!r}; expected a distinct integer in 0..{sy - 1}",
+        )
+        require(
+            isinstance(rows, list) and len(rows) == sz,
+            f"{where}: layer y={y} must have {sz} rows (size Z), got {len(rows) if isinstance(rows, list) else rows!r}",
+        )
         for z, row in enumerate(rows):
-            require(isinstance(row, str) and len(row) == sx,
-                    f"{where}: layer y={y} row {z} must be a string of {sx} letters (size X), got {row!r}")
+            require(
+                isinstance(row, str) and len(row) == sx,
+                f"{where}: layer y={y} row {z} must be a string of {sx} letters (size X), got {row!r}",
+            )
             bad = sorted(set(row) - letters)
             if bad:
-                raise UserError(f"{where}: layer y={y} row {z} uses {bad[0]!r}, "
-                                f"not in the inventory ({', '.join(sorted(letters))})")
+                raise UserError(
+                    f"{where}: layer y={y} row {z} uses {bad[0]!r}, not in the inventory ({', '.join(sorted(letters))})"
+                )
         out[y] = rows
     return out
 
@@ -75,16 +92,23 @@ def house_from_record(record: Mapping[str, Any], where: str = "task") -> House:
     require(isinstance(record, Mapping), f"{where}: expected an object with fields {', '.join(REQUIRED)}")
     missing = [f for f in REQUIRED if f not in record]
     if missing:
-        raise UserError(f"{where}: no {missing[0]!r} field (it has: {', '.join(sorted(record)) or 'none'}); "
-                        f"required: {', '.join(REQUIRED)}")
+        raise UserError(
+            f"{where}: no {missing[0]!r} field (it has: {', '.join(sorted(record)) or 'none'}); "
+            f"required: {', '.join(REQUIRED)}"
+        )
     where = f"{where} ({record['task_id']})"
     legend = _legend(record["inventory"], where)
     spec = record["target_spec"]
-    require(isinstance(spec, Mapping) and spec.get("type") == "y_layers",
-            f"{where}: target_spec.type must be 'y_layers', got {spec.get('type') if isinstance(spec, Mapping) else spec!r}")
+    require(
+        isinstance(spec, Mapping) and spec.get("type") == "y_layers",
+        f"{where}: target_spec.type must be 'y_layers', "
+        f"got {spec.get('type') if isinstance(spec, Mapping) else spec!r}",
+    )
     size = _vec(spec.get("size"), f"{where}: target_spec.size")
-    require(all(s >= 1 for s in size) and size[0] * size[1] * size[2] <= 4096,
-            f"{where}: target_spec.size {list(size)} must be positive with at most 4096 voxels")
+    require(
+        all(s >= 1 for s in size) and size[0] * size[1] * size[2] <= 4096,
+        f"{where}: target_spec.size {list(size)} must be positive with at most 4096 voxels",
+    )
     origin = (0, 0, 0)
     bbox = record.get("bbox")
     if bbox is not None:
@@ -97,8 +121,14 @@ def house_from_record(record: Mapping[str, Any], where: str = "task") -> House:
     require(len(palette) <= 255, f"{where}: at most 254 distinct blocks, got {len(palette) - 1}")
     ids = {letter: palette.index(block) for letter, block in legend}
     layers = _layers(spec, size, set(ids), where)
-    return House(task_id=str(record["task_id"]), legend=legend, size=size, origin=origin,  # type: ignore[arg-type]
-                 palette=palette, target=grid_from_layers(size, layers, ids))
+    return House(
+        task_id=str(record["task_id"]),
+        legend=legend,
+        size=size,
+        origin=origin,  # type: ignore[arg-type]
+        palette=palette,
+        target=grid_from_layers(size, layers, ids),
+    )
 
 
 def load_houses(path: str | Path) -> list[dict[str, Any]]:
@@ -123,12 +153,15 @@ def default_splits(n: int) -> tuple[str, str]:
     return f"[0:{n - k}]", f"[{n - k}:{n}]"
 
 
-def split_houses(records: Sequence[dict[str, Any]], train_split: str | None, eval_split: str | None,
-                 defaults: tuple[str, str]) -> dict[str, list[dict[str, Any]]]:
+def split_houses(
+    records: Sequence[dict[str, Any]], train_split: str | None, eval_split: str | None, defaults: tuple[str, str]
+) -> dict[str, list[dict[str, Any]]]:
     """``{"train": ..., "eval": ...}`` by slice strings (``"[0:8]"``); an empty split is a UserError."""
     out = {"train": select(records, train_split or defaults[0]), "eval": select(records, eval_split or defaults[1])}
     for name, spec in (("train", train_split or defaults[0]), ("eval", eval_split or defaults[1])):
         if not out[name]:
-            raise UserError(f"the {name} split {spec!r} of {len(records)} HouseBuild records is empty; "
-                            f"pass {name}_split, e.g. '[:]' for every record")
+            raise UserError(
+                f"the {name} split {spec!r} of {len(records)} HouseBuild records is empty; "
+                f"pass {name}_split, e.g. '[:]' for every record"
+            )
     return out

@@ -62,8 +62,9 @@ class Fight:
     """Attack commands with no living spider left to hit."""
 
 
-def spawn(seed: int, task_id: str, turn: int, min_spiders: int, max_spiders: int, spider_atk: int,
-          spider_hp: float) -> Spiders:
+def spawn(
+    seed: int, task_id: str, turn: int, min_spiders: int, max_spiders: int, spider_atk: int, spider_hp: float
+) -> Spiders:
     """The spiders of ``task_id`` at ``turn`` (uniform counts and attacks, seeded; module docstring)."""
     if max_spiders <= 0:
         return Spiders((), spider_hp)

@@ -93,14 +93,15 @@ def grid_from_layers(size: Vec, layers: dict[int, Sequence[str]], ids: dict[str,
 
 
 def fill(world: bytes, house: House, lo: Vec, hi: Vec, block: int) -> bytes:
-    """``world`` with the WORLD box ``lo``..``hi`` (inclusive, ``lo <= hi`` per axis, inside the bbox) set to ``block``."""
+    """``world`` with the WORLD box ``lo``..``hi`` (inclusive, ``lo <= hi`` per axis, inside the bbox) set to
+    ``block``."""
     out = bytearray(world)
     _, sy, sz = house.size
     (x0, y0, z0), (x1, y1, z1) = (tuple(v - o for v, o in zip(c, house.origin)) for c in (lo, hi))
     for x in range(x0, x1 + 1):
         for y in range(y0, y1 + 1):
             start = (x * sy + y) * sz
-            out[start + z0:start + z1 + 1] = bytes([block]) * (z1 - z0 + 1)
+            out[start + z0 : start + z1 + 1] = bytes([block]) * (z1 - z0 + 1)
     return bytes(out)
 
 
@@ -131,8 +132,9 @@ def rectangles(grid: Sequence[Sequence[Hashable | None]]) -> list[Rect]:
                 x2 += 1
             z2 = z
             while z2 + 1 < len(grid) and all(
-                    xx < len(grid[z2 + 1]) and grid[z2 + 1][xx] == key and (xx, z2 + 1) not in covered
-                    for xx in range(x, x2 + 1)):
+                xx < len(grid[z2 + 1]) and grid[z2 + 1][xx] == key and (xx, z2 + 1) not in covered
+                for xx in range(x, x2 + 1)
+            ):
                 z2 += 1
             covered.update((xx, zz) for xx in range(x, x2 + 1) for zz in range(z, z2 + 1))
             out.append((x, z, x2, z2, key))
@@ -145,8 +147,10 @@ def layer_boxes(voxels: bytes, house: House) -> list[tuple[int, list[tuple[Vec, 
     out = []
     for y in range(house.size[1]):
         grid = [[b or None for b in row] for row in layer(voxels, house, y)]
-        boxes = [((ox + x1, oy + y, oz + z1), (ox + x2, oy + y, oz + z2), house.palette[int(key)])  # type: ignore[arg-type]
-                 for x1, z1, x2, z2, key in rectangles(grid)]
+        boxes = [
+            ((ox + x1, oy + y, oz + z1), (ox + x2, oy + y, oz + z2), house.palette[int(key)])  # type: ignore[arg-type]
+            for x1, z1, x2, z2, key in rectangles(grid)
+        ]
         out.append((oy + y, boxes))
     return out
 

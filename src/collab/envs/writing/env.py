@@ -75,8 +75,8 @@ from collab.envs.writing.reward import (  # noqa: F401  (re-exported: the reward
     check_mode,
     jaccard,
     jaccard_score,
-    length_reward,
     length_ratio,
+    length_reward,
     measure,
     reference_jaccard,
     reference_length_reward,
@@ -96,7 +96,6 @@ from collab.envs.writing.reward import (  # noqa: F401  (re-exported: the reward
     writing_reward,
 )
 from collab.errors import UserError
-
 
 # -- the environment ----------------------------------------------------------------------------------
 CONCISE_PROMPT = (
@@ -133,7 +132,9 @@ def _load_hub(name: str, text_field: str) -> list[dict[str, Any]]:
     try:
         data = datasets.load_dataset(name, split="train")
     except Exception as e:  # offline, unknown name, gated...: any failure is the user's to fix
-        raise UserError(f"could not load dataset {name!r} from the Hugging Face hub ({type(e).__name__}); {hint}") from None
+        raise UserError(
+            f"could not load dataset {name!r} from the Hugging Face hub ({type(e).__name__}); {hint}"
+        ) from None
     records = [dict(r) for r in data]
     if records and text_field not in records[0]:
         raise UserError(f"hub dataset {name!r} has no {text_field!r} field (it has: {', '.join(sorted(records[0]))})")
@@ -196,8 +197,10 @@ class WritingEnv(Env):
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         """Per agent: the measured bands, which one failed or was met, and what that agent should change."""
         m = measure(actions[0], actions[1], self.reward_mode)
-        head = (f"Reward {score.rewards[0]:.2f} of {MAX_REWARD:.1f}. Your concise summary is {m['concise_words']} words; "
-                f"the detailed one is {m['detailed_words']} words (each must be {MIN_WORDS}-{MAX_WORDS}).")
+        head = (
+            f"Reward {score.rewards[0]:.2f} of {MAX_REWARD:.1f}. Your concise summary is {m['concise_words']} words; "
+            f"the detailed one is {m['detailed_words']} words (each must be {MIN_WORDS}-{MAX_WORDS})."
+        )
         concise, detailed = [head], [head]
         for n, notes in ((m["concise_words"], concise), (m["detailed_words"], detailed)):
             if not MIN_WORDS <= n <= MAX_WORDS:
@@ -225,10 +228,16 @@ class WritingEnv(Env):
                     detailed.append(line + ": met.")
                 if uniqueness_reward(u) is not None:
                     k, j = int(m["categories"]), m["jaccard"]
-                    full, used = (5, "used {k} of 12 (5 or more is full)") if self.reward_mode == "paper" else \
-                        (12, "in the detailed summary {k} of 12 (more is better)")  # reference: +0.05 per category
+                    full, used = (
+                        (5, "used {k} of 12 (5 or more is full)")
+                        if self.reward_mode == "paper"
+                        else (12, "in the detailed summary {k} of 12 (more is better)")
+                    )  # reference: +0.05 per category
                     line = f"Transition categories {used.format(k=k)}; shared vocabulary {j:.3f} (target 0.03)."
                     concise.append(line + (" Reuse the key terms of the post." if j < 0.03 else ""))
-                    detailed.append(line + (" Use more kinds of transition words." if k < full else "")
-                                    + (" Reuse the key terms of the concise summary." if j < 0.03 else ""))
+                    detailed.append(
+                        line
+                        + (" Use more kinds of transition words." if k < full else "")
+                        + (" Reuse the key terms of the concise summary." if j < 0.03 else "")
+                    )
         return [" ".join(concise) + " Revise your summary.", " ".join(detailed) + " Revise your summary."]

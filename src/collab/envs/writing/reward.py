@@ -18,14 +18,16 @@ WORD_RE = re.compile(r"[a-z']+")
 MIN_WORDS, MAX_WORDS = 8, 256
 MAX_REWARD = 3.0
 
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a about above after again against all am an and any are as at be been before being below between
 both but by can could did do does doing down during each few for from further had has have having he
 her here hers him his how i i'm i've if in into is it it's its itself just me more most my myself no
 nor not now of off on once only or other our ours out over own same she should so some such than that
 the their them then there these they this those through to too under until up very was we were what
 when where which while who whom why will with would you your yours don't didn't can't won't
-""".split())
+""".split()
+)
 
 TRANSITIONS: dict[str, tuple[str, ...]] = {
     "addition": ("also", "furthermore", "moreover", "additionally", "in addition", "besides", "as well as"),
@@ -47,13 +49,15 @@ _TRANSITION_RES = {
 }
 
 # -- the reference implementation's word lists (data from OpenMLRL/LLM_Collab_Writing, rewards/tldr_rewards.py)
-REFERENCE_STOPWORDS = frozenset("""
+REFERENCE_STOPWORDS = frozenset(
+    """
 a all also an and any are as at bad be been being both but by can could did do does each few first
 for from good great had has have he her here him his how i if in is it its just last left little
 long low many may me might more most much must my new no not now of old on only or other our own
 right same shall should so some such than that the their them then there these they this those to
 too us very was we were what when where which who why will with would you your
-""".split())
+""".split()
+)
 
 _REFERENCE_TRANSITION_TEXT = {
     "elaboration": "furthermore, moreover, additionally, also, besides, in addition, what is more, not only, "
@@ -261,7 +265,9 @@ def reference_style_reward(n_categories: int, similarity: float) -> float:
     return 0.4 * reference_transition_score(n_categories) + 0.6 * jaccard_score(similarity)
 
 
-_BANDS: dict[str, tuple[Callable[[float], float | None], Callable[[float], float | None], Callable[[int, float], float]]] = {
+_BANDS: dict[
+    str, tuple[Callable[[float], float | None], Callable[[float], float | None], Callable[[int, float], float]]
+] = {
     "paper": (length_reward, uniqueness_reward, style_reward),
     "reference": (reference_length_reward, reference_uniqueness_reward, reference_style_reward),
 }

@@ -14,9 +14,38 @@ SCHEME_PREFIXES = ("eval/env/scheme/", "env/scheme/")
 episodes (``eval/env/scheme/<name>``), and training's mean over each rollout (``env/scheme/<name>``)."""
 
 # Student t quantiles t(0.975, df) for df = 1..30 (two-sided 95%); larger df use the normal 1.96.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def smooth(curve: Sequence[tuple[int, float]], window: int = 1) -> list[tuple[int, float]]:
@@ -26,7 +55,7 @@ def smooth(curve: Sequence[tuple[int, float]], window: int = 1) -> list[tuple[in
     points = sorted(curve)
     out = []
     for i, (step, _) in enumerate(points):
-        part = [v for _, v in points[max(0, i - window + 1): i + 1]]
+        part = [v for _, v in points[max(0, i - window + 1) : i + 1]]
         out.append((step, sum(part) / len(part)))
     return out
 
@@ -69,8 +98,9 @@ def mean_curve(curves: Sequence[Sequence[tuple[int, float]]], z: float | None = 
     return out
 
 
-def curves_by(source: str | Path | Iterable[RunInfo], tag: str, key: str = "algo",
-              window: int = 1) -> dict[str, list[list[tuple[int, float]]]]:
+def curves_by(
+    source: str | Path | Iterable[RunInfo], tag: str, key: str = "algo", window: int = 1
+) -> dict[str, list[list[tuple[int, float]]]]:
     """``{group: [curve of each run]}`` of ``tag`` with runs grouped by a :class:`RunInfo` field
     (``algo``, ``env``, ``name``, ``model``; several: ``"algo,env"``), each curve smoothed over ``window``."""
     groups: dict[str, list[list[tuple[int, float]]]] = {}
@@ -83,8 +113,9 @@ def curves_by(source: str | Path | Iterable[RunInfo], tag: str, key: str = "algo
     return groups
 
 
-def scheme_steps(scalars: dict[str, list[tuple[int, float]]],
-                 prefix: str = "eval/env/scheme/") -> list[tuple[int, dict[str, float]]]:
+def scheme_steps(
+    scalars: dict[str, list[tuple[int, float]]], prefix: str = "eval/env/scheme/"
+) -> list[tuple[int, dict[str, float]]]:
     """The scheme distribution at each logged step: ``[(step, {scheme: fraction}), ...]`` from the
     tags ``<prefix><scheme>`` of a run's scalars (:func:`read_scalars`); every scheme of
     :data:`collab.envs.coding.schemes.SCHEMES` is present (0.0 when not logged at that step).
@@ -94,15 +125,16 @@ def scheme_steps(scalars: dict[str, list[tuple[int, float]]],
     per_step: dict[int, dict[str, float]] = {}
     for tag, points in scalars.items():
         if tag.startswith(prefix):
-            scheme = tag[len(prefix):]
+            scheme = tag[len(prefix) :]
             for step, value in points:
                 per_step.setdefault(int(step), {})[scheme] = float(value)
     names = list(SCHEMES) + sorted({s for d in per_step.values() for s in d} - set(SCHEMES))
     return [(step, {s: per_step[step].get(s, 0.0) for s in names}) for step in sorted(per_step)]
 
 
-def scheme_table(source: str | Path | Iterable[RunInfo], prefixes: Sequence[str] = SCHEME_PREFIXES,
-                 at: str = "last") -> list[dict]:
+def scheme_table(
+    source: str | Path | Iterable[RunInfo], prefixes: Sequence[str] = SCHEME_PREFIXES, at: str = "last"
+) -> list[dict]:
     """One row per run that logged scheme tags: ``{run, algo, env, seed, source, step, <scheme>...}``.
 
     ``source`` is the first of ``prefixes`` the run has (evaluation before training by default);
@@ -121,14 +153,24 @@ def scheme_table(source: str | Path | Iterable[RunInfo], prefixes: Sequence[str]
                 dist = steps[-1][1]
             else:
                 dist = {s: sum(d[s] for _, d in steps) / len(steps) for s in steps[-1][1]}
-            rows.append({"run": info.label, "algo": info.algo, "env": info.env, "seed": info.seed,
-                         "source": prefix.rstrip("/"), "step": steps[-1][0], **dist})
+            rows.append(
+                {
+                    "run": info.label,
+                    "algo": info.algo,
+                    "env": info.env,
+                    "seed": info.seed,
+                    "source": prefix.rstrip("/"),
+                    "step": steps[-1][0],
+                    **dist,
+                }
+            )
             break
     return rows
 
 
-def scheme_history(source: str | Path | Iterable[RunInfo], prefix: str = "env/scheme/",
-                   window: int = 1) -> dict[str, list[tuple[int, dict[str, float]]]]:
+def scheme_history(
+    source: str | Path | Iterable[RunInfo], prefix: str = "env/scheme/", window: int = 1
+) -> dict[str, list[tuple[int, dict[str, float]]]]:
     """``{run label: scheme_steps}`` of every run that logged ``<prefix><scheme>`` tags (by default
     training's per-rollout distribution), each scheme's series smoothed over ``window`` steps."""
     out = {}

@@ -35,7 +35,7 @@ def plot_mean_curves(ax, groups: dict[str, list[list[tuple[int, float]]]], z: fl
     gives the number of runs (seeds) per group."""
     for group, curves in sorted(groups.items()):
         curve = mean_curve(curves, z)
-        line, = ax.plot(curve["step"], curve["mean"], label=f"{group} (n={len(curves)})")
+        (line,) = ax.plot(curve["step"], curve["mean"], label=f"{group} (n={len(curves)})")
         if len(curves) > 1:
             ax.fill_between(curve["step"], curve["low"], curve["high"], color=line.get_color(), alpha=0.2)
     ax.set_xlabel("step")
@@ -71,8 +71,12 @@ def plot_scheme_steps(ax, steps: Sequence[tuple[int, dict[str, float]]]) -> None
         return
     colors = _scheme_colors()
     names = list(steps[0][1])
-    ax.stackplot([s for s, _ in steps], *[[d.get(n, 0.0) for _, d in steps] for n in names], labels=names,
-                 colors=[colors.get(n, "black") for n in names])
+    ax.stackplot(
+        [s for s, _ in steps],
+        *[[d.get(n, 0.0) for _, d in steps] for n in names],
+        labels=names,
+        colors=[colors.get(n, "black") for n in names],
+    )
     ax.set_ylim(0, 1)
     if len(steps) > 1:
         ax.set_xlim(steps[0][0], steps[-1][0])
@@ -80,16 +84,21 @@ def plot_scheme_steps(ax, steps: Sequence[tuple[int, dict[str, float]]]) -> None
     ax.set_ylabel("fraction")
 
 
-def schemes_figure(rows: Sequence[dict], history: dict[str, Sequence[tuple[int, dict[str, float]]]] | None = None,
-                   title: str = "per run", max_history: int = 3):
+def schemes_figure(
+    rows: Sequence[dict],
+    history: dict[str, Sequence[tuple[int, dict[str, float]]]] | None = None,
+    title: str = "per run",
+    max_history: int = 3,
+):
     """A figure with the stacked bars of ``rows`` (:func:`plot_scheme_bars`) and, beside them, the
     distribution over steps of up to ``max_history`` runs of ``history`` (:func:`scheme_history`);
     one legend for all panels."""
     import matplotlib.pyplot as plt
 
     history = list((history or {}).items())[:max_history]
-    fig, axes = plt.subplots(1, 1 + len(history), figsize=(6 + 4.5 * len(history), max(3.2, 1.8 + 0.4 * len(rows))),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, 1 + len(history), figsize=(6 + 4.5 * len(history), max(3.2, 1.8 + 0.4 * len(rows))), squeeze=False
+    )
     plot_scheme_bars(axes[0][0], rows)
     axes[0][0].set_title(title)
     for ax, (label, steps) in zip(axes[0][1:], history):
@@ -101,8 +110,14 @@ def schemes_figure(rows: Sequence[dict], history: dict[str, Sequence[tuple[int, 
     return fig
 
 
-def curves_figure(source: str | Path | Iterable[RunInfo], tag: str = "reward/return", key: str = "algo",
-                  split: str = "env", window: int = 1, z: float | None = None):
+def curves_figure(
+    source: str | Path | Iterable[RunInfo],
+    tag: str = "reward/return",
+    key: str = "algo",
+    split: str = "env",
+    window: int = 1,
+    z: float | None = None,
+):
     """A matplotlib figure with one panel per value of the :class:`RunInfo` field ``split`` (envs
     have their own reward scales) and in each the :func:`mean_curve` of ``tag`` per ``key`` group
     (:func:`plot_mean_curves`); None when no run logged ``tag``."""

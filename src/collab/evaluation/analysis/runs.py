@@ -86,9 +86,16 @@ def run_info(run_dir: str | Path, root: str | Path | None = None) -> RunInfo:
     label = path.relative_to(root).as_posix() if root is not None else "."
     if label == ".":
         label = f"{name}/{version}".rstrip("/")
-    return RunInfo(path=path, name=name, version=version, algo=str(logger_name or name),
-                   env=_get(config, "data", "env"), seed=seed, model=_get(config, "model", "base", "name"),
-                   label=label)
+    return RunInfo(
+        path=path,
+        name=name,
+        version=version,
+        algo=str(logger_name or name),
+        env=_get(config, "data", "env"),
+        seed=seed,
+        model=_get(config, "model", "base", "name"),
+        label=label,
+    )
 
 
 def list_runs(root: str | Path = "runs") -> list[RunInfo]:
@@ -107,8 +114,17 @@ def tag_table(source: str | Path | Iterable[RunInfo], tag: str) -> list[dict]:
     rows = []
     for info in run_infos(source):
         for step, value in read_scalars(info.path).get(tag, []):
-            rows.append({"run": info.label, "algo": info.algo, "env": info.env, "seed": info.seed,
-                         "model": info.model, "step": step, "value": value})
+            rows.append(
+                {
+                    "run": info.label,
+                    "algo": info.algo,
+                    "env": info.env,
+                    "seed": info.seed,
+                    "model": info.model,
+                    "step": step,
+                    "value": value,
+                }
+            )
     return rows
 
 
@@ -117,8 +133,15 @@ def last_values(source: str | Path | Iterable[RunInfo], tags: Sequence[str]) -> 
     rows = []
     for info in run_infos(source):
         scalars = read_scalars(info.path)
-        rows.append({"run": info.label, "algo": info.algo, "env": info.env, "seed": info.seed,
-                     **{tag: max(scalars[tag])[1] if scalars.get(tag) else None for tag in tags}})
+        rows.append(
+            {
+                "run": info.label,
+                "algo": info.algo,
+                "env": info.env,
+                "seed": info.seed,
+                **{tag: max(scalars[tag])[1] if scalars.get(tag) else None for tag in tags},
+            }
+        )
     return rows
 
 
@@ -133,8 +156,15 @@ def reward_summaries(source: str | Path | Iterable[RunInfo]) -> list[dict]:
         if not path.is_file():
             continue
         summary = json.loads(path.read_text())
-        rows.append({"run": info.label, "algo": info.algo, "env": info.env, "seed": info.seed,
-                     **{k: summary.get(k) for k in ("rollouts", "first_mean", "last_mean")}})
+        rows.append(
+            {
+                "run": info.label,
+                "algo": info.algo,
+                "env": info.env,
+                "seed": info.seed,
+                **{k: summary.get(k) for k in ("rollouts", "first_mean", "last_mean")},
+            }
+        )
     return rows
 
 

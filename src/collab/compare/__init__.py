@@ -1,0 +1,304 @@
+"""``python -m collab.compare --algos A [B ...] --rollouts N | --tokens N [options] [config overrides]``.
+
+A grid of algorithms x envs x seeds trained at one budget, with the controls on the same eval split: the
+single-agent GRPO control (``grpo``: MAGRPO with one agent doing every role, the same budget) and the prompt
+baselines (``single``, ``parallel``, ``pipeline``, ``discussion``; untrained). Each run is one subprocess
+(:mod:`collab.compare.grid`: ``collab.fit``, or ``collab.evaluate --baseline``; :mod:`collab.compare.running`)
+with seed k as ``--seed_everything k --data.seed k``; the overrides (``--model.base.name tiny --config
+small.yaml``) go to every run.
+
+    python -m collab.compare --algos magrpo ippo --envs writing --seeds 0 1 2 --rollouts 10
+    python -m collab.compare --algos magrpo --envs writing coding --seeds 0 1 --tokens 200000 --controls grpo single
+
+Options: ``--algos``, ``--envs`` (default writing), ``--seeds`` (default 0 1 2), ``--rollouts N`` or ``--tokens
+N`` (the budget of every training run: rollouts, or generated tokens), ``--controls`` (default all five;
+``--controls`` alone: none), ``--eval_samples`` (sampled episodes per eval task, default 2), ``--eval_tasks``
+(the first N eval tasks; default all), ``--tasks_per_batch`` (default 4), ``--output`` (default
+``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
+``--retry_failed`` (run the failed runs again), ``--restore RESULTS [STEPS]`` (the finished runs of an
+earlier start on another machine, from its ``results.csv`` and ``steps.csv``: :mod:`collab.compare.restore`),
+``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS`` = cores / N unless set: their wall times
+then share the machine, which the table says), ``--score KEY`` (the
+held-out score: an info key of the env's last step, e.g. ``majority@2`` on debate, checked on every env of the grid
+before anything runs; default: accuracy where the env reports ``solved``, else the episode return).
+
+It writes under ``--output``: ``results.csv`` (one row per run: held-out score before and after, gain, budget
+used, wall time, generated tokens, peak memory), ``steps.csv`` (every logged metric of every trained run, per
+step and rollout), ``comparison.md`` (mean ± SE over seeds, the paired difference against ``grpo`` with a 95%
+confidence interval, wall time, tokens, peak memory; the budget stated), ``curves.png`` (the training reward
+against rollouts, mean and 95% band over seeds, one panel per env), ``compare.log`` (one plain line per run),
+``records/`` (a run's record: its presence means done) and ``cells/`` (each run's folder and log).
+
+``--defaults`` (with ``--algos`` and ``--seeds``; no budget, env, control or evaluation option) runs each
+algorithm's main job as it is instead: ``python -m collab.fit --algo A --seed_everything k --data.seed k`` with
+the overrides and nothing else, on the env, budget and held-out evaluation of its own config, and writes, per
+algorithm, every seed's held-out score before and after training with the paired gain, then the mean gain over
+seeds with its SE and how many seeds gained (the 5-seed tables of docs/measurements.md):
+
+    python -m collab.compare --defaults --algos collm_cc ippo --seeds 0 1 2 3 4 --jobs 2 --output runs/defaults
+
+Resumable: started again with the same options it skips every run with a record and runs the rest (a run
+killed midway restarts from scratch); more algos, envs or seeds extend the grid, other settings (budget,
+evaluation, overrides) are refused. Progress: ``run i of N`` with the time left, redrawn on a terminal, plain
+lines otherwise (and always in ``compare.log``). A bad grid (unknown algorithm or env, an algorithm that
+does not train on an env, a bad override) ends in one ``error:`` line, exit code 2, before any run starts.
+Exit code 1 when a run failed (its log named).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+
+from collab.compare import checks, grid
+from collab.compare.grid import BASELINES, CONTROL, Cell, Settings
+from collab.compare.options import parser
+from collab.compare.progress import Progress, clock_time
+from collab.compare.running import Running, read_record, run_cell
+from collab.errors import UserError
+
+
+def run(argv: list[str]) -> int:
+    options, overrides = parser().parse_known_args(argv)
+    if options.defaults:
+        given = [
+            f"--{name}"
+            for name in (
+                "envs",
+                "rollouts",
+                "tokens",
+                "controls",
+                "eval_samples",
+                "eval_tasks",
+                "tasks_per_batch",
+                "score",
+            )
+            if getattr(options, name) is not None
+        ]
+        if given:
+            raise UserError(
+                f"--defaults runs each main job as it is (its own env, budget and held-out evaluation): "
+                f"drop {', '.join(given)}, or drop --defaults for a grid at one budget"
+            )
+        settings = Settings(None, None, overrides=tuple(overrides), defaults=True)
+        checks.check_defaults(options.algos, options.seeds, settings)
+        cells = grid.plan_defaults(options.algos, options.seeds, settings)
+    else:
+        settings = Settings(
+            options.rollouts,
+            options.tokens,
+            2 if options.eval_samples is None else options.eval_samples,
+            options.eval_tasks,
+            4 if options.tasks_per_batch is None else options.tasks_per_batch,
+            tuple(overrides),
+            options.score,
+        )
+        controls = [CONTROL, *BASELINES] if options.controls is None else options.controls
+        envs = ["writing"] if options.envs is None else options.envs
+        checks.check_names(options.algos, controls, envs, options.seeds, settings)
+        cells = grid.plan(options.algos, controls, envs, options.seeds)
+    if options.max_runs is not None and options.max_runs < 0:
+        raise UserError(f"--max_runs must be >= 0, got {options.max_runs}")
+    if options.jobs < 1:
+        raise UserError(f"--jobs must be >= 1 (runs at once), got {options.jobs}")
+    out = Path(options.output)
+    with tempfile.TemporaryDirectory() as tmp:  # every run built (not run) before the first starts
+        extra = checks.check_cells(cells, settings, Path(tmp))
+    from collab.cli.output import release_logs
+
+    release_logs(show=False)  # the builds' Lightning messages: not this command's
+    if options.restore is not None:  # read and checked before anything is written
+        from collab.compare import restore
+
+        carried = restore.restored(options.restore, cells, settings, out)
+    checks.check_settings(out, settings)
+    progress = Progress(out / "compare.log", jobs=options.jobs)
+    if options.restore is not None:
+        restore.write(carried, out)
+        progress.line(
+            f"restored {len(carried)} runs from {options.restore[0]}"
+            + (f" (their steps from {options.restore[1]})" if len(options.restore) == 2 else " (no steps)")
+        )
+    records = {c: read_record(out, c) for c in cells}
+    for record in records.values():
+        if record:
+            progress.add(record)
+    todo = [c for c in cells if records[c] is None or (options.retry_failed and records[c]["returncode"] != 0)]
+    progress.line(
+        f"grid: {len(cells)} runs ({len(cells) - len(todo)} done before), budget {settings.budget()}, output {out}"
+    )
+    queue = []  # (i, cell) to run now, in grid order
+    for i, cell in enumerate(cells, 1):
+        if cell not in todo:
+            code = records[cell]["returncode"]
+            progress.line(
+                f"run {i} of {len(cells)}: {cell.name} "
+                + ("done before" if code == 0 else f"failed before (exit {code}; --retry_failed runs it again)")
+            )
+        elif options.max_runs is None or len(queue) < options.max_runs:
+            queue.append((i, cell))
+    running = Running(options.jobs)
+    threads = (
+        None if options.jobs == 1 or "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // options.jobs)
+    )
+    lock = threading.Lock()
+
+    def one(i: int, cell: Cell) -> None:
+        with lock:
+            todo.remove(cell)
+            progress.line(f"run {i} of {len(cells)}: {cell.name} ({progress.left([cell, *todo])})")
+        record = _run_with_clock(
+            progress, i, len(cells), cell, settings, out, extra[(cell.method, cell.env)], todo, running, threads
+        )
+        with lock:
+            records[cell] = record
+            progress.add(record)
+            how = (
+                "done"
+                if record["returncode"] == 0
+                else f"FAILED (exit {record['returncode']}, log {grid.cell_dir(out, cell) / 'log.txt'})"
+            )
+            progress.line(
+                f"run {i} of {len(cells)}: {cell.name} {how} in {clock_time(record['wall_s'])}, "
+                f"held-out {_score(record)}; {progress.left(todo)}"
+            )
+
+    with ThreadPoolExecutor(options.jobs) as pool:
+        futures = [pool.submit(one, i, cell) for i, cell in queue]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:  # Ctrl-C or SIGTERM: end every running cell, start no other, leave no record
+            running.stop()
+            for future in futures:
+                future.cancel()
+            raise
+    if len(todo) > 0 and options.max_runs is not None:
+        progress.line(f"stopped after {len(queue)} runs (--max_runs); {len(todo)} left: start again to finish")
+    write_outputs(out, [r for r in (records[c] for c in cells) if r], settings)
+    failed = [c.name for c in cells if records[c] and records[c]["returncode"] != 0]
+    return 1 if failed else 0
+
+
+def _score(record: dict) -> str:
+    score = record.get("score")
+    return "n/a" if score is None else f"{score:.4f}"
+
+
+def _run_with_clock(
+    progress: Progress,
+    i: int,
+    n: int,
+    cell: Cell,
+    settings: Settings,
+    out: Path,
+    extra,
+    todo,
+    running: Running,
+    threads: int | None,
+) -> dict:
+    """Run the cell; on a terminal, one run at a time, redraw its line every second with the elapsed and the time
+    left."""
+    stop = threading.Event()
+    start = time.perf_counter()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            elapsed = time.perf_counter() - start
+            progress.line(
+                f"run {i} of {n}: {cell.name} {clock_time(elapsed)} ({progress.left([cell, *todo])})", transient=True
+            )
+
+    clock = threading.Thread(target=tick, daemon=True)
+    if progress.tty and running.jobs == 1:
+        clock.start()
+    try:
+        return asdict(run_cell(cell, settings, out, extra, running, threads))
+    finally:
+        stop.set()
+
+
+def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
+    """results.csv, steps.csv, comparison.md and curves.png from the records so far."""
+    from collab.compare import report
+
+    rows = report.result_rows(records)
+    report.write_csv(out / "results.csv", rows, report.RESULT_COLUMNS)
+    steps = []
+    for record in records:
+        if record.get("run_dir") and Path(record["run_dir"]).is_dir():
+            from collab.evaluation.analysis import read_scalars
+
+            steps += report.step_rows(record, read_scalars(record["run_dir"]))
+        else:  # restored from another machine's CSVs (--restore), or its folder removed
+            steps += record.get("step_rows") or []
+    report.write_csv(out / "steps.csv", steps, report.STEP_COLUMNS)
+    failed = [f"{r['method']}-{r['env']}-{r['seed']} (exit {r['returncode']})" for r in records if r["returncode"] != 0]
+    if settings.defaults:
+        markdown = report.render_seed_tables(rows, failed)
+    else:
+        tasks = f"the first {settings.eval_tasks}" if settings.eval_tasks else "all"
+        scored = (
+            f"score: {settings.score} (--score)"
+            if settings.score
+            else "score: accuracy (solved) where the env reports it, else the episode return"
+        )
+        evaluation = (
+            f"{tasks} tasks of each env's eval split x {settings.eval_samples} sampled episodes, seed k for seed k; "
+            f"{scored}"
+        )
+        markdown = report.render_grid_markdown(report.summarize(rows), settings.budget(), evaluation, CONTROL, failed)
+    shared = sorted({int(r.get("jobs", 1)) for r in records} - {1})
+    if shared:
+        markdown += (
+            f"\nWall times: runs made {' or '.join(map(str, shared))} at once (--jobs) shared the machine's "
+            f"cores; compare them with runs made the same way.\n"
+        )
+    (out / "comparison.md").write_text(markdown)
+    figure = None
+    if steps:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        figure = report.grid_figure(steps)
+    if figure is not None:
+        figure.savefig(out / "curves.png", dpi=120, bbox_inches="tight")
+    print(
+        markdown
+        + f"\nwritten: {out / 'results.csv'}, {out / 'steps.csv'}, {out / 'comparison.md'}"
+        + (f", {out / 'curves.png'}" if figure is not None else ""),
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from collab.fit import report_errors
+
+    code = [0]
+
+    def job() -> None:
+        code[0] = run(list(sys.argv[1:] if argv is None else argv))
+
+    def stop(signum, frame):  # SIGTERM: end the current run's subprocess (run_cell), leave no record
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return report_errors(job) or code[0]
+    except KeyboardInterrupt:
+        print(
+            "stopped: the run in progress was ended and left no record; start the same command again to finish "
+            "the grid",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)

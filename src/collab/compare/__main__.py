@@ -1,0 +1,5 @@
+import sys
+
+from collab.compare import main
+
+sys.exit(main())

@@ -1,0 +1,140 @@
+"""Teacher-forced log-probs of a team's completions on one base: the forward of the update.
+
+The rows of a base go through its model in as few forwards as stay exact: every agent's rows in one forward
+with per-row adapters (:func:`collab.policy.prefill.per_row_forward`) when no agent uses dropout and gradient
+checkpointing is off, else one forward per agent; the reference policy is the base with adapters disabled.
+Each token's log-prob is taken under its agent's policy (temperature and closed action vocabulary:
+:func:`collab.policy.sampling.policy_logits`), through the output head in chunks of tokens where the model
+allows it (:mod:`collab.policy.head`).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+from torch import Tensor
+
+from collab.policy.adapters import adapters_disabled, eval_mode, train_adapters_only
+from collab.policy.head import hidden_states, output_head, token_logprobs, vocab_size
+from collab.policy.prefill import pad_left, per_row_forward, shared_prefix_forward, shares_prefixes
+from collab.policy.sampling import action_mask, policy_logits
+
+
+def logprobs_on_base(
+    team,
+    key: str,
+    agents: list[int],
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    reference: bool,
+    entropy: bool = False,
+) -> list[tuple[Tensor, Tensor | None]]:
+    """Per-token log-probs (and entropies) of the rows of one base ``key`` of ``team``: ``agents[i]``'s policy (or
+    the reference policy) on ``completions[i]`` given ``prompts[i]``; the pairs in the rows' order."""
+    model = team.models[key]
+    pad = team.tokenizers[key].pad_token_id
+    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+    # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
+    # and gradient checkpointing (active in train mode only) is off.
+    mixed = (
+        not reference
+        and all(team.specs[a].lora.dropout == 0 for a in agents)
+        and not team.base_config.gradient_checkpointing
+    )
+    groups = (
+        [list(range(len(agents)))]
+        if (mixed or reference)
+        else [[i for i, a in enumerate(agents) if a == b] for b in sorted(set(agents))]
+    )
+    result: list[Tensor | None] = [None] * len(agents)
+    chunked = output_head(model) is not None  # the head applied in chunks of tokens (collab.policy.head)
+    share = shares_prefixes(model)
+    for g in groups:
+        # Only the completion positions need logits (the vocabulary projection dominates).
+        keep = max(len(completions[i]) for i in g) + 1
+        with hidden_states(model) if chunked else nullcontext() as head:  # chunked: logits are the hidden states
+            if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
+                with adapters_disabled(model):
+                    logits = shared_prefix_forward(
+                        lambda _, **inputs: model(**inputs),
+                        prompts,
+                        completions,
+                        ["reference"] * len(g),
+                        pad,
+                        team.device,
+                        share=share,
+                        logits_to_keep=keep,
+                    )[0].logits
+            elif mixed:
+                with eval_mode(model):
+                    logits = shared_prefix_forward(
+                        per_row_forward(model),
+                        prompts,
+                        completions,
+                        [team.names[a] for a in agents],
+                        pad,
+                        team.device,
+                        share=share,
+                        logits_to_keep=keep,
+                    )[0].logits
+            else:
+                input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, team.device)
+                model.set_adapter(team.names[agents[g[0]]])
+                logits = model(
+                    input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
+                ).logits
+        if chunked:
+            score_hidden(team, logits, head, g, agents, completions, entropy, result)
+            continue
+        for j, i in enumerate(g):
+            n = len(completions[i])
+            a = agents[i]
+            step_logits = logits[j, -n - 1 : -1].float()
+            allowed = action_mask(team.choice_ids[a], step_logits.shape[-1], step_logits.device)
+            lp = policy_logits(step_logits, team.specs[a].sampling.temperature, allowed).log_softmax(-1)
+            target = torch.as_tensor(completions[i], device=lp.device)
+            # -sum p log p over the allowed tokens (masked ones have log p = -inf, p = 0: left out,
+            # so that neither the value nor its gradient sees 0 * inf)
+            ent = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(-1) if entropy else None
+            result[i] = (lp.gather(-1, target[:, None]).squeeze(-1), ent)
+    if not (mixed or reference):
+        train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
+    return result  # type: ignore[return-value]
+
+
+def score_hidden(
+    team,
+    hidden: Tensor,
+    head,
+    group: list[int],
+    agents: list[int],
+    completions: list[list[int]],
+    entropy: bool,
+    result: list,
+) -> None:
+    """The group's per-token log-probs (and entropies) from its final hidden states (row j of ``hidden`` is
+    item ``group[j]``), through the output head in chunks (:func:`collab.policy.head.token_logprobs`)."""
+    lengths = [len(completions[i]) for i in group]
+    rows = torch.cat([hidden[j, -n - 1 : -1] for j, n in enumerate(lengths)])
+    device = rows.device
+    targets = torch.as_tensor([t for i in group for t in completions[i]], dtype=torch.long, device=device)
+    temperature = torch.as_tensor(
+        [team.specs[agents[i]].sampling.temperature for i, n in zip(group, lengths) for _ in range(n)],
+        dtype=torch.float,
+        device=device,
+    )
+    masks = None
+    closed = sorted({agents[i] for i in group if team.choice_ids[agents[i]] is not None})
+    if closed:  # closed action vocabularies: one mask per agent, an index per token
+        allowed = torch.stack([action_mask(team.choice_ids[a], vocab_size(head), device) for a in closed])
+        which = torch.as_tensor(
+            [closed.index(agents[i]) if agents[i] in closed else -1 for i, n in zip(group, lengths) for _ in range(n)],
+            dtype=torch.long,
+            device=device,
+        )
+        masks = (allowed, which)
+    logp, ent = token_logprobs(rows, head, targets, temperature, masks, entropy)
+    entropies = torch.split(ent, lengths) if entropy else [None] * len(group)
+    for i, lp, e in zip(group, torch.split(logp, lengths), entropies):
+        result[i] = (lp, e)

@@ -1,0 +1,153 @@
+"""Micro-batches bounded by memory (``--model.micro_batch_tokens auto``).
+
+An update's forward/backward keeps, per token, the activations its backward needs: a fixed number of bytes
+for a given model, adapters, dtype and checkpointing (the output head's logits are not among them:
+:mod:`collab.policy.head`). ``auto`` measures that number once, at the start of a run, on the team itself: one
+probe forward of :data:`PROBE_TOKENS` tokens through the agents' log-probs with autograd's saved-tensor hooks
+counting what is saved for the backward (:func:`bytes_per_token`), times :data:`SAFETY` for what a backward
+allocates besides. (An actor-critic's LLM critic reads about as many tokens as the agents: it is a backward pass
+of its own, :meth:`collab.algos.actor_critic.ActorCritic.terms`, so it needs no room beside theirs.) The
+micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
+``--model.micro_batch_memory_gb``, or by default 1/16 of the machine's RAM, at most 1 GiB, on a CPU, and 1/4
+of the GPU's memory on a GPU: the machine's total memory, not what is free at the moment, so that a run's
+micro-batches do not depend on the load. The size is decided once per run and saved in the checkpoint; a
+resumed run keeps it. Splitting a minibatch into micro-batches does not change its gradient (the losses are
+divided by the minibatch's counts: ``tests/algos/test_skeleton.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+
+import torch
+
+PROBE_TOKENS = 64
+"""Tokens of the probe forward (half prompt, half completion)."""
+SAFETY = 1.5
+"""Headroom over the measured saved-for-backward bytes: the backward's own buffers (a layer's activation
+gradients, the head's chunk), the allocator's slack."""
+CPU_FRACTION, CPU_CAP = 1 / 16, 2**30
+GPU_FRACTION = 1 / 4
+
+
+def total_ram() -> int:
+    """The machine's RAM in bytes (what the kernel reports; the cgroup's limit when lower)."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            ram = min(ram, int(limit))
+    except OSError:
+        pass
+    return ram
+
+
+def budget_bytes(device: torch.device, memory_gb: float | None) -> int:
+    """Bytes for one micro-batch's activations: ``memory_gb`` when given, else a fraction of the device's total
+    memory (module docstring)."""
+    if memory_gb is not None:
+        return int(memory_gb * 2**30)
+    if device.type == "cuda":
+        return int(GPU_FRACTION * torch.cuda.get_device_properties(device).total_memory)
+    return int(min(CPU_FRACTION * total_ram(), CPU_CAP))
+
+
+def token_budget_chunks(lengths: list[int], budget: int | None, rows: list[int] | None = None) -> list[list[int]]:
+    """Consecutive index groups of ``lengths`` whose padded size (rows x longest item) stays within ``budget``
+    tokens; item ``i`` is ``rows[i]`` rows (default 1: an update's items; a decoding request is its ``n``
+    samples). An item over the budget is a group of its own. ``None``: one group."""
+    if budget is None:
+        return [list(range(len(lengths)))] if lengths else []
+    rows = rows if rows is not None else [1] * len(lengths)
+    chunks: list[list[int]] = []
+    longest = height = 0
+    for i, (n, r) in enumerate(zip(lengths, rows)):
+        if chunks and (height + r) * max(longest, n) <= budget:
+            chunks[-1].append(i)
+            longest, height = max(longest, n), height + r
+        else:
+            chunks.append([i])
+            longest, height = n, r
+    return chunks
+
+
+def saved_for_backward(fn):
+    """``(storages, out)``: ``out = fn()`` and the bytes of each storage autograd saved for the backward while it
+    ran (data pointer -> bytes, each storage once)."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        # kept without its graph: an op's own output handed back as itself would make its node reference
+        # itself through the tensor's grad_fn, a cycle through C++ that Python's collector cannot see, which
+        # would keep the graph and every weight it saved alive after ``out`` is gone
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return seen, out
+
+
+def bytes_per_token(team) -> float:
+    """Bytes saved for the backward per token of the agents' log-probs forward, measured on a probe sequence
+    (nothing is trained: the graph is dropped unused); in a team of several bases, the largest base's (one
+    probe through the first agent on each that trains: a frozen agent's forward saves nothing)."""
+    half = PROBE_TOKENS // 2
+    prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
+    weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
+    per_base = []
+    for key in dict.fromkeys(team.base_of):
+        mine = [i for i, k in enumerate(team.base_of) if k == key]
+        agent = next((i for i in mine if not team.is_frozen(i)), mine[0])
+        seen, _ = saved_for_backward(lambda: team.logprobs(agent, [prompt], [completion]))
+        per_base.append(sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS)
+    return max(per_base)
+
+
+def auto_tokens(team, device: torch.device, memory_gb: float | None) -> tuple[int, str]:
+    """The micro-batch size in padded tokens for the budget, and a line saying how it was decided."""
+    per_token = bytes_per_token(team) * SAFETY
+    budget = budget_bytes(device, memory_gb)
+    tokens = max(1, int(budget // max(per_token, 1.0)))
+    where = (
+        "--model.micro_batch_memory_gb"
+        if memory_gb is not None
+        else ("1/4 of the GPU's memory" if device.type == "cuda" else "1/16 of the RAM, at most 1 GiB")
+    )
+    return tokens, (
+        f"micro-batches: {tokens} padded tokens ({per_token / 2**10:.0f} KiB a token x {tokens} "
+        f"within {budget / 2**30:.2f} GiB, {where})"
+    )
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none."""
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+def release() -> bool:
+    """Give the C allocator's free memory back to the operating system (glibc's ``malloc_trim(0)``); ``False``
+    where the C library has none (not glibc).
+
+    A CPU tensor freed by PyTorch goes back to glibc's heap, which keeps its pages: a rollout's KV cache, an
+    evaluation's batch or an update's activations stay in the process's resident memory after they are freed,
+    and the next phase, whose tensors have other sizes, fits only part of its own into those holes. Called
+    between phases (after a rollout, after an update, after an evaluation: :mod:`collab.algos.base`,
+    :mod:`collab.training.eval_callback`) it makes a run's peak the largest phase's, not the phases' sum of
+    fragments (docs/models.md, "Memory"). It costs a walk of the heap and the page faults of memory used again:
+    well under a second a step on the embedded model."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True

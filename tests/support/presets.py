@@ -1,0 +1,22 @@
+"""Which algorithms a shipped config is for: ``conf/algo/NAME.yaml`` for NAME; ``conf/presets/NAME_*.yaml`` for
+the algorithm NAME, and ``conf/presets/collm_*.yaml`` for both CoLLM variants (``collm_cc``, ``collm_dc``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted((ROOT / "conf" / "presets").glob("*.yaml"))
+
+
+def config_algos(path: Path) -> list[str]:
+    from collab.algos import algo_registry
+
+    names = sorted(algo_registry())
+    own = [a for a in names if path.stem == a or path.stem.startswith(a + "_")]
+    return own or [a for a in names if a.startswith(path.stem.split("_")[0] + "_")]
+
+
+def preset_runs() -> list[tuple[Path, str]]:
+    """(preset, algorithm) for every preset and every algorithm it is for."""
+    return [(p, a) for p in PRESETS for a in config_algos(p)]
