@@ -1,5 +1,6 @@
-"""benchmarks/main_jobs.py sums the resident memory of a job's whole process tree (a
-job's children count): checked on this process with a child that holds 200 MiB."""
+"""benchmarks/main_jobs.py sums the resident memory of a job's whole process tree (a job's children count:
+``collab.compare.running.tree_rss``, which its ``TreePeak`` samples): checked on this process with a child that
+holds 200 MiB."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import sys
 
 import pytest
 
-from tests.support.benchmarks import load
-
 HOLD = (
     "import sys, time; block = bytearray(200 * 2**20); sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(60)"
 )
@@ -18,13 +17,14 @@ HOLD = (
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
 def test_the_tree_rss_counts_the_children():
-    main_jobs = load("main_jobs")
-    alone = main_jobs.tree_rss(os.getpid())
+    from collab.compare.running import tree_rss
+
+    alone = tree_rss(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
-        with_child = main_jobs.tree_rss(os.getpid())
-        child_alone = main_jobs.tree_rss(child.pid)
+        with_child = tree_rss(os.getpid())
+        child_alone = tree_rss(child.pid)
     finally:
         child.kill()
         child.wait()

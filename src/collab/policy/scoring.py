@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from collab.policy.adapters import adapters_disabled, eval_mode, train_adapters_only
-from collab.policy.head import hidden_states, output_head, token_logprobs, vocab_size
+from collab.policy.head import token_logprobs, vocab_size
 from collab.policy.prefill import pad_left, per_row_forward, shared_prefix_forward, shares_prefixes
 from collab.policy.sampling import action_mask, policy_logits
 
@@ -48,6 +48,8 @@ def logprobs_on_base(
         else [[i for i, a in enumerate(agents) if a == b] for b in sorted(set(agents))]
     )
     result: list[Tensor | None] = [None] * len(agents)
+    from collab.policy.head import hidden_states, output_head  # looked up at each call: tests patch the head
+
     chunked = output_head(model) is not None  # the head applied in chunks of tokens (collab.policy.head)
     share = shares_prefixes(model)
     for g in groups:
