@@ -102,6 +102,14 @@ class CommandLine:
     configs: list[str] = field(default_factory=list)
     print_config: bool = False
     explain: bool = False
+    _documents: dict[str, dict] = field(default_factory=dict, repr=False)
+
+    def document(self, path: str) -> dict:
+        """The mapping of the ``--config`` file ``path``, read once for the whole run (the env, the old-name and
+        the given-option checks, the team's reset and ``--explain`` all look at it)."""
+        if path not in self._documents:
+            self._documents[path] = load_yaml(path)
+        return self._documents[path]
 
     def values(self, option: str) -> list[str]:
         """Every value given to ``--option`` (``--option V`` or ``--option=V``), in order."""
@@ -138,7 +146,7 @@ class CommandLine:
             if name == "--data.env" and value is not None:
                 env = value
             elif name == "--config" and value is not None:
-                data = load_yaml(value).get("data")
+                data = self.document(value).get("data")
                 if isinstance(data, dict) and isinstance(data.get("env"), str):
                     env = data["env"]
         return env
@@ -291,7 +299,7 @@ def parser_args(config: dict, line: CommandLine) -> list[str]:
     import yaml
 
     def resets(source: list[str]) -> list[str]:
-        return [a for option in WHOLE if _source_sets(source, option) for a in (f"--{option}", "null")]
+        return [a for option in WHOLE if _source_sets(source, option, line) for a in (f"--{option}", "null")]
 
     args = ["--config", yaml.safe_dump(config, sort_keys=False)]
     argv, i = line.args, 0
@@ -303,7 +311,7 @@ def parser_args(config: dict, line: CommandLine) -> list[str]:
     return args
 
 
-def _source_sets(source: list[str], option: str) -> bool:
+def _source_sets(source: list[str], option: str, line: CommandLine) -> bool:
     """Whether the argument(s) ``source`` set ``option`` (``section.key``) whole: the option itself, a
     ``--config`` file whose ``section`` holds ``key``, or a ``--section`` file holding ``key``."""
     name, _, inline = source[0].partition("=")
@@ -312,7 +320,7 @@ def _source_sets(source: list[str], option: str) -> bool:
     if name == f"--{option}":
         return True
     if name == "--config" and value:
-        values = load_yaml(value).get(section)
+        values = line.document(value).get(section)
     elif name == f"--{section}" and value and Path(value).is_file():  # --model FILE: the section's own file
         values = load_yaml(value, f"--{section}")
     else:
@@ -326,7 +334,7 @@ def origins(layers: list[Layer], line: CommandLine) -> dict[str, str]:
     merged, origin = compose(layers)
     for name, value in line.pairs():
         if name == "--config" and value is not None:
-            merge(merged, load_yaml(value), f"--config {value}", origin)
+            merge(merged, line.document(value), f"--config {value}", origin)
         elif name.count(".") >= 1 and value is not None:
             key = name.removeprefix("--")
             for old in [k for k in origin if k == key or k.startswith(key + ".") or k.startswith(key + "[")]:

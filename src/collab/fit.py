@@ -60,7 +60,7 @@ def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
     env = line.env()
     if not is_class_path(algo):
         check_env_pair(algo, env)
-    check_old_names([name for name, _ in line.pairs()], line.configs)
+    check_old_names([name for name, _ in line.pairs()], {path: line.document(path) for path in line.configs})
     layers = packaged_layers(algo, env)
     from collab.training.sharding import alias
 

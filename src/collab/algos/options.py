@@ -32,11 +32,12 @@ def renamed(name: str, where: str) -> UserError:
     )
 
 
-def check_old_names(options: Iterable[str] = (), configs: Iterable[str] = (), given: Mapping | None = None) -> None:
+def check_old_names(
+    options: Iterable[str] = (), configs: Mapping[str, dict] | None = None, given: Mapping | None = None
+) -> None:
     """An old option name among ``options`` (the dotted options given: ``--model.NAME``), in the ``model:`` section
-    of a ``configs`` file or in ``given`` (keyword overrides) is a one-line UserError naming the new one."""
-    from collab.config import load_yaml
-
+    of a ``configs`` file (path -> its mapping) or in ``given`` (keyword overrides) is a one-line UserError naming
+    the new one."""
     for name in given or {}:
         if name in RENAMED:
             raise renamed(name, "a keyword override")
@@ -44,8 +45,8 @@ def check_old_names(options: Iterable[str] = (), configs: Iterable[str] = (), gi
         name = option.removeprefix("--model.").split(".")[0]
         if option.startswith("--model.") and name in RENAMED:
             raise renamed(name, f"given as {option}")
-    for path in configs:
-        model = load_yaml(path).get("model")
+    for path, document in (configs or {}).items():
+        model = document.get("model")
         for name in model if isinstance(model, dict) else ():
             if name in RENAMED:
                 raise renamed(name, f"in --config {path}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from collab.config import CommandLine, load_yaml
+from collab.config import CommandLine
 
 RUNS = "runs"
 """Where runs go when neither ``trainer.default_root_dir`` nor the logger's ``save_dir`` is given."""
@@ -42,7 +42,7 @@ def given_options(
     """Whether each dotted option (``trainer.default_root_dir``) is given on the command line or in a ``--config``
     file; a ``--config`` value equal to the option's entry in ``placeholders`` does not count (a copy of a packaged
     config keeps the logger's ``save_dir: runs``, which follows the root as the packaged one does)."""
-    documents = [load_yaml(path) for path in line.configs]
+    documents = [line.document(path) for path in line.configs]
     out = {}
     for name in names:
         found = line.given("--" + name)
