@@ -1,6 +1,6 @@
 """Quiet output: a run prints collab's own lines and no library's deprecation warnings.
 
-The quick start's command (``python -m collab.fit --algo marft_a``, cut to one rollout on the tiny model)
+The quick start's command (``python -m collab.fit --algo marft_a``, the embedded model, cut to one rollout)
 runs with every DeprecationWarning and FutureWarning turned into an error, its stdout a pipe (not a
 terminal): it must end well, with no warning on stderr and none of Lightning's chatter (the model summary
 table, "GPU available", "LOCAL_RANK", "Seed set"), while collab's lines are all there. The few warnings
@@ -9,6 +9,7 @@ LIBRARY_WARNINGS``), which the last tests check match their message from their m
 """
 
 import io
+import json
 import logging
 import os
 import re
@@ -68,32 +69,47 @@ def assert_quiet(result: subprocess.CompletedProcess) -> None:
     assert not said, said
 
 
-def test_quick_start_is_quiet(tmp_path):
-    """The quick start, one rollout of the tiny DUO team and an evaluation of 4 problems before and after."""
+@pytest.mark.slow
+def test_quick_start_is_quiet_and_reports_its_held_out_figures(tmp_path):
+    """The README's main job itself (MARFT-A, a DUO of embedded SmolLM2 agents on math), cut to one rollout and an
+    eval split of 8 problems (the default's 64 are checked in test_cli.py): it ends well and quietly, prints
+    collab's lines, and writes its summary, scalars and adapters."""
+    # ~2 minutes alone on 2 cores; 30 leave room for a loaded machine
     result = command(
         "fit",
         "--algo",
         "marft_a",
         "--trainer.max_steps",
         "1",
-        "--model.base.name",
-        "tiny",
-        "--trainer.accelerator",
-        "cpu",
         "--data.env_options.num_eval",
-        "4",
+        "8",
         cwd=tmp_path,
+        timeout=1800,
     )
     assert_quiet(result)
     assert result.stderr.startswith("config: ")  # which configs the run read (collab's line)
     for line in (
-        "evaluation at step 0 (4 eval tasks",
-        "step 1/1  reward ",
+        "evaluation at step 0 (8 eval tasks",
+        "step 1/1  reward ",  # stdout is a pipe: one plain line per rollout
         "reward: mean of first 1 rollouts",
-        "held-out accuracy (4 eval problems, greedy): before ",
+        "held-out accuracy (8 eval problems, greedy): before ",  # the default's before/after
     ):
         assert line in result.stdout, result.stdout
-    assert (tmp_path / "runs" / "marft_a" / "version_0" / "adapters" / "last" / "agent1").is_dir()
+    run = tmp_path / "runs" / "marft_a" / "version_0"
+    held_out = json.loads((run / "reward_summary.json").read_text())["held_out"]
+    assert held_out["problems"] == 8 and held_out["greedy"] and held_out["before_se"] > 0
+    from collab.evaluation.analysis import read_scalars
+
+    scalars = read_scalars(run)
+    assert {
+        "reward/return",
+        "reward/avg_step_reward",
+        "env/correct",
+        "train/critic_loss",
+        "train/entropy",
+        "rollout/tokens_per_s",
+    } <= set(scalars)
+    assert (run / "adapters" / "last" / "agent1" / "adapter_config.json").is_file()
 
 
 def test_evaluate_is_quiet(tmp_path):
