@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = {
     "magrpo": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: solo}"],
     "collm_cc": ["--data.env", "writing"],
-    "collm_dc": ["--data.env", "minecraft"],
+    "collm_dc": ["--data.env", "minecraft", "--data.num_turns", "2"],  # 2 of the 4 turns: the world carried over
     "ippo": ["--data.env", "matrix"],
     "marft_a": ["--data.env", "competitive_coding"],
     "marft_t": ["--data.env", "coding"],
@@ -57,10 +57,11 @@ FEW_TRAIN_TASKS: set[str] = {"matrix"}
 TEXT_SIGNAL = {"matrix", "coding"}
 
 
-def callbacks(algo: str) -> str:
+def callbacks(algo: str, evaluate: bool = True) -> str:
     """Checkpoints, the probe and a held-out evaluation before training (sampled, seeded: the same draws
     at any world size; 2 samples per task in batches of 2 tasks). Only the start is evaluated: the
-    weights of a 2-process and a 1-process run agree only there."""
+    weights of a 2-process and a 1-process run agree only there (``evaluate=False``: a resumed run's start,
+    which nothing compares)."""
     evaluation = {
         "class_path": "collab.training.callbacks.EvaluationCallback",
         "init_args": {
@@ -77,7 +78,7 @@ def callbacks(algo: str) -> str:
         [
             {"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
             {"class_path": "tests.support.ddp_probe.Probe"},
-            evaluation,
+            *([evaluation] if evaluate else []),
         ]
     )
 
@@ -90,7 +91,7 @@ AGENTS = {
 }
 
 
-def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
+def args(algo: str, tmp: Path, extra: list[str], evaluate: bool = True) -> list[str]:
     return [
         "--algo",
         algo,
@@ -106,7 +107,7 @@ def args(algo: str, tmp: Path, extra: list[str]) -> list[str]:
         "--trainer.accelerator",
         "cpu",
         "--trainer.callbacks",
-        callbacks(algo),
+        callbacks(algo, evaluate),
         *extra,
     ]
 
@@ -182,14 +183,14 @@ def fit(
     )
 
 
-def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, **probe: str) -> int:
+def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, evaluate: bool = True, **probe: str) -> int:
     """A 1-process run in this process (no interpreter start-up)."""
     from collab.fit import main
 
     for key, value in {"COLLAB_DDP_PROBE": str(tmp), **probe}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp)
-    return main(args(algo, tmp, extra))
+    return main(args(algo, tmp, extra, evaluate))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -230,7 +231,8 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monke
     assert ranks[0]["sampling"] != ranks[1]["sampling"] and ranks[0]["sampling"]
     ckpts = list((tmp_path / "runs").rglob("*.ckpt"))
     assert [c.name for c in ckpts] == ["last.ckpt"], ckpts
-    assert fit_here(algo, tmp_path, ["--trainer.max_steps", "3", "--ckpt_path", str(ckpts[0])], monkeypatch) == 0
+    resume = ["--trainer.max_steps", "3", "--ckpt_path", str(ckpts[0])]
+    assert fit_here(algo, tmp_path, resume, monkeypatch, evaluate=False) == 0
     # the first update against one process fed the union of both ranks' first rollouts
     replay = tmp_path / "replay"
     replay.mkdir()
