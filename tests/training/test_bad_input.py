@@ -37,6 +37,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ("--model.base.name", "tiny", "--trainer.max_steps", "1")
 MATRIX = ("--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "1", "--model.num_epochs", "1")
+IN_PROCESS = ("--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu")
+"""The run of the checks below that call ``collab.fit.main`` in this process (each refused before it trains)."""
 HAS_CUDA = torch.cuda.is_available()
 HAS_MPS = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
@@ -1469,14 +1471,7 @@ def test_fsdp_refuses_what_it_cannot_shard(extra, words, capsys, monkeypatch):
     monkeypatch.setattr(base, "check_engine", lambda engine: None)  # vLLM need not be installed for the check
     code = main(
         [
-            "--algo",
-            "magrpo",
-            "--data.env",
-            "matrix",
-            "--model.base.name",
-            "tiny",
-            "--trainer.accelerator",
-            "cpu",
+            *IN_PROCESS,
             "--trainer.strategy",
             "fsdp",
             "--trainer.devices",
@@ -1502,14 +1497,7 @@ def test_the_command_line_refuses_them_before_lightning_does(value, capsys):
 
     code = main(
         [
-            "--algo",
-            "magrpo",
-            "--data.env",
-            "matrix",
-            "--model.base.name",
-            "tiny",
-            "--trainer.accelerator",
-            "cpu",
+            *IN_PROCESS,
             "--trainer.strategy",
             value,
         ]
@@ -1527,14 +1515,7 @@ def test_a_collective_timeout_that_is_not_positive_is_one_line(value, tmp_path, 
     monkeypatch.chdir(tmp_path)
     code = main(
         [
-            "--algo",
-            "magrpo",
-            "--data.env",
-            "matrix",
-            "--model.base.name",
-            "tiny",
-            "--trainer.accelerator",
-            "cpu",
+            *IN_PROCESS,
             "--distributed_timeout",
             value,
         ]
