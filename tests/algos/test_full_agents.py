@@ -160,12 +160,16 @@ def error_lines(capsys) -> list[str]:
         (["--model.base.quantization", "4bit"], "quantization none, or finetune: lora"),
         (["--trainer.strategy", "fsdp", "--trainer.devices", "2"], "--trainer.strategy ddp (each process holds"),
         (["--model.critic_spec", "{share_agent_adapter: true}", "--model.critic", "decentralized"], "share_agent"),
+        ([], "more than the 1.0 MB of cpu: train them as LoRA agents"),  # a device of 1 MB, before loading
     ],
 )
 def test_refusals_are_one_line(extra, expected, tmp_path, monkeypatch, capsys):
     from collab.fit import main
+    from collab.policy import full
 
     monkeypatch.chdir(tmp_path)
+    if not extra:
+        monkeypatch.setattr(full, "device_bytes", lambda device: 2**20)
     algo = "ippo" if "share" in expected else "magrpo"
     argv = ["--algo", algo, *TINY_CLI, *MATRIX, *agents(FULL, LORA), "--trainer.max_steps", "1", *extra]
     assert main([*argv, "--trainer.logger.init_args.save_dir", str(tmp_path)]) == 2

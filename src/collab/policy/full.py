@@ -26,9 +26,11 @@ team may mix both. What follows from the choice:
   ``AutoModelForCausalLM.from_pretrained`` loads), and ``collab.export`` copies it (``finetune: full`` in
   ``team.json``).
 - **Memory**: weights, gradients and AdamW's two moments, each the size of the weights: 16 bytes a parameter in
-  float32, 8 in bfloat16 (:data:`COPIES`). :func:`check_fits` estimates the team before anything is loaded and
-  refuses, in one line, a team larger than its device; :func:`memory_line` says at the start of a run what each
-  full agent holds. A quantized base cannot train whole: refused in one line (:func:`check_full_agents`).
+  float32, 8 in bfloat16 (:data:`COPIES`), without a float32 master copy, so that in 16 bits an update below about
+  1/256 of a weight is rounded away (the papers' 5e-6 on weights of ~0.02: all of it); float32 keeps it.
+  :func:`check_fits` estimates the team before anything is loaded and refuses, in one line, a team larger than its
+  device; :func:`memory_line` says at the start of a run what each full agent holds. A quantized base cannot
+  train whole: refused in one line (:func:`check_full_agents`).
 - **Not supported** (one line each): ``--model.engine vllm`` (its engines serve LoRA adapters over one base) and
   ``critic_spec.share_agent_adapter`` with a full agent (the critic would read through the agent's adapter).
 """
@@ -142,11 +144,11 @@ def check_fits(agents, base, device: torch.device, capacity: int | None = None) 
     per_param = COPIES * dtype_bytes(base.dtype)
     raise UserError(
         f"model.agents: {len(full_agents)} full-parameter agent(s) (agents {', '.join(map(str, full_agents))}) hold "
-        f"{full / GB:.1f} GB (weights, gradients and AdamW's two moments: {per_param} bytes a parameter in "
-        f"{base.dtype}) and the shared bases {shared / GB:.1f} GB, more than the {capacity / GB:.1f} GB of {device}: "
-        f"train them as LoRA agents (finetune: lora, about {lora / GB:.1f} GB of bases), with QLoRA (finetune: lora "
-        f"and --model.base.quantization 4bit, about {QLORA_BYTES * total / GB:.1f} GB), or on a larger device; more "
-        "processes do not help (each DDP process holds every full agent)"
+        f"{size(full)} (weights, gradients and AdamW's two moments: {per_param} bytes a parameter in {base.dtype}) "
+        f"and the shared bases {size(shared)}, more than the {size(capacity)} of {device}: train them as LoRA agents "
+        f"(finetune: lora, about {size(lora)} of bases), with QLoRA (finetune: lora and --model.base.quantization "
+        f"4bit, about {size(QLORA_BYTES * total)}), or on a larger device; more processes do not help (each DDP "
+        "process holds every full agent)"
     )
 
 
@@ -174,9 +176,11 @@ def memory_line(team) -> str:
         return ""
     capacity = device_bytes(team.device)
     of = f" of the {size(capacity)} of {team.device}" if capacity else f" on {team.device}"
+    # no float32 master copy: AdamW adds each update to the weight in its own dtype (8 significant bits in bfloat16)
+    rounding = "; in 16 bits an update below ~1/256 of a weight rounds away (float32 keeps it)" if width < 4 else ""
     return (
         f"full-parameter agents: {'; '.join(parts)} (weights, gradients and AdamW's two moments: {COPIES} x {width} "
-        f"bytes a parameter); {size(total)} in all{of}"
+        f"bytes a parameter); {size(total)} in all{of}{rounding}"
     )
 
 

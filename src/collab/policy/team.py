@@ -168,8 +168,8 @@ class AgentTeam(nn.Module):
         return self.tokenizers[self.base_of[agent]]
 
     def freeze(self, agents: list[int]) -> None:
-        """Keep the adapters of ``agents`` as they are: no gradient, whatever adapter switches later do (peft's
-        ``set_adapter`` makes the active adapter trainable; :func:`train_adapters_only` leaves these frozen)."""
+        """Keep the adapters (full agents: the models) of ``agents`` as they are: no gradient, whatever adapter
+        switches later do (peft's ``set_adapter`` makes the active adapter trainable; :func:`train_adapters_only`)."""
         for agent in agents:
             model = self.model_of(agent)
             model.collab_frozen = {*getattr(model, "collab_frozen", ()), self.names[agent]}
