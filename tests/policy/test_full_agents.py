@@ -112,6 +112,15 @@ def test_a_full_agents_update_is_a_transformers_model_and_adamw_step():
         # entry by at most lr), and it did move
         assert float(((got - start) - (expected - start)).abs().max()) <= 0.01 * LR, n
         assert float((got - start).abs().max()) >= 0.9 * LR, n
+    # what the start line and the refusal count: weights, gradients and AdamW's two moments, 16 bytes a parameter
+    from collab.policy.full import COPIES
+
+    state = module.trainer.optimizers[0].state
+    params = list(trained.parameters())
+    held = sum(
+        p.nbytes + p.grad.nbytes + sum(t.nbytes for t in state[p].values() if t.dim()) for p in params
+    )  # the step counters are scalars
+    assert held == COPIES * 4 * sum(p.numel() for p in params) == 16 * 3_219_776
 
 
 def test_the_full_agents_update_leaves_the_lora_agent_and_the_shared_base_bitwise():

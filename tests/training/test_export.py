@@ -356,7 +356,8 @@ def test_a_full_agent_exports_as_a_whole_model(tmp_path, monkeypatch, capsys):
     """MAGRPO with agent 0 full-parameter and agent 1 LoRA, 2 updates (in-process): the export writes agent 0 as a
     folder ``AutoModelForCausalLM`` loads alone, holding the checkpoint's trained weights and giving the team's policy
     log-probs (its generation config samples as the agent does), ``finetune: full`` in team.json with a ``vllm
-    serve`` of its own, beside agent 1's peft folder; ``collab.evaluate`` plays the run's ``adapters/last``."""
+    serve`` of its own, beside agent 1's peft folder; ``collab.evaluate`` plays the run's ``adapters/last`` and its
+    checkpoint."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from collab.evaluate import main as evaluate
@@ -393,4 +394,6 @@ def test_a_full_agent_exports_as_a_whole_model(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     argv = ["--algo", "magrpo", *TINY_CLI, *args, "--num_samples", "2", "--k", "1", "--max_tasks", "1"]
     assert evaluate([*argv, "--adapters", str(run / "adapters" / "last")]) == 0
-    assert "weights: " in capsys.readouterr().out
+    assert f"weights: {run / 'adapters' / 'last'}" in capsys.readouterr().out
+    assert evaluate([*argv, "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0  # the full model from it
+    assert f"weights: {run / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().out
