@@ -11,7 +11,7 @@ from collab.algos.llm_critics import Critics, CriticSpec, global_info
 from collab.envs.base import Env, EnvState
 from collab.errors import UserError
 from collab.objectives import value_loss
-from collab.policy.models import BaseConfig
+from collab.policy.models import BaseConfig, encode_chat
 from collab.policy.team import AgentSpec, AgentTeam
 from tests.support import TwoTurnEnv
 
@@ -221,3 +221,41 @@ def test_global_info_shows_each_critic_its_reward_under_per_agent_rewards():
     assert global_info(state, 2, 6.0).endswith("reward is 2.000 / 6.")  # centralized: the team mean
     assert global_info(state, 2, 6.0, agent=0).endswith("reward is 1.000 / 6.")  # decentralized critic 0
     assert global_info(state, 2, 6.0, agent=1).endswith("reward is 3.000 / 6.")  # decentralized critic 1
+
+
+@pytest.mark.parametrize("finetune", [["full", "lora"], ["full", "full"]])
+def test_critics_of_full_agents_read_the_untrained_base(finetune):
+    """Decentralized critics of a team with full-parameter agents: critic i's adapter lies on agent i's untrained base
+    (the shared ``PeftModel`` when a LoRA agent has one, else one copy of the base of the critics' own for both), so
+    changing a full agent's weights leaves every critic's value as it was, and a critic's value equals its adapter
+    and head on that base computed here by hand."""
+    env = TwoTurnEnv()
+    s0, s1 = states(env)
+    torch.manual_seed(0)
+    team = AgentTeam(
+        [
+            AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=list(r.choices), finetune=f)
+            for r, f in zip(env.roles, finetune)
+        ],
+        TINY,
+    )
+    critics = Critics(team, env, "decentralized")
+    shared = finetune[1] == "lora"
+    assert critics.keys == (["base0", "base0"] if shared else ["critic_full0", "critic_full0"])
+    assert list(critics.own) == ([] if shared else ["critic_full0"]) and critics.model(0) is critics.model(1)
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in [p for j in range(2) for p in critics.parameters_of(j)]:
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+        before = critics.state_values([s0, s1])
+        team.model_of(0).get_input_embeddings().weight.mul_(2.0)  # the full agent trained
+        after = critics.state_values([s0, s1])
+    assert torch.equal(before, after)
+    model, tokenizer = critics.model(1), critics.tokenizer(1)
+    ((_, chat),) = critics.inputs(s1, critic=1)
+    with torch.no_grad():
+        model.set_adapter("critic1")
+        model.eval()
+        hidden = model(input_ids=torch.tensor([encode_chat(tokenizer, chat)]), output_hidden_states=True).hidden_states
+        expected = critics.heads[1](hidden[-1][0, -1])
+    assert float(after[1, 1]) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)

@@ -43,6 +43,18 @@ def test_a_mixed_team_process_holds_every_base_once_with_its_own_agents():
     assert team_process_bytes(base, [None, "no/such-model-here"]) is None  # a size not at hand: not checked
 
 
+def test_a_process_holds_each_full_agent_whole():
+    """A full-parameter agent adds its weights, gradients and AdamW's two moments to every process: 4 x 2 bytes a
+    parameter in bfloat16, beside the LoRA agents' shared base; a team of full agents alone loads no shared base."""
+    from collab.policy.models import BaseConfig
+
+    base = BaseConfig(name="smollm2-135m-instruct", dtype="bfloat16")
+    small = KNOWN_PARAMS["smollm2-135m-instruct"]
+    assert team_process_bytes(base, [None], [None]) == process_bytes(small, 2, 1) + 8 * small
+    assert team_process_bytes(base, [], [None, None]) == OVERHEAD_BYTES + 2 * 8 * small
+    assert team_process_bytes(base, [], ["no/such-model-here"]) is None
+
+
 @pytest.mark.parametrize("name", sorted(KNOWN_PARAMS))
 def test_the_built_in_bases_counts_are_their_models(name):
     """KNOWN_PARAMS (counted without loading, before the processes start) against the models themselves."""

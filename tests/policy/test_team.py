@@ -473,3 +473,36 @@ def test_gradient_checkpointing_recomputes_each_agent_with_its_own_adapter(one_t
     assert sorted(got) == sorted(expected) and any("agent1" in n for n in got) and any("agent0" in n for n in got)
     for name, g in expected.items():  # float32 sums in another grouping (per-agent forwards against one mixed one)
         assert float((got[name] - g).abs().max()) <= 1e-4 * float(g.abs().max()) + 1e-12, name
+
+
+def test_a_full_agent_decodes_beside_lora_agents_as_its_own_model():
+    """A team of a LoRA agent, a full-parameter agent and another LoRA agent (one shared base for the two): in one
+    greedy ``generate`` call the full agent's rows follow its own transformers model (``generate`` of that model,
+    token for token, after a change of its weights that the LoRA agents do not see), and each LoRA agent's rows are
+    what it decodes alone; the LoRA agents' reference is their shared base, the full agent's too."""
+    torch.manual_seed(0)
+    team = AgentTeam(
+        [AgentSpec(sampling=SamplingSpec(temperature=0.0), finetune=f) for f in ("lora", "full", "lora")], TINY
+    )
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # the two LoRA agents differ
+        for i in (0, 2):
+            for p in lora_b_params(team, i):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    assert team.base_of == ["base0", "full1", "base0"] and [team.untrained_key(i) for i in range(3)] == ["base0"] * 3
+    with torch.no_grad():
+        team.model_of(1).get_input_embeddings().weight.mul_(1.5)
+    p = prompt(team, 0, "Write a short story about a lighthouse keeper.")
+    together = team.generate([GenerationRequest(i, p) for i in range(3)], max_new_tokens=6)
+    model = team.model_of(1)
+    ids = torch.tensor([p])
+    expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
+    got = together[1][0].completion_ids
+    assert got == expected[0, len(p) : len(p) + len(got)].tolist() and len(got) >= 1
+    for i in (0, 2):
+        assert (
+            together[i][0].completion_ids
+            == team.generate([GenerationRequest(i, p)], max_new_tokens=6)[0][0].completion_ids
+        )
+    assert got != together[0][0].completion_ids  # its own weights, not the shared base's
+    assert not team._frozen  # the reference of every agent: the shared base, no copy loaded

@@ -13,6 +13,7 @@ names, ``AutoPeftModelForCausalLM`` offline, the merged folder with ``AutoModelF
 log-probs collab's team gives with the run's adapters (``AgentTeam.logprobs``, the agent's temperature and action
 vocabulary from the manifest), to float32 noise relative to their size; the adapters change the base's logits by
 far more than that, so a wrong or missing adapter fails. Bad input ends in one ``error:`` line and writes nothing.
+A MAGRPO run with a full-parameter agent exports it as a whole model folder that ``AutoModelForCausalLM`` loads.
 """
 
 from __future__ import annotations
@@ -348,3 +349,51 @@ def test_two_architectures_with_a_critic(two_bases):
         assert type(model.get_base_model()).__name__ == ["LlamaForCausalLM", "Qwen2ForCausalLM"][i]
         assert ("### Assistant:" in tokenizer.chat_template) == (i == 1)
         assert_close(policy_logprobs(model, tokenizer, agent)[0], team_logprobs(module, i, agent))
+
+
+# -- a full-parameter agent ------------------------------------------------------------------------------
+def test_a_full_agent_exports_as_a_whole_model(tmp_path, monkeypatch, capsys):
+    """MAGRPO with agent 0 full-parameter and agent 1 LoRA, 2 updates (in-process): the export writes agent 0 as a
+    folder ``AutoModelForCausalLM`` loads alone, holding the checkpoint's trained weights and giving the team's policy
+    log-probs (its generation config samples as the agent does), ``finetune: full`` in team.json with a ``vllm
+    serve`` of its own, beside agent 1's peft folder; ``collab.evaluate`` plays the run's ``adapters/last`` and its
+    checkpoint."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from collab.evaluate import main as evaluate
+    from collab.export import export
+    from tests.support import TINY_CLI, fit, load
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--data.env", "matrix", "--data.env_options", "{}", "--model.agents", "[{finetune: full}, {}]"]
+    run = fit(tmp_path, "magrpo", [*args, "--model.agent_lr", "1e-3"], 2)
+    out = tmp_path / "out"
+    manifest = export(run, out)
+    full, lora = manifest["agents"]
+    assert (full["finetune"], full["model"], full["lora"], full["base"]) == ("full", "agent0", None, None)
+    assert lora["finetune"] == "lora" and lora["lora"]["r"] == 8 and lora["base"] == str((out / "base").resolve())
+    assert json.loads((out / "team.json").read_text()) == manifest
+    assert f"vllm serve {out.resolve() / 'agent0'} --served-model-name agent0" in manifest["serve"]
+    assert "agent1=" in manifest["serve"][1] and "agent0=" not in manifest["serve"][1]
+    model, tokenizer = (
+        AutoModelForCausalLM.from_pretrained(out / "agent0"),
+        AutoTokenizer.from_pretrained(out / "agent0"),
+    )
+    prefix = "team.models.full0."
+    trained = {k[len(prefix) :]: v for k, v in load(run)["state_dict"].items() if k.startswith(prefix)}
+    assert trained.keys() == dict(model.named_parameters()).keys()
+    assert all(torch.equal(p, trained[n]) for n, p in model.named_parameters())
+    assert model.generation_config.do_sample and model.generation_config.temperature == full["sampling"]["temperature"]
+    module = collab_module(run, "magrpo")
+    ours, logits = policy_logprobs(model.eval(), tokenizer, full)
+    assert_close(ours, team_logprobs(module, 0, full))
+    untrained, _ = policy_logprobs(module.team.untrained(0).get_base_model(), tokenizer, full)
+    assert (ours - untrained).abs().max() > 100 * RTOL  # the trained weights, not the base's
+    assert "AutoModelForCausalLM" in (out / "agent0" / "README.md").read_text()
+    assert (out / "agent1" / "adapter_model.safetensors").is_file()
+    capsys.readouterr()
+    argv = ["--algo", "magrpo", *TINY_CLI, *args, "--num_samples", "2", "--k", "1", "--max_tasks", "1"]
+    assert evaluate([*argv, "--adapters", str(run / "adapters" / "last")]) == 0
+    assert f"weights: {run / 'adapters' / 'last'}" in capsys.readouterr().out
+    assert evaluate([*argv, "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0  # the full model from it
+    assert f"weights: {run / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().out

@@ -34,8 +34,9 @@ where its loss divides by counts or normalizes advantages over the minibatch). L
 makes each update the same on every rank.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
-rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open. Checkpoints hold only trainable
-weights (adapters and heads), not the frozen bases, and what makes a resumed run repeat the
+rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open; a full-parameter agent's group is its whole model
+(:mod:`collab.policy.full`). Checkpoints hold only trainable weights (adapters and heads, full agents' models), not
+the frozen bases, and what makes a resumed run repeat the
 uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.runtime.rank_state`;
 :mod:`collab.training.resume` says when they are saved and restored).
 """
@@ -55,6 +56,7 @@ from collab.algos.agents import resolve_agents
 from collab.algos.logs import log_rollout
 from collab.envs import Env
 from collab.errors import require
+from collab.policy.full import check_full_agents
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, AgentTeam, check_agents
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
@@ -148,6 +150,13 @@ class CollabModule(L.LightningModule):
                 f"model.{option} must be > 0 (GiB) or null, got {gib}",
             )
         check_agents(agents)
+        check_full_agents(agents, base)
+        whole = [i for i, spec in enumerate(agents or []) if spec.finetune == "full"]
+        require(
+            engine != "vllm" or not whole,
+            f"model.agents[{whole[0] if whole else 0}].finetune full: --model.engine {engine} serves LoRA adapters "
+            "over one base and cannot follow a model that trains whole; use --model.engine torch",
+        )
         require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         require(
             engine == "vllm" or not engine_options,
@@ -183,8 +192,9 @@ class CollabModule(L.LightningModule):
             base = replace(base, device=load() if load else str(strategy.root_device))
         self.team = AgentTeam(self.team_specs(env), base)
         self.team.decode_memory = budget_bytes(self.team.device, self.decode_memory_gb)
-        if self._trainer is None or self.trainer.is_global_zero:  # what LoRA adapts on each base, once per run
-            print(self.team.targets_report(), flush=True)
+        report = self.team.targets_report()  # what LoRA adapts on each base, what full agents hold: once per run
+        if report and (self._trainer is None or self.trainer.is_global_zero):
+            print(report, flush=True)
         if self.engine == "vllm":
             self.team.engine = VllmEngine(self.team, self.engine_options)
         self.build_extra(env)

@@ -26,19 +26,24 @@ In a team of several bases (agents with their own ``base``) the centralized crit
 values. A critic's input is text (the agents' dialogs, rendered), encoded with its own base's tokenizer and
 chat template, so agents of other vocabularies need nothing more (docs/models.md, "Teams of several
 architectures").
+
+A critic of a full-parameter agent (``finetune: full``, :mod:`collab.policy.full`) reads that agent's untrained base:
+its adapter joins the ``PeftModel`` of the LoRA agents on the same base name, or, when none shares it, a copy of the
+base of the critic's own (as with ``CriticSpec.base``), never the agent's trained weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from collab.envs.base import Env, EnvState, Message
 from collab.errors import require
-from collab.policy.adapters import recompute_with_forward_adapters, train_adapters_only
+from collab.policy.adapters import is_peft, recompute_with_forward_adapters, train_adapters_only
 
 MODES = ("centralized", "decentralized")
 KINDS = ("v", "q")
@@ -73,7 +78,7 @@ class CriticSpec:
     global_info: bool = True
     """Append the global information m_t (E.3) to the critic's input."""
     share_agent_adapter: bool = False
-    """Decentralized only: read through agent i's own adapter (Appendix B's parameter sharing)."""
+    """Decentralized only: read through agent i's own adapter (Appendix B's parameter sharing); LoRA agents only."""
     context: int | None = None
     """Keep only the last ``context`` tokens of a critic's input (CoLLM 4.1 keeps "the most recent C
     pairs" of the history in the KV cache); ``None``: the whole input."""
@@ -201,30 +206,41 @@ class Critics(nn.Module):
         self.team, self.env, self.mode, self.spec = [team], env, mode, spec  # list: not a registered submodule
         self.roles = [s.role for s in team.specs]
         n = 1 if mode == "centralized" else len(team)
-        self.own = nn.ModuleDict()  # the critic's own base, when it has one
+        self.own = nn.ModuleDict()  # the critics' own bases, when they have one: CriticSpec.base, or a full agent's
+        self.own_names: dict[str, str] = {}  # own key -> its base name
+        self.own_layers: dict[str, Any] = {}
+        self.own_tokenizers: dict[str, Any] = {}
         self.names, self.keys = [], []
 
         def lora(layers, where: str):  # the critic's LoRA on one base (its target names resolved there)
             return lora_config(layers, spec.lora, "model.critic_spec.lora.target_modules", where)
 
         for j in range(n):
+            agent = 0 if mode == "centralized" else j
             if spec.share_agent_adapter:
+                require(
+                    not team.is_full(j),
+                    f"model.critic_spec.share_agent_adapter reads through agent {j}'s LoRA adapter, but agent {j} "
+                    "trains its whole base (finetune: full): set share_agent_adapter false",
+                )
                 name, key = team.names[j], team.base_of[j]
             else:
                 name = f"critic{j}"
-                if spec.base is None:
-                    key = team.base_of[0 if mode == "centralized" else j]
+                shared = None if spec.base else team.untrained_key(agent)
+                if shared is not None and is_peft(team.models[shared]):  # one more adapter on the agents' base
+                    key = shared
                     team.models[key].add_adapter(name, lora(team.layers[key], team.base_names[key]))
-                else:
-                    key = "critic_base"
+                else:  # a base of its own: CriticSpec.base, or a full agent's that no LoRA agent shares
+                    base_name = spec.base or team.base_names[shared]
+                    key = "critic_base" if spec.base else f"critic_{shared}"
+                    key = next((k for k, b in self.own_names.items() if b == base_name), key)
                     if key not in self.own:
-                        base = BaseConfig(**{**asdict(team.base_config), "name": spec.base})
-                        model = load_model(base)
-                        self.own_layers = model_layers(model)
-                        self.own[key] = get_peft_model(model, lora(self.own_layers, spec.base), adapter_name=name)
-                        self.tokenizer_own = load_tokenizer(spec.base)
+                        model = load_model(BaseConfig(**{**asdict(team.base_config), "name": base_name}))
+                        self.own_layers[key], self.own_names[key] = model_layers(model), base_name
+                        self.own[key] = get_peft_model(model, lora(self.own_layers[key], base_name), adapter_name=name)
+                        self.own_tokenizers[key] = load_tokenizer(base_name)
                     else:
-                        self.own[key].add_adapter(name, lora(self.own_layers, spec.base))
+                        self.own[key].add_adapter(name, lora(self.own_layers[key], base_name))
             self.names.append(name)
             self.keys.append(key)
         for model in list(team.models.values()) + list(self.own.values()):
@@ -241,7 +257,7 @@ class Critics(nn.Module):
         return self.own[self.keys[j]] if self.keys[j] in self.own else self.team[0].models[self.keys[j]]
 
     def tokenizer(self, j: int):
-        return self.tokenizer_own if self.keys[j] in self.own else self.team[0].tokenizers[self.keys[j]]
+        return self.own_tokenizers[self.keys[j]] if self.keys[j] in self.own else self.team[0].tokenizers[self.keys[j]]
 
     def parameters_of(self, j: int) -> list[nn.Parameter]:
         """Critic j's trainable parameters: its adapter (unless shared with an agent) and its head."""

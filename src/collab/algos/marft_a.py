@@ -72,11 +72,12 @@ class MARFTA(MARFT):
         with the critic base's tokenizer and chat template, since its ids belong to another vocabulary."""
         from collab.policy.models import encode_chat
 
-        key, tokenizer, episodes = self.team.base_of[0], self.team.tokenizer_of(0), experience.episodes
+        team, episodes = self.team, experience.episodes
+        name, tokenizer = team.base_names[team.base_of[0]], team.tokenizer_of(0)  # a full agent's base name counts
         out = []
         for tr in experience.items:
             for i, c in enumerate(tr.actions):
-                if self.team.base_of[i] == key:
+                if team.base_names[team.base_of[i]] == name:
                     out.append(list(c.prompt_ids))
                 else:  # another base: the same chat in the critic base's tokens
                     out.append(encode_chat(tokenizer, episodes[tr.episode].observations[tr.turn][i]))

@@ -21,15 +21,17 @@ class CentralCritic:
     which holds the options it reads: ``critic_hidden``, ``critic_lr``, ``value_clip`` and ``huber_delta``."""
 
     def build_critic(self) -> None:
-        self.critic = CriticHead(self.critic_model.config.hidden_size, self.critic_hidden).to(self.team.device)
+        hidden = self.team.model_of(0).config.hidden_size  # the untrained base's: loaded when first read, if apart
+        self.critic = CriticHead(hidden, self.critic_hidden).to(self.team.device)
 
     @property
     def critic_model(self):
-        """The frozen base the critic reads, agent 0's, in a team of several bases too (every decision point valued in
+        """The frozen base the critic reads, agent 0's untrained base (a full-parameter agent 0's too:
+        :meth:`~collab.policy.team.AgentTeam.untrained`), in a team of several bases too (every decision point valued in
         one feature space): MARFT-A re-encodes the others' observations from their text in its tokens and chat template
         (:meth:`~collab.algos.marft_a.MARFTA.observation_ids`); MARFT-T, valuing each token of a response, refuses
         it."""
-        return self.team.model_of(0)
+        return self.team.untrained(0)
 
     def critic_group(self) -> dict:
         """The head's parameter group, at its own learning rate."""

@@ -7,9 +7,10 @@ by the kernel (exit 137, no word). :func:`check_fits` refuses such a run in one 
 
 - CPU processes: at most one per core (``os.sched_getaffinity``: the cores this process may run on);
 - GPU processes: at most one per visible CUDA device;
-- memory: processes x (the base's weights + the agents' adapters and AdamW moments + a fixed overhead)
-  against ``MemAvailable`` of ``/proc/meminfo``. The overhead (Python, torch, Lightning, the tokenizer,
-  activations of a short rollout) was measured on a 2-process ``tiny`` run: a process's peak resident
+- memory: processes x (the base's weights + the agents' adapters and AdamW moments + a fixed overhead, and each
+  full-parameter agent's weights, gradients and AdamW moments: :mod:`collab.policy.full`) against ``MemAvailable``
+  of ``/proc/meminfo``. The overhead (Python, torch, Lightning, the tokenizer, activations of a short rollout) was
+  measured on a 2-process ``tiny`` run: a process's peak resident
   memory less its weights: 0.74 GiB less 13 MB (docs/distributed.md, "Timeouts and limits").
 
 Only the process that launches the others checks (under torchrun or SLURM the processes exist already).
@@ -21,6 +22,7 @@ import os
 from dataclasses import dataclass
 
 from collab.errors import UserError
+from collab.policy.models import KNOWN_PARAMS, base_parameters  # noqa: F401 (also read from here)
 from collab.training.distributed import DEFAULT_TIMEOUT_S, set_timeout, timeout_callback
 
 GB = 1024**3
@@ -31,9 +33,6 @@ ADAPTER_FRACTION = 0.02
 """LoRA adapter parameters per agent as a fraction of the base's (r=8-16 on the attention projections: ~0.5-2%)."""
 BYTES_PER_PARAM = {"none": None, "8bit": 1.0, "4bit": 0.55}  # NF4 + double-quantised scales; None: the dtype's
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-KNOWN_PARAMS = {"tiny": 3_219_776, "smollm2-135m-instruct": 134_515_008}
-"""Parameters of the built-in bases (``tiny``: its 49k-token embedding dominates). The default SmolLM2 is
-dequantised from its GGUF file into ``model.base.dtype``."""
 
 
 @dataclass(frozen=True)
@@ -66,23 +65,6 @@ def process_bytes(params: int, bytes_per_param: float, agents: int, overhead: in
 
 def base_bytes_per_param(dtype: str, quantization: str) -> float:
     return BYTES_PER_PARAM.get(quantization) or DTYPE_BYTES.get(dtype, 4)
-
-
-def base_parameters(name: str) -> int | None:
-    """Parameters of a base without loading its weights: a built-in's count, or a local/cached HF config
-    instantiated on the meta device; None when neither is at hand (no download here)."""
-    if name in KNOWN_PARAMS:
-        return KNOWN_PARAMS[name]
-    try:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        config = AutoConfig.from_pretrained(name, local_files_only=True)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-        return sum(p.numel() for p in model.parameters())
-    except Exception:  # no config at hand, or an architecture transformers cannot build: not checked
-        return None
 
 
 def this_machine() -> Machine:
@@ -139,12 +121,13 @@ def check_fits(launch: Launch, machine: Machine) -> None:
     )
 
 
-def check_launch(trainer, base, agents: int | list[str | None] = 2) -> None:
+def check_launch(trainer, base, agents: int | list[str | None] = 2, full: list[str | None] = ()) -> None:
     """:func:`check_fits` for a Lightning ``trainer`` about to start its processes, each loading ``base``
     (a :class:`~collab.policy.models.BaseConfig`) for ``agents`` agents (the roles' default when the config
     names none: 2), or, when ``agents`` lists each agent's own base (``None``: ``base.name``), every distinct
     base of a mixed team with its agents (each process loads all of them). Only where this process launches
-    the others (Lightning's own launchers)."""
+    the others (Lightning's own launchers). ``full``: each full-parameter agent's base (``None``: ``base.name``), held
+    whole by every process beside the shared bases."""
     strategy = trainer.strategy
     launcher = getattr(strategy, "launcher", None)
     environment = getattr(strategy, "cluster_environment", None)
@@ -155,26 +138,31 @@ def check_launch(trainer, base, agents: int | list[str | None] = 2) -> None:
         if type(trainer.accelerator).__name__ == "CPUAccelerator"
         else ("gpu" if type(trainer.accelerator).__name__ == "CUDAAccelerator" else "other")
     )
-    check_fits(Launch(trainer.num_devices, accelerator, team_process_bytes(base, agents)), this_machine())
+    check_fits(Launch(trainer.num_devices, accelerator, team_process_bytes(base, agents, full)), this_machine())
 
 
-def team_process_bytes(base, agents: int | list[str | None] = 2) -> int | None:
+def team_process_bytes(base, agents: int | list[str | None] = 2, full: list[str | None] = ()) -> int | None:
     """:func:`process_bytes` of a team (arguments as :func:`check_launch`'s): each distinct base once, with its own
-    agents' adapters, and one overhead; None when some base's size is not at hand."""
+    agents' adapters, each full agent's :data:`~collab.policy.full.COPIES` copies of its base, and one overhead; None
+    when some base's size is not at hand."""
+    from collab.policy.full import COPIES
+
     names = [name or base.name for name in agents] if isinstance(agents, list) else [base.name] * agents
+    whole = [name or base.name for name in full]
     per_param = base_bytes_per_param(base.dtype, base.quantization)
-    counts = {name: base_parameters(name) for name in dict.fromkeys(names)}
+    counts = {name: base_parameters(name) for name in dict.fromkeys(names + whole)}
     if not all(counts.values()):
         return None
-    return OVERHEAD_BYTES + sum(
-        process_bytes(params, per_param, names.count(name), overhead=0) for name, params in counts.items()
-    )
+    shared = sum(process_bytes(counts[n], per_param, names.count(n), overhead=0) for n in dict.fromkeys(names))
+    return OVERHEAD_BYTES + shared + sum(COPIES * DTYPE_BYTES.get(base.dtype, 4) * counts[n] for n in whole)
 
 
 def prepare_processes(trainer, module, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Before ``trainer.fit`` starts the processes: refuse more than the machine holds (:func:`check_launch`),
     set the process group's timeout, and make a failed collective one line
     (:func:`collab.training.distributed.timeout_callback`)."""
-    check_launch(trainer, module.base, [spec.base for spec in module.agent_specs] if module.agent_specs else 2)
+    specs = module.agent_specs or []
+    lora = [spec.base for spec in specs if spec.finetune != "full"]
+    check_launch(trainer, module.base, lora if specs else 2, [spec.base for spec in specs if spec.finetune == "full"])
     set_timeout(trainer.strategy, timeout_s)
     trainer.callbacks.insert(0, timeout_callback(timeout_s))

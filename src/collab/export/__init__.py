@@ -11,7 +11,11 @@ without collab (docs/export.md):
   order and dependency where the algorithm has them, the trained parts that were left out (critics, value
   heads: they live in ``checkpoints/last.ckpt``), the source run and step, and a ``vllm serve`` command per base;
 - with ``--merge``, ``OUT/agentI/merged/``: the agent merged into its base (peft ``merge_and_unload`` on a fresh
-  copy, in the run's dtype) with its tokenizer, a model folder ``AutoModelForCausalLM.from_pretrained`` loads alone.
+  copy, in the run's dtype) with its tokenizer, a model folder ``AutoModelForCausalLM.from_pretrained`` loads alone;
+- a full-parameter agent (``finetune: full``, :mod:`collab.policy.full`) is a whole model already: ``OUT/agentI/`` is
+  its transformers folder (config, safetensors, generation config with its sampling settings, tokenizer) that
+  ``AutoModelForCausalLM.from_pretrained`` loads, with ``collab_agent.json`` and a model card; ``team.json`` gives it
+  ``finetune: full``, ``model`` (that folder), no ``lora`` and no base, and a ``vllm serve`` command of its own.
 
 The base an adapter names: the embedded default ``smollm2-135m-instruct`` is the hub's
 ``HuggingFaceTB/SmolLM2-135M-Instruct`` (collab trained on its Q4_1 GGUF dequantized; the merged folders are
@@ -40,7 +44,7 @@ from pathlib import Path
 from collab.errors import OneLineParser, require
 from collab.export.checks import adapter_folder, base_ids, check_out, run_algo
 from collab.export.team import build_module, checkpoint_step, left_out
-from collab.export.writing import base_reference, merge, model_card, serve_commands, write_agent
+from collab.export.writing import base_reference, merge, model_card, serve_commands, write_agent, write_full
 
 EXAMPLE = "runs/magrpo/version_0"
 
@@ -108,25 +112,33 @@ def export(
         agents = []
         for i, (name, spec) in enumerate(zip(team.names, team.specs)):
             base_name = spec.base or team.base_config.name
-            base = base_reference(base_name, out, ids)
-            if base_name == TINY and not (tmp / "base").exists():  # the random test model exists nowhere else
+            whole = team.is_full(i)
+            base = None if whole else base_reference(base_name, out, ids)
+            if base_name == TINY and not whole and not (tmp / "base").exists():  # the random model exists nowhere else
                 export_base(team.model_of(i), team.tokenizer_of(i), tmp / "base")
-            lora = write_agent(team, i, source / name, tmp / name, base)
+            if whole:
+                write_full(source / name, tmp / name, spec.sampling)
+            else:
+                lora = write_agent(team, i, source / name, tmp / name, base)
             folder = base if base_name == TINY else model_folder(base_name)
-            trained_on = str(Path(folder).resolve()) if Path(folder).exists() else folder  # a hub id: itself
+            trained_on = None if folder is None else str(Path(folder).resolve()) if Path(folder).exists() else folder
             agent = {
                 "index": i,
                 "name": name,
                 "role": spec.role,
                 "system_prompt": spec.system_prompt,
                 "folder": name,
+                "finetune": spec.finetune,
+                "model": name if whole else (f"{name}/merged" if merge_agents else None),
                 "base": base,
                 "base_name": base_name,
                 "trained_on": trained_on,
-                "lora": {"r": lora["r"], "alpha": lora["lora_alpha"], "target_modules": sorted(lora["target_modules"])},
+                "lora": None
+                if whole
+                else {"r": lora["r"], "alpha": lora["lora_alpha"], "target_modules": sorted(lora["target_modules"])},
                 "sampling": asdict(spec.sampling),
                 "choices": spec.choices,
-                "merged": f"{name}/merged" if merge_agents else None,
+                "merged": f"{name}/merged" if merge_agents and not whole else None,
             }
             (tmp / name / "collab_agent.json").write_text(json.dumps({**agent, "spec": asdict(spec)}, indent=2) + "\n")
             agents.append(agent)
@@ -161,6 +173,8 @@ def export(
         (tmp / "team.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if merge_agents:
             for i, agent in enumerate(agents):
+                if agent["finetune"] == "full":  # a whole model already
+                    continue
                 config_i = BaseConfig(**{**asdict(team.base_config), "name": agent["base_name"]})
                 merge(
                     config_i, tmp / agent["folder"], team.tokenizer_of(i), team.specs[i].sampling, tmp / agent["merged"]
@@ -188,7 +202,8 @@ def run(argv: list[str]) -> dict:
     )
     for a in manifest["agents"]:
         merged = f" + {a['merged']}" if a["merged"] else ""
-        print(f"  {a['folder']}{merged}: {a['role']} over {a['base']}")
+        what = "its whole model (finetune: full)" if a["finetune"] == "full" else f"over {a['base']}"
+        print(f"  {a['folder']}{merged}: {a['role']} {what}")
     for part in manifest["left_out"]:
         print(f"  not exported: {part['part']} ({part['kind']}, {part['parameters']} parameters; in {part['weights']})")
     print(f"manifest: {out / 'team.json'}; serve: {manifest['serve'][0]}")

@@ -27,7 +27,12 @@ def adapter_folder(run_dir: Path, choice: str) -> Path:
         folder = Path(choice)
     require(folder.is_dir(), f"no adapters {choice!r} in {root}; valid: {', '.join(saved)}")
     configs = [adapter_config(w.parent) for w in sorted(folder.glob("agent*/adapter_model.safetensors"))]
-    require(bool(configs), f"{folder} holds no agent adapters (expected agent0/adapter_model.safetensors, ...)")
+    models = sorted(folder.glob("agent*/config.json"))  # full-parameter agents: whole model folders
+    require(
+        bool(configs or models),
+        f"{folder} holds no agent adapters (expected agent0/adapter_model.safetensors, or agent0/config.json for a "
+        "full-parameter agent, ...)",
+    )
     return folder
 
 

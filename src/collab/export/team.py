@@ -39,16 +39,16 @@ def build_module(algo: str, config_file: Path):
 
 
 def checkpoint_step(run_dir: Path, team) -> int | None:
-    """The global step of ``checkpoints/last.ckpt`` when its agent adapters are exactly the team's (as loaded
-    from the exported folder), else ``None``."""
+    """The global step of ``checkpoints/last.ckpt`` when its agents' weights (adapters, full agents' models) are exactly
+    the team's (as loaded from the exported folder), else ``None``."""
     import torch
 
     path = run_dir / "checkpoints" / "last.ckpt"
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         state = checkpoint["state_dict"]
-        tags = tuple(f".{name}." for name in team.names)
-        mine = [(f"team.{n}", p) for n, p in team.named_parameters() if "lora_" in n and any(t in n for t in tags)]
+        agents = {id(p) for i in range(len(team)) for p in team.adapter_parameters(i)}
+        mine = [(f"team.{n}", p) for n, p in team.named_parameters() if id(p) in agents]
         same = bool(mine) and all(k in state and torch.equal(state[k], p.detach().cpu()) for k, p in mine)
         return int(checkpoint["global_step"]) if same else None
     except Exception:  # no checkpoint, or not one of this team: the step is unknown
@@ -78,13 +78,7 @@ def left_out(module, team) -> list[dict]:
         if critics:  # LLM critics: an adapter (or an agent's) and a value head each, on a base
             entry["critics"] = []
             for j, (adapter, key) in enumerate(zip(child.names, child.keys)):
-                base = (
-                    child.spec.base
-                    if key in child.own
-                    else next(
-                        team.specs[i].base or team.base_config.name for i in range(len(team)) if team.base_of[i] == key
-                    )
-                )
+                base = child.own_names[key] if key in child.own else team.base_names[key]
                 entry["critics"].append(
                     {
                         "name": f"critic{j}",

@@ -15,10 +15,20 @@ from torch import nn
 from collab.policy.models import checkpointing_enable
 
 
+def is_peft(model: nn.Module) -> bool:
+    """Whether ``model`` holds peft adapters (a ``PeftModel``), not a plain transformers model (a full-parameter
+    agent's copy, or the frozen base of full agents: :mod:`collab.policy.full`)."""
+    return hasattr(model, "peft_config")
+
+
 def train_adapters_only(model: nn.Module) -> None:
     """Mark every LoRA parameter of ``model`` trainable and everything else frozen (``set_adapter``
     leaves only the active adapter trainable; this restores all of them), except the adapters frozen by
-    :meth:`collab.policy.team.AgentTeam.freeze` (named in the model's ``collab_frozen``)."""
+    :meth:`collab.policy.team.AgentTeam.freeze` (named in the model's ``collab_frozen``). A model without adapters
+    trains whole when it is a full agent's copy that is not frozen, else stays frozen."""
+    if not is_peft(model):
+        model.requires_grad_(bool(getattr(model, "collab_full", False)) and not getattr(model, "collab_frozen", ()))
+        return
     frozen = [f".{name}." for name in getattr(model, "collab_frozen", ())]
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name and not any(tag in name for tag in frozen))
@@ -28,7 +38,10 @@ def train_adapters_only(model: nn.Module) -> None:
 def adapters_disabled(model):
     """Run ``model`` (a peft model) as its base alone: peft's ``disable_adapter()``. On exit peft
     re-enables only the active adapter (leaving the others frozen), so every adapter is made
-    trainable again."""
+    trainable again. A model without adapters runs as it is."""
+    if not is_peft(model):
+        yield
+        return
     try:
         with model.disable_adapter():
             yield

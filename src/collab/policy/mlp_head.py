@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from collab.policy.adapters import adapters_disabled, eval_mode
+from collab.policy.adapters import adapters_disabled, eval_mode, is_peft
 from collab.policy.prefill import pad_left
 
 HIDDEN = (1024, 512)
@@ -59,14 +59,15 @@ def base_features(
     completions: Sequence[Sequence[int]] | None = None,
     batch_size: int = 8,
 ) -> list[Tensor]:
-    """Last-layer hidden states of the peft ``model``'s frozen base with its adapters disabled (float32, CPU).
+    """Last-layer hidden states of the peft ``model``'s frozen base with its adapters disabled (float32, CPU), or of a
+    frozen model without adapters (the untrained copy of full agents' base: :mod:`collab.policy.full`).
 
     Without ``completions``: one ``[hidden]`` vector per prompt, at its last token. With them: one
     ``[len(completion), hidden]`` matrix per row, at the last prompt token and at every completion
     token but the last. Rows go through the model ``batch_size`` at a time.
     """
     device = model.get_input_embeddings().weight.device
-    base = model.get_base_model()
+    base = model.get_base_model() if is_peft(model) else model
     decoder = getattr(base, base.base_model_prefix)  # the transformer without its LM head
     out: list[Tensor] = []
     with eval_mode(model), adapters_disabled(model):
@@ -89,16 +90,16 @@ def base_features(
 def team_features(
     team, members: Sequence[int], prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]
 ) -> list[Tensor]:
-    """:func:`base_features` of each row (member, prompt, completion) on its member's frozen base: the hidden state
-    at every position that chooses a response token, one batch per distinct base."""
+    """:func:`base_features` of each row (member, prompt, completion) on its member's frozen base (a full-parameter
+    member's untrained base: :meth:`~collab.policy.team.AgentTeam.untrained`): the hidden state at every position that
+    chooses a response token, one batch per distinct base."""
     out: list[Tensor | None] = [None] * len(members)
-    for key in team.models:
-        rows = [k for k, m in enumerate(members) if team.base_of[m] == key]
-        if not rows:
-            continue
+    keys = [team.untrained_key(m) for m in members]
+    for key in dict.fromkeys(keys):
+        rows = [k for k, m in enumerate(keys) if m == key]
         member = members[rows[0]]
         feats = base_features(
-            team.model_of(member),
+            team.untrained(member),
             team.tokenizer_of(member).pad_token_id,
             [prompts[k] for k in rows],
             [completions[k] for k in rows],

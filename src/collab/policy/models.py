@@ -198,6 +198,27 @@ def model_folder(name: str) -> str:
     raise unknown("model", name, [DEFAULT_BASE, TINY, "<local folder>", "<hub org/name>"])
 
 
+KNOWN_PARAMS = {"tiny": 3_219_776, "smollm2-135m-instruct": 134_515_008}
+"""Parameters of the built-in bases (``tiny``: its 49k-token embedding dominates). The default SmolLM2 is
+dequantised from its GGUF file into ``model.base.dtype``."""
+
+
+def base_parameters(name: str) -> int | None:
+    """Parameters of a base without loading its weights: a built-in's count, or a local/cached HF config
+    instantiated on the meta device; None when neither is at hand (no download here)."""
+    if name in KNOWN_PARAMS:
+        return KNOWN_PARAMS[name]
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(name, local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        return sum(p.numel() for p in model.parameters())
+    except Exception:  # no config at hand, or an architecture transformers cannot build: not checked
+        return None
+
+
 def encode_chat(tokenizer, messages) -> list[int]:
     """Token ids of a chat, ending with the assistant turn's header (the model's own chat template)."""
     out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)

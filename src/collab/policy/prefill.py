@@ -330,18 +330,22 @@ def per_row_forward(model):
 
 class AdapterRows:
     """``model`` called with one adapter per row (``row_adapters``), the row layout fixed: decoding steps
-    gather the stacked adapter weights once (:mod:`collab.policy.lora_batch`, else peft's ``adapter_names``).
+    gather the stacked adapter weights once (:mod:`collab.policy.lora_batch`, else peft's ``adapter_names``). A model
+    without adapters (a full-parameter agent's) is called as it is.
     :meth:`close` when the layout changes or the steps end."""
 
     def __init__(self, model, row_adapters: list[str]) -> None:
         from collab.policy.lora_batch import per_row_adapters, supported
 
         self.model, self.row_adapters = model, row_adapters
-        self.ctx = per_row_adapters(model, row_adapters) if supported(model) else None
+        self.plain = not hasattr(model, "peft_config")  # a full agent's model: no adapters, the names are ignored
+        self.ctx = per_row_adapters(model, row_adapters) if supported(model) and not self.plain else None
         if self.ctx is not None:
             self.ctx.__enter__()
 
     def __call__(self, **inputs):
+        if self.plain:
+            return self.model(**inputs)
         if self.ctx is not None:
             return self.model.get_base_model()(**inputs)
         return self.model(adapter_names=self.row_adapters, **inputs)

@@ -2,7 +2,9 @@
 
 The rows of a base go through its model in as few forwards as stay exact: every agent's rows in one forward
 with per-row adapters (:func:`collab.policy.prefill.per_row_forward`) when no agent uses dropout and gradient
-checkpointing is off, else one forward per agent; the reference policy is the base with adapters disabled.
+checkpointing is off, else one forward per agent; the reference policy is the base with adapters disabled (or the
+frozen copy of a full-parameter agent's base: :meth:`~collab.policy.team.AgentTeam.untrained_model`). A full agent's
+model has no adapters: its rows' adapter names are ignored (:class:`~collab.policy.prefill.AdapterRows`).
 Each token's log-prob is taken under its agent's policy (temperature and closed action vocabulary:
 :func:`collab.policy.sampling.policy_logits`), through the output head in chunks of tokens where the model
 allows it (:mod:`collab.policy.head`).
@@ -15,7 +17,7 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor
 
-from collab.policy.adapters import adapters_disabled, eval_mode, train_adapters_only
+from collab.policy.adapters import adapters_disabled, eval_mode, is_peft, train_adapters_only
 from collab.policy.head import token_logprobs, vocab_size
 from collab.policy.prefill import pad_left, per_row_forward, shared_prefix_forward, shares_prefixes
 from collab.policy.sampling import action_mask, policy_logits
@@ -31,8 +33,9 @@ def logprobs_on_base(
     entropy: bool = False,
 ) -> list[tuple[Tensor, Tensor | None]]:
     """Per-token log-probs (and entropies) of the rows of one base ``key`` of ``team``: ``agents[i]``'s policy (or
-    the reference policy) on ``completions[i]`` given ``prompts[i]``; the pairs in the rows' order."""
-    model = team.models[key]
+    the reference policy: ``key`` is then an :meth:`~collab.policy.team.AgentTeam.untrained_key`) on ``completions[i]``
+    given ``prompts[i]``; the pairs in the rows' order."""
+    model = team.untrained_model(key) if reference else team.models[key]
     pad = team.tokenizers[key].pad_token_id
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
     # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
@@ -82,7 +85,8 @@ def logprobs_on_base(
                     )[0].logits
             else:
                 input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, team.device)
-                model.set_adapter(team.names[agents[g[0]]])
+                if is_peft(model):
+                    model.set_adapter(team.names[agents[g[0]]])
                 logits = model(
                     input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
                 ).logits

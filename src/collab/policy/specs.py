@@ -1,5 +1,6 @@
-"""What one agent of a team is: its LoRA adapter, how it samples, its learning rate and action vocabulary
-(:class:`AgentSpec`, the entries of ``--model.agents``), and the checks of those settings (:func:`check_agents`,
+"""What one agent of a team is: how it is fine-tuned (a LoRA adapter, the default, or all the parameters of a copy
+of its base), how it samples, its learning rate and action vocabulary (:class:`AgentSpec`, the entries of
+``--model.agents``), and the checks of those settings (:func:`check_agents`,
 :func:`check_lora`: one-line UserErrors naming the option). :class:`~collab.policy.team.AgentTeam` builds its
 agents from them; ``collab.policy.team`` re-exports every name here.
 """
@@ -11,6 +12,10 @@ from dataclasses import dataclass, field
 
 from collab.errors import require
 from collab.policy.targets import ALL_LINEAR
+
+FINETUNES = ("lora", "full")
+"""What an agent trains: ``lora``, a LoRA adapter over a base its team shares; ``full``, every parameter of a copy
+of its base that it owns (:mod:`collab.policy.full`)."""
 
 
 @dataclass
@@ -49,6 +54,10 @@ class AgentSpec:
     system_prompt: str | None = None
     base: str | None = None
     """A base model name; ``None``: the team's default base."""
+    finetune: str = "lora"
+    """``lora`` (a LoRA adapter over the base, shared with the team's other LoRA agents on it) or ``full`` (a
+    trainable copy of the whole base of its own: 16 bytes a parameter in float32 with AdamW; the papers' CoLLM
+    setting, at a rate near 5e-6). ``lora`` is ignored by a full agent."""
     lora: LoraSpec = field(default_factory=LoraSpec)
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     lr: float | None = None
@@ -82,10 +91,15 @@ def check_lora(lora, where: str) -> None:
 
 
 def check_agents(agents: list[AgentSpec] | None, option: str = "model.agents") -> None:
-    """Every agent's LoRA, sampling and learning-rate settings in range; a UserError naming the first bad one
-    (``model.agents[1].sampling.top_p must be in (0, 1] ...``)."""
+    """Every agent's fine-tuning, LoRA, sampling and learning-rate settings in range; a UserError naming the first bad
+    one (``model.agents[1].sampling.top_p must be in (0, 1] ...``)."""
     for i, spec in enumerate(agents or []):
         where = f"{option}[{i}]"
+        require(
+            spec.finetune in FINETUNES,
+            f"{where}.finetune must be one of {', '.join(FINETUNES)} (lora: an adapter over the shared base; "
+            f"full: every parameter of a copy of its own), got {spec.finetune!r}",
+        )
         check_lora(spec.lora, f"{where}.lora")
         s = spec.sampling
         require(

@@ -173,6 +173,8 @@ def targets_report(team) -> str:
 
     lines = []
     for key, model in team.models.items():
+        if not hasattr(model, "peft_config"):  # a full-parameter agent's model: no LoRA (collab.policy.full)
+            continue
         agents = [i for i in range(len(team)) if team.base_of[i] == key]
         adapted: dict[tuple[str, ...], list[int]] = {}
         for i in agents:

@@ -1,9 +1,10 @@
-"""Agent teams: several LoRA-adapted policies over shared base models.
+"""Agent teams: several LoRA-adapted policies over shared base models, and full-parameter agents beside them.
 
 Each agent is a named peft LoRA adapter (``agent0``, ``agent1``, ...). Agents whose specs name the same
 base share one copy of its weights (one ``PeftModel`` holding all their adapters); a heterogeneous team
 has one ``PeftModel`` per distinct base. The reference policy of every agent is its base with adapters
-disabled, so a KL penalty needs no extra model.
+disabled, so a KL penalty needs no extra model. An agent with ``finetune: full`` owns a trainable copy of its
+whole base instead (:mod:`collab.policy.full`: its reference, memory, saving and what it does not support).
 
 The policy of agent ``i`` is ``softmax(logits / temperature_i)``, restricted to the agent's closed action
 vocabulary when its environment role has one (``choices``). Behaviour log-probs returned by
@@ -25,8 +26,9 @@ import torch
 from torch import Tensor, nn
 
 from collab.errors import UserError
-from collab.policy.adapters import eval_mode, recompute_with_forward_adapters, train_adapters_only
-from collab.policy.models import TINY, BaseConfig, encode_chat, load_model, load_tokenizer, model_folder
+from collab.policy import full
+from collab.policy.adapters import eval_mode, is_peft, recompute_with_forward_adapters, train_adapters_only
+from collab.policy.models import TINY, BaseConfig, encode_chat, load_model, load_tokenizer, model_folder, resolve_device
 from collab.policy.sampling import Completion, GenerationRequest, decode
 from collab.policy.scoring import logprobs_on_base
 from collab.policy.specs import AgentSpec, LoraSpec, SamplingSpec, check_agents, check_lora
@@ -36,7 +38,7 @@ __all__ = ["AgentSpec", "AgentTeam", "LoraSpec", "SamplingSpec", "base_location"
 
 
 class AgentTeam(nn.Module):
-    """n agents as LoRA adapters over shared bases."""
+    """n agents as LoRA adapters over shared bases (or, ``finetune: full``, as trainable copies of their bases)."""
 
     def __init__(self, agents: list[AgentSpec], base: BaseConfig = BaseConfig()) -> None:
         super().__init__()
@@ -45,6 +47,8 @@ class AgentTeam(nn.Module):
         if not agents:
             raise UserError("a team needs at least one agent")
         check_agents(agents)
+        full.check_full_agents(agents, base)
+        full.check_fits(agents, base, resolve_device(base.device))  # before anything is loaded
         self.specs = list(agents)
         self.base_config = base
         self.names = [f"agent{i}" for i in range(len(agents))]
@@ -55,19 +59,21 @@ class AgentTeam(nn.Module):
         """Each base's name (``model.base.name`` or an agent's ``base``)."""
         self.layers: dict[str, Layers] = {}
         """Each base's linear layers by role (:func:`model_layers`), as loaded (before any adapter)."""
+        self._frozen: dict[str, nn.Module] = {}  # base name -> the untrained copy of full agents (not a submodule)
         bases: dict[str, str] = {}
         for i, (name, spec) in enumerate(zip(self.names, self.specs)):
-            base_name = spec.base or base.name
-            model = None
-            if base_name not in bases:
-                key = f"base{len(bases)}"
-                bases[base_name] = key
-                self.base_names[key] = base_name
-                self.tokenizers[key] = load_tokenizer(base_name)
-                model = load_model(BaseConfig(**{**asdict(base), "name": base_name}))
+            base_name, model = spec.base or base.name, None
+            owned = spec.finetune == "full"  # a full agent: a copy of its own, models["full<i>"]
+            key = f"full{i}" if owned else bases.setdefault(base_name, f"base{len(bases)}")
+            if key not in self.base_names:  # a base to load (a full agent's copy, or the first agent on it)
+                config = BaseConfig(**{**asdict(base), "name": base_name})
+                model = full.load_full(config) if owned else load_model(config)
+                self.base_names[key], self.tokenizers[key] = base_name, load_tokenizer(base_name)
                 self.layers[key] = model_layers(model)
-            key = bases[base_name]
             self.base_of.append(key)
+            if owned:
+                self.models[key] = model
+                continue
             option, where = f"model.agents[{i}].lora.target_modules", f"{base_name} ({self._architecture(key, model)})"
             lora = lora_config(self.layers[key], spec.lora, option, where)
             try:
@@ -83,7 +89,7 @@ class AgentTeam(nn.Module):
                 ) from None
         for model in self.models.values():
             train_adapters_only(model)
-            if base.gradient_checkpointing:
+            if base.gradient_checkpointing and is_peft(model):
                 recompute_with_forward_adapters(model)
         self.choice_ids = [self._choice_ids(i) for i in range(len(agents))]
         self.engine = None
@@ -117,13 +123,43 @@ class AgentTeam(nn.Module):
 
     def _architecture(self, key: str, model=None) -> str:
         """The class name of base ``key``'s transformers model (``LlamaForCausalLM``)."""
-        model = model if model is not None else self.models[key].get_base_model()
-        return type(model).__name__
+        model = model if model is not None else self.models[key]
+        return type(model.get_base_model() if is_peft(model) else model).__name__
 
     def targets_report(self) -> str:
-        """What LoRA adapts on each base, one line per base (:func:`~collab.policy.targets.targets_report`); printed
-        once at the start of a run."""
-        return targets_report(self)
+        """What LoRA adapts on each base, one line per base (:func:`~collab.policy.targets.targets_report`), and what
+        each full agent holds (:func:`~collab.policy.full.memory_line`); printed once at the start of a run."""
+        return "\n".join(line for line in (targets_report(self), full.memory_line(self)) if line)
+
+    def is_full(self, agent: int) -> bool:
+        """Whether ``agent`` trains a copy of its whole base (``finetune: full``) rather than a LoRA adapter."""
+        return full.is_full(self.model_of(agent))
+
+    def untrained_key(self, agent: int) -> str:
+        """The key of the model that holds ``agent``'s untrained base: its own base (a LoRA agent), the base of the
+        LoRA agents on the same base name (a full agent), else the full agent's own key (its base's frozen copy:
+        :meth:`untrained_model`)."""
+        key = self.base_of[agent]
+        if not self.is_full(agent):
+            return key
+        name = self.base_names[key]
+        return next((k for k, m in self.models.items() if is_peft(m) and self.base_names[k] == name), key)
+
+    def untrained_model(self, key: str) -> nn.Module:
+        """The untrained base under ``key`` (of :meth:`untrained_key`): the ``PeftModel`` (to run with its adapters
+        disabled), or the frozen copy of a full agent's base, loaded once per base name on first use
+        (:func:`~collab.policy.full.load_frozen`)."""
+        model = self.models[key]
+        if not full.is_full(model):
+            return model
+        name = self.base_names[key]
+        if name not in self._frozen:
+            self._frozen[name] = full.load_frozen(BaseConfig(**{**asdict(self.base_config), "name": name}), self.device)
+        return self._frozen[name]
+
+    def untrained(self, agent: int) -> nn.Module:
+        """``agent``'s base before any training: the reference policy, and what frozen-base critics read."""
+        return self.untrained_model(self.untrained_key(agent))
 
     def model_of(self, agent: int):
         return self.models[self.base_of[agent]]
@@ -132,8 +168,8 @@ class AgentTeam(nn.Module):
         return self.tokenizers[self.base_of[agent]]
 
     def freeze(self, agents: list[int]) -> None:
-        """Keep the adapters of ``agents`` as they are: no gradient, whatever adapter switches later do (peft's
-        ``set_adapter`` makes the active adapter trainable; :func:`train_adapters_only` leaves these frozen)."""
+        """Keep the adapters (full agents: the models) of ``agents`` as they are: no gradient, whatever adapter
+        switches later do (peft's ``set_adapter`` makes the active adapter trainable; :func:`train_adapters_only`)."""
         for agent in agents:
             model = self.model_of(agent)
             model.collab_frozen = {*getattr(model, "collab_frozen", ()), self.names[agent]}
@@ -145,7 +181,9 @@ class AgentTeam(nn.Module):
         return self.names[agent] in getattr(self.model_of(agent), "collab_frozen", ())
 
     def adapter_parameters(self, agent: int) -> list[nn.Parameter]:
-        """The trainable LoRA parameters of one agent."""
+        """The trainable parameters of one agent: its LoRA adapter's, or every parameter of a full agent's model."""
+        if self.is_full(agent):
+            return list(self.model_of(agent).parameters())
         tag = f".{self.names[agent]}."
         return [p for n, p in self.model_of(agent).named_parameters() if "lora_" in n and tag in n]
 
@@ -279,15 +317,16 @@ class AgentTeam(nn.Module):
 
         ``agent`` is one agent for all rows or one per row (rows of agents on different bases are
         split by base). The sequence log-prob of CoLLM, Section 4.2 is ``out[b].sum()``.
-        ``reference=True`` uses the base with adapters disabled (the reference policy). With
+        ``reference=True`` uses the untrained base (the reference policy: :meth:`untrained`). With
         ``entropy=True`` the result is ``(logprobs, entropies)``: also the per-token entropy of the
         agent's policy (the PPO entropy bonus), from the same forward.
         """
         agents = [agent] * len(prompt_ids) if isinstance(agent, int) else list(agent)
         out: list[Tensor | None] = [None] * len(agents)
         ent: list[Tensor | None] = [None] * len(agents)
+        keys = [self.untrained_key(a) if reference else self.base_of[a] for a in agents]
         for key in self.models:
-            idx = [i for i, a in enumerate(agents) if self.base_of[a] == key]
+            idx = [i for i, k in enumerate(keys) if k == key]
             if idx:
                 res = logprobs_on_base(
                     self,
@@ -304,7 +343,8 @@ class AgentTeam(nn.Module):
 
     # -- persistence -------------------------------------------------------------------------------
     def save_adapters(self, folder: str | Path) -> None:
-        """Write each agent's adapter as a peft folder ``folder/agentI`` (config + safetensors)."""
+        """Write each agent's adapter as a peft folder ``folder/agentI`` (config + safetensors); a full agent's
+        model as a transformers model folder (:func:`~collab.policy.full.save_full`)."""
         for i, name in enumerate(self.names):
             self.save_adapter(i, Path(folder) / name)
 
@@ -321,25 +361,34 @@ class AgentTeam(nn.Module):
         out = Path(out)
         name, model = self.names[agent], self.model_of(agent)
         out.mkdir(parents=True, exist_ok=True)
+        (out / "agent.json").write_text(json.dumps(asdict(self.specs[agent]), indent=2))
+        if self.is_full(agent):
+            return full.save_full(model, self.tokenizer_of(agent), out)
         state = get_peft_model_state_dict(model, adapter_name=name)
         save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, out / "adapter_model.safetensors")
         config = copy.copy(model.peft_config[name])
         config.base_model_name_or_path = base_location(self.base_names[self.base_of[agent]])
         config.save_pretrained(out)
-        (out / "agent.json").write_text(json.dumps(asdict(self.specs[agent]), indent=2))
 
     def load_adapters(self, folder: str | Path) -> None:
-        """Load adapters written by :meth:`save_adapters` (or peft) into the team's agents."""
+        """Load adapters written by :meth:`save_adapters` (or peft) into the team's agents, and full agents' models."""
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
         folder = Path(folder)
-        paths = [folder / name / "adapter_model.safetensors" for name in self.names]
-        for name, path in zip(self.names, paths):  # all or nothing
+        paths = [
+            folder / name / ("config.json" if self.is_full(i) else "adapter_model.safetensors")
+            for i, name in enumerate(self.names)
+        ]
+        for i, (name, path) in enumerate(zip(self.names, paths)):  # all or nothing
             if not path.is_file():
-                raise UserError(f"no adapter for {name} in {folder} (expected {path})")
+                kind = "model (finetune: full)" if self.is_full(i) else "adapter"
+                raise UserError(f"no {kind} for {name} in {folder} (expected {path})")
         for i, (name, path) in enumerate(zip(self.names, paths)):
-            set_peft_model_state_dict(self.model_of(i), load_file(path), adapter_name=name)
+            if self.is_full(i):
+                full.load_full_state(self.model_of(i), path.parent, name)
+            else:
+                set_peft_model_state_dict(self.model_of(i), load_file(path), adapter_name=name)
 
 
 def base_location(name: str) -> str | None:

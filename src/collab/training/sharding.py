@@ -60,7 +60,8 @@ class ShardedBaseStrategy(DDPStrategy):
 
 def check(strategy, module) -> None:
     """What a sharded base cannot be, as one-line UserErrors before the processes start: quantized (bitsandbytes'
-    4/8-bit layers are not sliced) or decoded by vLLM (which holds a whole copy of the base of its own)."""
+    4/8-bit layers are not sliced), beside full-parameter agents (their trained copies are not sliced:
+    :mod:`collab.policy.full`) or decoded by vLLM (which holds a whole copy of the base of its own)."""
     from collab.errors import require
 
     if not isinstance(strategy, ShardedBaseStrategy):
@@ -71,6 +72,13 @@ def check(strategy, module) -> None:
         f"--trainer.strategy fsdp shards a float base; --model.base.quantization is "
         f"{quantization}: use --trainer.strategy ddp with a quantized base, or fsdp with "
         "--model.base.quantization none",
+    )
+    whole = [i for i, spec in enumerate(getattr(module, "agent_specs", None) or []) if spec.finetune == "full"]
+    require(
+        not whole,
+        f"--trainer.strategy fsdp shards the frozen base, not what trains; model.agents[{whole[0] if whole else 0}] "
+        "trains a whole copy of its base (finetune: full), which every process would hold whole: use "
+        "--trainer.strategy ddp (each process holds every full agent), or finetune: lora",
     )
     require(
         getattr(module, "engine", "torch") == "torch",
