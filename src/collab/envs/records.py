@@ -140,6 +140,11 @@ def select(records: Sequence[Any], spec: str | None) -> list[Any]:
     """Slice records by a Python slice string such as ``"[16:]"`` or ``"0:100"``; ``None`` keeps all."""
     if spec is None or spec == "":
         return list(records)
+    if not isinstance(spec, str):  # YAML's reading of an unquoted slice: [0:8] is the list ['0:8']
+        raise UserError(
+            f"bad split {spec!r}: a split is a slice string such as '[0:8]', quoted in YAML (train_split: \"[0:8]\") "
+            "and on the command line (--data.env_options.train_split '\"[0:8]\"')"
+        )
     s = spec.strip().removeprefix("[").removesuffix("]")
     try:
         parts = [int(p) if p.strip() else None for p in s.split(":")]
