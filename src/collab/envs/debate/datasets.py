@@ -16,10 +16,11 @@ text the agents read (premise and hypothesis). Datasets:
 * ``rte`` — GLUE RTE validation set, 277 examples, **2-way**: ``entailment`` / ``not entailment``
   (GLUE's ``not_entailment``). An agent's ``neutral`` or ``contradiction`` answer counts as ``not
   entailment`` (:func:`extract_label`);
-* ``anli:PATH`` — ANLI from a local ``.jsonl`` / ``.json`` file (``.gz`` allowed) in the published
-  format: ``premise`` (or ``context``, the name in the original ANLI release), ``hypothesis``,
-  ``label`` (0/1/2 = entailment/neutral/contradiction, as the Hugging Face ``facebook/anli``, or
-  ``e``/``n``/``c``, or a label name) and ``uid``;
+* ``anli:PATH`` — ANLI from a local file in a published format: the hub's ``facebook/anli`` parquet
+  (``plain_text/train_r3-*.parquet``, ``test_r3``...; MAPoRL reads round 3) or the original release's
+  ``.jsonl`` (``.json``, ``.gz`` allowed): ``premise`` (or ``context``, the name in the original ANLI
+  release), ``hypothesis``, ``label`` (0/1/2 = entailment/neutral/contradiction, as the Hugging Face
+  ``facebook/anli``, or ``e``/``n``/``c``, or a label name) and ``uid``;
 * ``anli:HUB_ID@SPLIT`` — the same from the hub (``anli:facebook/anli@test_r3``) when the
   ``datasets`` package is importable (it is optional; collab does not install it).
 
@@ -45,7 +46,8 @@ from typing import Any
 from collab.envs.debate.arrow import read_arrow
 from collab.envs.math.answers import last_boxed
 from collab.envs.math.datasets import is_path
-from collab.envs.records import load_records, package_file
+from collab.envs.published import read_published
+from collab.envs.records import package_file
 from collab.errors import UserError, require
 
 __all__ = [
@@ -172,7 +174,7 @@ def anli_records(rows: Sequence[Mapping[str, Any]], source: str) -> list[dict[st
 def load_anli(spec: str) -> list[dict[str, Any]]:
     """ANLI from a local file, or ``HUB_ID@SPLIT`` through ``datasets`` when it is installed."""
     if is_path(spec):
-        return anli_records(load_records(spec), str(spec))
+        return anli_records(read_published("anli", spec), str(spec))
     hub, _, split = spec.partition("@")
     try:
         import datasets as hf_datasets

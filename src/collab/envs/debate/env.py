@@ -79,6 +79,7 @@ from collab.envs.debate.datasets import NLI, is_nli, load_nli
 from collab.envs.debate.prompts import agent_name, debate_prompt, first_prompt, system_prompt
 from collab.envs.debate.verifier import RuleVerifier, Verifier, grade_answer
 from collab.envs.math.datasets import DATASETS, is_path
+from collab.envs.math.published import known
 from collab.envs.records import select
 from collab.errors import UserError, require
 from collab.objectives import majority_vote
@@ -120,7 +121,10 @@ def consensus(
 
 
 def valid_datasets() -> str:
-    return f"{', '.join(DATASETS + NLI)}, anli:PATH, anli:HUB_ID@SPLIT or a path to a .json/.jsonl math file"
+    return (
+        f"{', '.join(DATASETS + NLI)}, anli:PATH, anli:HUB_ID@SPLIT, a path to a .json/.jsonl math file "
+        "or a math NAME:PATH (marft, aime_1983_2024, gsm8k, tinygsm)"
+    )
 
 
 class DebateEnv(Env):
@@ -146,12 +150,18 @@ class DebateEnv(Env):
         stop_on_consensus: bool = False,
         consensus_share: float = 1.0,
         consensus_score: float | None = None,
+        eval_dataset: str | None = None,
     ) -> None:
         """
         Args:
             dataset: A math dataset of the ``math`` env (``addition`` default, ``arithmetic``, ``gsm_symbolic``,
-                ``gsm8k``, ``math``, ``math500``, ``aime``, a .json/.jsonl path) or NLI: ``cb``, ``rte``,
-                ``anli:PATH``, ``anli:HUB_ID@SPLIT``.
+                ``gsm8k``, ``math``, ``math500``, ``aime``, a .json/.jsonl path, a publisher's file as
+                ``tinygsm:PATH``, ``gsm8k:PATH``...: :mod:`collab.envs.math.published`) or NLI: ``cb``, ``rte``,
+                ``anli:PATH`` (the hub's ``facebook/anli`` parquet, or the original release's jsonl),
+                ``anli:HUB_ID@SPLIT``.
+            eval_dataset: Where the eval split comes from instead (the same forms, of the same kind; MAPoRL
+                trains on TinyGSM and evaluates on GSM8K's test set, ANLI's train_r3 and test_r3); each split
+                then defaults to all of its records.
             agents: A, the number of debating agents (1: self-correction).
             horizon: T, the number of turns; every episode runs all of them unless ``stop_on_consensus``.
             verifier: ``rule`` (1 for a correct answer, else 0) or a Verifier object, e.g. a learned verifier
@@ -186,15 +196,17 @@ class DebateEnv(Env):
             consensus_score,
         )
         self.kind = "nli" if is_nli(dataset) else "math"
-        if self.kind == "math" and dataset not in DATASETS and not is_path(dataset):
-            raise UserError(f"unknown debate dataset {dataset!r}; valid: {valid_datasets()}")
-        if dataset.startswith("anli:"):
-            source = dataset.removeprefix("anli:")
-            require(
-                is_path(source) or "@" in source,
-                f"bad ANLI source {dataset!r}: {source!r} is not a .json/.jsonl "
-                "file; expected anli:PATH or anli:HUB_ID@SPLIT",
-            )
+        self.eval_dataset = eval_dataset
+        for name in (dataset, eval_dataset or dataset):
+            if ("nli" if is_nli(name) else "math") != self.kind or (self.kind == "math" and not known(name)):
+                raise UserError(f"unknown {self.kind} debate dataset {name!r}; valid: {valid_datasets()}")
+            if name.startswith("anli:"):
+                source = name.removeprefix("anli:")
+                require(
+                    is_path(source) or "@" in source,
+                    f"bad ANLI source {name!r}: {source!r} is not a .json/.jsonl/.parquet "
+                    "file; expected anli:PATH or anli:HUB_ID@SPLIT",
+                )
         for spec in (train_split, eval_split):
             select([], spec)  # a malformed slice fails here
         self.num_train, self.num_eval = num_train, num_eval
@@ -221,6 +233,7 @@ class DebateEnv(Env):
                 num_eval=num_eval,
                 fallback=fallback,
                 seed=seed,
+                eval_dataset=eval_dataset,
             )
         self._splits: dict[str, list[dict[str, Any]]] = {}
         self._all: list[dict[str, Any]] | None = None
@@ -243,7 +256,9 @@ class DebateEnv(Env):
 
     def _nli_split(self, split: str) -> list[dict[str, Any]]:
         spec = self.split_specs[split]
-        if spec is not None:
+        if split == "eval" and self.eval_dataset is not None:
+            out = select(load_nli(self.eval_dataset), spec)
+        elif spec is not None or self.eval_dataset is not None:
             out = select(self._records(), spec)
         elif split == "eval" and self.split_specs["train"] is None:
             records = self._records()  # a fixed random sample, in file order, the same in every run

@@ -99,7 +99,7 @@ IDENTITY = {"small_addition": operands}
 def is_path(dataset: str) -> bool:
     """Whether ``dataset`` names a local file rather than a packaged dataset."""
     name = dataset.removesuffix(".gz")
-    return name.endswith((".json", ".jsonl")) or Path(dataset).is_file()
+    return name.endswith((".json", ".jsonl", ".csv", ".parquet")) or Path(dataset).is_file()
 
 
 # -- fixed datasets ---------------------------------------------------------------------------------

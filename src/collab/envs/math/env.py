@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collab.envs.math.answers import fallback_answer, is_equiv, last_boxed
-from collab.envs.math.datasets import DATASETS, GENERATED, generate, is_path, load_dataset
+from collab.envs.math.datasets import DATASETS, GENERATED, generate
+from collab.envs.math.published import known, load_source, with_answers
 from collab.envs.records import select
 from collab.envs.shared import SharedStateEnv
 from collab.errors import UserError, require
@@ -57,12 +58,17 @@ class MathEnv(SharedStateEnv):
         num_eval: int = 64,
         fallback: bool = True,
         seed: int = 0,
+        eval_dataset: str | None = None,
     ) -> None:
         """
         Args:
             dataset: ``gsm_symbolic`` (default), ``arithmetic``, ``addition``, ``gsm8k``, ``math``, ``math500``,
-                ``aime`` (:mod:`collab.envs.math.datasets`) or a path to a ``.json`` / ``.jsonl`` file with
-                ``problem`` (or ``question``) and ``answer``.
+                ``aime`` (:mod:`collab.envs.math.datasets`), a path to a ``.json`` / ``.jsonl`` file with
+                ``problem`` (or ``question``) and ``answer``, or a publisher's file as ``NAME:PATH``
+                (``marft``, ``aime_1983_2024``, ``gsm8k``, ``tinygsm``: :mod:`collab.envs.math.published`).
+            eval_dataset: Where the eval split comes from instead (a fixed dataset, a path or ``NAME:PATH``);
+                each split then defaults to all of its records (a generated training set still skips the
+                eval problems).
             profile: ``solo``, ``duo`` (Reasoner -> Actor), ``trio``, a shipped profile name or a path.
             horizon: Attempts per problem; the episode also ends at the first correct answer.
             train_split, eval_split: Slices (``"[:100]"``) of each split's problems (module docstring).
@@ -72,16 +78,18 @@ class MathEnv(SharedStateEnv):
             seed: Seed of the generated training problems.
         """
         super().__init__(profile, horizon)
-        if dataset not in DATASETS and not is_path(dataset):
-            raise UserError(
-                f"unknown math dataset {dataset!r}; valid: {', '.join(DATASETS)} or a path to a .json/.jsonl file"
-            )
+        for name in (dataset, eval_dataset or dataset):
+            if not known(name) or (name == eval_dataset and name in GENERATED):
+                raise UserError(
+                    f"unknown math dataset {name!r}; valid: {', '.join(DATASETS)}, a path to a .json/.jsonl file "
+                    "or NAME:PATH with NAME marft, aime_1983_2024, gsm8k or tinygsm (eval_dataset: not generated)"
+                )
         require(
             num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}"
         )
         for spec in (train_split, eval_split):
             select([], spec)  # a malformed slice fails here, not at the first tasks() call
-        self.dataset, self.fallback, self.seed = dataset, fallback, seed
+        self.dataset, self.eval_dataset, self.fallback, self.seed = dataset, eval_dataset, fallback, seed
         self.num_train, self.num_eval = num_train, num_eval
         self.split_specs = {"train": train_split, "eval": eval_split}
         self._splits: dict[str, list[dict[str, Any]]] = {}
@@ -97,14 +105,16 @@ class MathEnv(SharedStateEnv):
 
     def _load(self, split: str) -> list[dict[str, Any]]:
         spec = self.split_specs[split]
-        if self.dataset in GENERATED:
+        if split == "eval" and self.eval_dataset is not None:
+            out = select(load_source(self.eval_dataset), spec)
+        elif self.dataset in GENERATED:
             if split == "eval":
                 records = generate(self.dataset, self.num_eval, "eval")
             else:
                 held_out = {r["problem"] for r in self.tasks("eval")}
                 records = generate(self.dataset, self.num_train, self.seed, exclude=held_out, phrasings=True)
             out = select(records, spec)
-        elif spec is not None:
+        elif spec is not None or self.eval_dataset is not None:
             out = select(self._records(), spec)
         else:  # every record that the other split does not take
             other = "eval" if split == "train" else "train"
@@ -113,6 +123,7 @@ class MathEnv(SharedStateEnv):
             else:
                 taken = {r["id"] for r in self.tasks(other)}
                 out = [r for r in self._records() if r["id"] not in taken]
+        out = with_answers(out)  # TinyGSM's answers, from the code of the problems selected
         require(
             bool(out),
             f"the {split} split of math dataset {self.dataset!r} is empty ({split}_split={spec!r}); "
@@ -122,7 +133,7 @@ class MathEnv(SharedStateEnv):
 
     def _records(self) -> list[dict[str, Any]]:
         if self._all is None:
-            self._all = load_dataset(self.dataset)
+            self._all = load_source(self.dataset)
         return self._all
 
     def _default_eval(self) -> list[dict[str, Any]]:

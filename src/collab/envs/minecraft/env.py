@@ -150,7 +150,8 @@ class MinecraftEnv(Env):
     ) -> None:
         """
         Args:
-            dataset: A HouseBuild ``.json`` / ``.jsonl`` file (the paper's format); ``None``: the 12 shipped houses.
+            dataset: A HouseBuild ``.json`` / ``.jsonl`` file (the paper's format), ``housebuild:PATH`` (the
+                authors' ``house_build/dataset/data.json``); ``None``: the 12 shipped houses.
             train_split, eval_split: Slices such as ``"[0:8]"`` / ``"[8:10]"`` (CoLLM, C.1); ``None``:
                 ``[0:8]`` / ``[8:12]`` of the shipped houses, the last fifth of a file for eval.
             horizon: Turns per episode (H = 4 in the paper).

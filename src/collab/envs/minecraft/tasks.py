@@ -7,8 +7,10 @@ A record (the format of the HouseBuild data) has ``task_id``, ``inventory`` (let
 ``count`` (letter counts; not needed, not checked). Layers not listed are air. Every problem with a
 record is a :class:`~collab.errors.UserError` of one line naming the record and the field.
 
-Splits: the paper trains on HouseBuild[0:8] and evaluates on HouseBuild[8:10] (C.1). Without
-``train_split`` / ``eval_split``, a file keeps its last fifth (at least one record) for eval and the
+The authors publish the paper's 10 tasks as ``house_build/dataset/data.json`` of
+https://github.com/OpenMLRL/LLM_Collab_Minecraft; ``dataset: housebuild:PATH`` reads that file
+(:mod:`collab.envs.published`). Splits: the paper trains on HouseBuild[0:8] and evaluates on HouseBuild[8:10]
+(C.1). Without ``train_split`` / ``eval_split``, a file keeps its last fifth (at least one record) for eval and the
 rest for train (10 records: ``[0:8]`` / ``[8:10]``); the shipped houses
 (``collab/data/housebuild/houses.json``, 12 small houses made for collab) split ``[0:8]`` / ``[8:12]``.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from collab.envs.minecraft.world import AIR, House, grid_from_layers, normalize_block
+from collab.envs.published import read_published, split_source
 from collab.envs.records import load_records, packaged, select
 from collab.errors import UserError, require
 
@@ -132,8 +135,10 @@ def house_from_record(record: Mapping[str, Any], where: str = "task") -> House:
 
 
 def load_houses(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a HouseBuild ``.json`` / ``.jsonl`` file, each checked by :func:`house_from_record`."""
-    records = load_records(path, required=REQUIRED)
+    """The records of a HouseBuild ``.json`` / ``.jsonl`` file, or of ``housebuild:PATH`` (the authors' file,
+    with a missing file's error naming where it is published), each checked by :func:`house_from_record`."""
+    name, source = split_source(str(path), ("housebuild",))
+    records = read_published(name, source) if name else load_records(path, required=REQUIRED)
     require(len(records) > 0, f"{path}: no HouseBuild records")
     for i, record in enumerate(records):
         house_from_record(record, f"{path}: record {i}")

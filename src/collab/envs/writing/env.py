@@ -62,6 +62,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collab.envs.base import AgentRole, Env, EnvState, Score
+from collab.envs.published import read_published, split_source
 from collab.envs.records import load_records, packaged, select
 from collab.envs.writing.reward import (  # noqa: F401  (re-exported: the reward's public names)
     MAX_REWARD,
@@ -124,7 +125,7 @@ def _default_splits(n: int) -> tuple[str, str]:
 
 
 def _load_hub(name: str, text_field: str) -> list[dict[str, Any]]:
-    hint = "download it and pass a local .jsonl with a '" + text_field + "' field as dataset="
+    hint = f"download its files and pass dataset: tldr:PATH (or a local .jsonl with a '{text_field}' field)"
     try:
         import datasets
     except ImportError:
@@ -145,6 +146,16 @@ EVAL_POSTS = 24
 """Posts of the packaged corpus held out for evaluation (the last ones; the first 40 train)."""
 
 
+def _posts(source: str, text_field: str) -> list[dict[str, Any]]:
+    """The posts of ``tldr:PATH`` (the publisher's files), a hub id, or a local json/jsonl file."""
+    name, path = split_source(source, ("tldr",))
+    if name is not None:
+        return read_published(name, path)
+    if source == HUB_TLDR or source.startswith("hub:"):
+        return _load_hub(source.removeprefix("hub:"), text_field)
+    return load_records(source, required=[text_field])
+
+
 class WritingEnv(Env):
     """Concise + detailed summaries of one post, scored by :func:`writing_reward` (joint reward)."""
 
@@ -160,9 +171,14 @@ class WritingEnv(Env):
         train_split: str | None = None,
         eval_split: str | None = None,
         reward_mode: str = "paper",
+        eval_dataset: str | None = None,
     ) -> None:
-        """``reward_mode``: ``paper`` (F.1 as stated) or ``reference`` (the reference code, quirks
-        included); the module docstring lists their differences."""
+        """``dataset``: ``None`` (the packaged posts), ``tldr:PATH`` (a file of the hub's ``trl-lib/tldr``, e.g.
+        ``data/tldr/data/train-*.parquet``), a local json/jsonl path, or a hub id when ``datasets`` is installed.
+        ``eval_dataset``: where the eval split comes from instead (the same forms; the reference code evaluates
+        on TLDR's test split); each split then defaults to its whole file. ``reward_mode``: ``paper`` (F.1 as
+        stated) or ``reference`` (the reference code, quirks included); the module docstring lists their
+        differences."""
         super().__init__(horizon)
         self.reward_mode = check_mode(reward_mode)
         self.text_field = text_field
@@ -171,14 +187,14 @@ class WritingEnv(Env):
             # the packaged 64 posts: the last 24 held out, so that a held-out mean has a usable standard error
             default_train, default_eval = f"[:{len(records) - EVAL_POSTS}]", f"[{len(records) - EVAL_POSTS}:]"
         else:
-            if dataset == HUB_TLDR or dataset.startswith("hub:"):
-                records = _load_hub(dataset.removeprefix("hub:"), text_field)
-            else:
-                records = load_records(dataset, required=[text_field])
+            records = _posts(dataset, text_field)
             default_train, default_eval = _default_splits(len(records))
+        eval_records = records
+        if eval_dataset is not None:
+            eval_records, default_train, default_eval = _posts(eval_dataset, text_field), "[:]", "[:]"
         self.splits = {
             "train": select(records, train_split or default_train),
-            "eval": select(records, eval_split or default_eval),
+            "eval": select(eval_records, eval_split or default_eval),
         }
 
     def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
