@@ -59,10 +59,9 @@ def is_class_path(name: str) -> bool:
     return ":" in name
 
 
-def load_yaml(path: str | Path, option: str = "--config", read=None) -> dict:
+def load_yaml(path: str | Path, option: str = "--config") -> dict:
     """A config file's mapping; a file that is missing, not UTF-8, not YAML or not a mapping is one UserError
-    naming ``option`` and the file. ``read``: the YAML reader of the values when not ``yaml.safe_load`` (the
-    packaged files'): :func:`parser_yaml` for a ``--config`` file (:meth:`CommandLine.document`)."""
+    naming ``option`` and the file."""
     import yaml
 
     try:
@@ -76,9 +75,7 @@ def load_yaml(path: str | Path, option: str = "--config", read=None) -> dict:
     except UnicodeDecodeError as e:
         raise UserError(f"{option} {path}: not UTF-8 text (byte {e.start}); a config is a YAML file in UTF-8") from None
     try:
-        data = yaml.safe_load(text)  # its messages name the problem (libyaml's, under jsonargparse's reader, less so)
-        if read is not None:
-            data = read(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -91,15 +88,6 @@ def load_yaml(path: str | Path, option: str = "--config", read=None) -> dict:
             f"{option} {path}: holds a {type(data).__name__}, not a mapping of sections (trainer:, model:, data:)"
         )
     return data
-
-
-def parser_yaml(text: str) -> Any:
-    """``text`` read as the parser (jsonargparse) reads YAML: a ``--config`` file, a command-line value. Its
-    reader differs from ``yaml.safe_load`` in a few plain scalars: ``1e-3`` is a number, ``2024-01-01`` a
-    string."""
-    from jsonargparse import get_loader
-
-    return get_loader("yaml")(text)
 
 
 # -- the command line, read once -------------------------------------------------------------------------
@@ -117,11 +105,10 @@ class CommandLine:
     _documents: dict[str, dict] = field(default_factory=dict, repr=False)
 
     def document(self, path: str) -> dict:
-        """The mapping of the ``--config`` file ``path`` as the parser reads it, read once for the whole run (the
-        env, the old-name and the given-option checks, the team's reset, the env options and ``--explain`` all
-        look at it)."""
+        """The mapping of the ``--config`` file ``path``, read once for the whole run (the env, the old-name and
+        the given-option checks, the team's reset and ``--explain`` all look at it)."""
         if path not in self._documents:
-            self._documents[path] = load_yaml(path, read=parser_yaml)
+            self._documents[path] = load_yaml(path)
         return self._documents[path]
 
     def values(self, option: str) -> list[str]:
@@ -308,110 +295,20 @@ def parser_args(config: dict, line: CommandLine) -> list[str]:
     """The parser's arguments: the composed packaged ``config`` as one ``--config``, then the command line, with
     ``--OPTION null`` (each option of :data:`WHOLE`) before every source that sets it: a ``--config`` file whose
     mapping holds it, a ``--section`` file holding it, or the option itself. A list given later thus replaces
-    the earlier list whole; the fields its items leave out take the dataclass defaults. Each
-    ``--data.env_options.KEY VALUE`` becomes ``--data.env_options MAPPING`` (:class:`EnvOptions`)."""
+    the earlier list whole; the fields its items leave out take the dataclass defaults."""
     import yaml
 
     def resets(source: list[str]) -> list[str]:
         return [a for option in WHOLE if _source_sets(source, option, line) for a in (f"--{option}", "null")]
 
-    packaged = yaml.safe_dump(config, sort_keys=False)
-    args = ["--config", packaged]
-    env_options = EnvOptions(((parser_yaml(packaged) or {}).get("data") or {}).get("env_options"), line)
+    args = ["--config", yaml.safe_dump(config, sort_keys=False)]
     argv, i = line.args, 0
     while i < len(argv):
         arg = argv[i]
-        value = argv[i + 1] if i + 1 < len(argv) else None
-        if arg in ("--config", "--model") and value is not None:
-            source = [arg, value]
-        elif (arg in ("--data", f"--{ENV_OPTIONS}") or arg.startswith(f"--{ENV_OPTIONS}.")) and _a_value(value):
-            source = [arg, value]
-        else:
-            source = [arg]
-        args += resets(source) + env_options.follow(source)
+        source = [arg, argv[i + 1]] if arg in ("--config", "--model") and i + 1 < len(argv) else [arg]
+        args += resets(source) + source
         i += len(source)
     return args
-
-
-ENV_OPTIONS = "data.env_options"
-
-
-def _a_value(arg: str | None) -> bool:
-    """Whether ``arg`` is an option's value (not the next option), as :meth:`CommandLine.pairs` reads it."""
-    return arg is not None and not arg.startswith("--")
-
-
-def command_line_value(text: str) -> Any:
-    """The value of a ``--data.env_options.KEY VALUE``: ``VALUE`` read once as YAML, as the parser reads it (``8``
-    an int, ``0.5`` a float, ``true`` a bool, ``null`` None, ``[1, 2]`` a list, ``{a: 1}`` a mapping, ``tldr:PATH``
-    a string) and a quoted YAML string as the string inside its quotes (``'"[0:8]"'``: the split ``[0:8]``;
-    unquoted, ``[0:8]`` is the YAML list ``['0:8']`` and ``8:10`` the sexagesimal int 490). Text that is not YAML,
-    and blank text, stay the text."""
-    import yaml
-
-    if not text.strip():
-        return text
-    try:
-        return parser_yaml(text)
-    except yaml.YAMLError:
-        return text
-
-
-class EnvOptions:
-    """``data.env_options`` as the parser holds it after each argument, to give it a command line's
-    ``--data.env_options.KEY VALUE`` as the whole mapping ``--data.env_options '{..., "KEY": VALUE}'``.
-
-    Why: ``data.env_options`` is typed ``dict[str, EnvOption]`` (:data:`collab.rollout.datamodule.EnvOption`),
-    whose ``str`` member keeps every string as written, and jsonargparse gives it a ``--data.env_options.KEY
-    VALUE`` as the text ``VALUE`` (``8`` the string "8"; ``[0:8]``, which reads as a YAML list, the list). A
-    whole mapping is read as YAML once, each value keeping its type, as a ``--config`` file's. jsonargparse
-    merges ``KEY`` into the mapping the earlier arguments left (a ``--config`` file's ``data.env_options``, a
-    ``--data`` file's ``env_options``, a ``--data.env_options`` value replace it whole; the packaged config's
-    comes first): this follows them in the same order, as the parser reads them (:func:`parser_yaml`)."""
-
-    def __init__(self, packaged: Any, line: CommandLine) -> None:
-        self.value, self.line = packaged, line
-
-    def follow(self, source: list[str]) -> list[str]:
-        """The parser's arguments for ``source`` (an option and its value, or one argument), noting what it sets."""
-        name, eq, inline = source[0].partition("=")
-        value = inline if eq else (source[1] if len(source) > 1 else None)
-        if value is None:
-            return source
-        prefix = f"--{ENV_OPTIONS}."
-        if name.startswith(prefix) and len(name) > len(prefix):
-            import json
-
-            key, read = name[len(prefix) :], command_line_value(value)
-            if isinstance(self.value, dict):
-                head, dot, tail = key.partition(".")  # jsonargparse's a.b: {a: {b: VALUE}} (a's mapping replaced)
-                self.value = {**self.value, head: {tail: read}} if dot else {**self.value, key: read}
-            else:  # no mapping before: {a.b: VALUE}
-                self.value = {key: read}
-            try:
-                return [f"--{ENV_OPTIONS}", json.dumps(self.value, allow_nan=False)]
-            except (TypeError, ValueError):  # a value JSON has no text for (nan): the parser reads the option
-                return source
-        if name == "--config":
-            data = self.line.document(value).get("data")
-            if isinstance(data, dict) and "env_options" in data:
-                self.value = data["env_options"]
-        elif name == "--data":  # the section's file, or its YAML
-            data = _section(value)
-            if isinstance(data, dict) and "env_options" in data:
-                self.value = data["env_options"]
-        elif name == f"--{ENV_OPTIONS}":  # YAML (a bad value: the parser says so)
-            self.value = command_line_value(value)
-        return source
-
-
-def _section(value: str) -> Any:
-    """What ``--data value`` gives the parser: the YAML file ``value`` names, else ``value`` read as YAML."""
-    try:
-        is_file = Path(value).is_file()
-    except (OSError, ValueError):  # a mapping too long for a file name
-        is_file = False
-    return load_yaml(value, "--data", read=parser_yaml) if is_file else command_line_value(value)
 
 
 def _source_sets(source: list[str], option: str, line: CommandLine) -> bool:

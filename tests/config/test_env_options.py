@@ -1,17 +1,19 @@
-"""``data.env_options`` reach the environment as their YAML gave them: a quoted string stays that string (the
-splits ``"[0:8]"``, ``"[8:10]"``, ``"[0:66]"``, ``"[16:]"``, from a ``--config`` file, a ``--data.env_options``
-mapping or one ``--data.env_options.KEY VALUE`` each), and numbers, bools, lists, mappings and null keep their
-types. (Typed ``Any``, the option had every string read as YAML once more: ``"[0:8]"`` became the list
-``['0:8']`` and ``"[8:10]"`` the list ``[490]``, YAML 1.1's sexagesimal 8:10.)"""
+"""``data.env_options`` reach the environment as their YAML gave them, and a string as the env's parameter reads
+it (``collab.envs.typed_options``): the splits ``"[0:8]"``, ``"[8:10]"``, ``"[0:66]"``, ``"[16:]"`` stay splits
+from a ``--config`` file, a ``--data.env_options`` mapping or one ``--data.env_options.KEY VALUE`` each (typed
+``Any``, the option had every string read as YAML once more: ``"[0:8]"`` became the list ``['0:8']`` and
+``"[8:10]"`` the list ``[490]``, YAML 1.1's sexagesimal 8:10), and ``--data.env_options.num_eval 8`` is the
+number its parameter takes."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
+from collab.envs import Env
 from collab.errors import UserError
 from tests.training.test_cli import ROOT, TINY
 
@@ -48,7 +50,7 @@ SPLITS = {"[0:8]": range(0, 8), "[8:10]": range(8, 10), "[0:66]": range(0, 66), 
 
 
 @pytest.mark.parametrize("train,evaluation", [("[0:8]", "[8:10]"), ("[0:66]", "[16:]")])
-@pytest.mark.parametrize("source", ["--config", "mapping", "options"])
+@pytest.mark.parametrize("source", ["--config", "mapping", "quoted"])
 def test_splits_reach_the_env_as_written(source, train, evaluation, houses, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     if source == "--config":  # as the presets write them
@@ -61,11 +63,10 @@ def test_splits_reach_the_env_as_written(source, train, evaluation, houses, tmp_
     elif source == "mapping":  # docs/environments.md's command line
         options = f'{{dataset: {houses}, train_split: "{train}", eval_split: "{evaluation}"}}'
         argv = ["--data.env", "minecraft", "--data.env_options", options]
-    else:  # one option each, the splits quoted as YAML strings
+    else:  # one option each, quoted as YAML strings (as the mapping's values are)
         argv = ["--data.env", "minecraft", "--data.env_options.dataset", houses]
-        argv += ["--data.env_options.train_split", f'"{train}"', f'--data.env_options.eval_split="{evaluation}"']
+        argv += ["--data.env_options.train_split", f'"{train}"', f"--data.env_options.eval_split='{evaluation}'"]
     cli = build("magrpo", *argv)
-    assert cli.config.data.env_options == {"dataset": houses, "train_split": train, "eval_split": evaluation}
     env = cli.datamodule.env
     assert ids(env, "train") == list(SPLITS[train]) and ids(env, "eval") == list(SPLITS[evaluation])
     assert cli.datamodule.stream.tasks == list(env.tasks("train"))
@@ -95,160 +96,69 @@ def test_splits_from_python(houses):
     assert ids(data.env, "train") == list(range(66)) and ids(data.env, "eval") == [8, 9]
 
 
-def printed_options(capsys, *argv: str) -> dict:
-    from collab.fit import print_config
+class Options(Env):
+    """An env whose parameters take each kind of value (typed_options reads only the annotations)."""
 
-    with pytest.raises(SystemExit):
-        print_config("magrpo", [*argv, "--print_config"])
-    return yaml.safe_load(capsys.readouterr().out)["data"]["env_options"]
-
-
-def test_values_keep_their_yaml_types(tmp_path, capsys):
-    """Quoted strings that look like YAML stay strings; numbers, bools, lists, mappings and null keep their
-    types, from a file and from the command line (a bare ``--data.env_options.num_eval 8`` is the int 8)."""
-    path = tmp_path / "run.yaml"
-    path.write_text(
-        "data:\n  env_options:\n"
-        '    s8: "8"\n    strue: "true"\n    snull: "null"\n    ssexagesimal: "8:10"\n    slist: "[1, 2]"\n'
-        "    int: 8\n    float: 0.5\n    exp: 1e-3\n    bool: true\n    list: [1, '2', [0:8]]\n"
-        "    mapping: {a: 1, b: '[0:8]'}\n    none: null\n"
-    )
-    options = printed_options(
-        capsys,
-        "--config",
-        str(path),
-        "--data.env_options.num_eval",
-        "8",
-        "--data.env_options.share=0.25",
-        "--data.env_options.flag",
-        "false",
-        "--data.env_options.items",
-        "[1, 2]",
-        "--data.env_options.weights",
-        "{a: 1.5}",
-        "--data.env_options.off",
-        "null",
-        "--data.env_options.path",
-        "tldr:data/train-*.parquet",
-        "--data.env_options.quoted",
-        '"8"',
-    )
-    assert options == {
-        "s8": "8",
-        "strue": "true",
-        "snull": "null",
-        "ssexagesimal": "8:10",
-        "slist": "[1, 2]",
-        "int": 8,
-        "float": 0.5,
-        "exp": 0.001,
-        "bool": True,
-        "list": [1, "2", ["0:8"]],
-        "mapping": {"a": 1, "b": "[0:8]"},
-        "none": None,
-        "num_eval": 8,
-        "share": 0.25,
-        "flag": False,
-        "items": [1, 2],
-        "weights": {"a": 1.5},
-        "off": None,
-        "path": "tldr:data/train-*.parquet",
-        "quoted": "8",
-    }
-    assert {k: type(v) for k, v in options.items() if k in ("int", "num_eval", "bool", "flag")} == {
-        "int": int,
-        "num_eval": int,
-        "bool": bool,
-        "flag": bool,
-    }
+    def __init__(
+        self,
+        count: int = 1,
+        share: float = 0.5,
+        flag: bool = False,
+        split: str | None = None,
+        limit: int | None = None,
+        weights: dict[str, float] | None = None,
+        anything: Any = None,
+    ) -> None:
+        pass
 
 
-def test_an_option_goes_to_the_parser_as_the_whole_mapping(tmp_path):
-    """``--data.env_options.KEY VALUE`` goes to the parser as the whole mapping, ``VALUE`` read as YAML, merged
-    into what the earlier arguments left: the packaged config's mapping, a ``--config`` file's or a ``--data``
-    file's (which replace it whole), a ``--data.env_options`` value; a file without env options keeps it."""
-    from collab.config import parser_args, read_command_line
-
-    options, other, section = tmp_path / "options.yaml", tmp_path / "other.yaml", tmp_path / "data.yaml"
-    options.write_text('data:\n  env_options: {dataset: x.json, eval_split: "[8:10]", lr: 1e-3}\n')
-    other.write_text("data:\n  batch_size: 2\n")
-    section.write_text("env_options: {preset: table1}\n")
-    argv = ["--data.env_options.num_eval", "8", "--config", str(options), "--config", str(other)]
-    argv += ['--data.env_options.train_split="[0:8]"', "--data", str(section), "--data.env_options.team_reward", "true"]
-    argv += ["--data.env_options", "{a: {b: 1}}", "--data.env_options.a.c", "8:10"]
-    argv += ["--data.env_options", "null", "--data.env_options.seed", "-1"]
-    packaged = {"data": {"env_options": {"dataset": "small_addition", "split": "[16:]"}}}
-    args = parser_args(packaged, read_command_line(argv))
-    assert yaml.safe_load(args[1]) == packaged
-    whole = [
-        {"dataset": "small_addition", "split": "[16:]", "num_eval": 8},
-        {
-            "dataset": "x.json",
-            "eval_split": "[8:10]",
-            "lr": 0.001,
-            "train_split": "[0:8]",
-        },  # 1e-3 as the parser reads it
-        {"preset": "table1", "team_reward": True},
-        {"a": {"c": 490}},  # jsonargparse's a.c: {a: {c: VALUE}}; 8:10 unquoted is YAML 1.1's 490
-        {"seed": -1},
-    ]
-    assert args[2:] == [
-        *("--data.env_options", json.dumps(whole[0])),
-        *("--config", str(options), "--config", str(other)),
-        *("--data.env_options", json.dumps(whole[1])),
-        *("--data", str(section), "--data.env_options", json.dumps(whole[2])),
-        *("--data.env_options", "{a: {b: 1}}", "--data.env_options", json.dumps(whole[3])),
-        *("--data.env_options", "null", "--data.env_options", json.dumps(whole[4])),
-    ]
-
-
-MERGES = [
-    [
-        "--data.env_options.num_eval",
-        "n",
-        "--config",
-        "options.yaml",
-        "--config",
-        "other.yaml",
-        "--data.env_options.t=t",
-    ],
-    ["--config", "options.yaml", "--data", "data.yaml", "--data.env_options.team_reward", "r"],
-    ["--data.env_options", "{a: {b: x}, k: v}", "--data.env_options.a.c", "y", "--data.env_options.k", "w"],
-    ["--data.env_options", "null", "--data.env_options.seed", "s"],
-    ["--data.env_options", "null", "--data.env_options.a.c", "y", "--data.env_options.a.d", "z"],
-    ["--data.env_options", "{k: v}", "--data.env_options.a.c", "y"],
-    ["--data", "{env_options: {q: r}}", "--data.env_options.seed", "s"],
-    ["--data", "{batch_size: 2}", "--data.env_options.seed", "s", "--data.env_options.seed", "t"],
+# (option, the value given, the value the env gets)
+READINGS = [
+    ("count", "8", 8),
+    ("count", 8, 8),
+    ("share", "1e-3", 0.001),  # as jsonargparse reads it (PyYAML's YAML 1.1 wants a dot: the string "1e-3")
+    ("flag", "false", False),
+    ("split", "[0:8]", "[0:8]"),  # a string parameter keeps the text YAML would read as a list
+    ("split", "8:10", "8:10"),  # ... or as the sexagesimal 490
+    ("split", '"[0:8]"', "[0:8]"),  # a quoted YAML string: the string inside the quotes
+    ("split", "'[16:]'", "[16:]"),
+    ("split", "8", "8"),
+    ("split", "null", None),  # None where the parameter takes it
+    ("split", "tldr:data/train-*.parquet", "tldr:data/train-*.parquet"),
+    ("limit", "null", None),
+    ("limit", "12", 12),
+    ("weights", "{a: 1.5}", {"a": 1.5}),
+    ("anything", "[1, 2]", "[1, 2]"),  # Any: as given
+    ("count", "[1, 2", "[1, 2"),  # not YAML: the text, for the env's own check to name
 ]
 
 
-@pytest.mark.parametrize("argv", MERGES, ids=range(len(MERGES)))
-def test_the_whole_mapping_is_the_one_the_parser_would_merge(argv, tmp_path, capsys, monkeypatch):
-    """With values every reading keeps as strings, the parser ends with the same mapping whether it is given
-    the whole mappings or the options themselves (jsonargparse's own merge)."""
-    from collab.config import EnvOptions
+@pytest.mark.parametrize("option,given,expected", READINGS)
+def test_a_string_is_read_as_its_parameter_takes_it(option, given, expected):
+    from collab.envs import typed_options
 
+    typed = typed_options(Options, {option: given})
+    assert typed == {option: expected} and type(typed[option]) is type(expected)
+
+
+def test_an_option_on_the_command_line_reaches_the_env_typed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "options.yaml").write_text("data:\n  env_options: {dataset: x, eval_split: e}\n")
-    (tmp_path / "other.yaml").write_text("data:\n  batch_size: 2\n")
-    (tmp_path / "data.yaml").write_text("env_options: {preset: table1}\nbatch_size: 3\n")
-    whole = printed_options(capsys, *argv)
-    follow = EnvOptions.follow
-    monkeypatch.setattr(EnvOptions, "follow", lambda self, source: follow(self, source) and source)
-    assert printed_options(capsys, *argv) == whole
+    argv = ["--data.env", "math", "--data.env_options.dataset", "small_addition", "--data.env_options.num_eval", "8"]
+    env = build("magrpo", *argv, "--data.env_options.fallback", "false").datamodule.env
+    assert len(env.tasks("eval")) == 8 and env.fallback is False
 
 
-def test_an_unquoted_split_is_one_line(houses, tmp_path, monkeypatch):
-    """``--data.env_options.train_split [0:8]`` unquoted is the YAML list ``['0:8']``: one line saying how to
-    quote it, not a traceback from the env."""
+@pytest.mark.parametrize("where", ["file", "command line"])
+def test_an_unquoted_split_is_one_line(where, houses, tmp_path, monkeypatch):
+    """``[0:8]`` unquoted is the YAML list ``['0:8']``, in a file and as ``--data.env_options.train_split [0:8]``
+    (jsonargparse reads the value as YAML): one line saying how to quote it, not a traceback from the env."""
     monkeypatch.chdir(tmp_path)
+    if where == "file":
+        path = tmp_path / "run.yaml"
+        path.write_text(f"data:\n  env: minecraft\n  env_options:\n    dataset: {houses}\n    train_split: [0:8]\n")
+        argv = ["--config", str(path)]
+    else:
+        argv = ["--data.env", "minecraft", "--data.env_options.dataset", houses]
+        argv += ["--data.env_options.train_split", "[0:8]"]
     with pytest.raises(UserError, match=r"bad split \['0:8'\]: a split is a slice string .*'\"\[0:8\]\"'"):
-        build(
-            "magrpo",
-            "--data.env",
-            "minecraft",
-            "--data.env_options.dataset",
-            houses,
-            "--data.env_options.train_split",
-            "[0:8]",
-        )
+        build("magrpo", *argv)

@@ -3,6 +3,8 @@ builds an env of one's own from a class path (docs/extending.md)."""
 
 from __future__ import annotations
 
+import types
+
 from collab.envs.base import AgentRole, Env, EnvState, Score, StepResult
 from collab.errors import UserError, unknown
 
@@ -38,6 +40,38 @@ def env_names() -> list[str]:
     return sorted(_ENVS)
 
 
+def typed_options(cls: type[Env], options: dict) -> dict:
+    """``options`` with each string read as YAML where the env's parameter does not take a string.
+
+    Why: ``data.env_options`` keeps every string as written (``train_split: "[0:8]"`` stays the split, which
+    YAML would read as a list), and ``--data.env_options.KEY VALUE`` on the command line gives the text
+    ``VALUE``. The env's own annotation says what the text means: ``num_eval: int`` reads ``"8"`` as 8,
+    ``train_split: str | None`` keeps ``[0:8]`` (which YAML reads as a list), reads ``'"[0:8]"'`` as the string
+    in its quotes and ``null`` as None. A value that is not YAML stays the text, for the env's own check."""
+    import typing
+
+    import yaml
+    from jsonargparse import get_loader
+
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except (NameError, TypeError):  # an env of one's own with annotations that do not resolve: as given
+        return dict(options)
+    typed = dict(options)
+    for key, value in options.items():
+        hint = hints.get(key)
+        if not isinstance(value, str) or hint is None or hint is typing.Any:
+            continue
+        members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        try:
+            read = get_loader("yaml")(value)  # the parser's reading of YAML: 1e-3 is a number
+        except yaml.YAMLError:
+            continue
+        if str not in members or isinstance(read, str) or (read is None and type(None) in members):
+            typed[key] = read  # a quoted YAML string ('"[0:8]"') is the string inside its quotes
+    return typed
+
+
 def make_env(name: str, **kwargs) -> Env:
     """Build the environment ``name`` with its keyword options; bad names and options end in a UserError."""
     import inspect
@@ -51,7 +85,7 @@ def make_env(name: str, **kwargs) -> Env:
     except TypeError as e:
         params = ", ".join(inspect.signature(cls).parameters)
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
-    env = cls(**kwargs)
+    env = cls(**typed_options(cls, kwargs))
     env.reward_shift = float(shift)
     return env
 

@@ -143,7 +143,7 @@ def select(records: Sequence[Any], spec: str | None) -> list[Any]:
     if not isinstance(spec, str):  # YAML's reading of an unquoted slice: [0:8] is the list ['0:8']
         raise UserError(
             f"bad split {spec!r}: a split is a slice string such as '[0:8]', quoted in YAML (train_split: \"[0:8]\") "
-            "and on the command line (--data.env_options.train_split '\"[0:8]\"')"
+            "and on the command line (--data.env_options.train_split '\"[0:8]\"'); unquoted, YAML reads it as a list"
         )
     s = spec.strip().removeprefix("[").removesuffix("]")
     try:

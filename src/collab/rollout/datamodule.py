@@ -87,17 +87,11 @@ def shard(tasks: list, rank: int, world: int) -> list:
 
 
 EnvOption = str | int | float | bool | list | dict | None
-"""The type of a value of ``data.env_options``: the value as the YAML that gave it (a file, the packaged
-``conf/``, ``--data.env_options '{...}'``), a string staying that string.
-
-Not ``Any``: jsonargparse reads a string under ``Any`` as YAML once more (a value of any type is taken for
-command-line text), which turned the quoted splits ``train_split: "[0:8]"`` and ``eval_split: "[8:10]"`` into
-the list ``['0:8']`` and ``[490]`` (YAML 1.1 reads ``8:10`` as sexagesimal 490), and any string that looks like
-YAML (``"8"``, ``"true"``, ``"null"``) into a number, a bool or None. In this union ``str`` comes first: a
-string is kept as it is, and every other value, already typed by its YAML, matches its own member. A
-``--data.env_options.KEY VALUE`` on the command line is text, which this type would keep as a string:
-:class:`collab.config.EnvOptions` reads its ``VALUE`` as YAML once (``8`` the int 8, ``'"[0:8]"'`` the
-string ``[0:8]``) and gives the parser the whole mapping."""
+"""The type of a value of ``data.env_options``: the value as the YAML that gave it, a string staying that
+string. Not ``Any``: jsonargparse reads a string under ``Any`` as YAML once more, which turned the quoted
+splits ``"[0:8]"`` and ``"[8:10]"`` into the lists ``['0:8']`` and ``[490]`` (YAML 1.1's sexagesimal 8:10).
+With ``str`` first in the union a string is kept as written; the env's own annotations then say which strings
+are numbers, bools or None (:func:`collab.envs.typed_options`: ``--data.env_options.num_eval 8``)."""
 
 
 class RolloutDataModule(L.LightningDataModule):
