@@ -478,10 +478,8 @@ def test_rollouts_record_the_adapter_version_that_sampled_them(agreement_team):
     assert {(d.member, d.adapter_version) for d in experience.items} == {(0, versions[0]), (1, versions[1] + 1)}
 
 
-def fit(tmp: Path, algo: str, extra: list[str], command: bool, monkeypatch) -> Path:
-    """A run of ``collab.fit`` in ``tmp``: as a command (``command``), else in this process, as a notebook calls it
-    (vLLM and the libraries are imported already: seconds less)."""
-    argv = [
+def fit_args(tmp: Path, algo: str, extra: list[str]) -> list[str]:
+    return [
         "--algo",
         algo,
         "--model.engine",
@@ -494,17 +492,9 @@ def fit(tmp: Path, algo: str, extra: list[str], command: bool, monkeypatch) -> P
         str(tmp / "runs"),
         *extra,
     ]
-    if command:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
-        out = subprocess.run(
-            [sys.executable, "-m", "collab.fit", *argv], cwd=tmp, env=env, capture_output=True, text=True, timeout=900
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-    else:
-        from collab.fit import main
 
-        monkeypatch.chdir(tmp)
-        assert main(argv) == 0
+
+def run_folder(tmp: Path, algo: str) -> Path:
     (run,) = (tmp / "runs" / algo).glob("version_*")
     return run
 
@@ -521,45 +511,69 @@ def scalars(run: Path) -> dict[str, list[float]]:
 CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
 
 
-# One process (MARFT-A, in this process) and two (MAGRPO under DDP, a command: an engine per process, gloo); each
-# run's second rollout follows an update. MAGRPO on one process asserts nothing the DDP run does not.
-@pytest.mark.parametrize(
-    "algo,extra",
-    [
-        (
-            "marft_a",
-            [
-                "--data.env",
-                "math",
-                "--data.env_options",
-                "{dataset: addition, profile: duo}",
-                "--data.batch_size",
-                "2",  # top-p 1 (the config's is 0.9): vLLM's log-probs are compared at every rollout
-                "--model.agents",
-                json.dumps([{"sampling": {"max_new_tokens": 6, "top_p": 1.0}}] * 2),
-            ],
-        ),
-        (
-            "magrpo",
-            [
-                "--data.env",
-                "matrix",
-                "--data.env_options",
-                "{}",
-                "--data.batch_size",
-                "2",
-                "--trainer.strategy",
-                "ddp",
-                "--trainer.devices",
-                "2",
-            ],
-        ),
+# One process (MARFT-A, in this process, as a notebook calls it) and two (MAGRPO under DDP, a command: an engine per
+# process, gloo); each run's second rollout follows an update. MAGRPO on one process asserts nothing the DDP run
+# does not.
+RUNS = {
+    "marft_a": [
+        "--data.env",
+        "math",
+        "--data.env_options",
+        "{dataset: addition, profile: duo}",
+        "--data.batch_size",
+        "2",  # top-p 1 (the config's is 0.9): vLLM's log-probs are compared at every rollout
+        "--model.agents",
+        json.dumps([{"sampling": {"max_new_tokens": 6, "top_p": 1.0}}] * 2),
     ],
-    ids=["marft_a", "magrpo_ddp"],
-)
-def test_two_agent_runs_train_with_the_vllm_engine(sampling_model, tmp_path, monkeypatch, algo, extra):
-    argv = ["--model.base.name", sampling_model, "--trainer.max_steps", "2", "--trainer.callbacks", CALLBACKS, *extra]
-    run = fit(tmp_path, algo, argv, command="ddp" in extra, monkeypatch=monkeypatch)
+    "magrpo_ddp": [
+        "--data.env",
+        "matrix",
+        "--data.env_options",
+        "{}",
+        "--data.batch_size",
+        "2",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        "2",
+    ],
+}
+
+
+def run_argv(case: str, model: str, tmp: Path) -> list[str]:
+    extra = ["--model.base.name", model, "--trainer.max_steps", "2", "--trainer.callbacks", CALLBACKS, *RUNS[case]]
+    return fit_args(tmp, case.removesuffix("_ddp"), extra)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ddp_run(eager_sampler, sampling_model, tmp_path_factory):
+    """The DDP run, started as a command when the module starts (its two processes wait on each other's
+    collectives about half of the time, which the module's other tests fill) and awaited by its test; its
+    output goes to files (a pipe nobody reads until the end could fill and stop it)."""
+    tmp = tmp_path_factory.mktemp("ddp-run")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
+    command = [sys.executable, "-m", "collab.fit", *run_argv("magrpo_ddp", sampling_model, tmp)]
+    with open(tmp / "stdout.txt", "w") as out, open(tmp / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(command, cwd=tmp, env=env, stdout=out, stderr=err)
+    yield tmp, proc
+    if proc.poll() is None:  # its test did not wait for it (deselected)
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("case", sorted(RUNS))
+def test_two_agent_runs_train_with_the_vllm_engine(case, ddp_run, sampling_model, tmp_path, monkeypatch):
+    if case == "magrpo_ddp":
+        tmp, proc = ddp_run
+        assert proc.wait(timeout=900) == 0, (tmp / "stderr.txt").read_text()[-3000:]
+    else:
+        from collab.fit import main
+
+        tmp = tmp_path
+        monkeypatch.chdir(tmp)
+        assert main(run_argv(case, sampling_model, tmp)) == 0
+    algo = case.removesuffix("_ddp")
+    run = run_folder(tmp, algo)
     assert (run / "checkpoints" / "last.ckpt").is_file()
     s = scalars(run)
     assert len(s["reward/return"]) >= 2

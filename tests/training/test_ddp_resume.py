@@ -98,8 +98,9 @@ def args(algo: str, tmp: Path, steps: int, extra: list[str]) -> list[str]:
     ]
 
 
-def fit_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> None:
-    """A 2-process run (``python -m collab.fit`` in a subprocess that launches the second rank)."""
+def start_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> subprocess.Popen:
+    """A 2-process run started (``python -m collab.fit`` in a subprocess that launches the second rank), its output in
+    files of ``tmp``; :func:`wait` ends it."""
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in PROBE}
     env.update(
@@ -111,15 +112,18 @@ def fit_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) ->
             **probe,
         }
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "collab.fit", *args(algo, tmp, steps, [*TWO, *extra])],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    with open(tmp / "stdout.txt", "w") as out, open(tmp / "stderr.txt", "w") as err:
+        command = [sys.executable, "-m", "collab.fit", *args(algo, tmp, steps, [*TWO, *extra])]
+        return subprocess.Popen(command, cwd=tmp, env=env, stdout=out, stderr=err)
+
+
+def wait(run: subprocess.Popen, tmp: Path) -> None:
+    assert run.wait(timeout=600) == 0, (tmp / "stderr.txt").read_text()[-3000:]
+
+
+def fit_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> None:
+    """A 2-process run, to its end."""
+    wait(start_two(algo, tmp, steps, extra, **probe), tmp)
 
 
 def fit_one(algo: str, tmp: Path, steps: int, extra: list[str], monkeypatch, **probe: str) -> None:
@@ -185,6 +189,9 @@ def test_two_processes_resume_on_one(tmp_path, monkeypatch, one_thread):
     fit_two("marft_a", two, 3, [], COLLAB_DDP_CAPTURE="1", COLLAB_DDP_CAPTURE_ROLLOUT="3")
     path, ckpt = checkpoint(two, "*step=2.ckpt")
     assert ckpt["global_step"] == 2 and len(ckpt["collab"]["rng"]) == 2
+    # on 2 processes again (checked below), started now: its ranks wait on each other while this process runs
+    again = tmp_path / "again"
+    run_again = start_two("marft_a", again, 3, ["--ckpt_path", str(path)])
     fit_one(
         "marft_a",
         one,
@@ -205,8 +212,7 @@ def test_two_processes_resume_on_one(tmp_path, monkeypatch, one_thread):
     assert_same_tensors(synced, torch.load(two / "grads1.pt"), "synchronised gradient")
     print("2 -> 1: max relative gradient difference", assert_same_gradient(torch.load(one / "grads0.pt"), synced))
     # and on 2 processes again: every rank's random state is in the checkpoint, the resume is bitwise
-    again = tmp_path / "again"
-    fit_two("marft_a", again, 3, ["--ckpt_path", str(path)])
+    wait(run_again, again)
     _, ends = checkpoint(again, "last.ckpt")
     _, straight_end = checkpoint(two, "last.ckpt")
     for key in ("state_dict", "optimizer_states", "collab", "RolloutDataModule"):

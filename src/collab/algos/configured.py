@@ -62,7 +62,8 @@ def instantiate(group: str, cls: type, options: dict[str, Any]):
         config = parser.parse_object({group: plain(options)})
     except ArgumentError as e:
         raise UserError(f"{group}: {' '.join(str(e).split())}") from None
-    return parser.instantiate_classes(config)[group]
+    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in jsonargparse 4.49
+    return instantiate(config)[group]
 
 
 def from_config(algo: str, **overrides: Any):
