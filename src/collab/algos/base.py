@@ -62,7 +62,7 @@ from collab.policy.team import AgentSpec, AgentTeam, check_agents
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.runtime import sharded
-from collab.runtime.collectives import global_count, minibatch_schedule, optimizer_step
+from collab.runtime.collectives import global_count, minibatch_schedule, optimizer_step, reached_max_steps, steps_note
 from collab.runtime.memory import budget_bytes, release, token_budget_chunks
 from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
 
@@ -241,6 +241,9 @@ class CollabModule(L.LightningModule):
         rank = self.trainer.global_rank
         if rank > 0 and self._resume_rng is None:
             torch.manual_seed(torch.initial_seed() + rank)
+        note = steps_note(self.trainer.max_steps, self.num_epochs, self.minibatch_size)
+        if note and self.trainer.is_global_zero:
+            print(note, flush=True)
 
     def setup(self, stage: str) -> None:
         preemption.attach(self.trainer)  # SIGTERM stops the run inside a step too (collab.preemption)
@@ -281,6 +284,8 @@ class CollabModule(L.LightningModule):
             return metrics
         totals: dict[str, list[float]] = {}
         for index, minibatch in enumerate(schedule):
+            if index and reached_max_steps(self):  # max_steps inside a rollout's updates: the run ends there
+                break
             stats: dict[str, float] = {}
             scale = self.normalizers(minibatch, batch, index)
             parts = self.parts(minibatch, scale, stats)

@@ -172,3 +172,26 @@ def average_gradients(module) -> None:
     dist.all_reduce(flat)
     for p, g in zip(params, torch.split(flat, [p.numel() for p in params])):
         p.grad.copy_(g.view_as(p.grad))
+
+
+def steps_note(max_steps: int | None, num_epochs: int, minibatch_size: int | None) -> str:
+    """The start line for a ``max_steps`` that is not a whole number of rollouts (``num_epochs`` updates each when
+    every update takes the whole rollout; with minibatches of a set size their number depends on each rollout, and
+    nothing is said); "" otherwise."""
+    if minibatch_size is not None or num_epochs <= 1 or max_steps is None or max_steps <= 0:
+        return ""
+    rollouts, last = -(-max_steps // num_epochs), max_steps % num_epochs
+    if not last:
+        return ""
+    return (
+        f"--trainer.max_steps {max_steps} is not a whole number of rollouts of {num_epochs} updates "
+        f"(model.num_epochs): the run makes {rollouts} rollouts, the last stopped after {last} of its updates"
+    )
+
+
+def reached_max_steps(module) -> bool:
+    """Whether the module's trainer has made its ``max_steps`` updates (the same on every rank: they step together).
+    A ``max_steps`` that is not a whole number of rollouts thus ends the run inside the last rollout's updates, as
+    :func:`steps_note` says at the start, instead of past ``max_steps``."""
+    trainer = module._trainer
+    return trainer is not None and trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
