@@ -310,11 +310,11 @@ def test_critic_warmup_round_robin_and_early_stop():
     logged = []
     original_stop = stopper.update
     stopper.update = lambda batch: logged.append(original_stop(batch)) or logged[-1]
-    train(stopper, env=env, seed=0, steps=2, batch_size=4)
+    train(stopper, env=env, seed=0, rollouts=2, batch_size=4)
     assert all(out["train/early_stop"] == 1.0 for out in logged)
-    # one update per rollout (every later minibatch is past KL 1e-9), so 2 updates take 2 rollouts;
-    # without the stop, the first rollout alone would give 3 epochs x 8 minibatches of updates
-    assert len(logged) == 2
+    # one update per rollout (every later minibatch is past KL 1e-9): without the stop, each rollout would give
+    # 3 epochs x 8 minibatches of updates
+    assert len(logged) == 2 and stopper.global_step == 2
 
 
 # -- learning through the chain ------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def test_a_refused_update_moves_nothing_and_ends_the_rollout(one_thread):
     module.accept = lambda stats, count, scale: calls.append(stats["train/approx_kl"]) or accept(stats, count, scale)
     module.build(env)
     before = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
-    quiet_fit(module, datamodule_for(env, batch_size=2, seed=0), 1)
+    quiet_fit(module, datamodule_for(env, batch_size=2, seed=0), rollouts=1)
     # the first minibatch is on-policy (KL ~0: accepted); after that step the second one's is above the target
     assert calls[0] <= 1e-3 and len(calls) == 2 and calls[1] > 1e-3  # measured: 0.0 and 0.12
     moved = [n for n, p in module.named_parameters() if p.requires_grad and not torch.equal(p, before[n])]

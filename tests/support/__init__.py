@@ -89,8 +89,11 @@ def prob_of_first_option(module, env) -> list[float]:
     return out
 
 
-def train(module, env_name="matrix", env=None, seed=0, steps=40, batch_size=4) -> tuple[list[float], object]:
-    """Fit ``module`` for ``steps`` optimizer steps; returns each rollout's mean return and the env."""
+def train(
+    module, env_name="matrix", env=None, seed=0, steps=40, batch_size=4, rollouts=None
+) -> tuple[list[float], object]:
+    """Fit ``module`` for ``steps`` optimizer steps (or ``rollouts`` whole rollouts: :func:`quiet_fit`); returns each
+    rollout's mean return and the env."""
     L.seed_everything(seed, verbose=False)
     dm = data_from_config("magrpo", env=env_name, batch_size=batch_size, seed=seed)
     if env is not None:
@@ -105,7 +108,7 @@ def train(module, env_name="matrix", env=None, seed=0, steps=40, batch_size=4) -
         return experience
 
     module.rollout = recording
-    quiet_fit(module, dm, steps)
+    quiet_fit(module, dm, -1 if rollouts else steps, rollouts)
     return returns, dm.env
 
 
@@ -165,14 +168,16 @@ def adapters(run: Path) -> dict[str, dict[str, torch.Tensor]]:
     return {f.name: load_file(f / "adapter_model.safetensors") for f in folders}
 
 
-def quiet_fit(module, datamodule, steps: int):
-    """Train ``module`` for ``steps`` optimizer updates on the CPU, without logs, checkpoints or warnings."""
+def quiet_fit(module, datamodule, steps: int = -1, rollouts: int | None = None):
+    """Train ``module`` for ``steps`` optimizer updates on the CPU, without logs, checkpoints or warnings; or for
+    ``rollouts`` rollouts, each with all its updates (``max_steps`` would end the last rollout's updates there)."""
     import logging
 
     import lightning as L
 
     trainer = L.Trainer(
         max_steps=steps,
+        **({"limit_train_batches": rollouts, "max_epochs": 1} if rollouts is not None else {}),
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
