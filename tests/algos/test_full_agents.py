@@ -96,6 +96,24 @@ def test_every_algorithm_trains_full_agents(algo, tmp_path, monkeypatch, capsys)
         assert (folder / ("config.json" if whole else "adapter_model.safetensors")).is_file(), folder
 
 
+def test_float32_weights_keep_an_update_that_bfloat16_weights_round_away(tmp_path, monkeypatch):
+    """The papers' 5e-6 on a full agent: with bfloat16 weights (and AdamW moments) AdamW's first step, about lr per
+    weight, is far below bfloat16's resolution at weights of ~0.02 and leaves nearly every weight as it was; float32
+    weights under Lightning's ``bf16-mixed`` autocast (16-bit compute) keep it (what docs/models.md advises). Only weights
+    near 0 move in bfloat16."""
+    monkeypatch.chdir(tmp_path)
+    moved = {}
+    for dtype, extra in (("bfloat16", []), ("float32", ["--trainer.precision", "bf16-mixed"])):
+        args = [*MATRIX, *agents({**FULL, "lr": 5e-6}, LORA), "--model.kl_coef", "0.05", "--model.num_generations", "2"]
+        run = fit(tmp_path / dtype, "magrpo", [*args, "--model.base.dtype", dtype, *extra], 1)
+        weights = full_weights(load(run)["state_dict"], "full0")
+        # the layers' weights: the embedding (nearly all of the tiny model) moves only in the rows of tokens used
+        base = {k: v.to(getattr(torch, dtype)) for k, v in untrained().items() if ".layers." in k}
+        changed = sum(int((weights[k] != base[k]).sum()) for k in base)
+        moved[dtype] = changed / sum(v.numel() for v in base.values())
+    assert moved["bfloat16"] < 0.2 and moved["float32"] > 0.95, moved  # measured: 0.077 and 0.999
+
+
 def test_a_full_agent_team_learns_the_matrix_games_joint_optimum():
     """MAGRPO with two full agents (tiny base, lr 1e-3) on Table 1 (joint reward): from 0.55 at the start, both
     agents prefer A, the joint optimum, after 10 updates, on each of 3 seeds."""

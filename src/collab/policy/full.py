@@ -177,7 +177,12 @@ def memory_line(team) -> str:
     capacity = device_bytes(team.device)
     of = f" of the {size(capacity)} of {team.device}" if capacity else f" on {team.device}"
     # no float32 master copy: AdamW adds each update to the weight in its own dtype (8 significant bits in bfloat16)
-    rounding = "; in 16 bits an update below ~1/256 of a weight rounds away (float32 keeps it)" if width < 4 else ""
+    rounding = (
+        "; in 16 bits an update below ~1/256 of a weight rounds away (float32 weights keep it: --model.base.dtype "
+        "float32, with --trainer.precision bf16-mixed for 16-bit compute)"
+        if width < 4
+        else ""
+    )
     return (
         f"full-parameter agents: {'; '.join(parts)} (weights, gradients and AdamW's two moments: {COPIES} x {width} "
         f"bytes a parameter); {size(total)} in all{of}{rounding}"
