@@ -98,9 +98,8 @@ def test_every_algorithm_trains_full_agents(algo, tmp_path, monkeypatch, capsys)
 
 def test_float32_weights_keep_an_update_that_bfloat16_weights_round_away(tmp_path, monkeypatch):
     """The papers' 5e-6 on a full agent: with bfloat16 weights (and AdamW moments) AdamW's first step, about lr per
-    weight, is far below bfloat16's resolution at weights of ~0.02 and leaves nearly every weight as it was; float32
-    weights under Lightning's ``bf16-mixed`` autocast (16-bit compute) keep it (what docs/models.md advises). Only weights
-    near 0 move in bfloat16."""
+    weight, is far below bfloat16's resolution at weights of ~0.02 and leaves nearly every weight as it was (only those
+    near 0 move); float32 weights under Lightning's ``bf16-mixed`` autocast (16-bit compute) keep it (models.md)."""
     monkeypatch.chdir(tmp_path)
     moved = {}
     for dtype, extra in (("bfloat16", []), ("float32", ["--trainer.precision", "bf16-mixed"])):
