@@ -21,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -131,11 +130,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(
+def fit(
     algo: str, tmp: Path, extra: list[str], launcher: str | None = None, **probe: str
-) -> Callable[[], subprocess.CompletedProcess]:
-    """A 2-process run of ``python -m collab.fit`` started as ``launcher`` (default: as ``LAUNCHERS`` says), its output
-    in files of ``tmp``; the function returned waits for it (stdout is rank 0's, stderr both ranks')."""
+) -> subprocess.CompletedProcess:
+    """A 2-process run of ``python -m collab.fit``, started as ``launcher`` (default: as ``LAUNCHERS`` says); stdout is
+    rank 0's."""
     env = {
         **os.environ,
         "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
@@ -145,80 +144,43 @@ def start(
     }
     fit_args = ["-m", "collab.fit", *args(algo, tmp, extra)]
     launcher = launcher or LAUNCHERS.get(algo, "lightning")
-    commands = {
-        "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        "lightning": [sys.executable],
+    if launcher == "torchrun":
+        return subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *fit_args],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    if launcher == "lightning":
+        return subprocess.run(
+            [sys.executable, *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600
+        )
+    slurm = {
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+        "SLURM_JOB_ID": "31",
+        "SLURM_JOB_NAME": "collab",
+        "MASTER_PORT": str(free_port()),
     }
-    if launcher in commands:  # one process that starts the second
-        ranks = [(commands[launcher] + fit_args, env)]
-    else:  # srun: both ranks started here
-        slurm = {
-            "SLURM_NTASKS": "2",
-            "SLURM_NTASKS_PER_NODE": "2",
-            "SLURM_NODEID": "0",
-            "SLURM_NODELIST": "localhost",
-            "SLURM_JOB_ID": "31",
-            "SLURM_JOB_NAME": "collab",
-            "MASTER_PORT": str(free_port()),
-        }
-        ranks = [
-            ([sys.executable, *fit_args], {**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)})
-            for r in (0, 1)
-        ]
-    procs = []
-    for r, (command, environment) in enumerate(ranks):
-        with open(tmp / f"out{r}.txt", "w") as out, open(tmp / f"err{r}.txt", "w") as err:
-            procs.append(subprocess.Popen(command, cwd=tmp, env=environment, stdout=out, stderr=err))
-
-    def wait() -> subprocess.CompletedProcess:
-        codes = [proc.wait(timeout=600) for proc in procs]
-        text = [((tmp / f"out{r}.txt").read_text(), (tmp / f"err{r}.txt").read_text()) for r in range(len(procs))]
-        return subprocess.CompletedProcess(procs[0].args, max(codes), text[0][0], "".join(e for _, e in text))
-
-    return wait
-
-
-def two_process_run(case: str, tmp: Path) -> Callable[[], subprocess.CompletedProcess]:
-    """The case's 2-process run (2 steps, rank 0's signal only, the first update's gradient captured)."""
-    algo, _, strategy = case.partition("+")
-    signal = {"COLLAB_DDP_SIGNAL": "text"} if env_of(algo) in TEXT_SIGNAL else {}
-    return start(
-        algo,
-        tmp,
-        ["--trainer.strategy", strategy or "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
-        "lightning" if strategy else None,
-        COLLAB_DDP_SIGNAL_RANKS="0",
-        COLLAB_DDP_CAPTURE="1",
-        **signal,
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, *fit_args],
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+        )
+        for r in (0, 1)
+    ]
+    outs = [p.communicate(timeout=600) for p in ranks]
+    return subprocess.CompletedProcess(
+        ranks[0].args, max(p.returncode for p in ranks), outs[0][0], outs[0][1] + outs[1][1]
     )
-
-
-@pytest.fixture(scope="module")
-def runs(request, tmp_path_factory):
-    """Each case's 2-process run: the next selected case's starts when a case's run has ended, so that its two
-    ranks, which wait on each other's collectives about half of the time, run beside that case's in-process resume
-    and replay. ``runs(case)`` is ``(folder, completed process)``."""
-    name = "test_two_processes_train_in_lockstep_and_resume_on_one"
-    cases = [item.callspec.params["case"] for item in request.session.items if item.originalname == name]
-    started: dict[str, tuple[Path, Callable[[], subprocess.CompletedProcess]]] = {}
-
-    def begin(case: str) -> tuple[Path, Callable[[], subprocess.CompletedProcess]]:
-        if case not in started:
-            tmp = tmp_path_factory.mktemp(case.replace("+", "-"))
-            started[case] = (tmp, two_process_run(case, tmp))
-        return started[case]
-
-    def get(case: str) -> tuple[Path, subprocess.CompletedProcess]:
-        tmp, wait = begin(case)
-        done = wait()
-        later = cases[cases.index(case) + 1 :] if case in cases else []
-        if later:
-            begin(later[0])
-        return tmp, done
-
-    yield get
-    for _, wait in started.values():  # a run no test waited for (a case that failed before it): ended here
-        wait()
 
 
 def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, evaluate: bool = True, **probe: str) -> int:
@@ -232,9 +194,18 @@ def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, evaluate: bool
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_two_processes_train_in_lockstep_and_resume_on_one(case, runs, monkeypatch, one_thread):
+def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monkeypatch, one_thread):
     algo, _, strategy = case.partition("+")
-    tmp_path, run = runs(case)
+    signal = {"COLLAB_DDP_SIGNAL": "text"} if env_of(algo) in TEXT_SIGNAL else {}
+    run = fit(
+        algo,
+        tmp_path,
+        ["--trainer.strategy", strategy or "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
+        "lightning" if strategy else None,
+        COLLAB_DDP_SIGNAL_RANKS="0",
+        COLLAB_DDP_CAPTURE="1",
+        **signal,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stderr.count("config: ") == 1  # the run says once (rank 0), whatever started its processes
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
