@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from collab.envs.writing import WritingEnv
 from collab.envs.writing import arxiv as a
@@ -252,3 +253,21 @@ def test_one_scripted_episode(hub, mode):
         assert replies[0].count("make yours longer") == 1 and "make yours" not in replies[1]
     last = env.step(step.state, [t(20), t(30)])  # 20 tokens: out of band, the episode ends
     assert last.done and last.rewards == (0.0, 0.0)
+
+
+def test_one_tiny_step_of_the_preset(hub, tmp_path):
+    """conf/presets/magrpo_arxiv_paper.yaml on the tiny model: full-parameter agents, one update on the abstracts
+    (16 new tokens instead of 256, to be quick)."""
+    from tests.support import fit
+    from tests.support.presets import ROOT
+
+    short = "{finetune: full, lr: 5.0e-6, sampling: {temperature: 0.7, top_p: 0.9, max_new_tokens: 16}}"
+    args = ["--config", str(ROOT / "conf" / "presets" / "magrpo_arxiv_paper.yaml"), "--model.base.name", "tiny"]
+    args += ["--data.env_options.dataset", f"arxiv:{hub}/train-*.parquet", "--model.agents", f"[{short}, {short}]"]
+    args += ["--data.env_options.eval_dataset", f"arxiv:{hub}/val-*.parquet", "--trainer.callbacks", "[]"]
+    run = fit(tmp_path / "runs", "magrpo", args, steps=1)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["data"]["env_options"]["dataset"] == f"arxiv:{hub}/train-*.parquet"
+    assert [a["finetune"] for a in config["model"]["agents"]] == ["full", "full"]
+    assert config["model"]["base"] == {**config["model"]["base"], "name": "tiny", "dtype": "float32"}
+    assert list((run / "checkpoints").glob("*step=1.ckpt"))
