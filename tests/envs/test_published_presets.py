@@ -19,6 +19,7 @@ PRESETS = sorted((ROOT / "conf" / "presets").glob("*.yaml"))
 PUBLISHER = {
     "collm_writing_paper": "trl-lib/tldr",
     "magrpo_writing_paper": "trl-lib/tldr",
+    "magrpo_arxiv_paper": "OpenMLRL/arXiv_abstract",
     "collm_coding_paper": "OpenMLRL/CoopHumanEval",
     "magrpo_coding_paper": "OpenMLRL/CoopHumanEval",
     "collm_minecraft_paper": "github.com/OpenMLRL/LLM_Collab_Minecraft",

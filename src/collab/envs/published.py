@@ -44,6 +44,13 @@ PUBLISHED: dict[str, Published] = {
     p.name.lower(): p
     for p in (
         Published("TLDR", HUB + "trl-lib/tldr", "data/{train,validation,test}-*.parquet", ("prompt",)),
+        # MAGRPO's expansion task; abstract_text is one string (the authors' processing joined the sentences)
+        Published(
+            "arXiv",
+            HUB + "OpenMLRL/arXiv_abstract",
+            "data/{train,val,test}-*.parquet",
+            ("article_id", "abstract_text", "token_count"),
+        ),
         Published(
             "CoopHumanEval",
             HUB + "OpenMLRL/CoopHumanEval",

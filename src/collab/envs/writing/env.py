@@ -1,8 +1,10 @@
-r"""TLDR writing collaboration (CoLLM, Sections 5 and E.1; reward F.1).
+r"""The writing environment: TLDR summaries (CoLLM, Sections 5 and E.1; reward F.1), or MAGRPO's arXiv expansion.
 
-Two agents summarize the same Reddit-style post: agent 1 (``concise``) writes a short summary and
-agent 2 (``detailed``) an elaborate one. The joint reward (max 3.0) is built in stages; a pair out
-of band at a stage ends the episode with the reward earned so far:
+``task: tldr`` (the default) is described here; ``task: arxiv`` (two agents expand an arXiv abstract into
+introduction content, chosen by ``dataset: arxiv:PATH`` too) has its prompts, bands and reward in
+:mod:`collab.envs.writing.arxiv`. Two agents summarize the same Reddit-style post: agent 1 (``concise``)
+writes a short summary and agent 2 (``detailed``) an elaborate one. The joint reward (max 3.0) is built
+in stages; a pair out of band at a stage ends the episode with the reward earned so far:
 
 1. structure: both completions 8-256 words -> +0.5, else stop;
 2. length: character ratio detailed/concise in 1.6-3.2 -> +1.0, linear in 1.1-1.6 and 3.2-5.0, else stop;
@@ -64,6 +66,7 @@ from typing import Any
 from collab.envs.base import AgentRole, Env, EnvState, Score
 from collab.envs.published import read_published, split_source
 from collab.envs.records import load_records, packaged, select
+from collab.envs.writing import arxiv
 from collab.envs.writing.reward import (  # noqa: F401  (re-exported: the reward's public names)
     MAX_REWARD,
     MAX_WORDS,
@@ -108,6 +111,9 @@ DETAILED_PROMPT = (
     "Instructions: You should use transition words to improve flow"
 )
 HUB_TLDR = "trl-lib/tldr"
+TASKS = ("tldr", "arxiv")
+HUB_IDS = {"tldr": HUB_TLDR, "arxiv": "OpenMLRL/arXiv_abstract"}
+TEXT_FIELDS = {"tldr": "prompt", "arxiv": arxiv.TEXT_FIELD}
 
 
 def _default_splits(n: int) -> tuple[str, str]:
@@ -124,8 +130,8 @@ def _default_splits(n: int) -> tuple[str, str]:
     return f"[:{min(1000, n - n_eval)}]", f"[{n - n_eval}:]"
 
 
-def _load_hub(name: str, text_field: str) -> list[dict[str, Any]]:
-    hint = f"download its files and pass dataset: tldr:PATH (or a local .jsonl with a '{text_field}' field)"
+def _load_hub(name: str, text_field: str, task: str) -> list[dict[str, Any]]:
+    hint = f"download its files and pass dataset: {task}:PATH (or a local .jsonl with a '{text_field}' field)"
     try:
         import datasets
     except ImportError:
@@ -146,18 +152,38 @@ EVAL_POSTS = 24
 """Posts of the packaged corpus held out for evaluation (the last ones; the first 40 train)."""
 
 
-def _posts(source: str, text_field: str) -> list[dict[str, Any]]:
-    """The posts of ``tldr:PATH`` (the publisher's files), a hub id, or a local json/jsonl file."""
-    name, path = split_source(source, ("tldr",))
+def _posts(source: str, text_field: str, task: str) -> list[dict[str, Any]]:
+    """The records of ``tldr:PATH`` or ``arxiv:PATH`` (the publishers' files), a hub id, or a local json/jsonl
+    file."""
+    name, path = split_source(source, TASKS)
     if name is not None:
         return read_published(name, path)
-    if source == HUB_TLDR or source.startswith("hub:"):
-        return _load_hub(source.removeprefix("hub:"), text_field)
+    if source in HUB_IDS.values() or source.startswith("hub:"):
+        return _load_hub(source.removeprefix("hub:"), text_field, task)
     return load_records(source, required=[text_field])
 
 
+def _task(task: str | None, *sources: str | None) -> str:
+    """``task``, or the one a ``NAME:PATH`` source names (``arxiv:`` -> arxiv), else tldr; a source of the other
+    task's dataset is an error."""
+    named = {split_source(s, TASKS)[0] for s in sources if s is not None} - {None}
+    if task is None:
+        task = "arxiv" if "arxiv" in named else "tldr"
+    if task not in TASKS:
+        raise UserError(f"unknown writing task {task!r}; valid: {', '.join(TASKS)}")
+    wrong = sorted(named - {task})
+    if wrong:
+        raise UserError(
+            f"the writing task {task!r} cannot read the {wrong[0]} dataset ({wrong[0]}:PATH): "
+            f"pass task: {wrong[0]}, or the {task} dataset ({task}:PATH; docs/data.md)"
+        )
+    return task
+
+
 class WritingEnv(Env):
-    """Concise + detailed summaries of one post, scored by :func:`writing_reward` (joint reward)."""
+    """Two agents write about one text, scored by a joint staged reward: ``task: tldr`` a concise and a
+    detailed summary of a post (:func:`writing_reward`), ``task: arxiv`` two parts of an introduction from an
+    abstract (:func:`collab.envs.writing.arxiv.arxiv_reward`)."""
 
     name = "writing"
     roles = (AgentRole("concise", max_new_tokens=64), AgentRole("detailed", max_new_tokens=128))
@@ -167,31 +193,44 @@ class WritingEnv(Env):
         self,
         horizon: int = 1,
         dataset: str | None = None,
-        text_field: str = "prompt",
+        text_field: str | None = None,
         train_split: str | None = None,
         eval_split: str | None = None,
         reward_mode: str = "paper",
         eval_dataset: str | None = None,
+        task: str | None = None,
     ) -> None:
         """``dataset``: ``None`` (the packaged posts), ``tldr:PATH`` (a file of the hub's ``trl-lib/tldr``, e.g.
-        ``data/tldr/data/train-*.parquet``), a local json/jsonl path, or a hub id when ``datasets`` is installed.
-        ``eval_dataset``: where the eval split comes from instead (the same forms; the reference code evaluates
-        on TLDR's test split); each split then defaults to its whole file. ``reward_mode``: ``paper`` (F.1 as
-        stated) or ``reference`` (the reference code, quirks included); the module docstring lists their
-        differences."""
+        ``data/tldr/data/train-*.parquet``), ``arxiv:PATH`` (of the hub's ``OpenMLRL/arXiv_abstract``, e.g.
+        ``data/arXiv_abstract/data/train-*.parquet``), a local json/jsonl path, or a hub id when ``datasets`` is
+        installed. ``eval_dataset``: where the eval split comes from instead (the same forms; the reference code
+        evaluates on TLDR's test split and on the abstracts' val split); each split then defaults to its whole
+        file. ``task``: ``tldr`` or ``arxiv``; ``None``: arxiv when a dataset is ``arxiv:PATH``, else tldr.
+        ``text_field``: the record's text (``None``: ``prompt`` for tldr, ``abstract_text`` for arxiv).
+        ``reward_mode``: ``paper`` (the rule as stated) or ``reference`` (the reference code, quirks included);
+        this module's docstring and :mod:`collab.envs.writing.arxiv`'s list their differences."""
         super().__init__(horizon)
         self.reward_mode = check_mode(reward_mode)
-        self.text_field = text_field
+        self.task = _task(task, dataset, eval_dataset)
+        self.text_field = text_field or TEXT_FIELDS[self.task]
+        if self.task == "arxiv":
+            self.roles = arxiv.ROLES
+            self.reward_max = arxiv.MAX_REWARD
         if dataset is None:
-            records = load_records(packaged("writing_corpus.jsonl"), required=[text_field])
+            if self.task == "arxiv":
+                raise UserError(
+                    "the writing env's arxiv task has no packaged abstracts: pass dataset: arxiv:PATH, a file of "
+                    f"the hub's {HUB_IDS['arxiv']} (docs/data.md)"
+                )
+            records = load_records(packaged("writing_corpus.jsonl"), required=[self.text_field])
             # the packaged 64 posts: the last 24 held out, so that a held-out mean has a usable standard error
             default_train, default_eval = f"[:{len(records) - EVAL_POSTS}]", f"[{len(records) - EVAL_POSTS}:]"
         else:
-            records = _posts(dataset, text_field)
+            records = _posts(dataset, self.text_field, self.task)
             default_train, default_eval = _default_splits(len(records))
         eval_records = records
         if eval_dataset is not None:
-            eval_records, default_train, default_eval = _posts(eval_dataset, text_field), "[:]", "[:]"
+            eval_records, default_train, default_eval = _posts(eval_dataset, self.text_field, self.task), "[:]", "[:]"
         self.splits = {
             "train": select(records, train_split or default_train),
             "eval": select(eval_records, eval_split or default_eval),
@@ -203,15 +242,20 @@ class WritingEnv(Env):
         return self.splits[split]
 
     def observe(self, task: Mapping[str, Any]) -> list[str]:
-        post = str(task[self.text_field]).strip()
-        return [CONCISE_PROMPT.format(prompt=post), DETAILED_PROMPT.format(prompt=post)]
+        text = str(task[self.text_field]).strip()
+        if self.task == "arxiv":
+            return [arxiv.BACKGROUND_PROMPT.format(abstract=text), arxiv.METHODS_PROMPT.format(abstract=text)]
+        return [CONCISE_PROMPT.format(prompt=text), DETAILED_PROMPT.format(prompt=text)]
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
-        total, terminated, info = writing_reward(actions[0], actions[1], self.reward_mode)
+        reward = arxiv.arxiv_reward if self.task == "arxiv" else writing_reward
+        total, terminated, info = reward(actions[0], actions[1], self.reward_mode)
         return Score(rewards=(total, total), terminated=terminated, info=info)
 
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         """Per agent: the measured bands, which one failed or was met, and what that agent should change."""
+        if self.task == "arxiv":
+            return arxiv.feedback(actions[0], actions[1], self.reward_mode, score.rewards[0])
         m = measure(actions[0], actions[1], self.reward_mode)
         head = (
             f"Reward {score.rewards[0]:.2f} of {MAX_REWARD:.1f}. Your concise summary is {m['concise_words']} words; "
