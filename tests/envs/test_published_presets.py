@@ -18,11 +18,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted((ROOT / "conf" / "presets").glob("*.yaml"))
 PUBLISHER = {
     "collm_writing_paper": "trl-lib/tldr",
+    "collm_writing_paper_lora": "trl-lib/tldr",
     "magrpo_writing_paper": "trl-lib/tldr",
     "magrpo_arxiv_paper": "OpenMLRL/arXiv_abstract",
+    "magrpo_writing_paper_lora": "trl-lib/tldr",
     "collm_coding_paper": "OpenMLRL/CoopHumanEval",
+    "collm_coding_paper_lora": "OpenMLRL/CoopHumanEval",
     "magrpo_coding_paper": "OpenMLRL/CoopHumanEval",
+    "magrpo_coding_paper_lora": "OpenMLRL/CoopHumanEval",
     "collm_minecraft_paper": "github.com/OpenMLRL/LLM_Collab_Minecraft",
+    "collm_minecraft_paper_lora": "github.com/OpenMLRL/LLM_Collab_Minecraft",
     "marft_a_coding_paper": "open-r1/codeforces",
     "marft_a_math_paper": "github.com/jwliao-ai/MARFT",
     "marft_t_paper": "github.com/jwliao-ai/MARFT",
