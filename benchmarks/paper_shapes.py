@@ -1041,7 +1041,7 @@ def memory_section(plans: dict, dtype: str) -> list[str]:
         "ckpt: with gradient checkpointing), and the KV cache a token takes; GiB of activations (with collab's "
         "headroom of 1.5) of the longest sequence, of a term's rows of the whole minibatch in one pass, and the KV "
         "cache of the widest decoding call, before collab's micro-batch and decoding caps (LoRA, the preset's "
-        "checkpointing).",
+        "checkpointing). A 4-bit base's activations are taken as a float base's (bitsandbytes keeps the same inputs).",
         "",
         *gpu_check.table(
             [
