@@ -5,8 +5,8 @@
 
 - a vocabulary larger than the tokenizer's: Qwen's models have 151,936 embedding rows for a tokenizer of 151,665
   tokens (Phi-3: 32,064 for 32,011); the policy is a softmax over every row, so a rollout may sample an id that no
-  token has (here 512 extra rows of 2,560, about one sampled token in five). Its text leaves it out; its log-prob
-  is scored and trained like any other;
+  token has (here 2,048 extra rows, as many as the tokenizer's tokens: about every other sampled token is one). Its
+  text leaves it out; its log-prob is scored and trained like any other;
 - long prompts: several hundred tokens (a writing post, a HouseBuild prompt of 1,800), over the 512 columns of a
   prefill piece (``collab.policy.prefill.PREFILL_CHUNK``);
 - grouped-query attention: 2 key-value heads for 4 query heads (Qwen2.5-3B: 2 for 16), and Qwen3-4B's heads wider
@@ -34,8 +34,8 @@ from collab.policy.sampling import GenerationRequest
 from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
 from tests.support.architectures import other_tokenizer
 
-EXTRA = 512
-"""Embedding rows beyond the tokenizer's tokens."""
+EXTRA = 2048
+"""Embedding rows beyond the tokenizer's tokens (about 2,048: :func:`tests.support.architectures.other_tokenizer`)."""
 NEW_TOKENS = 24
 
 
