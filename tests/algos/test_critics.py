@@ -259,3 +259,21 @@ def test_critics_of_full_agents_read_the_untrained_base(finetune):
         hidden = model(input_ids=torch.tensor([encode_chat(tokenizer, chat)]), output_hidden_states=True).hidden_states
         expected = critics.heads[1](hidden[-1][0, -1])
     assert float(after[1, 1]) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["centralized", "decentralized"])
+def test_a_critic_on_a_base_that_lora_agents_hold_joins_their_model(mode):
+    """``critic_spec.base`` naming the model LoRA agents already hold (CoLLM's HouseBuild critic is its Qwen3-4B
+    agent's model) puts the critics' adapters on that ``PeftModel``: no second copy of the base (8 GB for a 4B model
+    in bfloat16). A team without a LoRA agent on that base gives the critics one copy of their own, as before."""
+    env = TwoTurnEnv()
+    critics = make_critics(env, mode, base="tiny")
+    n = 1 if mode == "centralized" else 2
+    assert critics.keys == ["base0"] * n and list(critics.own) == []
+    assert all(critics.model(j) is critics.team[0].model_of(0) for j in range(n))
+    assert torch.isfinite(critics.state_values(list(states(env)))).all()
+    torch.manual_seed(0)
+    specs = [AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=list(r.choices)) for r in env.roles]
+    full = AgentTeam([AgentSpec(**{**vars(s), "finetune": "full"}) for s in specs], TINY)
+    alone = Critics(full, env, mode, CriticSpec(base="tiny"))
+    assert list(alone.own) == ["critic_base"] and alone.keys == ["critic_base"] * n

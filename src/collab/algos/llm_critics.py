@@ -3,7 +3,8 @@
 A critic is the team's base model with a LoRA adapter of its own and a scalar value head read at
 the last token of its input (the hidden state after the final norm). It lives in the same
 ``PeftModel`` as the agents, as one more named adapter, so a centralized critic costs an adapter and
-a head, not a model copy; a critic may name a base of its own instead (``CriticSpec.base``).
+a head, not a model copy; a critic may name another base instead (``CriticSpec.base``: a copy of its own,
+unless LoRA agents hold that base, whose ``PeftModel`` it then joins).
 
 What a critic reads (its input is a chat, encoded with the critic base's chat template):
 
@@ -69,7 +70,8 @@ class CriticSpec:
     """How the critics are built."""
 
     base: str | None = None
-    """A base model name of its own; ``None`` shares the agents' base (one copy of the weights)."""
+    """A base model name of its own; ``None`` shares the agents' base (one copy of the weights). A base that LoRA
+    agents hold is shared with them too (CoLLM's HouseBuild critic is its Qwen3-4B agent's model)."""
     lora: CriticLora = field(default_factory=CriticLora)
     lr: float | None = None
     """The critics' learning rate; ``None``: the algorithm's ``critic_lr``."""
@@ -185,6 +187,12 @@ class ValueHead(nn.Module):
         return self.linear(hidden.to(self.linear.weight.dtype)).squeeze(-1)
 
 
+def lora_key(team, name: str) -> str | None:
+    """The key of the ``PeftModel`` that ``team``'s LoRA agents share on base ``name``; None when none is on it. A
+    critic naming that base puts its adapter there: a second copy of a 4B base would cost 8 GB in bfloat16."""
+    return next((k for k, m in team.models.items() if is_peft(m) and team.base_names[k] == name), None)
+
+
 class Critics(nn.Module):
     """One centralized critic or one critic per agent, over the team's base(s)."""
 
@@ -226,11 +234,11 @@ class Critics(nn.Module):
                 name, key = team.names[j], team.base_of[j]
             else:
                 name = f"critic{j}"
-                shared = None if spec.base else team.untrained_key(agent)
+                shared = lora_key(team, spec.base) if spec.base else team.untrained_key(agent)
                 if shared is not None and is_peft(team.models[shared]):  # one more adapter on the agents' base
                     key = shared
                     team.models[key].add_adapter(name, lora(team.layers[key], team.base_names[key]))
-                else:  # a base of its own: CriticSpec.base, or a full agent's that no LoRA agent shares
+                else:  # a base of its own: CriticSpec.base that no LoRA agent holds, or a full agent's that none shares
                     base_name = spec.base or team.base_names[shared]
                     key = "critic_base" if spec.base else f"critic_{shared}"
                     key = next((k for k, b in self.own_names.items() if b == base_name), key)
