@@ -56,6 +56,7 @@ from collab.envs.writing.reward import (
     reference_transition_categories,
     reference_transition_score,
     reference_words,
+    staged,
     transition_categories,
     unique_word_ratio,
     vocabulary,
@@ -161,16 +162,8 @@ def arxiv_reward(background: str, methods: str, mode: str = "paper") -> tuple[fl
         ("uniqueness", lambda: UNIQUENESS_BAND(m["unique_ratio"])),
         ("style", lambda: style_reward(int(m["categories"]), m["jaccard"])),
     ]
-    info = {"structure": 0.0, "length": 0.0, "uniqueness": 0.0, "style": 0.0}
-    terminated = False
-    for key, stage in stages:
-        value = stage()
-        if value is None:
-            terminated = True
-            break
-        info[key] = value
-    info["total"] = sum(info.values())  # 0.5 + length + uniqueness + style, in the reference's order
-    return info["total"], terminated, info
+    # the total sums 0.5 + length + uniqueness + style, in the reference's order
+    return staged(stages, {"structure": 0.0, "length": 0.0, "uniqueness": 0.0, "style": 0.0})
 
 
 def feedback(background: str, methods: str, mode: str, total: float) -> list[str]:

@@ -284,6 +284,15 @@ def writing_reward(concise: str, detailed: str, mode: str = "paper") -> tuple[fl
         ("uniqueness", lambda: uniqueness(m["unique_ratio"])),
         ("style", lambda: style(int(m["categories"]), m["jaccard"])),
     ]
+    return staged(stages, info)
+
+
+def staged(
+    stages: list[tuple[str, Callable[[], float | None]]], info: dict[str, float]
+) -> tuple[float, bool, dict[str, float]]:
+    """The stages in order, each adding its value to ``info`` (the per-stage components, zero until reached); a stage
+    that returns None ends the episode with what was earned so far. Returns the total, whether it ended early, and
+    ``info`` with the total."""
     terminated = False
     for key, stage in stages:
         value = stage()
