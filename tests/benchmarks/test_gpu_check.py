@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.benchmarks import load
+from tests.support.benchmarks import load, rows, section
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTEST_LOG = """\
@@ -73,18 +73,6 @@ def smoke(tmp_path_factory) -> tuple[int, str]:
     )
     assert out.is_file(), proc.stderr[-3000:]
     return proc.returncode, out.read_text()
-
-
-def section(report: str, title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", report, re.S | re.M)
-    assert match, f"no section {title!r} in:\n{report}"
-    return match.group(1)
-
-
-def rows(text: str) -> dict[str, list[str]]:
-    """A section's markdown table: its first cell -> the row's cells."""
-    cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
-    return {r[0]: r for r in cells[1:]}
 
 
 def test_the_smoke_run_writes_every_section_in_order(smoke):

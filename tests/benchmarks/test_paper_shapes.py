@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.benchmarks import load
+from tests.support.benchmarks import load, rows, section
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN3_1_7B = 1_720_574_976
@@ -41,18 +41,6 @@ def smoke(tmp_path_factory) -> tuple[subprocess.CompletedProcess, str]:
     proc = subprocess.run([*command, "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.is_file(), proc.stderr[-3000:]
     return proc, out.read_text()
-
-
-def section(report: str, title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", report, re.S | re.M)
-    assert match, f"no section {title!r} in:\n{report}"
-    return match.group(1)
-
-
-def rows(text: str) -> dict[str, list[str]]:
-    """A section's first markdown table: its first cell -> the row's cells."""
-    cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
-    return {r[0]: r for r in cells[1:]}
 
 
 def test_the_smoke_run_writes_every_section_and_one_json_line(smoke):
