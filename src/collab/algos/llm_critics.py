@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from collab.envs.base import Env, EnvState, Message
 from collab.errors import require
+from collab.policy import full
 from collab.policy.adapters import is_peft, recompute_with_forward_adapters, train_adapters_only
 
 MODES = ("centralized", "decentralized")
@@ -187,12 +188,6 @@ class ValueHead(nn.Module):
         return self.linear(hidden.to(self.linear.weight.dtype)).squeeze(-1)
 
 
-def lora_key(team, name: str) -> str | None:
-    """The key of the ``PeftModel`` that ``team``'s LoRA agents share on base ``name``; None when none is on it. A
-    critic naming that base puts its adapter there: a second copy of a 4B base would cost 8 GB in bfloat16."""
-    return next((k for k, m in team.models.items() if is_peft(m) and team.base_names[k] == name), None)
-
-
 class Critics(nn.Module):
     """One centralized critic or one critic per agent, over the team's base(s)."""
 
@@ -234,7 +229,7 @@ class Critics(nn.Module):
                 name, key = team.names[j], team.base_of[j]
             else:
                 name = f"critic{j}"
-                shared = lora_key(team, spec.base) if spec.base else team.untrained_key(agent)
+                shared = full.lora_key(team, spec.base) if spec.base else team.untrained_key(agent)
                 if shared is not None and is_peft(team.models[shared]):  # one more adapter on the agents' base
                     key = shared
                     team.models[key].add_adapter(name, lora(team.layers[key], team.base_names[key]))

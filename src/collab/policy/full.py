@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from collab.errors import UserError, require
+from collab.policy.adapters import is_peft
 
 COPIES = 4
 """Tensors of a parameter's size that a full agent holds while training: the weight, its gradient and AdamW's two
@@ -77,6 +78,12 @@ def load_frozen(config, device: torch.device):
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         return load_model(config)
+
+
+def lora_key(team, name: str) -> str | None:
+    """The key of the ``PeftModel`` that ``team``'s LoRA agents share on base ``name``; None when none is on it. A full
+    agent's reference and a critic naming that base run on it (a second copy of a 4B base: 8 GB in bfloat16)."""
+    return next((k for k, m in team.models.items() if is_peft(m) and team.base_names[k] == name), None)
 
 
 def check_full_agents(agents, base) -> None:

@@ -142,8 +142,7 @@ class AgentTeam(nn.Module):
         key = self.base_of[agent]
         if not self.is_full(agent):
             return key
-        name = self.base_names[key]
-        return next((k for k, m in self.models.items() if is_peft(m) and self.base_names[k] == name), key)
+        return full.lora_key(self, self.base_names[key]) or key
 
     def untrained_model(self, key: str) -> nn.Module:
         """The untrained base under ``key`` (of :meth:`untrained_key`): the ``PeftModel`` (to run with its adapters
