@@ -383,6 +383,8 @@ class Options(NamedTuple):
     max_new_tokens: int | None
     smoke: bool
     workdir: str
+    device: str = "cpu"
+    """cpu, or cuda (``scripts/gpu_check.sh``): where the bases go and the steps run."""
 
 
 def preset_file(name: str) -> Path:
@@ -398,7 +400,7 @@ def override(name: str, opt: Options) -> dict:
     paper, preset = PAPERS[name], load_yaml(preset_file(name))
     folder = {a: base_folder(a, opt.workdir, opt.smoke) for a in {*paper.agents, paper.critic} - {None}}
     model = preset.get("model") or {}
-    base = {**(model.get("base") or {}), "name": folder[paper.agents[0]], "dtype": opt.dtype, "device": "cpu"}
+    base = {**(model.get("base") or {}), "name": folder[paper.agents[0]], "dtype": opt.dtype, "device": opt.device}
     if opt.finetune != "preset":  # QLoRA is the preset's choice: lora and full train a float base
         base["quantization"] = "none"
     if opt.checkpointing is not None:
@@ -425,6 +427,10 @@ def env_options(name: str, preset: dict) -> dict:
     return {**options, **OFFLINE[PAPERS[name].data]}
 
 
+def accelerator(opt: Options) -> str:
+    return "gpu" if opt.device.startswith("cuda") else "cpu"
+
+
 def compose(name: str, opt: Options):
     """The preset composed as ``python -m collab.fit --algo ALGO --config PRESET --config OVERRIDE`` composes it:
     ``(LightningCLI, command)`` (its module and datamodule built, nothing loaded)."""
@@ -435,7 +441,8 @@ def compose(name: str, opt: Options):
     path = Path(opt.workdir) / f"{name}.override.yaml"
     path.write_text(yaml.safe_dump(override(name, opt), sort_keys=False))
     args = ["--config", str(preset_file(name)), "--config", str(path)]
-    args += ["--trainer.accelerator", "cpu", "--trainer.logger", "false", "--trainer.default_root_dir", opt.workdir]
+    args += ["--trainer.accelerator", accelerator(opt), "--trainer.logger", "false"]
+    args += ["--trainer.default_root_dir", opt.workdir]
     command = f"python -m collab.fit --algo {PAPERS[name].algo} {' '.join(args)}"
     return build_cli(PAPERS[name].algo, args), command
 
@@ -563,11 +570,15 @@ def run_steps(name: str, opt: Options) -> dict:
     """``opt.steps`` optimizer steps of the preset at its models' shape, timed by phase; the result's ``status``:
     ran, refused (a collab check said no, in one line) or failed (the error)."""
     import lightning as L
+    import torch
 
     from collab.errors import UserError
 
     before = rss()
     records: list[dict] = []
+    cuda = opt.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     try:
         with random_weights():
             cli, command = compose(name, opt)
@@ -582,7 +593,7 @@ def run_steps(name: str, opt: Options) -> dict:
                 enable_checkpointing=False,
                 enable_progress_bar=False,
                 enable_model_summary=False,
-                accelerator="cpu",
+                accelerator=accelerator(opt),
                 devices=1,
                 callbacks=[step_callback(clock, records)],
                 default_root_dir=opt.workdir,
@@ -600,6 +611,7 @@ def run_steps(name: str, opt: Options) -> dict:
         "rss_before_gib": before / GIB,
         "rss_after_gib": rss() / GIB,
         "peak_rss_gib": peak_rss() / GIB,
+        "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB if cuda else None,
     }
 
 
@@ -608,7 +620,7 @@ def run_in_child(name: str, args: argparse.Namespace) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     argv = [sys.executable, __file__, "--preset", name, "--child", out, "--workdir", args.workdir]
-    argv += ["--dtype", args.dtype, "--finetune", args.finetune, "--steps", str(args.steps)]
+    argv += ["--dtype", args.dtype, "--finetune", args.finetune, "--steps", str(args.steps), "--device", args.device]
     argv += ["--smoke"] if args.smoke else []
     argv += [] if args.checkpointing is None else ["--checkpointing" if args.checkpointing else "--no-checkpointing"]
     argv += ["--samples", str(args.samples)] if args.samples else []
@@ -978,35 +990,35 @@ def presets_section(plans: dict) -> list[str]:
     ]
 
 
+STEP_COLUMNS = ["status", "optimizer steps", "s/step", *PHASES, "peak RSS", "RSS before", "RSS after", "peak GPU"]
+
+
+def step_row(r: dict) -> list:
+    """A run's cells under :data:`STEP_COLUMNS`: seconds per optimizer step by phase, GiB of memory."""
+    if r["status"] != "ran":
+        return [r["status"], *["-"] * (len(STEP_COLUMNS) - 1)]
+    updates = max(1, r["optimizer_steps"])
+    total = sum(s["seconds"] for s in r["steps"])
+    phases = [sum(s["phases"][k] for s in r["steps"]) / updates for k in PHASES]
+    gpu = r.get("peak_gpu_gib")
+    return [
+        "ran",
+        r["optimizer_steps"],
+        f"{total / updates:.1f}",
+        *[f"{x:.2f}" for x in phases],
+        *[f"{r[k]:.2f}" for k in ("peak_rss_gib", "rss_before_gib", "rss_after_gib")],
+        "-" if gpu is None else f"{gpu:.2f}",
+    ]
+
+
 def steps_section(runs: dict) -> list[str]:
-    rows, lines = [], []
-    for name, r in runs.items():
-        if r["status"] != "ran":
-            rows.append([name, r["status"], "-", "-", *["-"] * len(PHASES), "-", "-", "-"])
-            lines.append(f"- {name}: {r['status']}: {r.get('error', '')}")
-            continue
-        updates = max(1, r["optimizer_steps"])
-        total = sum(s["seconds"] for s in r["steps"])
-        phases = [sum(s["phases"][k] for s in r["steps"]) / updates for k in PHASES]
-        rows.append(
-            [
-                name,
-                "ran",
-                r["optimizer_steps"],
-                f"{total / updates:.1f}",
-                *[f"{x:.2f}" for x in phases],
-                f"{r['peak_rss_gib']:.2f}",
-                f"{r['rss_before_gib']:.2f}",
-                f"{r['rss_after_gib']:.2f}",
-            ]
-        )
+    rows = [[name, *step_row(r)] for name, r in runs.items()]
+    lines = [f"- {name}: {r['status']}: {r.get('error', '')}" for name, r in runs.items() if r["status"] != "ran"]
     return [
         "Seconds per optimizer step (a rollout's seconds spread over the updates it feeds), by phase; resident memory "
-        "in GiB.",
+        "and the GPU's peak allocation in GiB.",
         "",
-        *gpu_check.table(
-            ["preset", "status", "optimizer steps", "s/step", *PHASES, "peak RSS", "RSS before", "RSS after"], rows
-        ),
+        *gpu_check.table(["preset", *STEP_COLUMNS], rows),
         *([""] + lines if lines else []),
     ]
 
@@ -1163,6 +1175,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="gradient checkpointing of every base (default: the preset's)",
     )
     ap.add_argument("--steps", type=int, default=2, help="optimizer steps a run (default: %(default)s)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where steps run (default: %(default)s)")
     ap.add_argument("--samples", type=int, help="tasks a rollout (data.batch_size; default: the preset's, 2 smoke)")
     ap.add_argument("--max-new-tokens", type=int, help="each response's length (default: the preset's, 8 smoke)")
     ap.add_argument("--meta-only", action="store_true", help="count and project only: no training step")
@@ -1195,6 +1208,7 @@ def options(args) -> Options:
         args.max_new_tokens,
         args.smoke,
         args.workdir,
+        args.device,
     )
 
 

@@ -10,10 +10,12 @@
 #    cannot resolve offline is retried with --no-deps), else from the package index when it answers. torch is
 #    held at the installed build (a package that needs another torch is not installed, rather than replacing the
 #    CUDA build). What could not be installed is listed in the report with pip's reason; nothing here stops the
-#    run. On an H200 the --quick run takes about 4 minutes once installed; give a time limit well above that.
+#    run. On an H200 the --quick run took about 4 minutes once installed before the presets part (two 1.7B teams
+#    built and stepped: a few minutes more, not yet measured); give a time limit well above that.
 # 2. Runs the GPU tests: pytest -m gpu (tests/policy/test_gpu.py).
 # 3. Runs benchmarks/gpu_check.py (a Qwen2-1.5B-shaped team with random weights, bf16: rollout tokens/s against
-#    HF generate, a MAGRPO and a MARFT-A step, QLoRA, vLLM, the largest base that fits), which writes the
+#    HF generate, a MAGRPO and a MARFT-A step, QLoRA, vLLM, the largest base that fits; then MAGRPO's writing
+#    preset at its paper's shape, two Qwen3-1.7B agents, 3 steps with LoRA and 3 with full agents), which writes the
 #    markdown report (default gpu_check.md): device, versions, date, the set-up notes, the tests' summary,
 #    every figure, and a "Could not run" list with the reasons.
 #

@@ -1169,7 +1169,7 @@ def _run(module: str, args, cwd: Path, timeout: int = 300) -> subprocess.Complet
 # importing is caught once, in the server (``test_imports_print_nothing``), and a few cases also run as
 # ``python -m`` (``REAL``) with the same result required.
 _SERVER = r"""
-import atexit, importlib, json, os, signal, sys, tempfile, traceback
+import atexit, importlib, json, os, select, signal, sys, tempfile, traceback
 
 chatter = tempfile.TemporaryFile()
 saved = os.dup(2)
@@ -1202,44 +1202,65 @@ os.dup2(saved, 2)
 chatter.seek(0)
 warm = chatter.read().decode(errors="replace")
 print(json.dumps({"ready": ready, "warm": warm}), flush=True)
-for line in sys.stdin:
-    req = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
+
+
+def child(req):
+    code = 1
+    try:
+        os.chdir(req["cwd"])
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+        os.dup2(os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        signal.alarm(req["timeout"])
+        sys.argv = [req["module"], *req["args"]]
         try:
-            os.chdir(req["cwd"])
-            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-            os.dup2(os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
-            os.dup2(os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-            signal.alarm(req["timeout"])
-            sys.argv = [req["module"], *req["args"]]
-            try:
-                code = importlib.import_module(req["module"]).main()
-            except SystemExit as e:
-                code = e.code
-            if code is None:
-                code = 0
-            elif not isinstance(code, int):
-                print(code, file=sys.stderr)
-                code = 1
-        except BaseException:
-            traceback.print_exc()
+            code = importlib.import_module(req["module"]).main()
+        except SystemExit as e:
+            code = e.code
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
             code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
         finally:
-            try:
-                atexit._run_exitfuncs()
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
+            os._exit(code)
+
+
+# Requests arrive one a line and may overlap: each is forked at once, and its exit code is answered, with its
+# id, when its child ends (in any order). stdin is read unbuffered: select() cannot see lines already buffered.
+running, pending, stdin_open = {}, b"", True
+while stdin_open or running:
+    readable, _, _ = select.select([0] if stdin_open else [], [], [], 0.02)
+    if readable:
+        chunk = os.read(0, 65536)
+        stdin_open = bool(chunk)
+        pending += chunk
+    while b"\n" in pending:
+        line, pending = pending.split(b"\n", 1)
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            child(req)
+        running[pid] = req["id"]
+    while running:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        print(json.dumps({"id": running.pop(pid), "code": os.waitstatus_to_exitcode(status)}), flush=True)
 """
 
 
 class ForkServer:
-    """Runs ``python -m module args`` cases as children forked from one warm interpreter."""
+    """Runs ``python -m module args`` cases as children forked from one warm interpreter; :meth:`run` may be
+    called from several threads at once (each case a child of its own, running beside the others)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder  # the cases' stdout and stderr files
@@ -1254,26 +1275,43 @@ class ForkServer:
         ready = json.loads(self.proc.stdout.readline())
         self.import_chatter, self.warm_chatter = ready["ready"], ready["warm"]
         self.count = 0
+        self.lock = threading.Lock()
+        self.codes: dict[int, int] = {}
+        self.ended = threading.Condition(self.lock)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            answer = json.loads(line)
+            with self.ended:
+                self.codes[answer["id"]] = answer["code"]
+                self.ended.notify_all()
 
     def run(self, module: str, args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-        self.count += 1
-        out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
-        request = {
-            "module": module,
-            "args": list(args),
-            "cwd": str(cwd),
-            "stdout": str(out),
-            "stderr": str(err),
-            "timeout": timeout,
-        }
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        code = json.loads(self.proc.stdout.readline())["code"]
+        with self.lock:
+            self.count += 1
+            case = self.count
+            out, err = self.folder / f"{case}.out", self.folder / f"{case}.err"
+            request = {
+                "id": case,
+                "module": module,
+                "args": list(args),
+                "cwd": str(cwd),
+                "stdout": str(out),
+                "stderr": str(err),
+                "timeout": timeout,
+            }
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            self.ended.wait_for(lambda: case in self.codes)
+            code = self.codes.pop(case)
         return subprocess.CompletedProcess([module, *args], code, out.read_text(), err.read_text())
 
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
+        self.reader.join(timeout=60)
 
 
 REAL = ("max_steps_negative", "env_options_yaml", "device_name", "ckpt_truncated", "eval_num_samples_type")
@@ -1318,7 +1356,7 @@ class Results:
 
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory) -> Results:
-    """Every selected case's result, two at a time (one fork server per worker)."""
+    """Every selected case's result, two at a time (two threads, each sending its cases to the one fork server)."""
     selected = {
         item.callspec.params["case"].id
         for item in request.session.items
@@ -1345,36 +1383,37 @@ def results(request, tmp_path_factory) -> Results:
         ("real", c) for c in cases if c.id in REAL and not c.needs_checkpoint
     ]
 
-    def worker(i: int) -> None:
-        folder = base / f"server{i}"
-        folder.mkdir()
-        server = ForkServer(folder)
-        res.import_chatter.append(server.import_chatter)
-        res.warm_chatter.append(server.warm_chatter)
-        try:
-            while True:
-                with lock:
-                    if not queue:
-                        return
-                    job = queue.pop(0)
-                if job == "checkpoints":
-                    paths["run"], paths["ckpt"] = _checkpoints(server, shared)
-                    res.digests["before"] = _digest(paths["run"])
-                    with lock:
-                        queue.extend(
-                            [c for c in cases if c.needs_checkpoint]
-                            + [("real", c) for c in cases if c.id in REAL and c.needs_checkpoint]
-                        )
-                elif isinstance(job, tuple):
-                    res.real[job[1].id] = _run(job[1].module, *prepare(job[1]))
-                else:
-                    res.runs[job.id] = server.run(job.module, *prepare(job))
-        finally:
-            server.close()
+    folder = base / "server"
+    folder.mkdir()
+    server = ForkServer(folder)
+    res.import_chatter.append(server.import_chatter)
+    res.warm_chatter.append(server.warm_chatter)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for future in [pool.submit(worker, i) for i in range(2)]:
-            future.result()
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                job = queue.pop(0)
+            if job == "checkpoints":
+                paths["run"], paths["ckpt"] = _checkpoints(server, shared)
+                res.digests["before"] = _digest(paths["run"])
+                with lock:
+                    queue.extend(
+                        [c for c in cases if c.needs_checkpoint]
+                        + [("real", c) for c in cases if c.id in REAL and c.needs_checkpoint]
+                    )
+            elif isinstance(job, tuple):
+                res.real[job[1].id] = _run(job[1].module, *prepare(job[1]))
+            else:
+                res.runs[job.id] = server.run(job.module, *prepare(job))
+
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for future in [pool.submit(worker) for _ in range(2)]:
+                future.result()
+    finally:
+        server.close()
     if "run" in paths:
         res.digests["after"] = _digest(paths["run"])
     print(

@@ -1,4 +1,5 @@
-"""Multi-process training: 2 CPU processes on gloo through Lightning's DDP, every algorithm and env.
+"""Multi-process training: 2 CPU processes on gloo through Lightning's DDP (CoLLM-CC through collab's fsdp, a DDP
+that also shards the frozen base), every algorithm and env.
 
 Each run checks that the ranks played disjoint shares of every step's tasks, that after every
 optimizer step both ranks hold bitwise the same trainable weights (one gradient synchronisation per
@@ -117,9 +118,10 @@ def args(algo: str, tmp: Path, extra: list[str], evaluate: bool = True) -> list[
 # SLURM_* variables srun sets, which Lightning's SLURMEnvironment reads; there is no srun here)
 LAUNCHERS = {"magrpo": "torchrun", "collm_cc": "srun"}
 
-# the runs of the test below: every algorithm under ddp, and one under collab's fsdp (the frozen base sharded:
-# collab.training.sharding), an actor-critic whose critic reads through the shared, sharded base
-CASES = [*sorted(RUNS), "collm_cc+fsdp"]
+# the runs of the test below: every algorithm under ddp but CoLLM-CC, which runs under collab's fsdp (a DDP strategy
+# that also shards the frozen base: collab.training.sharding), an actor-critic whose critic reads through the shared,
+# sharded base; its gradients are synchronised as under ddp, which the other six check
+CASES = [f"{algo}+fsdp" if algo == "collm_cc" else algo for algo in sorted(RUNS)]
 
 
 def free_port() -> int:
@@ -201,7 +203,6 @@ def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monke
         algo,
         tmp_path,
         ["--trainer.strategy", strategy or "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"],
-        "lightning" if strategy else None,
         COLLAB_DDP_SIGNAL_RANKS="0",
         COLLAB_DDP_CAPTURE="1",
         **signal,

@@ -72,7 +72,7 @@ def assert_quiet(result: subprocess.CompletedProcess) -> None:
 @pytest.mark.slow
 def test_quick_start_is_quiet_and_reports_its_held_out_figures(tmp_path):
     """The README's main job itself (MARFT-A, a DUO of embedded SmolLM2 agents on math), cut to one rollout of 2
-    tasks and an eval split of 4 problems (the default's 64 are checked in test_cli.py): it ends well and quietly,
+    tasks and an eval split of 2 problems (the default's 64 are checked in test_cli.py): it ends well and quietly,
     prints collab's lines, and writes its summary, scalars and adapters."""
     # ~40 s alone on 2 cores; 30 minutes leave room for a loaded machine
     result = command(
@@ -82,7 +82,7 @@ def test_quick_start_is_quiet_and_reports_its_held_out_figures(tmp_path):
         "--trainer.max_steps",
         "1",
         "--data.env_options.num_eval",
-        "4",
+        "2",
         "--data.batch_size",
         "2",
         cwd=tmp_path,
@@ -91,15 +91,15 @@ def test_quick_start_is_quiet_and_reports_its_held_out_figures(tmp_path):
     assert_quiet(result)
     assert result.stderr.startswith("config: ")  # which configs the run read (collab's line)
     for line in (
-        "evaluation at step 0 (4 eval tasks",
+        "evaluation at step 0 (2 eval tasks",
         "step 1/1  reward ",  # stdout is a pipe: one plain line per rollout
         "reward: mean of first 1 rollouts",
-        "held-out accuracy (4 eval problems, greedy): before ",  # the default's before/after
+        "held-out accuracy (2 eval problems, greedy): before ",  # the default's before/after
     ):
         assert line in result.stdout, result.stdout
     run = tmp_path / "runs" / "marft_a" / "version_0"
     held_out = json.loads((run / "reward_summary.json").read_text())["held_out"]
-    assert held_out["problems"] == 4 and held_out["greedy"] and held_out["before_se"] >= 0  # an SE: 2+ problems
+    assert held_out["problems"] == 2 and held_out["greedy"] and held_out["before_se"] >= 0  # an SE: 2+ problems
     from collab.evaluation.analysis import read_scalars
 
     scalars = read_scalars(run)
