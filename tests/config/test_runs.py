@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from collab.algos import algo_registry
-from tests.training.test_cli import ROOT, TINY, fit
+from tests.training.test_cli import ROOT, TINY
 
 PRESETS = sorted((ROOT / "conf" / "presets").glob("*.yaml"))
 
@@ -38,44 +38,50 @@ def test_every_preset_checkpoints_with_collabs_callback(preset):
         assert len(ours) == 1 and ours[0]["init_args"]["save_last"] is True, config
 
 
-def test_root_dir_takes_the_run_and_a_preset_saves_last(tmp_path):
+def test_root_dir_takes_the_run_and_a_preset_saves_last(tmp_path, monkeypatch, capsys):
     """From one directory with the root elsewhere: logs, checkpoints and adapters under the root, nothing in
-    ./runs; the run uses a preset that named Lightning's checkpoint before (one step on the tiny model)."""
+    ./runs; the run uses a preset that named Lightning's checkpoint before (one step on the tiny model, in this
+    process)."""
+    from collab.fit import main
+
     cwd, root = tmp_path / "cwd", tmp_path / "elsewhere" / "root"
     cwd.mkdir()
-    result = fit(
-        "--algo",
-        "magrpo",
-        "--config",
-        str(ROOT / "conf" / "presets" / "magrpo_coding.yaml"),
-        "--data.env",
-        "matrix",
-        "--data.env_options",
-        "{}",
-        "--data.batch_size",
-        "1",
-        "--model.agents",
-        "null",
-        "--model.num_generations",
-        "2",
-        "--trainer.max_steps",
-        "1",
-        *TINY,
-        "--trainer.default_root_dir",
-        str(root),
-        cwd=cwd,
+    monkeypatch.chdir(cwd)
+    code = main(
+        [
+            "--algo",
+            "magrpo",
+            "--config",
+            str(ROOT / "conf" / "presets" / "magrpo_coding.yaml"),
+            "--data.env",
+            "matrix",
+            "--data.env_options",
+            "{}",
+            "--data.batch_size",
+            "1",
+            "--model.agents",
+            "null",
+            "--model.num_generations",
+            "2",
+            "--trainer.max_steps",
+            "1",
+            *TINY,
+            "--trainer.default_root_dir",
+            str(root),
+        ]
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    stderr = capsys.readouterr().err
+    assert code == 0, stderr[-3000:]
     run = root / "magrpo" / "version_0"
     assert list(run.glob("events.out.tfevents.*")), "no TensorBoard log under the root"
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert (run / "adapters" / "last" / "agent0" / "adapter_config.json").is_file()
     assert json.loads((run / "reward_summary.json").read_text())["rollouts"] == 1
     assert not (cwd / "runs").exists() and not (cwd / "lightning_logs").exists()
-    configs = [line for line in result.stderr.splitlines() if line.startswith("config: ")]
-    assert len(configs) == 1 and "base.yaml + env/matrix.yaml + algo/magrpo.yaml + --config" in configs[0], (
-        result.stderr[-2000:]
-    )
+    configs = [line for line in stderr.splitlines() if line.startswith("config: ")]
+    assert len(configs) == 1 and "base.yaml + env/matrix.yaml + algo/magrpo.yaml + --config" in configs[0], stderr[
+        -2000:
+    ]
 
 
 def trainer_of(*args: str):

@@ -7,7 +7,7 @@ names stays byte-identical).
 
 Each case is a process of its own: a child forked from a warm interpreter that has imported torch and
 Lightning once and built every algorithm's parser (:class:`ForkServer`; a fresh interpreter would spend 5-7 CPU
-seconds on imports per case), running the entry's ``main()`` as ``python -m`` does. Five cases (``REAL``) also run as
+seconds on imports per case), running the entry's ``main()`` as ``python -m`` does. Three cases (``REAL``) also run as
 ``python -m`` in a fresh interpreter and must give the same exit code and stderr, and the server's
 imports must print nothing. A fit case runs the tiny model with ``--trainer.max_steps 1``, so an input
 that is wrongly accepted ends in seconds (and fails the exit-code check) instead of training. The cases
@@ -1110,6 +1110,17 @@ CASES = [
         needs_checkpoint=True,
     ),
     evaluate(
+        "eval_ckpt_missing",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--ckpt_path",
+        "nope.ckpt",
+        option="checkpoint not found: nope.ckpt (--ckpt_path)",
+        valid=r"give a file written by collab\.fit",
+    ),
+    evaluate(
         "eval_weights_twice",
         "--algo",
         "magrpo",
@@ -1314,8 +1325,9 @@ class ForkServer:
         self.reader.join(timeout=60)
 
 
-REAL = ("max_steps_negative", "env_options_yaml", "device_name", "ckpt_truncated", "eval_num_samples_type")
-"""Cases also run in a fresh ``python -m`` interpreter: the forked run must give the same exit code and stderr."""
+REAL = ("max_steps_negative", "ckpt_truncated", "eval_num_samples_type")
+"""Cases also run in a fresh ``python -m`` interpreter: the forked run must give the same exit code and stderr (one
+refused while parsing, one by a checkpoint's load, one of ``collab.evaluate``)."""
 
 
 def _digest(folder: Path) -> dict[str, str]:
