@@ -35,13 +35,6 @@ fit
     step of the "steps" part runs. Each is first built on the ``meta`` device to count its parameters; one
     whose bf16 weights alone exceed the free GPU memory is not tried, the others are allocated and stepped in
     increasing size until one runs out of memory.
-presets
-    A LoRA and a full-parameter preset at their paper's shape for 3 optimizer steps each (:data:`PRESETS`:
-    MAGRPO's writing preset, CoLLM's two Qwen3-1.7B agents, 4 answers of 256 tokens), through
-    ``benchmarks/paper_shapes.py``'s run (the preset composed as ``collab.fit`` composes it, rewards varied so
-    that every update runs), timed by phase, with the GPU's peak allocation; ``--dtype`` for both (the preset
-    itself keeps float32 full agents: 16 bytes a parameter, 55 GB for the two). The smoke mode runs one step of
-    each at a tiny Qwen3 shape.
 
 A part that fails (rather than being unavailable) is listed as "failed" with its error, after the others ran;
 the exit status is then 1. Modes: the default measures the 1.5B shape on CUDA; ``--quick`` does less of each
@@ -77,16 +70,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 GIB = 2**30
 BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-PARTS = ("rollout", "steps", "qlora", "vllm", "fit", "presets")
-SECTIONS = (
-    "Rollout",
-    "Training steps",
-    "QLoRA 4-bit",
-    "vLLM",
-    "Largest base that fits",
-    "Presets at their papers' shapes",
-)
-"""The measured parts' sections, in the report's order."""
+PARTS = ("rollout", "steps", "qlora", "vllm", "fit")
 
 SHAPES = {
     # hidden, layers, query heads, key-value heads, intermediate, vocabulary, tied embeddings
@@ -100,8 +84,6 @@ SHAPES = {
 }
 """Qwen2 shapes by name (the published configs' sizes; their parameter counts are the published ones)."""
 FIT = ("1.5B", "3B", "7B", "14B", "32B", "72B")
-PRESETS = (("magrpo_writing_paper", "lora"), ("magrpo_writing_paper", "full"))
-"""(preset, fine-tuning) of the ``presets`` part: the preset's own full-parameter agents, and LoRA agents."""
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """The tokenizer's pad, turn-start and end tokens: ids 0, 1, 2 (the model's pad and EOS are 0 and 2)."""
 CHAT = (
@@ -631,36 +613,6 @@ def part_fit(ctx: Context) -> None:
 
 
 # -- the report -------------------------------------------------------------------------------------------
-def part_presets(ctx: Context) -> None:
-    sys.path.insert(0, str(HERE))
-    import paper_shapes
-
-    smoke, rows = not ctx.cuda, []
-    for preset, finetune in PRESETS:
-        print(f"gpu_check: {preset} ({finetune})...", file=sys.stderr, flush=True)
-        opt = paper_shapes.Options(
-            dtype=ctx.dtype,
-            finetune=finetune,
-            checkpointing=None,
-            steps=1 if smoke else 3,
-            samples=2 if smoke else None,
-            max_new_tokens=8 if smoke else None,
-            smoke=smoke,
-            workdir=ctx.workdir,
-            device=ctx.device,
-        )
-        run = paper_shapes.run_steps(preset, opt)
-        free_memory()
-        rows.append([preset, finetune, *paper_shapes.step_row(run)])
-        if run["status"] != "ran":
-            ctx.missing.append((f"{preset} ({finetune})", f"{run['status']}: {run.get('error', '')}"))
-    ctx.sections["Presets at their papers' shapes"] = [
-        f"Seconds per optimizer step by phase; memory in GiB ({ctx.dtype}; benchmarks/paper_shapes.py's run).",
-        "",
-        *table(["preset", "fine-tuning", *paper_shapes.STEP_COLUMNS], rows),
-    ]
-
-
 def version(name: str) -> str:
     try:
         return importlib.import_module(name).__version__
@@ -723,7 +675,7 @@ def write_report(ctx: Context, args, mode: str) -> str:
         ctx.missing.insert(0, ("pytest -m gpu", "not run by this command (scripts/gpu_check.sh runs it)"))
     else:
         lines += ["", "## GPU tests", "", *tests]
-    for name in SECTIONS:
+    for name in ("Rollout", "Training steps", "QLoRA 4-bit", "vLLM", "Largest base that fits"):
         if name in ctx.sections:
             lines += ["", f"## {name}", "", *ctx.sections[name]]
     lines += ["", "## Could not run", ""]
@@ -806,21 +758,13 @@ def main(argv=None) -> int:
         if args.quick
         else "full"
     )
-    parts = {
-        "rollout": part_rollout,
-        "steps": part_steps,
-        "qlora": part_qlora,
-        "vllm": part_vllm,
-        "fit": part_fit,
-        "presets": part_presets,
-    }
+    parts = {"rollout": part_rollout, "steps": part_steps, "qlora": part_qlora, "vllm": part_vllm, "fit": part_fit}
     labels = {
         "rollout": "rollout tokens/s",
         "steps": "MAGRPO and MARFT-A steps",
         "qlora": "QLoRA 4-bit step",
         "vllm": "vLLM engine tokens/s",
         "fit": "largest base that fits",
-        "presets": "presets at their papers' shapes",
     }
     try:
         for name in args.parts:

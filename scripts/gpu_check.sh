@@ -14,10 +14,11 @@
 #    built and stepped: a few minutes more, not yet measured); give a time limit well above that.
 # 2. Runs the GPU tests: pytest -m gpu (tests/policy/test_gpu.py).
 # 3. Runs benchmarks/gpu_check.py (a Qwen2-1.5B-shaped team with random weights, bf16: rollout tokens/s against
-#    HF generate, a MAGRPO and a MARFT-A step, QLoRA, vLLM, the largest base that fits; then MAGRPO's writing
-#    preset at its paper's shape, two Qwen3-1.7B agents, 3 steps with LoRA and 3 with full agents), which writes the
+#    HF generate, a MAGRPO and a MARFT-A step, QLoRA, vLLM, the largest base that fits), which writes the
 #    markdown report (default gpu_check.md): device, versions, date, the set-up notes, the tests' summary,
 #    every figure, and a "Could not run" list with the reasons.
+# 4. Runs benchmarks/paper_shapes.py on MAGRPO's writing preset at its paper's shape (two Qwen3-1.7B agents): 3
+#    optimizer steps with LoRA agents and 3 with its own full-parameter agents, appended to the report.
 #
 # --quick: less of each benchmark part. --cpu-smoke: no GPU needed and nothing installed: the benchmark's logic
 # at a tiny shape on the CPU (its figures are not measurements).
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
             REPORT=$2; shift 2 ;;
         --quick) ARGS+=(--quick); shift ;;
         --cpu-smoke|--dry-run) ARGS+=(--cpu-smoke); SMOKE=1; shift ;;
-        -h|--help) sed -n '2,23p' "$0" | cut -c3-; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0" | cut -c3-; exit 0 ;;
         *) echo "error: unknown option $1; valid: --out REPORT.md, --quick, --cpu-smoke" >&2; exit 2 ;;
     esac
 done
@@ -149,6 +150,26 @@ fi
 "$PY" benchmarks/gpu_check.py --out "$REPORT" --setup "$NOTES" --tests-log "$WORK/pytest.log" --tests-status "$STATUS" \
     ${ARGS[@]+"${ARGS[@]}"}
 BENCH=$?
+
+# 4. MAGRPO's writing preset at its paper's shape (two Qwen3-1.7B agents, 4 answers of 256 tokens): 3 optimizer steps
+#    with LoRA agents and 3 with its own full-parameter agents, timed by phase with the GPU's peak allocation, through
+#    benchmarks/paper_shapes.py (which gpu_check.py does not import: it imports gpu_check's helpers); their "Training
+#    steps" tables are appended to the report. --cpu-smoke: one step of each at a tiny shape.
+if [ $SMOKE = 1 ]; then SHAPES=(--smoke --steps 1); else SHAPES=(--device cuda --run all --steps 3); fi
+printf '\n## Presets at their papers'"'"' shapes\n' >> "$REPORT"
+for FT in lora full; do
+    echo "gpu_check: magrpo_writing_paper with $FT agents..." >&2
+    "$PY" benchmarks/paper_shapes.py --preset magrpo_writing_paper --finetune "$FT" "${SHAPES[@]}" \
+        --out "$WORK/shapes_$FT.md" > /dev/null
+    CODE=$?
+    if [ -f "$WORK/shapes_$FT.md" ]; then
+        printf '\n%s agents (exit %s):\n' "$FT" "$CODE" >> "$REPORT"
+        sed -n '/^## Training steps/,/^## /p' "$WORK/shapes_$FT.md" | sed '1d;$d' >> "$REPORT"
+    else
+        printf '\n- %s agents: benchmarks/paper_shapes.py wrote no report (exit %s)\n' "$FT" "$CODE" >> "$REPORT"
+    fi
+    [ "$CODE" = 0 ] || BENCH=1
+done
 echo "gpu_check: report in $REPORT (GPU tests: exit $STATUS; benchmark: exit $BENCH)" >&2
 [ "$STATUS" = 0 ] || exit 1
 exit "$BENCH"
