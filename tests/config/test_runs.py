@@ -79,9 +79,8 @@ def test_root_dir_takes_the_run_and_a_preset_saves_last(tmp_path, monkeypatch, c
     assert json.loads((run / "reward_summary.json").read_text())["rollouts"] == 1
     assert not (cwd / "runs").exists() and not (cwd / "lightning_logs").exists()
     configs = [line for line in stderr.splitlines() if line.startswith("config: ")]
-    assert len(configs) == 1 and "base.yaml + env/matrix.yaml + algo/magrpo.yaml + --config" in configs[0], stderr[
-        -2000:
-    ]
+    assert len(configs) == 1, stderr[-2000:]
+    assert "base.yaml + env/matrix.yaml + algo/magrpo.yaml + --config" in configs[0], stderr[-2000:]
 
 
 def trainer_of(*args: str):

@@ -53,8 +53,8 @@ def test_unknown_preset():
 
 
 def train_matrix(preset: str, seed: int, steps: int = 10) -> list[float]:
-    """MAGRPO with the tiny model: 4 episodes x K=4 per rollout, one update each, lr 1e-2. Both games settle
-    within 10 updates on seeds 0-9: P(A) then moves by at most 0.04 up to 20 (docs/measurements.md)."""
+    """MAGRPO with the tiny model: 4 episodes x K=4 per rollout, one update each, lr 1e-2. 10 updates settle both
+    games on seeds 0-9: Table 1 at (A, A) on every seed, Table 2b on none, as after 15 and 20 (docs/measurements.md)."""
     L.seed_everything(seed, verbose=False)
     dm = data_from_config("magrpo", env="matrix", env_options={"preset": preset}, batch_size=4, seed=seed)
     module = from_config(

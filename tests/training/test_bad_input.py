@@ -1286,9 +1286,8 @@ class ForkServer:
         ready = json.loads(self.proc.stdout.readline())
         self.import_chatter, self.warm_chatter = ready["ready"], ready["warm"]
         self.count = 0
-        self.lock = threading.Lock()
         self.codes: dict[int, int] = {}
-        self.ended = threading.Condition(self.lock)
+        self.ended = threading.Condition()  # guards count, stdin and codes; the reader notifies as codes arrive
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -1300,7 +1299,7 @@ class ForkServer:
                 self.ended.notify_all()
 
     def run(self, module: str, args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-        with self.lock:
+        with self.ended:
             self.count += 1
             case = self.count
             out, err = self.folder / f"{case}.out", self.folder / f"{case}.err"
