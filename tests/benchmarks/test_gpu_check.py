@@ -228,3 +228,18 @@ def test_the_shell_refuses_an_unknown_option_in_one_line():
     )
     assert shell.returncode == 2
     assert shell.stderr == "error: unknown option --fast; valid: --out REPORT.md, --quick, --cpu-smoke\n"
+
+
+def test_the_tokenizer_encodes_a_random_models_text_again_to_about_its_length(bench):
+    """A random model samples ids across the whole vocabulary, mostly padding tokens: a later turn encodes the
+    earlier responses again from their text, which must be about as many tokens as were sampled (each padding
+    token one; the BPE's own tokens about one each), or every multi-turn prompt at a real shape grows ~10x."""
+    vocab = 12_000
+    tokenizer = bench.make_tokenizer(vocab)
+    assert len(tokenizer) == vocab
+    generator = torch.Generator().manual_seed(0)
+    padding = torch.randint(8192, vocab, (200,), generator=generator).tolist()
+    assert tokenizer(tokenizer.decode(padding))["input_ids"] == padding
+    sampled = torch.randint(3, vocab, (400,), generator=generator).tolist()
+    again = tokenizer(tokenizer.decode(sampled))["input_ids"]
+    assert len(sampled) * 0.8 <= len(again) <= len(sampled) * 1.2, len(again)
