@@ -415,14 +415,6 @@ def peer_folder(model: str) -> str:
     return str(folder)
 
 
-def tree_rss_gb(root: int) -> float:
-    """Summed RSS of ``root`` and its descendants (from /proc), in GiB: main_jobs.py's measure."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from main_jobs import tree_rss
-
-    return tree_rss(root) / 2**30
-
-
 def launch(comparison: str, side: str, args, argv: list[str]) -> dict | None:
     """Runs one side; its results, or None (with its error printed) if it failed."""
     python = getattr(args, f"python_{side.split('-')[0]}") or sys.executable
@@ -433,12 +425,13 @@ def launch(comparison: str, side: str, args, argv: list[str]) -> dict | None:
         "WANDB_MODE": "disabled",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
     }
+    from collab.compare.running import TreePeak  # the summed RSS of the process tree, from /proc
+
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
-        sampled = 0.0
-        while proc.poll() is None:
-            sampled = max(sampled, tree_rss_gb(proc.pid))
-            time.sleep(0.2)
+        with TreePeak(proc, every=0.2) as peak:
+            proc.wait()
+        sampled = peak.bytes / 2**30
         out.seek(0), err.seek(0)
         lines = [x for x in out.read().splitlines() if x.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:

@@ -289,7 +289,8 @@ def fit(argv: list[str]) -> None:
     sharding.check(cli.trainer.strategy, cli.model)
     from collab.cli.resources import prepare_processes
 
-    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"))  # fits? timeout
+    env = getattr(cli.datamodule, "env", None)
+    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"), env)  # fits? timeout
     ckpt = cli.config.get("ckpt_path")
     if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.cli.checkpoint)
         from collab.cli.checkpoint import guard_resume

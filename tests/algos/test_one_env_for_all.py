@@ -1,8 +1,10 @@
-"""One environment where all seven algorithms train: the ``debate`` env on ``small_addition``.
+"""One environment where all seven algorithms train: the ``debate`` env on ``small_addition``, with 4 debaters.
 
 MAPoRL trains only a debate; the other six take the debate as a POSG with per-agent rewards (each agent's
-verifier score). Each algorithm runs ``collab.fit`` for one update on the tiny model and must log the
-debate's own metrics (every turn's majority vote) and end with its step-1 checkpoint. The tiny model's answers
+verifier score). Each algorithm runs ``collab.fit`` for one update on the tiny model with a team of four (the
+environment's ``agents: 4`` under each algorithm's config of two agents: the two more repeat the second's
+settings, ``collab.algos.agents``) and must log the debate's own metrics (every turn's majority vote) and end
+with its step-1 checkpoint of the four agents. The tiny model's answers
 are noise, so the reward is not asserted here; learning is the known-optimum tests'
 (tests/algos/test_known_optimum.py) and the default runs'
 (docs/measurements.md).
@@ -19,9 +21,7 @@ DEBATE = [
     "--data.env",
     "debate",
     "--data.env_options",
-    "{dataset: small_addition, max_new_tokens: 6}",
-    "--model.agents",
-    "null",
+    "{dataset: small_addition, max_new_tokens: 6, agents: 4}",
     "--data.batch_size",
     "2",
     "--model.micro_batch_tokens",
@@ -37,9 +37,14 @@ def test_every_algorithm_is_listed():
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_every_algorithm_trains_on_the_debate(algo, tmp_path):
-    run = fit(tmp_path, algo, DEBATE, steps=1)
+    # MAGRPO's tree at its K of 4 is 20 joint actions a task (4 + 16 over the 2 turns); at 2, 6
+    k = ["--model.num_generations", "2"] if algo == "magrpo" else []
+    run = fit(tmp_path, algo, DEBATE + k, steps=1)
     events = EventAccumulator(str(next(run.glob("events.out.tfevents.*"))))
     events.Reload()
     for tag in ("env/majority@1", "env/majority@2", "reward/return"):
         assert [e.step for e in events.Scalars(tag)] == [0], (algo, tag)
-    assert load(run)["global_step"] == 1
+    saved = load(run)
+    assert saved["global_step"] == 1
+    roles = ["agent1", "agent2", "agent3", "agent4"]
+    assert saved["collab"]["agents"] == (roles * 2 if algo == "maporl" else roles)  # MAPoRL: an agent per turn

@@ -126,3 +126,24 @@ def test_the_cli_refuses_64_cpu_processes_before_starting_any(tmp_path, monkeypa
     line = next(line for line in err if line.startswith("error:"))
     assert "--trainer.devices 64" in line and "CPU core" in line and "GB per process" in line and "fit here" in line
     assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def test_the_launch_counts_the_team_the_environment_makes(monkeypatch):
+    """A config of a LoRA and a full agent on 4 players: the two more repeat the full one (collab.algos.agents),
+    and every process holds three full agents, which the check before the launch counts."""
+    from types import SimpleNamespace
+
+    from collab.algos import from_config
+    from collab.cli import resources
+    from collab.envs import make_env
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec
+
+    seen = {}
+    monkeypatch.setattr(resources, "check_launch", lambda trainer, base, lora, full: seen.update(lora=lora, full=full))
+    module = from_config("magrpo", base=BaseConfig(name="tiny"), agents=[AgentSpec(), AgentSpec(finetune="full")])
+    trainer = SimpleNamespace(strategy=object(), callbacks=[])
+    resources.prepare_processes(trainer, module, 60.0, make_env("matrix", players=4))
+    assert seen == {"lora": [None], "full": [None, None, None]}
+    resources.prepare_processes(trainer, module, 60.0)  # no environment at hand: the configured agents
+    assert seen == {"lora": [None], "full": [None]}

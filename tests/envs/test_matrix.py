@@ -52,11 +52,12 @@ def test_unknown_preset():
         make_env("matrix", preset="table3")
 
 
-def train_matrix(preset: str, seed: int, steps: int = 10) -> list[float]:
+def train_matrix(preset: str, seed: int, steps: int = 10, players: int = 2) -> list[float]:
     """MAGRPO with the tiny model: 4 episodes x K=4 per rollout, one update each, lr 1e-2. 10 updates settle both
     games on seeds 0-9: Table 1 at (A, A) on every seed, Table 2b on none, as after 15 and 20 (docs/measurements.md)."""
     L.seed_everything(seed, verbose=False)
-    dm = data_from_config("magrpo", env="matrix", env_options={"preset": preset}, batch_size=4, seed=seed)
+    options = {"preset": preset, **({"players": players} if players != 2 else {})}
+    dm = data_from_config("magrpo", env="matrix", env_options=options, batch_size=4, seed=seed)
     module = from_config(
         "magrpo",
         agents=None,
@@ -75,6 +76,27 @@ def test_magrpo_reaches_the_joint_optimum_under_the_joint_reward():
     probs = [train_matrix("table1", seed) for seed in range(5)]
     at_optimum = [all(p > 0.5 for p in ps) for ps in probs]
     assert sum(at_optimum) >= 4, probs
+
+
+def test_a_team_of_four_reaches_the_joint_optimum_of_table_1_for_four_players():
+    """Table 1 for 4 players (10 when all pick A): the four agents, four adapters on one base, all come to prefer A."""
+    assert all(p > 0.5 for p in train_matrix("table1", 0, players=4))
+
+
+def test_table_1_for_n_players_and_its_two_player_case():
+    assert utilities("table1", [0, 0, 0, 0], -1) == (10,) * 4
+    assert utilities("table1", [0, 1, 1], -1) == (7,) * 3
+    assert utilities("table1", [1, 1, 1], -1) == (0,) * 3
+    assert utilities("table1", [1, None, 0], -2) == (0, -2, 7)  # the valid ones at their worst case, as for two
+    four = make_env("matrix", players=4)
+    assert [r.name for r in four.roles] == ["player1", "player2", "player3", "player4"]
+    step = four.step(four.reset({}), ["A", "A", "A", "A"])
+    assert step.rewards == (10.0,) * 4 and step.info["optimum"] == 1.0
+    assert make_env("matrix").roles[0].system_prompt == make_env("matrix", players=2).roles[0].system_prompt
+    with pytest.raises(UserError, match=r"^matrix preset table2b is a two-player table; 3 players play table1"):
+        make_env("matrix", preset="table2b", players=3)
+    with pytest.raises(UserError, match=r"^matrix players must be an integer >= 2, got 1$"):
+        make_env("matrix", players=1)
 
 
 def test_independent_learners_miss_the_joint_optimum_in_table_2b():

@@ -862,9 +862,9 @@ CASES = [
         "marft_a",
         *TINY,
         "--data.env_options",
-        "{profile: trio}",
-        option="2 agents configured but env 'math' has 3 roles (reasoner, actor, verifier)",
-        valid=r"give 3 agents or none",
+        "{profile: solo}",
+        option="2 agents configured but env 'math' has 1 role (actor)",
+        valid=r"give at most 1 \(the roles past the last one given repeat its settings\) or none",
     ),
     # -- checkpoints (--ckpt_path of collab.fit) ----------------------------------------------------
     fit(

@@ -30,28 +30,35 @@ from collab.errors import UserError
 from collab.preemption import state
 
 ROOT = Path(__file__).resolve().parents[2]
-CALLBACKS = json.dumps(
-    [
-        {
-            "class_path": "collab.training.callbacks.ModelCheckpoint",
-            "init_args": {"save_last": True, "every_n_train_steps": 1},
-        },
-        {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
-        {"class_path": "collab.training.callbacks.RewardSummary"},
-        {
-            "class_path": "collab.training.callbacks.EvaluationCallback",
-            "init_args": {
-                "at_start": True,
-                "at_end": False,
-                "num_samples": 2,
-                "ks": [1],
-                "seed": 7,
-                "max_tasks": 3,
-                "tasks_per_batch": 1,
+RARELY = 100
+"""``every_n_train_steps`` of the runs whose step-end checkpoints come only from a stop (``collab.training.resume.Snapshot``)."""
+
+
+def callbacks(every: int = 1) -> str:
+    return json.dumps(
+        [
+            {
+                "class_path": "collab.training.callbacks.ModelCheckpoint",
+                "init_args": {"save_last": True, "every_n_train_steps": every},
             },
-        },
-    ]
-)
+            {"class_path": "collab.training.callbacks.AdapterCheckpoint"},
+            {"class_path": "collab.training.callbacks.RewardSummary"},
+            {
+                "class_path": "collab.training.callbacks.EvaluationCallback",
+                "init_args": {
+                    "at_start": True,
+                    "at_end": False,
+                    "num_samples": 2,
+                    "ks": [1],
+                    "seed": 7,
+                    "max_tasks": 3,
+                    "tasks_per_batch": 1,
+                },
+            },
+        ]
+    )
+
+
 ARGS = [
     "--algo",
     "magrpo",
@@ -69,8 +76,6 @@ ARGS = [
     "cpu",
     "--trainer.enable_model_summary",
     "false",
-    "--trainer.callbacks",
-    CALLBACKS,
 ]
 LINE = re.compile(
     r"stopped by SIGTERM (.*?); (no checkpoint yet|last checkpoint: step (\d+) (\S+) "
@@ -91,9 +96,11 @@ def left_behind(folder: Path) -> list[int]:
     return pids
 
 
-def stop_at(tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0") -> tuple[str, float, Path]:
-    """Run until the hook's SIGTERM at ``at``; the run's line, the seconds from the signal to the exit and its
-    folder."""
+def stop_at(
+    tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0", every: int = 1
+) -> tuple[str, float, Path]:
+    """Run until the hook's SIGTERM at ``at`` (checkpoints every ``every`` steps); the run's line, the seconds
+    from the signal to the exit and its folder."""
     sent = tmp / "sent"
     env = {
         **os.environ,
@@ -111,6 +118,8 @@ def stop_at(tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0") 
             "collab.fit",
             *ARGS,
             *ddp,
+            "--trainer.callbacks",
+            callbacks(every),
             "--trainer.max_steps",
             str(steps),
             "--trainer.logger.init_args.save_dir",
@@ -146,11 +155,15 @@ def stop_at(tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0") 
         for p in run.rglob("*")
         if p.is_file() and p.suffix in (".ckpt", ".safetensors") and p.stat().st_mtime > float(sent.read_text())
     ]
-    assert grace != "0" or not written, written  # nothing saved of the stopped step
+    if grace == "0":  # nothing saved of the stopped step; the step before's checkpoint when its end wrote none
+        before = int(LINE.fullmatch(lines[0]).group(3) or 0)
+        assert [p.name for p in written] == (["last.ckpt"] if every > 1 and before > 0 else []), written
+        for p in written:
+            assert torch.load(p, map_location="cpu", weights_only=True)["global_step"] == before
     return lines[0], seconds, run
 
 
-def resumes(tmp: Path, line: str, step: int, monkeypatch) -> None:
+def resumes(tmp: Path, line: str, step: int, monkeypatch, every: int = 1) -> None:
     """The line names the checkpoint of ``step``, which resumes to the end (in this process)."""
     from collab.fit import main
 
@@ -164,6 +177,8 @@ def resumes(tmp: Path, line: str, step: int, monkeypatch) -> None:
         main(
             [
                 *ARGS,
+                "--trainer.callbacks",
+                callbacks(every),
                 "--trainer.max_steps",
                 str(step + 1),
                 "--trainer.enable_progress_bar",
@@ -189,9 +204,27 @@ def test_sigterm_inside_the_first_evaluation(devices, tmp_path, one_thread):
     assert not list(run.rglob("*.ckpt"))
 
 
+def same_state(a, b, where: str = "") -> None:
+    """Two checkpoint parts equal, tensors bitwise."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), where
+        for key in a:
+            same_state(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same_state(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
 def test_sigterm_inside_a_rollout_in_this_process(tmp_path, monkeypatch, capsys, one_thread):
     """``collab.fit.main(argv)`` called in a process that goes on (a notebook): SystemExit(143) with the line,
-    the signal handler and the watchdog gone afterwards (the process is not ended 20 s later)."""
+    the signal handler and the watchdog gone afterwards (the process is not ended 20 s later). No step end
+    wrote a checkpoint (every 100 steps): the stop inside step 2 writes step 1's from its snapshot, the
+    checkpoint a run of one step writes at its end, which resumes."""
     from collab.fit import main
 
     sent, handler = tmp_path / "sent", signal.getsignal(signal.SIGTERM)
@@ -202,8 +235,9 @@ def test_sigterm_inside_a_rollout_in_this_process(tmp_path, monkeypatch, capsys,
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
+    runs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "runs")]
     with pytest.raises(SystemExit) as stop:
-        main([*ARGS, "--trainer.max_steps", "4", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+        main([*ARGS, "--trainer.callbacks", callbacks(RARELY), "--trainer.max_steps", "4", *runs])
     seconds = time.time() - float(sent.read_text())
     with capsys.disabled():
         print(f"rollout@2 in this process: SystemExit {seconds:.2f} s after the signal")
@@ -218,12 +252,47 @@ def test_sigterm_inside_a_rollout_in_this_process(tmp_path, monkeypatch, capsys,
         assert not timer.is_alive()  # the watchdog was cancelled
     for key in ("COLLAB_SIGTERM_AT", "COLLAB_SIGTERM_FILE", "COLLAB_SIGTERM_GRACE"):
         monkeypatch.delenv(key)
-    resumes(tmp_path, lines[0], 1, monkeypatch)
+    one = tmp_path / "one"
+    assert (
+        main(
+            [
+                *ARGS,
+                "--trainer.callbacks",
+                callbacks(),
+                "--trainer.max_steps",
+                "1",
+                "--trainer.logger.init_args.save_dir",
+                str(one),
+            ]
+        )
+        == 0
+    )
+    snapshot = torch.load(LINE.fullmatch(lines[0]).group(4), map_location="cpu", weights_only=True)
+    ended = torch.load(
+        one / "magrpo" / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
+    )
+    for key in (
+        "global_step",
+        "epoch",
+        "state_dict",
+        "optimizer_states",
+        "lr_schedulers",
+        "collab",
+        "loops",
+        "RolloutDataModule",
+    ):
+        same_state(snapshot[key], ended[key], key)
+    rewards = [v for k, v in snapshot["callbacks"].items() if k.startswith("RewardSummary")]
+    assert rewards == [v for k, v in ended["callbacks"].items() if k.startswith("RewardSummary")] and rewards
+    resumes(tmp_path, lines[0], 1, monkeypatch, RARELY)
 
 
 @pytest.mark.parametrize("devices", [1, 2])
 def test_sigterm_inside_an_update(devices, tmp_path, monkeypatch, one_thread):
-    line, seconds, run = stop_at(tmp_path, "update@3", devices)
+    """1 process: step 2's end wrote a checkpoint. 2 processes: none did (every 100 steps); rank 0 writes step 2's
+    from its snapshot (every rank's random state and task stream, gathered at the step's end)."""
+    every = 1 if devices == 1 else RARELY
+    line, seconds, run = stop_at(tmp_path, "update@3", devices, every=every)
     assert line.startswith("stopped by SIGTERM inside the update of step 3; last checkpoint: step 2 ")
     summary = json.loads((run / "reward_summary.json").read_text())
     assert summary["rollouts"] == 2  # the completed rollouts
@@ -232,6 +301,7 @@ def test_sigterm_inside_an_update(devices, tmp_path, monkeypatch, one_thread):
     else:  # a step-end checkpoint of 2 processes (resuming one at any world size: tests/training/test_ddp_resume.py)
         saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
         assert saved["global_step"] == 2 and len(saved["collab"]["rng"]) == 2
+        assert len(saved["RolloutDataModule"]["streams"]) == 2
 
 
 # -- the module alone ----------------------------------------------------------------------------------

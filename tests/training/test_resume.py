@@ -101,3 +101,40 @@ def test_resume_repeats_the_uninterrupted_run_bitwise(algo, tmp_path, monkeypatc
     assert continued["rollouts"] == rewards["rollouts"] == a["collab"]["rollouts"]
     assert continued["rewards"] == rewards["rewards"]  # every rollout, before and after the resume
     assert len(set(rewards["rewards"])) > 1 or algo == "marft_t"  # the rewards say something (MARFT-T: 2 rollouts)
+
+
+def test_a_snapshot_copies_what_a_step_changes_and_references_what_only_an_optimizer_step_does():
+    """``collab.training.resume.frozen``: a step's snapshot (what a stop inside the next step saves) keeps the
+    weights and optimizer moments by reference, and copies the rest, which the next step's rollout changes."""
+    from collections import OrderedDict, defaultdict, namedtuple
+
+    import numpy as np
+    import torch
+
+    from collab.training.resume import frozen
+
+    weight, moment, rng = torch.ones(3), torch.zeros(3), torch.arange(4, dtype=torch.uint8)
+    Pair = namedtuple("Pair", "a b")
+    order, counts = [3, 1, 2], defaultdict(int, {"rollouts": 2})
+    checkpoint = {
+        "state_dict": OrderedDict(w=weight),
+        "optimizer_states": [{"state": {0: {"exp_avg": moment}}}],
+        "collab": {"rng": [rng], "np": np.arange(3), "pair": Pair(1, [5])},
+        "stream": {"order": order, "counts": counts},
+    }
+    shared = {t.untyped_storage().data_ptr() for t in (weight, moment)}
+    snap = frozen(checkpoint, shared)
+    weight.add_(1)
+    moment.add_(1)  # an optimizer step: the snapshot is no longer valid, and sees it (collab checks global_step)
+    assert torch.equal(snap["state_dict"]["w"], weight) and torch.equal(
+        snap["optimizer_states"][0]["state"][0]["exp_avg"], moment
+    )
+    rng.add_(1)  # what a rollout changes: the snapshot keeps the step end's values
+    order.pop(0)
+    counts["rollouts"] += 1
+    checkpoint["collab"]["np"][0] = 9
+    checkpoint["collab"]["pair"].b.append(6)
+    assert snap["collab"]["rng"][0].tolist() == [0, 1, 2, 3] and snap["stream"]["order"] == [3, 1, 2]
+    assert snap["stream"]["counts"] == {"rollouts": 2} and isinstance(snap["stream"]["counts"], defaultdict)
+    assert snap["collab"]["np"].tolist() == [0, 1, 2] and snap["collab"]["pair"] == Pair(1, [5])
+    assert isinstance(snap["state_dict"], OrderedDict) and isinstance(snap["collab"]["pair"], Pair)

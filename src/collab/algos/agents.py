@@ -2,7 +2,9 @@
 filled from the role (its name, system prompt, choices, response length).
 
 Every algorithm builds its team from these specs (:meth:`collab.algos.base.CollabModule.team_specs`; MAPoRL
-repeats them per turn), so the same config trains on any environment.
+repeats them per turn), so the same config trains on any environment, and on any team size the environment
+sets: a config of two agents on debate's ``agents: 4`` or math's trio profile trains 4 or 3, the roles past
+the last configured agent repeating its settings (:func:`resolve_agents`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,28 @@ from collab.policy.team import AgentSpec
 
 
 def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
-    """One spec per environment role: the user's spec with empty fields filled from the role."""
-    if agents and len(agents) != env.n_agents:
+    """One spec per environment role: the user's spec with empty fields filled from the role.
+
+    With fewer specs than roles, each role past the last spec takes a copy of that spec's settings (base,
+    fine-tuning, LoRA, learning rate, sampling) and its own role's name, system prompt and choices, so that a
+    team's size follows the environment without the agents restated (a choice: the papers say nothing of it;
+    debate's N debaters are copies of one role, and the trio's verifier grows from a duo's config). More specs
+    than roles is an error: which of them would play is not clear."""
+    names = ", ".join(r.name for r in env.roles)
+    if agents and len(agents) > env.n_agents:
+        roles = f"{env.n_agents} role{'s' if env.n_agents != 1 else ''}"
         raise UserError(
-            f"{len(agents)} agents configured but env {env.name!r} has {env.n_agents} roles "
-            f"({', '.join(r.name for r in env.roles)}); give {env.n_agents} agents or none"
+            f"{len(agents)} agents configured but env {env.name!r} has {roles} ({names}); give at most "
+            f"{env.n_agents} (the roles past the last one given repeat its settings) or none"
         )
     out = []
     for i, role in enumerate(env.roles):
-        spec = copy.deepcopy(agents[i]) if agents else AgentSpec()
+        if not agents:
+            spec = AgentSpec()
+        elif i < len(agents):
+            spec = copy.deepcopy(agents[i])
+        else:
+            spec = replace(copy.deepcopy(agents[-1]), role="", system_prompt=None, choices=None)
         spec.role = spec.role or role.name
         spec.system_prompt = spec.system_prompt if spec.system_prompt is not None else role.system_prompt
         if spec.choices is None and role.choices is not None:

@@ -157,11 +157,11 @@ def team_process_bytes(base, agents: int | list[str | None] = 2, full: list[str 
     return OVERHEAD_BYTES + shared + sum(COPIES * DTYPE_BYTES.get(base.dtype, 4) * counts[n] for n in whole)
 
 
-def prepare_processes(trainer, module, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Before ``trainer.fit`` starts the processes: refuse more than the machine holds (:func:`check_launch`),
-    set the process group's timeout, and make a failed collective one line
-    (:func:`collab.training.distributed.timeout_callback`)."""
-    specs = module.agent_specs or []
+def prepare_processes(trainer, module, timeout_s: float = DEFAULT_TIMEOUT_S, env=None) -> None:
+    """Before ``trainer.fit`` starts the processes: refuse more than the machine holds (:func:`check_launch`, for
+    the team the module builds on ``env``: one agent per role), set the process group's timeout, and make a failed
+    collective one line (:func:`collab.training.distributed.timeout_callback`)."""
+    specs = module.team_specs(env) if env is not None else (module.agent_specs or [])
     lora = [spec.base for spec in specs if spec.finetune != "full"]
     check_launch(trainer, module.base, lora if specs else 2, [spec.base for spec in specs if spec.finetune == "full"])
     set_timeout(trainer.strategy, timeout_s)

@@ -12,10 +12,11 @@ whole steps (a rollout of minutes, the first evaluation more); here the run also
   that step, "stopped by SIGTERM at step k; saved ..."). Past it the next check raises :class:`Preempted`. The
   evaluation before the first step has no step to reach: it stops at once.
 - **Consistency.** :class:`Preempted` means a step (or an evaluation) did not complete: the callbacks save nothing
-  (:func:`mid_step`): no checkpoint of half-updated weights or of a half-drawn random state, no adapters, and no
-  collective. The resume point is the last checkpoint written at a step end, named in the line: ``stopped by SIGTERM
-  inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)`` (or ``no checkpoint
-  yet``). ``reward_summary.json`` is already whole: it is rewritten after every rollout.
+  of it (:func:`mid_step`): no checkpoint of half-updated weights or of a half-drawn random state, no adapters, and
+  no collective. The step before it is saved if its end wrote no checkpoint (rank 0 writes ``last.ckpt`` from the
+  snapshot that end kept: ``collab.training.resume.Snapshot``). The resume point is named in the line: ``stopped by
+  SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)`` (or ``no
+  checkpoint yet``). ``reward_summary.json`` is already whole: it is rewritten after every rollout.
 - **DDP.** Rank 0 (the launched process) forwards the signal to the ranks it started. Ranks meet the check points at
   different moments, so they agree only on the step end: one all-reduce of "a SIGTERM came" per step (:func:`agree`)
   makes every rank stop there together and save (collectives that match). A rank that stops inside a step runs no

@@ -140,7 +140,7 @@ def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callab
     strategy = module.trainer.strategy if world > 1 else None
     shards = sharded.active()
     for j in range(n):
-        preemption.check()  # a SIGTERM stops inside an update (collab.preemption): nothing is saved then
+        preemption.check()  # a SIGTERM stops inside an update (collab.preemption): nothing of this step is saved
         loss = parts[j]() if j < len(parts) else None
         if world > 1:
             loss = _touch(module) + (loss if loss is not None else 0.0)

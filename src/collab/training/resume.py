@@ -34,10 +34,12 @@ the step's end), the callbacks save (checkpoint, adapters, reward summary) in ``
 with 143 (128 + SIGTERM, the status of a process ended by SIGTERM, which schedulers read as
 "interrupted"). Past the grace, the next check point (a decoding step, an eval batch, a micro-batch or
 optimizer step of an update) stops the run inside the step with :class:`~collab.preemption.Preempted`:
-nothing is saved then (the weights may be half-updated, the random state and the task stream are
-mid-step), and the line names the resume point, the last checkpoint written at a step end: "stopped by
-SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)", or
-"no checkpoint yet". Resuming from it repeats the uninterrupted run from that step, bitwise as above.
+nothing of that step is saved (the weights may be half-updated, the random state and the task stream are
+mid-step). The last completed step is: ``last.ckpt`` is written then from the step's snapshot
+(:class:`Snapshot`, taken at the end of every step that wrote no checkpoint), so that a stop inside step
+k + 1 resumes from step k whatever ``every_n_train_steps`` is. The line names it: "stopped by SIGTERM
+inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)" ("no checkpoint
+yet" inside the first step). Resuming from it repeats the uninterrupted run from that step, bitwise as above.
 Whatever happens, the process ends 20 s after the signal at the latest (a watchdog), within the 30 s a
 scheduler usually leaves before SIGKILL.
 
@@ -48,10 +50,60 @@ same way (``_atomic_save``: a temporary file, then a move).
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as _LightningModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+@dataclass
+class Snapshot:
+    """The checkpoint a step's end would have written (``checkpoint``, for ``path``), kept until the next step's
+    end: what a stop inside the next step saves.
+
+    Taking it costs what a save costs but the write: Lightning's ``dump_checkpoint`` (under DDP its two small
+    gathers, the random states and the task streams, on every rank at the same step end). The weights and the
+    optimizer's moments are only referenced, not copied, since nothing but an optimizer step changes them: the
+    snapshot stays valid while ``trainer.global_step`` is ``step`` (:meth:`ModelCheckpoint.on_exception`).
+    Everything else in it (random states, the task stream, counters, the callbacks' state) is copied."""
+
+    step: int
+    path: str
+    checkpoint: dict
+
+
+def frozen(obj: Any, shared: set[int]) -> Any:
+    """``obj`` (a checkpoint) with its containers, tensors and arrays copied, except the tensors whose storage is in
+    ``shared``, which stay references. Other values are kept as they are: numbers, strings and the configs of the
+    hyper-parameters, which nothing changes during a step."""
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.untyped_storage().data_ptr() in shared else obj.detach().clone()
+    if isinstance(obj, dict):
+        out = copy.copy(obj)  # its own type (OrderedDict, defaultdict), its values replaced
+        for key, value in obj.items():
+            out[key] = frozen(value, shared)
+        return out
+    if isinstance(obj, list):
+        return [frozen(v, shared) for v in obj]
+    if isinstance(obj, tuple):
+        values = (frozen(v, shared) for v in obj)
+        return type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    return obj
+
+
+def step_only_storages(trainer, pl_module) -> set[int]:
+    """Storages only an optimizer step changes (or nothing): the module's parameters and the optimizers'
+    state."""
+    tensors = list(pl_module.parameters())
+    for opt in trainer.optimizers:
+        tensors += [t for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
+    return {t.untyped_storage().data_ptr() for t in tensors}
 
 
 class ModelCheckpoint(_LightningModelCheckpoint):
@@ -64,10 +116,12 @@ class ModelCheckpoint(_LightningModelCheckpoint):
       resuming from it repeats nothing (Lightning writes "last" at the end only when it wrote no
       checkpoint before, leaving an earlier step in ``last.ckpt``);
     - SIGTERM: ``last.ckpt`` at the step the loop stopped at (the end of a rollout; see
-      :mod:`collab.training.resume`), or a step-named checkpoint without ``save_last``.
+      :mod:`collab.training.resume`), or a step-named checkpoint without ``save_last``; inside a step (past the
+      grace), with ``save_last``, ``last.ckpt`` of the last completed step from its :class:`Snapshot`.
     """
 
     _start_step = 0
+    _snapshot: Snapshot | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
         super().on_train_start(trainer, pl_module)
@@ -85,6 +139,26 @@ class ModelCheckpoint(_LightningModelCheckpoint):
                 self._save_last_checkpoint(trainer, candidates)
         if self._training_ends(trainer) and not self._should_skip_saving_checkpoint(trainer):
             self._save_final(trainer)
+        self._take_snapshot(trainer, pl_module)
+
+    def _take_snapshot(self, trainer, pl_module) -> None:
+        """The step's :class:`Snapshot`, when it wrote no checkpoint (``save_last`` runs only: the snapshot is
+        written as ``last.ckpt``)."""
+        self._snapshot = None
+        step = trainer.global_step
+        if not self.save_last or self._should_skip_saving_checkpoint(trainer) or self._last_global_step_saved == step:
+            return
+        path = self.format_checkpoint_name(self._monitor_candidates(trainer), self.CHECKPOINT_NAME_LAST)
+        checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        self._snapshot = Snapshot(step, path, frozen(checkpoint, step_only_storages(trainer, pl_module)))
+
+    def _save_snapshot(self, trainer) -> None:
+        """Write the last completed step's snapshot (rank 0; no collective) if no optimizer step came since."""
+        snap, self._snapshot = self._snapshot, None
+        if snap is None or snap.step != trainer.global_step or snap.step <= self._last_global_step_saved:
+            return
+        trainer.strategy.save_checkpoint(snap.checkpoint, snap.path)
+        self.last_model_path, self._last_global_step_saved = snap.path, snap.step
 
     def _save_final(self, trainer) -> None:
         candidates = self._monitor_candidates(trainer)
@@ -106,6 +180,7 @@ class ModelCheckpoint(_LightningModelCheckpoint):
         from collab.preemption import mid_step
 
         if mid_step(exception):  # stopped inside a step: its weights and random state are not a step's
+            self._save_snapshot(trainer)  # but those of the step before are
             return
         if not isinstance(exception, SIGTERMException):
             return super().on_exception(trainer, pl_module, exception)

@@ -1,4 +1,4 @@
-"""The one-step two-agent matrix game of MAGRPO appendix, Appendix A.3.
+"""The one-step two-agent matrix game of MAGRPO appendix, Appendix A.3, and Table 1 for N players.
 
 Each agent picks option ``A`` (the paper's A^(1)) or ``B`` (A^(2)) without seeing the other's choice.
 
@@ -12,6 +12,11 @@ Presets
 
 ``team_reward=True`` turns a Table 2 game into its Dec-POMDP by giving both agents the sum of their
 utilities (which is Table 1 for both decompositions).
+
+``players=N`` plays Table 1 with N agents (collab's extension: the paper's games have two): the team gets 10
+when every player picks A, 0 when every one picks B and 7 otherwise, which for N = 2 is Table 1. Its joint
+optimum is all A, and a player's A is worth at least 7 and its B at most 7 whatever the others do: teams of
+any size learn it (``tests/envs/test_matrix.py``). Table 2's per-agent games stay two-player.
 
 Actions are text. With ``constrained=True`` (the default) the agents' policies are restricted to the
 two one-token options (a closed action vocabulary), which is what makes the game learnable by a tiny
@@ -27,7 +32,7 @@ import re
 from collections.abc import Sequence
 
 from collab.envs.base import AgentRole, Env, EnvState, Score
-from collab.errors import UserError, unknown
+from collab.errors import UserError, require, unknown
 
 # PAYOFFS[preset][a1][a2] = (utility of agent 1, utility of agent 2); 0 = A, 1 = B.
 PAYOFFS: dict[str, tuple[tuple[tuple[float, float], ...], ...]] = {
@@ -45,8 +50,14 @@ def parse_choice(text: str) -> int | None:
     return None if m is None else OPTIONS.index(m.group(1))
 
 
-def utilities(preset: str, choices: Sequence[int | None], invalid_penalty: float) -> tuple[float, float]:
+def utilities(preset: str, choices: Sequence[int | None], invalid_penalty: float) -> tuple[float, ...]:
     """Per-agent utilities of a joint choice; an unparseable choice scores ``invalid_penalty``."""
+    if len(choices) != 2:  # Table 1 for N players (module docstring); a valid choice next to an invalid one is
+        # valued at its worst case over the others' choices, as for two: A at 7, B at 0
+        if None in choices:
+            return tuple(invalid_penalty if c is None else (7.0, 0.0)[c] for c in choices)
+        value = 10.0 if set(choices) == {0} else 0.0 if set(choices) == {1} else 7.0
+        return (value,) * len(choices)
     table = PAYOFFS[preset]
     a1, a2 = choices
     if a1 is not None and a2 is not None:
@@ -66,10 +77,21 @@ class MatrixEnv(Env):
         constrained: bool = True,
         invalid_penalty: float = -1.0,
         horizon: int = 1,
+        players: int = 2,
     ) -> None:
         super().__init__(horizon)
         if preset not in PAYOFFS:
             raise unknown("matrix preset", preset, PAYOFFS)
+        require(
+            isinstance(players, int) and not isinstance(players, bool) and players >= 2,
+            f"matrix players must be an integer >= 2, got {players!r}",
+        )
+        require(
+            players == 2 or preset == "table1",
+            f"matrix preset {preset} is a two-player table; {players} players play table1 (10 when all pick A, "
+            "0 when all pick B, 7 otherwise)",
+        )
+        self.players = players
         self.preset = preset
         # Table 1 is a joint-reward game by definition; Table 2 games are POSGs unless asked otherwise.
         self.joint_reward = True if preset == "table1" else bool(team_reward)
@@ -78,10 +100,11 @@ class MatrixEnv(Env):
         joint = [pair[0] if preset == "table1" else sum(pair) for pair in pairs]
         self.reward_max = max(joint) if self.joint_reward else max(u for pair in pairs for u in pair)
         choices = OPTIONS if constrained else None
-        system = "You are playing a game with a partner. Answer with a single letter."
+        partners = "a partner" if players == 2 else f"{players - 1} partners"
+        system = f"You are playing a game with {partners}. Answer with a single letter."
         self.roles = tuple(
             AgentRole(f"player{i + 1}", system, max_new_tokens=1 if constrained else 8, choices=choices)
-            for i in range(2)
+            for i in range(players)
         )
 
     def tasks(self, split: str):
@@ -90,11 +113,12 @@ class MatrixEnv(Env):
         return [{"id": f"matrix-{self.preset}"}]
 
     def observe(self, task) -> list[str]:
+        who = "You and your partner each choose" if self.players == 2 else "You and your partners all choose"
         text = (
-            "You and your partner each choose A or B at the same time, without talking. "
+            f"{who} A or B at the same time, without talking. "
             "Your team scores best when you coordinate. Your choice (A or B):"
         )
-        return [text, text]
+        return [text] * self.players
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         choices = [parse_choice(a) for a in actions]
@@ -102,10 +126,10 @@ class MatrixEnv(Env):
         joint = sum(u) if self.preset != "table1" else u[0]
         if None in choices:  # a joint reward cannot be earned with an unusable answer
             joint = self.invalid_penalty
-        rewards = (joint, joint) if self.joint_reward else u
+        rewards = (joint,) * self.players if self.joint_reward else u
         info = {
             "joint_utility": float(sum(u) if self.preset != "table1" else u[0]),
-            "optimum": float(choices == [0, 0]),
+            "optimum": float(choices == [0] * self.players),
             "invalid": float(sum(c is None for c in choices)),
         }
         return Score(tuple(float(r) for r in rewards), info=info)
