@@ -31,7 +31,8 @@ from collab.preemption import state
 
 ROOT = Path(__file__).resolve().parents[2]
 RARELY = 100
-"""``every_n_train_steps`` of the runs whose step-end checkpoints come only from a stop (``collab.training.resume.Snapshot``)."""
+"""``every_n_train_steps`` of the runs whose step-end checkpoints come only from a stop
+(``collab.training.resume.Snapshot``)."""
 
 
 def callbacks(every: int = 1) -> str:
