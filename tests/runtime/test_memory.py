@@ -13,16 +13,34 @@ def teams():
     from collab.policy.models import BaseConfig
     from collab.policy.team import AgentSpec, AgentTeam
 
-    return {
+    teams = {
         gc: AgentTeam([AgentSpec(role="a")], BaseConfig(name="tiny", gradient_checkpointing=gc)) for gc in (False, True)
     }
+    for team in teams.values():
+        team.train()  # as in an update, where the probe runs (transformers checkpoints in train mode only)
+    return teams
+
+
+def saved_only(team) -> float:
+    """Bytes a token that the probe's forward saves for the backward (weights not counted)."""
+    seen, _ = memory.saved_for_backward(lambda: team.logprobs(0, [list(range(10, 42))], [list(range(42, 74))]))
+    weights = {p.untyped_storage().data_ptr() for p in team.parameters()}
+    return sum(n for ptr, n in seen.items() if ptr not in weights) / memory.PROBE_TOKENS
 
 
 def test_bytes_per_token_are_the_activations_saved_for_the_backward(teams):
     plain, checkpointed = (memory.bytes_per_token(teams[gc]) for gc in (False, True))
     # the tiny Llama: 2 layers of hidden 64, intermediate 128; a float32 layer saves some tens of values per token
     assert 2 * 64 * 4 < plain < 2 * 64 * 4 * 100
-    assert checkpointed < plain  # checkpointing keeps each layer's input only
+    assert plain == saved_only(teams[False])
+    inputs = saved_only(teams[True])
+    assert inputs < plain / 2  # checkpointing saves each layer's input only
+    # and its backward holds RECOMPUTE layers' activations besides (of its 2 layers' forward without checkpoints)
+    model = teams[True].models[teams[True].base_of[0]]
+    with memory.checkpointing_off(memory.checkpointed_layers(model)):
+        whole = saved_only(teams[True])
+    assert plain / 2 < whole <= plain and len(memory.checkpointed_layers(model)) == 2
+    assert checkpointed == pytest.approx(inputs + memory.RECOMPUTE * whole / 2, rel=1e-12)
     # no weight counts (the output head alone is 49,152 x 64 x 4 bytes, 188 times a token's bytes here)
     assert plain * memory.PROBE_TOKENS < 49_152 * 64 * 4
 
@@ -141,3 +159,78 @@ def test_release_gives_freed_tensors_memory_back_to_the_os():
     assert released == "True"
     assert int(grown) > 200 * 2**20  # freed, yet still resident (measured: 253 MiB of 250 MiB allocated)
     assert int(returned) > 0.9 * int(grown)  # measured: 251 MiB back
+
+
+def peak_allocated(fn) -> int:
+    """The most bytes torch's CPU allocator held at once while ``fn`` ran, above what it held before (the profiler's
+    allocation events: every tensor, exactly)."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    totals = [e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]"]
+    return max(totals) - (totals[0] - events[[e.get("name") for e in events].index("[memory]")]["args"]["Bytes"])
+
+
+@pytest.fixture(scope="module")
+def wide_model(tmp_path_factory) -> str:
+    """A 4-layer Llama of width 512 (intermediate 2,048): under checkpointing a layer's activations are many times
+    its saved input, as at the papers' widths."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from collab.policy.models import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    folder = tmp_path_factory.mktemp("wide")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_a_checkpointed_micro_batch_stays_within_its_budget(wide_model, monkeypatch):
+    """Under gradient checkpointing the forward saves only each layer's input, but the backward runs each layer
+    again and holds its activations and their gradients: an ``auto`` micro-batch counts them, and its forward and
+    backward stay within the budget (the saved inputs alone undercount the peak several times: a micro-batch
+    sized on them overruns it, as a 3B model's update did, by 6 GB). The output head's chunks of logits, a fixed
+    64 MiB that the budget's headroom holds, are cut to 1 MiB here, where the budget is 30 MiB."""
+    from collab.policy import head
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec, AgentTeam
+
+    monkeypatch.setattr(head, "chunk_tokens", lambda vocab: max(1, 2**20 // (4 * vocab)))
+
+    torch.manual_seed(0)
+    team = AgentTeam([AgentSpec(role="a")], BaseConfig(name=wide_model, gradient_checkpointing=True))
+    team.train()
+    budget = 0.03 * 2**30
+    tokens, _ = memory.auto_tokens(team, torch.device("cpu"), 0.03)
+    rows, length = 4, tokens // 4
+    prompts = [list(range(10 + r, 10 + r + length // 2)) for r in range(rows)]
+    completions = [list(range(500 + r, 500 + r + length - length // 2)) for r in range(rows)]
+    peak = peak_allocated(lambda: sum(t.sum() for t in team.logprobs(0, prompts, completions)).backward())
+    assert peak <= budget, (peak, budget, tokens)
+    layers = memory.checkpointed_layers(team.models[team.base_of[0]])
+    with memory.checkpointing_off(layers):
+        assert len(memory.checkpointed_layers(team.models[team.base_of[0]])) == 0
+    assert len(memory.checkpointed_layers(team.models[team.base_of[0]])) == len(layers) == 4
+    # the estimate of the saved inputs alone was more than twice short of the peak
+    assert peak / (rows * length) > 2 * saved_only(team) * memory.SAFETY

@@ -5,7 +5,10 @@ for a given model, adapters, dtype and checkpointing (the output head's logits a
 :mod:`collab.policy.head`). ``auto`` measures that number once, at the start of a run, on the team itself: one
 probe forward of :data:`PROBE_TOKENS` tokens through the agents' log-probs with autograd's saved-tensor hooks
 counting what is saved for the backward (:func:`bytes_per_token`), times :data:`SAFETY` for what a backward
-allocates besides. (An actor-critic's LLM critic reads about as many tokens as the agents: it is a backward pass
+allocates besides. Under gradient checkpointing what the forward saves is only each layer's input; the
+backward then runs each layer's forward again and holds that layer's activations and their gradients at
+once: the probe adds :data:`RECOMPUTE` layers' worth of activations (a second probe with checkpointing off,
+divided by the layers). (An actor-critic's LLM critic reads about as many tokens as the agents: it is a backward pass
 of its own, :meth:`collab.algos.actor_critic.ActorCritic.terms`, so it needs no room beside theirs.) The
 micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
 ``--model.micro_batch_memory_gb``, or by default 1/16 of the machine's RAM, at most 1 GiB, on a CPU, and 1/4
@@ -17,10 +20,12 @@ divided by the minibatch's counts: ``tests/algos/test_skeleton.py``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -29,6 +34,12 @@ PROBE_TOKENS = 64
 SAFETY = 1.5
 """Headroom over the measured saved-for-backward bytes: the backward's own buffers (a layer's activation
 gradients, the head's chunk), the allocator's slack."""
+RECOMPUTE = 2.0
+"""Layers' worth of full activations that a checkpointed backward holds beside the saved layer inputs: the layer
+it runs again, and the gradients of its activations. Measured (glibc's bytes in use at their peak over a LoRA
+forward and backward of 1,450-3,630 tokens, random Qwen3-shaped layers of width 1,024 and 2,048 in bfloat16): the
+saved inputs plus 1.5-1.7 layers; without it the estimate was 7-14 times short of the peak, and a 3B model's
+update, sized for 1 GiB, grew by 6 GB and was killed (docs/measurements.md, "Real-shape steps")."""
 CPU_FRACTION, CPU_CAP = 1 / 16, 2**30
 GPU_FRACTION = 1 / 4
 
@@ -93,19 +104,49 @@ def saved_for_backward(fn):
     return seen, out
 
 
+def checkpointed_layers(model) -> list:
+    """The layers of ``model`` that run their forward again in the backward (transformers' gradient
+    checkpointing: each decoder layer's ``gradient_checkpointing`` flag)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+
+
+@contextlib.contextmanager
+def checkpointing_off(layers: list) -> Iterator[None]:
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.gradient_checkpointing = True
+
+
 def bytes_per_token(team) -> float:
-    """Bytes saved for the backward per token of the agents' log-probs forward, measured on a probe sequence
-    (nothing is trained: the graph is dropped unused); in a team of several bases, the largest base's (one
-    probe through the first agent on each that trains: a frozen agent's forward saves nothing)."""
+    """Bytes an update's forward and backward hold per token of the agents' log-probs, measured on a probe
+    sequence (nothing is trained: the graph is dropped unused): what the forward saves for the backward, and
+    under gradient checkpointing :data:`RECOMPUTE` layers' activations besides. In a team of several bases, the
+    largest base's (one probe through the first agent on each that trains: a frozen agent's forward saves
+    nothing)."""
     half = PROBE_TOKENS // 2
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
     weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
+
+    def saved(agent: int) -> float:
+        seen, _ = saved_for_backward(lambda: team.logprobs(agent, [prompt], [completion]))
+        return sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS
+
     per_base = []
     for key in dict.fromkeys(team.base_of):
         mine = [i for i, k in enumerate(team.base_of) if k == key]
         agent = next((i for i in mine if not team.is_frozen(i)), mine[0])
-        seen, _ = saved_for_backward(lambda: team.logprobs(agent, [prompt], [completion]))
-        per_base.append(sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS)
+        layers = checkpointed_layers(team.models[key])
+        per_token = saved(agent)
+        if layers:
+            with checkpointing_off(layers):
+                per_token += RECOMPUTE * saved(agent) / len(layers)
+        per_base.append(per_token)
     return max(per_base)
 
 
