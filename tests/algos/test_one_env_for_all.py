@@ -23,7 +23,7 @@ DEBATE = [
     "--data.env_options",
     "{dataset: small_addition, max_new_tokens: 6, agents: 4}",
     "--data.batch_size",
-    "2",
+    "1",
     "--model.micro_batch_tokens",
     "4096",
     "--trainer.callbacks",

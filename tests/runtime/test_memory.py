@@ -35,12 +35,18 @@ def test_bytes_per_token_are_the_activations_saved_for_the_backward(teams):
     assert plain == saved_only(teams[False])
     inputs = saved_only(teams[True])
     assert inputs < plain / 2  # checkpointing saves each layer's input only
-    # and its backward holds RECOMPUTE layers' activations besides (of its 2 layers' forward without checkpoints)
-    model = teams[True].models[teams[True].base_of[0]]
-    with memory.checkpointing_off(memory.checkpointed_layers(model)):
-        whole = saved_only(teams[True])
-    assert plain / 2 < whole <= plain and len(memory.checkpointed_layers(model)) == 2
-    assert checkpointed == pytest.approx(inputs + memory.RECOMPUTE * whole / 2, rel=1e-12)
+    # and its backward holds RECOMPUTE times what a layer's forward saves without checkpoints besides
+    team = teams[True]
+    layers = memory.checkpointed_layers(team.models[team.base_of[0]])
+    weights = {p.untyped_storage().data_ptr() for p in team.parameters()}
+    with memory.checkpointing_off(layers):
+        whole = saved_only(team)
+        per_layer = memory.saved_in_layers(
+            lambda: team.logprobs(0, [list(range(10, 42))], [list(range(42, 74))]), layers, weights
+        )
+    assert len(layers) == 2 and per_layer[0] == per_layer[1] > 0  # two layers of one shape save alike
+    assert sum(per_layer) / memory.PROBE_TOKENS < whole  # the embeddings' and the head's inputs are outside them
+    assert checkpointed == pytest.approx(inputs + memory.RECOMPUTE * per_layer[0] / memory.PROBE_TOKENS, rel=1e-12)
     # no weight counts (the output head alone is 49,152 x 64 x 4 bytes, 188 times a token's bytes here)
     assert plain * memory.PROBE_TOKENS < 49_152 * 64 * 4
 

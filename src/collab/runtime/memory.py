@@ -7,10 +7,10 @@ probe forward of :data:`PROBE_TOKENS` tokens through the agents' log-probs with 
 counting what is saved for the backward (:func:`bytes_per_token`), times :data:`SAFETY` for what a backward
 allocates besides. Under gradient checkpointing what the forward saves is only each layer's input; the
 backward then runs each layer's forward again and holds that layer's activations and their gradients at
-once: the probe adds :data:`RECOMPUTE` layers' worth of activations (a second probe with checkpointing off,
-divided by the layers). (An actor-critic's LLM critic reads about as many tokens as the agents: it is a backward pass
-of its own, :meth:`collab.algos.actor_critic.ActorCritic.terms`, so it needs no room beside theirs.) The
-micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
+once: the probe adds :data:`RECOMPUTE` layers' worth of activations (what the largest layer's forward saves in a
+second probe with checkpointing off). (An actor-critic's LLM critic reads about as many tokens as the agents: it
+is a backward pass of its own, :meth:`collab.algos.actor_critic.ActorCritic.terms`, so it needs no room beside
+theirs.) The micro-batch is then the padded tokens that fit in the budget (:func:`budget_bytes`):
 ``--model.micro_batch_memory_gb``, or by default 1/16 of the machine's RAM, at most 1 GiB, on a CPU, and 1/4
 of the GPU's memory on a GPU: the machine's total memory, not what is free at the moment, so that a run's
 micro-batches do not depend on the load. The size is decided once per run and saved in the checkpoint; a
@@ -123,29 +123,56 @@ def checkpointing_off(layers: list) -> Iterator[None]:
             layer.gradient_checkpointing = True
 
 
+def saved_in_layers(fn, layers: list, weights: set[int]) -> list[int]:
+    """Bytes that each of ``layers``' forwards saves for the backward while ``fn()`` runs (weights, whose storages
+    are ``weights``, not counted; each storage once)."""
+    inside: list[int] = []
+    seen: list[dict[int, int]] = [{} for _ in layers]
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        if inside and storage.data_ptr() not in weights:
+            seen[inside[-1]][storage.data_ptr()] = storage.nbytes()
+        return t.detach()  # as saved_for_backward: no cycle through the graph
+
+    def enter(i: int):
+        return lambda module, args: inside.append(i)
+
+    def leave(module, args, out) -> None:  # (a hook that returns a value replaces the layer's output)
+        inside.pop()
+
+    hooks = []
+    for i, layer in enumerate(layers):
+        hooks += [layer.register_forward_pre_hook(enter(i)), layer.register_forward_hook(leave)]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [sum(s.values()) for s in seen]
+
+
 def bytes_per_token(team) -> float:
     """Bytes an update's forward and backward hold per token of the agents' log-probs, measured on a probe
     sequence (nothing is trained: the graph is dropped unused): what the forward saves for the backward, and
-    under gradient checkpointing :data:`RECOMPUTE` layers' activations besides. In a team of several bases, the
-    largest base's (one probe through the first agent on each that trains: a frozen agent's forward saves
-    nothing)."""
+    under gradient checkpointing :data:`RECOMPUTE` times what the largest layer's forward saves without it. In a
+    team of several bases, the largest base's (one probe through the first agent on each that trains: a frozen
+    agent's forward saves nothing)."""
     half = PROBE_TOKENS // 2
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
     weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
-
-    def saved(agent: int) -> float:
-        seen, _ = saved_for_backward(lambda: team.logprobs(agent, [prompt], [completion]))
-        return sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS
-
     per_base = []
     for key in dict.fromkeys(team.base_of):
         mine = [i for i, k in enumerate(team.base_of) if k == key]
         agent = next((i for i in mine if not team.is_frozen(i)), mine[0])
+        probe = lambda: team.logprobs(agent, [prompt], [completion])  # noqa: E731
+        seen, _ = saved_for_backward(probe)
+        per_token = sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS
         layers = checkpointed_layers(team.models[key])
-        per_token = saved(agent)
         if layers:
             with checkpointing_off(layers):
-                per_token += RECOMPUTE * saved(agent) / len(layers)
+                per_token += RECOMPUTE * max(saved_in_layers(probe, layers, weights)) / PROBE_TOKENS
         per_base.append(per_token)
     return max(per_base)
 
