@@ -315,6 +315,26 @@ def run_trl(comparison: str, cfg: dict, args) -> list[float]:
 
 
 def run_comlrl(comparison: str, cfg: dict, args, lora: bool) -> list[float]:
+    tasks = task_prompts(comparison, cfg["prompts"])
+    return comlrl_times(
+        args.folder,
+        tasks,
+        k=cfg["k"],
+        tokens=cfg["tokens"],
+        lr=cfg["lr"] if lora else cfg["full_lr"],
+        sampling=cfg["sampling"],
+        reward=lambda texts: joint_reward(*texts),
+        lora=lora,
+        steps=args.steps or cfg["steps"],
+        checkpointing=args.gradient_checkpointing,
+    )
+
+
+def comlrl_times(folder, tasks, k, tokens, lr, sampling, reward, lora, steps, checkpointing=False) -> list[float]:
+    """Seconds of each of ``steps`` steps of CoMLRL's ``MAGRPOTrainer`` on ``tasks`` (each task the user prompt of
+    every agent: as many agents as prompts), the team's reward ``reward(texts)`` of one joint action, each agent a
+    full model of ``folder`` or (``lora``) a peft LoRA model of it. One step: one optimizer step per agent over the
+    tasks (its buffer and batch), timed from the first task's rollout to the last one's update."""
     import random
 
     import torch
@@ -324,12 +344,13 @@ def run_comlrl(comparison: str, cfg: dict, args, lora: bool) -> list[float]:
 
     random.seed(0)
     torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(args.folder)
+    n, per_step = len(tasks[0]), len(tasks)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     # CoMLRL takes the prompt to end at its first pad token; SmolLM2's pad is <|im_end|>, inside every chat prompt.
     tokenizer.pad_token = "<|endoftext|>"
     agents = []
-    for _ in range(2):
-        model = load_peer_model(args.folder, args.gradient_checkpointing)
+    for _ in range(n):
+        model = load_peer_model(folder, checkpointing)
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         if lora:
             from peft import LoraConfig, get_peft_model
@@ -345,21 +366,20 @@ def run_comlrl(comparison: str, cfg: dict, args, lora: bool) -> list[float]:
 
         return format_
 
-    steps, prompts = args.steps or cfg["steps"], cfg["prompts"]
-    data = Dataset.from_list([{"prompts": p} for p in task_prompts(comparison, prompts)] * steps)
+    data = Dataset.from_list([{"prompts": p} for p in tasks] * steps)
     config = MAGRPOConfig(
         num_train_epochs=1,
-        agent_learning_rate=cfg["lr"] if lora else cfg["full_lr"],
-        num_agents=2,
-        num_generations=cfg["k"],
-        max_new_tokens=cfg["tokens"],
-        **cfg["sampling"],
+        agent_learning_rate=lr,
+        num_agents=n,
+        num_generations=k,
+        max_new_tokens=tokens,
+        **sampling,
         num_turns=1,
         joint_mode="aligned",
         early_termination_threshold=None,
         eval_interval=0,
-        rollout_buffer_size=prompts,
-        train_batch_size=prompts,
+        rollout_buffer_size=per_step,
+        train_batch_size=per_step,
         advantage_normalization=True,
         advantage_mode="mean",
         reference_kl_enabled=False,
@@ -371,20 +391,20 @@ def run_comlrl(comparison: str, cfg: dict, args, lora: bool) -> list[float]:
         calls = 0
 
         def _train_step_returns(self, batch_item, **kwargs):  # one task; the last of a step also updates
-            if self.calls % prompts == 0:
+            if self.calls % per_step == 0:
                 self.start = time.perf_counter()
             super()._train_step_returns(batch_item, **kwargs)
             self.calls += 1
-            if self.calls % prompts == 0:
+            if self.calls % per_step == 0:
                 times.append(time.perf_counter() - self.start)
 
     trainer = Timed(
         agents=agents,
-        num_agents=2,
+        num_agents=n,
         tokenizer=tokenizer,
         train_dataset=data,
-        reward_func=lambda concise, detailed: [joint_reward(concise[0], detailed[0])],
-        formatters=[formatter(0), formatter(1)],
+        reward_func=lambda *texts: [reward([t[0] for t in texts])],
+        formatters=[formatter(i) for i in range(n)],
         args=config,
     )
     trainer.verbose = False

@@ -144,81 +144,18 @@ def run_collab(algo: str, p: dict, args, full: bool) -> list[float]:
 
 
 def run_comlrl(p: dict, args, lora: bool) -> list[float]:
-    import random
-
-    import torch
-    from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-
-    random.seed(0)
-    torch.manual_seed(0)
-    n = p["agents"]
-    tokenizer = AutoTokenizer.from_pretrained(args.folder)
-    tokenizer.pad_token = "<|endoftext|>"  # CoMLRL ends a prompt at its first pad token (peers.py)
-    agents = []
-    for _ in range(n):
-        model = peers.load_peer_model(args.folder, False)
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-        if lora:
-            from peft import LoraConfig, get_peft_model
-
-            model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **peers.LORA))
-        agents.append(model)
-
-    def formatter(agent: int):
-        def format_(item) -> str:
-            return tokenizer.apply_chat_template(
-                [{"role": "user", "content": item["prompts"][agent]}], tokenize=False, add_generation_prompt=True
-            )
-
-        return format_
-
-    posts = peers.posts(PROMPTS)
-    data = Dataset.from_list([{"prompts": [prompt(i, post) for i in range(n)]} for post in posts] * args.steps)
-    config = MAGRPOConfig(
-        num_train_epochs=1,
-        agent_learning_rate=LR if lora else FULL_LR,
-        num_agents=n,
-        num_generations=p["k"],
-        max_new_tokens=p["length"],
-        **SAMPLING,
-        num_turns=1,
-        joint_mode="aligned",
-        early_termination_threshold=None,
-        eval_interval=0,
-        rollout_buffer_size=PROMPTS,
-        train_batch_size=PROMPTS,
-        advantage_normalization=True,
-        advantage_mode="mean",
-        reference_kl_enabled=False,
-        logging_steps=1,
+    tasks = [[prompt(i, post) for i in range(p["agents"])] for post in peers.posts(PROMPTS)]
+    return peers.comlrl_times(
+        args.folder,
+        tasks,
+        k=p["k"],
+        tokens=p["length"],
+        lr=LR if lora else FULL_LR,
+        sampling=SAMPLING,
+        reward=team_reward,
+        lora=lora,
+        steps=args.steps,
     )
-    times: list[float] = []
-
-    class Timed(MAGRPOTrainer):
-        calls = 0
-
-        def _train_step_returns(self, batch_item, **kwargs):  # one post; the last of a step also updates
-            if self.calls % PROMPTS == 0:
-                self.start = time.perf_counter()
-            super()._train_step_returns(batch_item, **kwargs)
-            self.calls += 1
-            if self.calls % PROMPTS == 0:
-                times.append(time.perf_counter() - self.start)
-
-    trainer = Timed(
-        agents=agents,
-        num_agents=n,
-        tokenizer=tokenizer,
-        train_dataset=data,
-        reward_func=lambda *texts: [team_reward([t[0] for t in texts])],
-        formatters=[formatter(i) for i in range(n)],
-        args=config,
-    )
-    trainer.verbose = False
-    trainer.train()
-    return times
 
 
 def run_side(algo: str, side: str, p: dict, args) -> list[float]:

@@ -26,3 +26,23 @@ def test_collab_runs_beside_each_named_peer_once_per_comparison():
         ("grpo", "trl"),
     ]
     assert peers.plan(["trl"]) == [("grpo", "trl")]
+
+
+def test_team_scaling_scores_each_agent_against_its_own_length_and_tabulates_the_ratios():
+    scaling = load("team_scaling")
+    words = lambda n: " ".join(["w"] * n)  # noqa: E731
+    assert scaling.team_reward([words(10), words(20), words(30)]) == 0.0  # agent i aims at 10 (i + 1) words
+    # 5 words (-0.5) and 40 (+1.0 off: -1.0): the mean
+    assert scaling.team_reward([words(5), words(40)]) == pytest.approx(-0.75)
+    assert scaling.point("k", 16) == {"agents": 2, "k": 16, "length": 64}
+    ran = lambda s, gb: {"status": "ran", "s_per_step": s, "rss_gb": gb}  # noqa: E731
+    results = {(2, "collab"): ran(10.0, 2.0), (2, "comlrl"): ran(40.0, 8.0), (4, "collab"): ran(12.0, 2.2)}
+    results[4, "comlrl"] = {"status": "failed (exit -9)", "error": "killed"}
+    lines = scaling.table("agents", results, ["collab", "comlrl"])
+    assert lines[0] == (
+        "| agents | collab LoRA s/step | collab LoRA GiB | CoMLRL full s/step | CoMLRL full GiB | "
+        "collab / CoMLRL full time | collab / CoMLRL full memory |"
+    )
+    assert lines[2] == "| 2 | 10.00 | 2.00 | 40.00 | 8.00 | 0.25 | 0.25 |"
+    assert lines[3] == "| 4 | 12.00 | 2.20 | failed (exit -9) |  |  |  |"
+    assert lines[4] == "| 8 | - |  | - |  |  |  |"
