@@ -5,11 +5,11 @@
 process (rank 0) at the first check point inside the n-th evaluation, rollout or update, and writes the
 time it sent it; ``COLLAB_SIGTERM_GRACE=0`` stops at that check point (the default grace lets a step end,
 which ``tests/training/test_signals.py`` covers). Each run must end with 143 within 30 s of the signal,
-with the one line and no traceback, write no checkpoint after the signal, leave no process behind (the
-second rank under DDP), and its last checkpoint must load and (1 process) resume to the end. One launch per
-case: 1 process for the evaluation and the update, 2 gloo processes for the same two, and the rollout in this
-process
-(``collab.fit.main(argv)``, as a notebook calls it).
+with the one line and no traceback, write nothing of the stopped step (only the step before's ``last.ckpt``
+where that step's end wrote none), leave no process behind (the second rank under DDP), and its last checkpoint
+must load and (1 process) resume to the end. One launch per case: 1 process for the evaluation and the update, 2
+gloo processes for the same two, and the rollout in this process (``collab.fit.main(argv)``, as a notebook calls
+it).
 """
 
 import json

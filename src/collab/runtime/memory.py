@@ -36,10 +36,9 @@ SAFETY = 1.5
 gradients, the head's chunk), the allocator's slack."""
 RECOMPUTE = 2.0
 """Layers' worth of full activations that a checkpointed backward holds beside the saved layer inputs: the layer
-it runs again, and the gradients of its activations. Measured (glibc's bytes in use at their peak over a LoRA
-forward and backward of 1,450-3,630 tokens, random Qwen3-shaped layers of width 1,024 and 2,048 in bfloat16): the
-saved inputs plus 1.5-1.7 layers; without it the estimate was 7-14 times short of the peak, and a 3B model's
-update, sized for 1 GiB, grew by 6 GB and was killed (docs/measurements.md, "Real-shape steps")."""
+it runs again, and the gradients of its activations. Measured at the peak of the bytes in use over a LoRA forward
+and backward (``benchmarks/checkpoint_memory.py``, Qwen3-shaped layers of width 1,024 and 2,048): the saved inputs
+plus 1.5-1.6 layers."""
 CPU_FRACTION, CPU_CAP = 1 / 16, 2**30
 GPU_FRACTION = 1 / 4
 
@@ -114,6 +113,7 @@ def checkpointed_layers(model) -> list:
 
 @contextlib.contextmanager
 def checkpointing_off(layers: list) -> Iterator[None]:
+    """Within: ``layers`` (checkpointed ones) run as if checkpointing were off."""
     for layer in layers:
         layer.gradient_checkpointing = False
     try:
