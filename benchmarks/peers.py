@@ -176,26 +176,53 @@ def peak_rss_gb() -> float:
 
 # -- collab -----------------------------------------------------------------------------------------------
 def run_collab(comparison: str, cfg: dict, args) -> list[float]:
+    from collab.policy.team import AgentSpec, LoraSpec, SamplingSpec
+
+    names = ("writer",) if comparison == "grpo" else ("concise", "detailed")
+    score = (lambda a: reward(a[0])) if comparison == "grpo" else (lambda a: joint_reward(*a))
+    lora = LoraSpec(r=LORA["r"], alpha=LORA["lora_alpha"], dropout=0.0, target_modules=list(LORA["target_modules"]))
+    specs = [
+        AgentSpec(system_prompt=None, lora=lora, sampling=SamplingSpec(**cfg["sampling"], max_new_tokens=cfg["tokens"]))
+        for _ in names
+    ]
+    options = dict(num_generations=cfg["k"], agent_lr=cfg["lr"])
+    if comparison == "grpo":  # grpo_vs_trl.py's settings; magrpo keeps magrpo.yaml's defaults
+        options.update(num_epochs=1, kl_coef=0.0, log_kl=False, normalize_std=True)
+    return collab_times(
+        "magrpo",
+        task_prompts(comparison, cfg["prompts"]),
+        names,
+        score,
+        specs,
+        options,
+        args.model,
+        args.steps or cfg["steps"],
+        checkpointing=args.gradient_checkpointing,
+    )
+
+
+def collab_times(algo, tasks, names, score, specs, options, model, steps, checkpointing=False) -> list[float]:
+    """Seconds of each of ``steps`` training steps of collab's ``algo`` (``from_config`` with ``specs`` and
+    ``options`` over ``model``) on ``tasks`` (each task the user prompt of every role in ``names``), all of them a
+    step, the team rewarded ``score(texts)`` for a joint action: Lightning's batch hooks, rollout to optimizer step."""
     import lightning as L
 
     from collab.algos import data_from_config, from_config
     from collab.envs.base import AgentRole, Env, Score
     from collab.policy.models import BaseConfig
-    from collab.policy.team import AgentSpec, LoraSpec, SamplingSpec
 
-    tasks = [{"id": i, "prompts": p} for i, p in enumerate(task_prompts(comparison, cfg["prompts"]))]
-    names = ("writer",) if comparison == "grpo" else ("concise", "detailed")
-    score = (lambda a: reward(a[0])) if comparison == "grpo" else (lambda a: joint_reward(*a))
+    records = [{"id": i, "prompts": p} for i, p in enumerate(tasks)]
+    tokens = specs[0].sampling.max_new_tokens
 
     class Tasks(Env):
         name = "peers"
 
         def __init__(self):
             super().__init__(1)
-            self.roles = tuple(AgentRole(n, max_new_tokens=cfg["tokens"]) for n in names)
+            self.roles = tuple(AgentRole(n, max_new_tokens=tokens) for n in names)
 
         def tasks(self, split):
-            return tasks
+            return records
 
         def observe(self, task):
             return list(task["prompts"])
@@ -213,21 +240,13 @@ def run_collab(comparison: str, cfg: dict, args) -> list[float]:
             times.append(time.perf_counter() - self.start)
 
     L.seed_everything(0, verbose=False)
-    lora = LoraSpec(r=LORA["r"], alpha=LORA["lora_alpha"], dropout=0.0, target_modules=list(LORA["target_modules"]))
-    specs = [
-        AgentSpec(system_prompt=None, lora=lora, sampling=SamplingSpec(**cfg["sampling"], max_new_tokens=cfg["tokens"]))
-        for _ in names
-    ]
-    base = BaseConfig(name=args.model, gradient_checkpointing=args.gradient_checkpointing)
-    options = dict(num_generations=cfg["k"], agent_lr=cfg["lr"])
-    if comparison == "grpo":  # grpo_vs_trl.py's settings; magrpo keeps magrpo.yaml's defaults
-        options.update(num_epochs=1, kl_coef=0.0, log_kl=False, normalize_std=True)
-    module = from_config("magrpo", base=base, agents=specs, **options)
-    dm = data_from_config("magrpo", env="matrix", batch_size=cfg["prompts"], seed=0, shuffle=False)
+    base = BaseConfig(name=model, gradient_checkpointing=checkpointing)
+    module = from_config(algo, base=base, agents=specs, **options)
+    dm = data_from_config(algo, env="matrix", batch_size=len(records), seed=0, shuffle=False)
     dm.env = Tasks()
-    dm.stream.tasks = list(tasks)
+    dm.stream.tasks = list(records)
     trainer = L.Trainer(
-        max_steps=args.steps or cfg["steps"],
+        max_steps=steps,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

@@ -44,11 +44,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peers  # noqa: E402  (the posts, the peers' model loading, the venv set-up)
+import peers  # noqa: E402  (the posts, both sides' runs, the venv set-up)
 
 TARGET = 10
 """Agent i's target length in words: ``TARGET * (i + 1)``."""
@@ -83,64 +82,20 @@ def point(axis: str, value: int) -> dict:
 
 # -- the sides, each in its own process -------------------------------------------------------------------
 def run_collab(algo: str, p: dict, args, full: bool) -> list[float]:
-    import lightning as L
-
-    from collab.algos import data_from_config, from_config
-    from collab.envs.base import AgentRole, Env, Score
-    from collab.policy.models import BaseConfig
     from collab.policy.team import AgentSpec, LoraSpec, SamplingSpec
 
-    n, posts = p["agents"], peers.posts(PROMPTS)
-    tasks = [{"id": j, "prompts": [prompt(i, post) for i in range(n)]} for j, post in enumerate(posts)]
-
-    class Writing(Env):
-        name = "team_writing"
-
-        def __init__(self):
-            super().__init__(1)
-            self.roles = tuple(AgentRole(f"writer{i + 1}", max_new_tokens=p["length"]) for i in range(n))
-
-        def tasks(self, split):
-            return tasks
-
-        def observe(self, task):
-            return list(task["prompts"])
-
-        def score(self, state, actions):
-            return Score((team_reward(list(actions)),) * n)
-
-    times: list[float] = []
-
-    class Clock(L.Callback):
-        def on_train_batch_start(self, *a):
-            self.start = time.perf_counter()
-
-        def on_train_batch_end(self, *a):
-            times.append(time.perf_counter() - self.start)
-
-    L.seed_everything(0, verbose=False)
+    n = p["agents"]
     lora = LoraSpec(r=8, alpha=16, dropout=0.0, target_modules=list(peers.LORA["target_modules"]))
     sampling = SamplingSpec(**SAMPLING, max_new_tokens=p["length"])
     specs = [AgentSpec(finetune="full" if full else "lora", lora=lora, sampling=sampling) for _ in range(n)]
     options = dict(num_generations=p["k"], agent_lr=FULL_LR if full else LR, num_epochs=1, kl_coef=0.0, log_kl=False)
     if algo != "magrpo":  # CoLLM-CC: one sample per agent and task, its critic
         options = dict(agent_lr=FULL_LR if full else LR, num_epochs=1)
-    module = from_config(algo, base=BaseConfig(name=args.model), agents=specs, **options)
-    dm = data_from_config(algo, env="matrix", batch_size=PROMPTS, seed=0, shuffle=False)
-    dm.env = Writing()
-    dm.stream.tasks = list(tasks)
-    trainer = L.Trainer(
-        max_steps=args.steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        devices=1,
-        callbacks=[Clock()],
+    tasks = [[prompt(i, post) for i in range(n)] for post in peers.posts(PROMPTS)]
+    names = [f"writer{i + 1}" for i in range(n)]
+    return peers.collab_times(
+        algo, tasks, names, lambda a: team_reward(list(a)), specs, options, args.model, args.steps
     )
-    trainer.fit(module, dm)
-    return times
 
 
 def run_comlrl(p: dict, args, lora: bool) -> list[float]:
