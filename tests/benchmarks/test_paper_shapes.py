@@ -186,22 +186,15 @@ def test_the_phase_clock_counts_each_second_once_in_the_innermost_phase(bench, m
 def test_every_preset_composed_with_its_override_names_only_the_random_weight_folders(bench, tmp_path):
     """No model of a composed preset is left at its hub id (which would try the network): the agents' bases and
     an LLM critic's, also where the critic is on agent 0's model and the preset names it (CoLLM's coding critic)."""
-    import io
-    from contextlib import redirect_stdout
-
     import yaml
 
-    from collab.fit import print_config
+    from tests.support.presets import composed
 
     opt = bench.Options("bfloat16", "lora", None, 1, None, None, True, str(tmp_path))
     for name, paper in bench.PAPERS.items():
         path = tmp_path / f"{name}.override.yaml"
         path.write_text(yaml.safe_dump(bench.override(name, opt)))
-        configs = ["--config", str(bench.preset_file(name)), "--config", str(path)]
-        printed = io.StringIO()
-        with redirect_stdout(printed), pytest.raises(SystemExit):
-            print_config(paper.algo, [*configs, "--print_config"])
-        model = yaml.safe_load(printed.getvalue())["model"]
+        model = composed(paper.algo, ["--config", str(bench.preset_file(name)), "--config", str(path)])["model"]
         names = [model["base"]["name"], *(a.get("base") for a in model["agents"])]
         names.append((model.get("critic_spec") or {}).get("base"))
         for named in filter(None, names):

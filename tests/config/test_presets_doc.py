@@ -5,16 +5,14 @@ for), and every value the preset file sets has such a row. Composes the configs 
 
 from __future__ import annotations
 
-import io
 import math
 import re
-from contextlib import redirect_stdout
 from functools import cache
 
 import pytest
 import yaml
 
-from tests.support.presets import PRESETS, ROOT, config_algos
+from tests.support.presets import PRESETS, ROOT, composed, config_algos
 
 DOC = ROOT / "docs" / "presets.md"
 HEADER = ["hyper-parameter", "paper (section/table)", "paper's value", "preset's value", "why they differ"]
@@ -62,13 +60,8 @@ def keyed_rows(rows: list[list[str]]) -> list[tuple[str, str]]:
 
 
 @cache
-def composed(preset: str, algo: str) -> dict:
-    from collab.fit import print_config
-
-    printed = io.StringIO()
-    with redirect_stdout(printed), pytest.raises(SystemExit):
-        print_config(algo, ["--config", str(ROOT / "conf" / "presets" / f"{preset}.yaml"), "--print_config"])
-    return yaml.safe_load(printed.getvalue())
+def preset_config(preset: str, algo: str) -> dict:
+    return composed(algo, ["--config", str(ROOT / "conf" / "presets" / f"{preset}.yaml")])
 
 
 MISSING = object()
@@ -136,7 +129,7 @@ def test_the_table_gives_the_presets_values(preset):
         general = re.sub(r"^model\.agents\[\d+\]", "model.agents[*]", key)
         assert key in keys or general in keys, f"{preset.stem}: the file sets {key}, which no row names"
     for algo in config_algos(preset):
-        config = composed(preset.stem, algo)
+        config = preset_config(preset.stem, algo)
         for key, documented in rows:
             value = lookup(config, key)
             assert value is not MISSING, f"{preset.stem} ({algo}): no single value at {key}"

@@ -1,5 +1,6 @@
 """Which algorithms a shipped config is for: ``conf/algo/NAME.yaml`` for NAME; ``conf/presets/NAME_*.yaml`` for
-the algorithm NAME, and ``conf/presets/collm_*.yaml`` for both CoLLM variants (``collm_cc``, ``collm_dc``)."""
+the algorithm NAME, and ``conf/presets/collm_*.yaml`` for both CoLLM variants (``collm_cc``, ``collm_dc``); and the
+config a command line composes."""
 
 from __future__ import annotations
 
@@ -20,3 +21,19 @@ def config_algos(path: Path) -> list[str]:
 def preset_runs() -> list[tuple[Path, str]]:
     """(preset, algorithm) for every preset and every algorithm it is for."""
     return [(p, a) for p in PRESETS for a in config_algos(p)]
+
+
+def composed(algo: str, argv: list[str]) -> dict:
+    """The config ``python -m collab.fit --algo ALGO ARGV`` composes (what its ``--print_config`` prints)."""
+    import io
+    from contextlib import redirect_stdout
+
+    import pytest
+    import yaml
+
+    from collab.fit import print_config
+
+    printed = io.StringIO()
+    with redirect_stdout(printed), pytest.raises(SystemExit):
+        print_config(algo, [*argv, "--print_config"])
+    return yaml.safe_load(printed.getvalue())
