@@ -188,28 +188,10 @@ def peak_allocated(fn) -> int:
 def wide_model(tmp_path_factory) -> str:
     """A 4-layer Llama of width 512 (intermediate 2,048): under checkpointing a layer's activations are many times
     its saved input, as at the papers' widths."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.support.architectures import model_dir
 
-    from collab.policy.models import load_tokenizer
-
-    tokenizer = load_tokenizer("tiny")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=512,
-        intermediate_size=2048,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
-    folder = tmp_path_factory.mktemp("wide")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    shape = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=8)
+    return model_dir("llama", tmp_path_factory.mktemp("wide"), **shape)
 
 
 def test_a_checkpointed_micro_batch_stays_within_its_budget(wide_model, monkeypatch):

@@ -44,7 +44,7 @@ MOE = ("qwen2_moe", "mixtral")
 SLIDING = ("qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "mixtral")
 
 
-def _config(family: str, tokenizer):
+def _config(family: str, tokenizer, shape: dict | None = None):
     import transformers as tf
 
     vocab = len(tokenizer)
@@ -64,6 +64,7 @@ def _config(family: str, tokenizer):
         tie_word_embeddings=True,
         **special,
     )
+    common.update(shape or {})
     window = dict(sliding_window=WINDOW)
     if family == "llama":
         return tf.LlamaConfig(**common)
@@ -135,10 +136,11 @@ def base_tokenizer():
 
 
 @lru_cache(maxsize=None)
-def _built(family: str, root: str, seed: int, tokenizer_folder: str | None) -> str:
+def _built(family: str, root: str, seed: int, tokenizer_folder: str | None, shape: tuple = ()) -> str:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = Path(root) / f"{family}-{seed}{'-other' if tokenizer_folder else ''}"
+    sized = "".join(f"-{k}{v}" for k, v in shape)
+    folder = Path(root) / f"{family}-{seed}{'-other' if tokenizer_folder else ''}{sized}"
     if (folder / "config.json").is_file():
         return str(folder)
     if tokenizer_folder:
@@ -147,7 +149,7 @@ def _built(family: str, root: str, seed: int, tokenizer_folder: str | None) -> s
         from collab.policy.models import model_folder
 
         tokenizer = AutoTokenizer.from_pretrained(model_folder("tiny"))
-    config = _config(family, tokenizer)
+    config = _config(family, tokenizer, dict(shape))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -168,11 +170,12 @@ def _built(family: str, root: str, seed: int, tokenizer_folder: str | None) -> s
     return str(folder)
 
 
-def model_dir(family: str, root: str | Path, seed: int = 0, tokenizer: str | Path | None = None) -> str:
+def model_dir(family: str, root: str | Path, seed: int = 0, tokenizer: str | Path | None = None, **shape) -> str:
     """A folder under ``root`` holding a tiny random ``family`` model (seeded) and its tokenizer, made on the first
     call: load it with ``BaseConfig(name=folder)`` or ``AutoModelForCausalLM.from_pretrained(folder)``.
-    ``tokenizer``: a tokenizer folder to use instead of SmolLM2's (e.g. :func:`other_tokenizer`)."""
-    return _built(family, str(root), seed, str(tokenizer) if tokenizer else None)
+    ``tokenizer``: a tokenizer folder to use instead of SmolLM2's (e.g. :func:`other_tokenizer`). ``shape``: config
+    fields over the tiny ones (``hidden_size=512``...; the families built from the shared fields only)."""
+    return _built(family, str(root), seed, str(tokenizer) if tokenizer else None, tuple(sorted(shape.items())))
 
 
 OTHER_TEMPLATE = (
