@@ -85,20 +85,25 @@ def token_budget_chunks(lengths: list[int], budget: int | None, rows: list[int] 
     return chunks
 
 
+def recording(record):
+    """Saved-tensor hooks that call ``record(data pointer, bytes)`` for each storage autograd saves."""
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        record(storage.data_ptr(), storage.nbytes())
+        # kept without its graph: an op's own output handed back as itself would make its node reference
+        # itself through the tensor's grad_fn, a cycle through C++ that Python's collector cannot see, which
+        # would keep the graph and every weight it saved alive after the forward's output is gone
+        return t.detach()
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
 def saved_for_backward(fn):
     """``(storages, out)``: ``out = fn()`` and the bytes of each storage autograd saved for the backward while it
     ran (data pointer -> bytes, each storage once)."""
     seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor):
-        storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-        # kept without its graph: an op's own output handed back as itself would make its node reference
-        # itself through the tensor's grad_fn, a cycle through C++ that Python's collector cannot see, which
-        # would keep the graph and every weight it saved alive after ``out`` is gone
-        return t.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with recording(seen.__setitem__):
         out = fn()
     return seen, out
 
@@ -129,11 +134,9 @@ def saved_in_layers(fn, layers: list, weights: set[int]) -> list[int]:
     inside: list[int] = []
     seen: list[dict[int, int]] = [{} for _ in layers]
 
-    def pack(t: torch.Tensor):
-        storage = t.untyped_storage()
-        if inside and storage.data_ptr() not in weights:
-            seen[inside[-1]][storage.data_ptr()] = storage.nbytes()
-        return t.detach()  # as saved_for_backward: no cycle through the graph
+    def record(ptr: int, nbytes: int) -> None:
+        if inside and ptr not in weights:
+            seen[inside[-1]][ptr] = nbytes
 
     def enter(i: int):
         return lambda module, args: inside.append(i)
@@ -145,7 +148,7 @@ def saved_in_layers(fn, layers: list, weights: set[int]) -> list[int]:
     for i, layer in enumerate(layers):
         hooks += [layer.register_forward_pre_hook(enter(i)), layer.register_forward_hook(leave)]
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with recording(record):
             fn()
     finally:
         for hook in hooks:
