@@ -287,8 +287,13 @@ def fit(argv: list[str]) -> None:
     from collab.training import sharding
 
     sharding.check(cli.trainer.strategy, cli.model)
+    from collab.cli.output import note, restore_on_exit
     from collab.cli.resources import prepare_processes
+    from collab.runtime.threads import choose_threads
 
+    threads, restore = choose_threads(cli.trainer.num_devices)  # before Lightning starts the other processes
+    restore_on_exit(restore)
+    note(threads)
     env = getattr(cli.datamodule, "env", None)
     prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"), env)  # fits? timeout
     ckpt = cli.config.get("ckpt_path")
@@ -309,6 +314,9 @@ def fit(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from collab.runtime.threads import wait_passively
+
+    wait_passively()  # before torch's import (collab.runtime.threads)
     try:
         return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:

@@ -48,6 +48,13 @@ def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def restore_on_exit(undo: Callable[[], None]) -> None:
+    """Run ``undo`` when the command-line entry returns (:func:`command_output`): a setting the command made for
+    itself (its threads) is put back for the test or notebook that called it."""
+    if _requested:
+        _undo.append(undo)
+
+
 def launched_rank() -> int:
     """This process's global rank as its launcher set it (torchrun's ``RANK``, SLURM's ``SLURM_PROCID``,
     Lightning's ``LOCAL_RANK`` for the processes it starts); 0 when none did."""

@@ -17,7 +17,8 @@ N`` (the budget of every training run: rollouts, or generated tokens), ``--contr
 ``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
 ``--retry_failed`` (run the failed runs again), ``--restore RESULTS [STEPS]`` (the finished runs of an
 earlier start on another machine, from its ``results.csv`` and ``steps.csv``: :mod:`collab.compare.restore`),
-``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS`` = cores / N unless set: their wall times
+``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS`` = cores / N unless set, the cores this process
+may use: :func:`collab.runtime.threads.usable_cores`: their wall times
 then share the machine, which the table says), ``--score KEY`` (the
 held-out score: an info key of the env's last step, e.g. ``majority@2`` on debate, checked on every env of the grid
 before anything runs; default: accuracy where the env reports ``solved``, else the episode return).
@@ -63,6 +64,7 @@ from collab.compare.options import parser
 from collab.compare.progress import Progress, clock_time
 from collab.compare.running import Running, read_record, run_cell
 from collab.errors import UserError
+from collab.runtime.threads import usable_cores
 
 
 def run(argv: list[str]) -> int:
@@ -145,9 +147,7 @@ def run(argv: list[str]) -> int:
         elif options.max_runs is None or len(queue) < options.max_runs:
             queue.append((i, cell))
     running = Running(options.jobs)
-    threads = (
-        None if options.jobs == 1 or "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // options.jobs)
-    )
+    threads = threads_per_run(options.jobs)
     lock = threading.Lock()
 
     def one(i: int, cell: Cell) -> None:
@@ -276,6 +276,14 @@ def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
         + (f", {out / 'curves.png'}" if figure is not None else ""),
         flush=True,
     )
+
+
+def threads_per_run(jobs: int) -> int | None:
+    """Each run's ``OMP_NUM_THREADS`` with ``jobs`` at once: the cores this process may use over ``jobs`` (None:
+    one job, or the user's own setting, which the runs inherit)."""
+    if jobs == 1 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    return max(1, usable_cores()[0] // jobs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,114 @@
+"""A run beside another of the same size: how much slower is each step than alone?
+
+Researchers run several jobs on one machine (``collab.compare --jobs``, a notebook beside a run). On 2 cores,
+two runs that each use 2 OpenMP threads share them; the question is what the sharing costs beyond the
+2x that halving the cores can cost at most. For each variant (environment variables given to the runs), the
+same command runs alone, then ``--copies`` copies of it start at once; the figures are each run's step times,
+parsed from its progress lines (``step N/M ... rollout R s  step S s``): the first step, and the median of the
+later ones (after the first, which holds the warm-up), and the slowdown of the copies against the run alone.
+
+Variants (``--variants``):
+
+- ``spin``: libgomp's default wait (``GOMP_SPINCOUNT=300000``: an idle thread spins ~0.1-1 ms before it sleeps),
+  what torch does unless told otherwise;
+- ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (an idle thread sleeps at once), what ``collab.fit`` chooses
+  (:mod:`collab.runtime.threads`);
+- ``one``: one thread each (``OMP_NUM_THREADS=1``), what ``collab.compare --jobs 2`` gives each run on 2 cores.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/shared_machine.py --out /tmp/shared.md     # ~25 min on 2 cores
+    PYTHONPATH=src .venv/bin/python benchmarks/shared_machine.py --variants spin passive --steps 2
+
+Nothing else may run meanwhile: the point is the copies' own contention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = {
+    "spin": {"GOMP_SPINCOUNT": "300000"},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "one": {"OMP_NUM_THREADS": "1"},
+}
+CLEARED = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+STEP = re.compile(r"^step (\d+)/\d+.*?rollout ([\d.]+) s\s+step ([\d.]+) s", re.M)
+
+
+def start(command: list[str], env: dict[str, str], root: Path) -> subprocess.Popen:
+    base = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    return subprocess.Popen(
+        [*command, "--trainer.default_root_dir", str(root)],
+        env={**base, **env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def together(command: list[str], env: dict[str, str], copies: int, root: Path) -> list[dict]:
+    """``copies`` runs started at once; each one's step and rollout seconds."""
+    procs = [start(command, env, root / str(i)) for i in range(copies)]
+    began = time.perf_counter()
+    runs = []
+    for proc in procs:
+        out, _ = proc.communicate()
+        steps = [(float(r), float(s)) for _, r, s in STEP.findall(out)]
+        if proc.returncode or not steps:
+            sys.exit(f"run failed (exit {proc.returncode}):\n{out[-3000:]}")
+        runs.append({"steps": steps, "wall": time.perf_counter() - began})
+    return runs
+
+
+def later(steps: list[tuple[float, float]], index: int) -> float:
+    rest = steps[1:] or steps
+    return statistics.median(s[index] for s in rest)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--copies", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--algo", default="marft_a")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("extra", nargs="*", help="more collab.fit arguments (after --)")
+    args = ap.parse_args()
+    command = [sys.executable, "-m", "collab.fit", "--algo", args.algo, "--trainer.max_steps", str(args.steps)]
+    command += args.extra
+    lines = [
+        f"`{' '.join(['collab.fit', *command[3:]])}`, {os.cpu_count()} cores, "
+        f"{args.copies} copies at once against alone",
+        "",
+        "| variant | run | first step s | later steps s (median) | rollout s (median) | slowdown (later steps) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in args.variants:
+        with tempfile.TemporaryDirectory() as tmp:
+            alone = together(command, VARIANTS[name], 1, Path(tmp) / "alone")[0]
+            shared = together(command, VARIANTS[name], args.copies, Path(tmp) / "shared")
+        base = later(alone["steps"], 1)
+        rows = [("alone", alone)] + [(f"copy {i + 1} of {args.copies}", run) for i, run in enumerate(shared)]
+        for label, run in rows:
+            step = later(run["steps"], 1)
+            lines.append(
+                f"| {name} | {label} | {run['steps'][0][1]:.1f} | {step:.1f} | {later(run['steps'], 0):.1f} "
+                f"| {step / base:.2f}x |"
+            )
+        print("\n".join(lines[-len(rows) :]), flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""A run's threads (collab.runtime.threads): the cores from the affinity and a CPU quota, an equal share per
+process, idle OpenMP threads that sleep at once, and the setting put back for whoever called the command."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from collab.runtime import threads
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_a_v2_quota_is_the_smallest_of_the_cgroup_and_its_ancestors(tmp_path):
+    write(tmp_path / "jobs" / "cpu.max", "250000 100000\n")
+    write(tmp_path / "jobs" / "run7" / "cpu.max", "max 100000\n")  # none of its own: the parent's binds
+    assert threads.cpu_quota("0::/jobs/run7\n", tmp_path) == 2.5
+    write(tmp_path / "jobs" / "run7" / "cpu.max", "150000 100000\n")
+    assert threads.cpu_quota("0::/jobs/run7\n", tmp_path) == 1.5
+    assert threads.cpu_quota("0::/elsewhere\n", tmp_path) is None
+
+
+def test_a_v1_quota_is_read_from_the_cpu_controller(tmp_path):
+    line = "4:memory:/m\n3:cpu,cpuacct:/slurm/job9\n"
+    write(tmp_path / "cpu,cpuacct" / "slurm" / "job9" / "cpu.cfs_quota_us", "-1\n")  # unlimited
+    write(tmp_path / "cpu,cpuacct" / "slurm" / "job9" / "cpu.cfs_period_us", "100000\n")
+    assert threads.cpu_quota(line, tmp_path) is None
+    write(tmp_path / "cpu,cpuacct" / "slurm" / "job9" / "cpu.cfs_quota_us", "300000\n")
+    assert threads.cpu_quota(line, tmp_path) == 3.0
+
+
+def test_a_quota_below_the_affinity_caps_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(threads, "cpu_quota", lambda: 1.5)
+    assert threads.usable_cores() == (1, "4 cores usable, a CPU quota of 1.5")
+    monkeypatch.setattr(threads, "cpu_quota", lambda: 8.0)
+    assert threads.usable_cores() == (4, "4 cores usable")
+
+
+def test_each_process_gets_its_share_and_the_setting_is_put_back(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "usable_cores", lambda: (4, "4 cores usable"))
+    before = torch.get_num_threads()
+    line, restore = threads.choose_threads(processes=2)
+    try:
+        assert torch.get_num_threads() == 2 and os.environ["OMP_NUM_THREADS"] == "2"  # the started ones too
+        assert line.startswith("threads: 2 a process (4 cores usable, 2 processes)")
+    finally:
+        restore()
+    assert torch.get_num_threads() == before and "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's word stands
+    line, restore = threads.choose_threads(processes=2)
+    restore()
+    assert "OMP_NUM_THREADS=3" in line and os.environ["OMP_NUM_THREADS"] == "3"
+
+
+def test_the_wait_is_set_only_before_torch_and_only_when_unset(monkeypatch):
+    assert threads.wait_passively({}) is False  # torch is loaded here: too late for libgomp to read it
+    monkeypatch.delitem(sys.modules, "torch")
+    environ = {}
+    assert threads.wait_passively(environ) is True and environ == {"OMP_WAIT_POLICY": "PASSIVE"}
+    environ = {"GOMP_SPINCOUNT": "10000"}
+    assert threads.wait_passively(environ) is False and environ == {"GOMP_SPINCOUNT": "10000"}
+
+
+def test_the_command_line_starts_openmp_with_a_passive_wait(tmp_path):
+    """libgomp prints what it read when it loaded (OMP_DISPLAY_ENV): no spinning (its default spins 300000
+    times) in a process started as ``python -m collab.fit``."""
+    env = {k: v for k, v in os.environ.items() if k not in threads.WAIT_VARIABLES}
+    env.update(OMP_DISPLAY_ENV="verbose", PYTHONPATH=str(ROOT / "src"))
+    result = subprocess.run(
+        [sys.executable, "-m", "collab.fit", "--algo", "magrpo", "--print_config"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "GOMP_SPINCOUNT = '0'" in result.stderr, result.stderr[-2000:]
+
+
+def test_compare_divides_the_usable_cores_among_its_jobs(monkeypatch):
+    from collab import compare
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this process's
+    monkeypatch.setattr(compare, "usable_cores", lambda: (6, "6 cores usable"))
+    assert [compare.threads_per_run(jobs) for jobs in (1, 2, 4, 8)] == [None, 3, 1, 1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert compare.threads_per_run(2) is None  # the runs inherit the user's
