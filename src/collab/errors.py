@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class UserError(ValueError):
@@ -88,6 +88,20 @@ def class_from_path(path: str, base: type, option: str, builtins: Iterable[str])
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise UserError(f"{option} {path}: {name} is not a {base.__module__}.{base.__name__} subclass; {valid}")
     return cls
+
+
+def registered_class(name: str, table: Mapping[str, str], base: type, kind: str, option: str) -> type:
+    """The class a registry's ``name`` stands for: a built-in name of ``table`` (name -> ``"module:Class"``, the
+    module imported only now), or a class path of one's own (:func:`class_from_path`, ``option`` naming where it
+    was given). An unknown name is a UserError listing the valid ones."""
+    import importlib
+
+    if ":" in name:
+        return class_from_path(name, base, option, table)
+    if name not in table:
+        raise unknown(kind, name, table)
+    module, cls = table[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 
 from collab.envs.base import AgentRole, Env, EnvState, Score, StepResult
-from collab.errors import UserError, unknown
+from collab.errors import UserError, registered_class
 
 # name -> "module:Class"; an environment's module is imported only when it is built.
 _ENVS = {
@@ -24,16 +24,7 @@ def env_class(name: str) -> type[Env]:
     """The class of environment ``name``: a built-in name, or a class path ``module:Class`` naming an
     :class:`Env` subclass importable from the working directory (an env of one's own: docs/extending.md).
     An unknown name is a UserError listing the valid ones."""
-    import importlib
-
-    if ":" in name:
-        from collab.errors import class_from_path
-
-        return class_from_path(name, Env, "--data.env", _ENVS)
-    if name not in _ENVS:
-        raise unknown("env", name, _ENVS)
-    module, cls = _ENVS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return registered_class(name, _ENVS, Env, "env", "--data.env")
 
 
 def env_names() -> list[str]:

@@ -13,7 +13,7 @@ path, as envs and algorithms: docs/extending.md).
 
 from __future__ import annotations
 
-from collab.errors import UserError, unknown
+from collab.errors import UserError, registered_class
 from collab.tools.base import Tool, ToolError
 
 __all__ = ["Tool", "ToolError", "make_tool", "tool_class", "tool_names"]
@@ -29,16 +29,7 @@ _TOOLS = {
 def tool_class(name: str) -> type[Tool]:
     """The class of tool ``name``: a built-in name, or a class path ``module:Class`` naming a :class:`Tool`
     subclass importable from the working directory. An unknown name is a UserError listing the valid ones."""
-    import importlib
-
-    if ":" in name:
-        from collab.errors import class_from_path
-
-        return class_from_path(name, Tool, "tool", _TOOLS)
-    if name not in _TOOLS:
-        raise unknown("tool", name, _TOOLS)
-    module, cls = _TOOLS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return registered_class(name, _TOOLS, Tool, "tool", "tool")
 
 
 def tool_names() -> list[str]:
