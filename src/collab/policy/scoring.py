@@ -7,7 +7,9 @@ frozen copy of a full-parameter agent's base: :meth:`~collab.policy.team.AgentTe
 model has no adapters: its rows' adapter names are ignored (:class:`~collab.policy.prefill.AdapterRows`).
 Each token's log-prob is taken under its agent's policy (temperature and closed action vocabulary:
 :func:`collab.policy.sampling.policy_logits`), through the output head in chunks of tokens where the model
-allows it (:mod:`collab.policy.head`).
+allows it (:mod:`collab.policy.head`). A completion may hold tokens its agent did not write (a tool's result that
+joined its context within the turn): ``own`` marks the agent's tokens, and only theirs are scored (the others are
+context: they go through the forward but have no log-prob, entropy or gradient of their own).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ def logprobs_on_base(
     completions: list[list[int]],
     reference: bool,
     entropy: bool = False,
+    own: list[list[bool] | None] | None = None,
 ) -> list[tuple[Tensor, Tensor | None]]:
     """Per-token log-probs (and entropies) of the rows of one base ``key`` of ``team``: ``agents[i]``'s policy (or
     the reference policy: ``key`` is then an :meth:`~collab.policy.team.AgentTeam.untrained_key`) on ``completions[i]``
-    given ``prompts[i]``; the pairs in the rows' order."""
+    given ``prompts[i]``; the pairs in the rows' order. ``own[i]``: which of ``completions[i]``'s tokens are the
+    agent's (None: all); a row's tensors then hold its own tokens' values only, in order."""
     model = team.untrained_model(key) if reference else team.models[key]
     pad = team.tokenizers[key].pad_token_id
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
@@ -91,7 +95,7 @@ def logprobs_on_base(
                     input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
                 ).logits
         if chunked:
-            score_hidden(team, logits, head, g, agents, completions, entropy, result)
+            score_hidden(team, logits, head, g, agents, completions, entropy, result, own)
             continue
         for j, i in enumerate(g):
             n = len(completions[i])
@@ -103,6 +107,10 @@ def logprobs_on_base(
             # -sum p log p over the allowed tokens (masked ones have log p = -inf, p = 0: left out,
             # so that neither the value nor its gradient sees 0 * inf)
             ent = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(-1) if entropy else None
+            mine = own[i] if own is not None else None
+            if mine is not None:
+                keep_rows = torch.as_tensor(mine, dtype=torch.bool, device=lp.device)
+                lp, target, ent = lp[keep_rows], target[keep_rows], None if ent is None else ent[keep_rows]
             result[i] = (lp.gather(-1, target[:, None]).squeeze(-1), ent)
     if not (mixed or reference):
         train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
@@ -118,13 +126,22 @@ def score_hidden(
     completions: list[list[int]],
     entropy: bool,
     result: list,
+    own: list[list[bool] | None] | None = None,
 ) -> None:
     """The group's per-token log-probs (and entropies) from its final hidden states (row j of ``hidden`` is
-    item ``group[j]``), through the output head in chunks (:func:`collab.policy.head.token_logprobs`)."""
-    lengths = [len(completions[i]) for i in group]
-    rows = torch.cat([hidden[j, -n - 1 : -1] for j, n in enumerate(lengths)])
+    item ``group[j]``), through the output head in chunks (:func:`collab.policy.head.token_logprobs`); only the
+    agent's own tokens (``own``) go through the head."""
+    mine = [own[i] if own is not None else None for i in group]
+    rows = [hidden[j, -len(completions[i]) - 1 : -1] for j, i in enumerate(group)]
+    tokens = [list(completions[i]) for i in group]
+    for j, m in enumerate(mine):
+        if m is not None:
+            rows[j] = rows[j][torch.as_tensor(m, dtype=torch.bool, device=rows[j].device)]
+            tokens[j] = [t for t, keep in zip(tokens[j], m) if keep]
+    lengths = [len(t) for t in tokens]
+    rows = torch.cat(rows)
     device = rows.device
-    targets = torch.as_tensor([t for i in group for t in completions[i]], dtype=torch.long, device=device)
+    targets = torch.as_tensor([t for ts in tokens for t in ts], dtype=torch.long, device=device)
     temperature = torch.as_tensor(
         [team.specs[agents[i]].sampling.temperature for i, n in zip(group, lengths) for _ in range(n)],
         dtype=torch.float,

@@ -311,6 +311,7 @@ class AgentTeam(nn.Module):
         completion_ids: list[list[int]],
         reference: bool = False,
         entropy: bool = False,
+        own: list[list[bool] | None] | None = None,
     ):
         """Teacher-forced per-token log-probs of each completion given its prompt (with gradients).
 
@@ -318,7 +319,8 @@ class AgentTeam(nn.Module):
         split by base). The sequence log-prob of CoLLM, Section 4.2 is ``out[b].sum()``.
         ``reference=True`` uses the untrained base (the reference policy: :meth:`untrained`). With
         ``entropy=True`` the result is ``(logprobs, entropies)``: also the per-token entropy of the
-        agent's policy (the PPO entropy bonus), from the same forward.
+        agent's policy (the PPO entropy bonus), from the same forward. ``own[i]`` marks the tokens of completion
+        ``i`` that its agent wrote (None: all of them): only those are scored (:mod:`collab.policy.scoring`).
         """
         agents = [agent] * len(prompt_ids) if isinstance(agent, int) else list(agent)
         out: list[Tensor | None] = [None] * len(agents)
@@ -335,6 +337,7 @@ class AgentTeam(nn.Module):
                     [completion_ids[i] for i in idx],
                     reference,
                     entropy,
+                    None if own is None else [own[i] for i in idx],
                 )
                 for i, (r, e) in zip(idx, res):
                     out[i], ent[i] = r, e
