@@ -133,7 +133,10 @@ class ActorCritic(CollabModule):
         micro-batch's transitions, each response weighted by ``advantages[b]``."""
         completions = [tr.actions[agent] for tr in micro]
         token_logprobs = self.team.logprobs(
-            [agent] * len(micro), [c.prompt_ids for c in completions], [c.completion_ids for c in completions]
+            [agent] * len(micro),
+            [c.prompt_ids for c in completions],
+            [c.completion_ids for c in completions],
+            own=[c.own for c in completions],
         )
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old_logprobs = torch.tensor([c.logprob for c in completions], dtype=logprobs.dtype, device=logprobs.device)

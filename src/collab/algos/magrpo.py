@@ -171,21 +171,20 @@ class MAGRPO(CollabModule):
         its agent's sample count in the minibatch, summed: over a minibatch, the sum over agents of each
         agent's mean."""
         team = self.team
-        token_logprobs = team.logprobs(
-            [s.member for s in micro], [s.prompt_ids for s in micro], [s.completion_ids for s in micro]
+        members, prompts, completions = (
+            [s.member for s in micro],
+            [s.prompt_ids for s in micro],
+            [s.completion_ids for s in micro],
         )
+        own = [s.own for s in micro]
+        token_logprobs = team.logprobs(members, prompts, completions, own=own)
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old_logprobs = torch.tensor([s.old_logprob for s in micro], device=logprobs.device, dtype=logprobs.dtype)
         advantages = torch.tensor([s.advantages for s in micro], device=logprobs.device, dtype=logprobs.dtype)
         per_sample = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip)
         stats: dict[str, float] = {}
         if scale.with_kl:
-            ref = team.logprobs(
-                [s.member for s in micro],
-                [s.prompt_ids for s in micro],
-                [s.completion_ids for s in micro],
-                reference=True,
-            )
+            ref = team.logprobs(members, prompts, completions, reference=True, own=own)
             kl = torch.stack([kl_k3(t, r.detach()).mean() for t, r in zip(token_logprobs, ref)])
             stats["train/kl_ref"] = float(kl.detach().mean())
             if self.kl_coef:

@@ -188,7 +188,8 @@ class MARFT(CentralCritic, CollabModule):
         """Teacher-forced per-token log-probs and entropies of each row's response (with gradients)."""
         completions = [tr.actions[i] for tr, i in rows]
         prompts, responses = [c.prompt_ids for c in completions], [c.completion_ids for c in completions]
-        return self.team.logprobs([i for _, i in rows], prompts, responses, entropy=True)
+        own = [c.own for c in completions]
+        return self.team.logprobs([i for _, i in rows], prompts, responses, entropy=True, own=own)
 
     def on_save_checkpoint(self, checkpoint) -> None:
         super().on_save_checkpoint(checkpoint)

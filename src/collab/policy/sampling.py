@@ -40,6 +40,9 @@ class Completion:
     """Behaviour log-prob of each completion token under the agent's policy when it was sampled."""
     finished: bool = True
     """False when the response was cut at the length limit."""
+    own: list[bool] | None = None
+    """Which of ``completion_ids`` the agent wrote (None: all): a tool's result that joined the context within the
+    turn is not the agent's, and has no behaviour log-prob (``logprobs`` holds the agent's tokens' only)."""
     adapter_version: int | None = None
     """The version of the agent's adapter that sampled it (``--model.engine vllm``: bumped at each export of
     changed weights, :mod:`collab.policy.vllm_engine`); ``None``: collab's own loop, which samples from the

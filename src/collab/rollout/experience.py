@@ -69,6 +69,8 @@ class Decision:
     adapter_version: int | None = None
     """The version of the member's adapter that sampled it (``Completion.adapter_version``; ``None``: the torch
     engine)."""
+    own: list[bool] | None = None
+    """Which completion tokens the agent wrote (``Completion.own``; None: all); ``old_logprobs`` are theirs."""
 
     @property
     def old_logprob(self) -> float:
@@ -234,6 +236,7 @@ def decisions(
             float(table[t, a]),
             text=c.text,
             adapter_version=c.adapter_version,
+            own=c.own,
         )
         for ep, table in zip(episodes, rewards)
         for t, joint in enumerate(ep.completions)

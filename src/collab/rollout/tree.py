@@ -207,6 +207,7 @@ def tree_batch(
                             group=group,
                             text=c.text,
                             adapter_version=c.adapter_version,
+                            own=c.own,
                         )
                     )
                 group += 1
