@@ -274,3 +274,23 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
     monkeypatch.setattr(prefill_module, "PREFILL_CHUNK", 512)
     whole = [[c.completion_ids for c in out] for out in team.generate(requests)]
     assert chunked == whole and all(len(c) == 5 for out in whole for c in out)
+
+
+def test_a_stop_text_ends_a_response_where_its_text_first_ends_with_it(one_thread):
+    """Greedy rows: a response decoded with ``stop`` is the unstopped response cut at the first token whose text so
+    far ends with the stop text (a tool call's closing tag ends a turn's round so), and counts as finished."""
+    from collab.policy.sampling import GenerationRequest
+    from tests.policy.test_team import make_team, prompt
+
+    team = make_team(0.0)
+    team.specs[0].sampling.max_new_tokens = 24
+    request = GenerationRequest(0, prompt(team, 0, "Count to ten."), n=1)
+    full = team.generate([request])[0][0]
+    tokenizer = team.tokenizer_of(0)
+    text = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    stop = text(full.completion_ids[:6])[-3:]  # the last characters of the first 6 tokens' text
+    cut = next(k for k in range(1, len(full.completion_ids) + 1) if text(full.completion_ids[:k]).endswith(stop))
+    assert cut < len(full.completion_ids)  # the stop cuts the response short
+    stopped = team.generate([request], stop=stop)[0][0]
+    assert stopped.completion_ids == full.completion_ids[:cut] and stopped.finished
+    assert stopped.logprobs == full.logprobs[:cut]

@@ -147,10 +147,13 @@ def sample_tokens(
 
 
 @torch.no_grad()
-def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str], settings) -> list[list[Completion]]:
+def decode(
+    model, tokenizer, rows: list[GenerationRequest], adapters: list[str], settings, stop: str | None = None
+) -> list[list[Completion]]:
     """Sample every request's ``n`` responses in one batched loop.
 
-    ``settings[r] = (temperature, top_p, top_k, max_new_tokens, choice_ids)`` of request ``r``'s agent.
+    ``settings[r] = (temperature, top_p, top_k, max_new_tokens, choice_ids)`` of request ``r``'s agent. ``stop``: a
+    text that ends a response once its text ends with it (a tool call's closing tag), beside the end token.
     A response that ends (its end token or its length limit) leaves the batch before the next step:
     its KV cache rows, mask and settings are dropped, so the steps after it cost only the
     rows still running (agents with different length limits share a batch; responses end at different
@@ -196,6 +199,7 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logps: list[list[float]] = [[] for _ in range(batch)]
     running = list(range(batch))  # the original row of each row of the batch
+    tail = len(stop) if stop else 0  # a stop text is within its length in tokens (each at least one character)
     step_forward = AdapterRows(model, [adapters[i] for i in rix])
     for step in range(max(limits)):
         preemption.check()  # a SIGTERM stops a long rollout or evaluation here (collab.preemption)
@@ -208,7 +212,8 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
             t = int(nxt[i])
             tokens[b].append(t)
             logps[b].append(float(logp[i, t]))
-            if t not in eos and len(tokens[b]) < limits[b]:
+            stopped = tail and tokenizer.decode(tokens[b][-tail:], skip_special_tokens=True).endswith(stop)
+            if t not in eos and len(tokens[b]) < limits[b] and not stopped:
                 keep.append(i)
         if not keep:
             break
@@ -234,7 +239,8 @@ def decode(model, tokenizer, rows: list[GenerationRequest], adapters: list[str],
     step_forward.close()
     results: list[list[Completion]] = [[] for _ in rows]
     for b, r in enumerate(rix):
-        finished = bool(tokens[b]) and (tokens[b][-1] in eos or choices[b] is not None)
+        ended = tail and tokenizer.decode(tokens[b][-tail:], skip_special_tokens=True).endswith(stop)
+        finished = bool(tokens[b]) and (tokens[b][-1] in eos or choices[b] is not None or bool(ended))
         text = tokenizer.decode(tokens[b], skip_special_tokens=True)
         results[r].append(Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished))
     return results

@@ -209,8 +209,11 @@ class AgentTeam(nn.Module):
 
     # -- acting ------------------------------------------------------------------------------------
     @torch.no_grad()
-    def generate(self, requests: list[GenerationRequest], max_new_tokens: int = 128) -> list[list[Completion]]:
-        """Sample ``request.n`` responses for every request; one decoding loop per distinct base.
+    def generate(
+        self, requests: list[GenerationRequest], max_new_tokens: int = 128, stop: str | None = None
+    ) -> list[list[Completion]]:
+        """Sample ``request.n`` responses for every request; one decoding loop per distinct base. ``stop``: a text
+        that ends a response too (:func:`~collab.policy.sampling.decode`).
 
         All agents and all samples on a base share one batch (rows carry their adapter names; parts of at
         most :attr:`decode_memory` of KV cache when they need more: :meth:`decode_parts`), and
@@ -218,7 +221,7 @@ class AgentTeam(nn.Module):
         With an :attr:`engine`, vLLM samples and the behaviour log-probs are this model's.
         """
         if self.engine is not None:
-            return self.engine.generate(self, requests, max_new_tokens)
+            return self.engine.generate(self, requests, max_new_tokens, stop)
         results: list[list[Completion] | None] = [None] * len(requests)
         for key, model in self.models.items():
             mine = [i for i, r in enumerate(requests) if self.base_of[r.agent] == key]
@@ -239,6 +242,7 @@ class AgentTeam(nn.Module):
                         [rows[j] for j in part],
                         [self.names[rows[j].agent] for j in part],
                         [settings[j] for j in part],
+                        stop,
                     )
                     for j, out in zip(part, outs):
                         results[mine[j]] = out

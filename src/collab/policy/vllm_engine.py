@@ -278,9 +278,11 @@ class VllmEngine:
         return out
 
     # -- acting ------------------------------------------------------------------------------------
-    def generate(self, team, requests: list[GenerationRequest], max_new_tokens: int) -> list[list[Completion]]:
-        """Sample ``request.n`` responses for every request (the contract of ``AgentTeam.generate``), each with
-        the adapter version that sampled it."""
+    def generate(
+        self, team, requests: list[GenerationRequest], max_new_tokens: int, stop_text: str | None = None
+    ) -> list[list[Completion]]:
+        """Sample ``request.n`` responses for every request (the contract of ``AgentTeam.generate``, ``stop_text``
+        its ``stop``: vLLM's stop string, kept in the output), each with the adapter version that sampled it."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -314,7 +316,9 @@ class VllmEngine:
                         max_tokens=1 if choices is not None else (s.max_new_tokens or max_new_tokens),
                         seed=int(torch.randint(0, 2**62, ())),
                         stop_token_ids=stop,
-                        detokenize=False,
+                        detokenize=stop_text is not None,  # stop strings are matched on the text
+                        stop=[stop_text] if stop_text else None,
+                        include_stop_str_in_output=True,
                         allowed_token_ids=None if choices is None else choices.tolist(),
                         logprobs=0 if untruncated(s) else None,  # 0: the sampled token's only
                     )
