@@ -218,9 +218,9 @@ def test_decoding_in_parts_fits_the_budget_and_gives_the_one_batch_tokens(monkey
     batches = []
     decode = team_module.decode
 
-    def recording(model, tokenizer, rows, adapters, settings):
+    def recording(model, tokenizer, rows, adapters, settings, *stop):
         batches.append(rows)
-        return decode(model, tokenizer, rows, adapters, settings)
+        return decode(model, tokenizer, rows, adapters, settings, *stop)
 
     monkeypatch.setattr(team_module, "decode", recording)
     longest = max(len(r.prompt_ids) for r in requests) + 5

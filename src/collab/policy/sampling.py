@@ -26,6 +26,9 @@ class GenerationRequest:
     agent: int
     prompt_ids: list[int]
     n: int = 1
+    max_new_tokens: int | None = None
+    """This request's length limit (None: its agent's ``max_new_tokens``): a tool-using turn's later rounds get
+    what is left of the turn's (:mod:`collab.tools.turns`)."""
 
 
 @dataclass
@@ -43,6 +46,10 @@ class Completion:
     own: list[bool] | None = None
     """Which of ``completion_ids`` the agent wrote (None: all): a tool's result that joined the context within the
     turn is not the agent's, and has no behaviour log-prob (``logprobs`` holds the agent's tokens' only)."""
+    tool_calls: list = field(default_factory=list)
+    """The turn's tool calls with their results (:class:`collab.tools.turns.ToolUse`), in order."""
+    stop_reason: str | None = None
+    """Why a tool-using turn ended before its answer (a budget, the context window); None otherwise."""
     adapter_version: int | None = None
     """The version of the agent's adapter that sampled it (``--model.engine vllm``: bumped at each export of
     changed weights, :mod:`collab.policy.vllm_engine`); ``None``: collab's own loop, which samples from the

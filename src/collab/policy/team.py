@@ -232,7 +232,13 @@ class AgentTeam(nn.Module):
             for r in rows:
                 s = self.specs[r.agent].sampling
                 settings.append(
-                    (s.temperature, s.top_p, s.top_k, s.max_new_tokens or max_new_tokens, self.choice_ids[r.agent])
+                    (
+                        s.temperature,
+                        s.top_p,
+                        s.top_k,
+                        r.max_new_tokens or s.max_new_tokens or max_new_tokens,
+                        self.choice_ids[r.agent],
+                    )
                 )
             with eval_mode(model):
                 for part in self.decode_parts(key, rows, settings):

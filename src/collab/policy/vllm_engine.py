@@ -313,7 +313,9 @@ class VllmEngine:
                         temperature=s.temperature,
                         top_p=s.top_p,
                         top_k=s.top_k,
-                        max_tokens=1 if choices is not None else (s.max_new_tokens or max_new_tokens),
+                        max_tokens=1
+                        if choices is not None
+                        else (r.max_new_tokens or s.max_new_tokens or max_new_tokens),
                         seed=int(torch.randint(0, 2**62, ())),
                         stop_token_ids=stop,
                         detokenize=stop_text is not None,  # stop strings are matched on the text

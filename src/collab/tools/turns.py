@@ -1,0 +1,187 @@
+"""A turn with tool calls: decoding in rounds, the tools between them, the agent's own tokens marked.
+
+Round 0 decodes every request's samples as ``team.generate`` does, each row stopping at its end token, its
+length or a call's closing tag (:data:`~collab.tools.calls.CALL_CLOSE`). Between rounds, every row that ended
+with a call runs it (:func:`~collab.tools.calls.run_call`; a malformed call or an unknown tool is an ``error:``
+result), and its result joins the row's context as the chat template renders a tool message after the agent's
+turn, followed by the header of the agent's next turn (:func:`insertion_ids`). The next round decodes those rows
+on, each a request of its own whose prompt is its prompt and all its tokens so far (re-prefilled: a row's cache
+does not outlive its round); rows that answered are done. A :class:`Completion` of a turn holds every token after
+the prompt, its ``own`` mask (True: the agent's; the inserted results are not), the agent's tokens' behaviour
+log-probs only, its text (the agent's tokens only, the calls included), and its calls with their results
+(``tool_calls``: the trajectory records them, so a resumed run does not run a tool again).
+
+Budgets (:class:`Budget`) end a turn cleanly, the reason in ``Completion.stop_reason``: ``calls`` (calls per turn;
+a call past it is not run), ``tool_seconds`` (the tools' wall time in the turn), ``tokens`` (the agent's own tokens
+in the turn: each round's length is what is left of it) and the model's context window (prompt and every token of
+the turn; a result that would overflow it is not inserted).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from collab.policy.sampling import Completion, GenerationRequest
+from collab.tools.base import Tool
+from collab.tools.calls import CALL_CLOSE, parse_call, result_message, run_call, template_supports_tools
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one agent's turn may spend on tools (the module docstring)."""
+
+    calls: int = 4
+    tool_seconds: float = 30.0
+    tokens: int | None = None
+    """The agent's own tokens in the turn (None: its ``max_new_tokens``)."""
+    context: int | None = None
+    """Tokens of prompt and turn together (None: the model's ``max_position_embeddings``, where it says)."""
+
+
+@dataclass
+class ToolUse:
+    """One call of a turn: what the agent asked and what it read back."""
+
+    name: str | None
+    arguments: dict[str, Any]
+    result: str
+    seconds: float
+
+
+@dataclass
+class _Row:
+    agent: int
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    own: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    calls: list[ToolUse] = field(default_factory=list)
+    seconds: float = 0.0
+    finished: bool = False
+    stop_reason: str | None = None
+    adapter_version: int | None = None
+
+    def add(self, c: Completion) -> None:
+        self.ids += c.completion_ids
+        self.own += [True] * len(c.completion_ids)
+        self.logprobs += c.logprobs
+        self.finished, self.adapter_version = c.finished, c.adapter_version
+
+    def own_tokens(self) -> int:
+        return sum(self.own)
+
+
+def insertion_ids(tokenizer, result: str) -> list[int]:
+    """The tokens that follow an agent's call in its context: the end of its turn, the result as the template
+    renders it (a ``tool`` message where the template renders tools, else collab's ``<tool_response>`` user
+    message: :func:`~collab.tools.calls.result_message`) and the header of its next turn."""
+    native = template_supports_tools(tokenizer)
+    marker = "\x00CALL\x00"
+    chat = [{"role": "user", "content": "u"}, {"role": "assistant", "content": marker}]
+    before = tokenizer.apply_chat_template(chat, tokenize=False)
+    after = tokenizer.apply_chat_template(
+        chat + [result_message(result, native)], tokenize=False, add_generation_prompt=True
+    )
+    end_of_turn = before[before.index(marker) + len(marker) :]
+    text = end_of_turn + after[len(before) :]
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def context_window(team, agent: int) -> int | None:
+    config = getattr(team.model_of(agent), "config", None)
+    return getattr(config, "max_position_embeddings", None)
+
+
+def generate_with_tools(
+    team,
+    requests: list[GenerationRequest],
+    tools: dict[int, dict[str, Tool]],
+    budget: Budget = Budget(),
+    max_new_tokens: int = 128,
+) -> list[list[Completion]]:
+    """``team.generate`` with tool calls within the turn (the module docstring); ``tools[agent]``: the tools an
+    agent may call by name (an agent without any decodes as usual: its first round is its turn)."""
+    rows: list[list[_Row]] = [[_Row(r.agent, list(r.prompt_ids)) for _ in range(r.n)] for r in requests]
+    asks = [
+        GenerationRequest(r.agent, r.prompt_ids, r.n, _limit(team, group[0], budget, max_new_tokens))
+        for r, group in zip(requests, rows)
+    ]
+    for group, outs in zip(rows, team.generate(asks, max_new_tokens, stop=CALL_CLOSE)):
+        for row, c in zip(group, outs):
+            row.add(c)
+    pending = [row for group in rows for row in group]
+    while pending:
+        again = []
+        for row in pending:
+            if _call(team, row, tools.get(row.agent, {}), budget, max_new_tokens):
+                again.append(row)
+        if not again:
+            break
+        asks = [
+            GenerationRequest(
+                row.agent, row.prompt_ids + row.ids, 1, _limit(team, row, budget, max_new_tokens) - row.own_tokens()
+            )
+            for row in again
+        ]
+        for row, outs in zip(again, team.generate(asks, max_new_tokens, stop=CALL_CLOSE)):
+            row.add(outs[0])
+        pending = again
+    return [[_completion(team, row) for row in group] for group in rows]
+
+
+def _limit(team, row: _Row, budget: Budget, max_new_tokens: int) -> int:
+    """The agent's own tokens the turn may hold."""
+    return budget.tokens or team.specs[row.agent].sampling.max_new_tokens or max_new_tokens
+
+
+def _call(team, row: _Row, tools: dict[str, Tool], budget: Budget, max_new_tokens: int) -> bool:
+    """Run the call that ends ``row``'s round, if any, and insert its result: whether the row decodes on."""
+    if not tools:
+        return False
+    tokenizer = team.tokenizer_of(row.agent)
+    text = tokenizer.decode([t for t, mine in zip(row.ids, row.own) if mine], skip_special_tokens=True)
+    if not text.rstrip().endswith(CALL_CLOSE):
+        return False  # answered (or cut at its length): the turn is over
+    call = parse_call(text)
+    if len(row.calls) >= budget.calls:
+        row.stop_reason = f"call budget ({budget.calls} calls a turn)"
+        return False
+    if row.seconds >= budget.tool_seconds:
+        row.stop_reason = f"tool time budget ({budget.tool_seconds:g} s a turn)"
+        return False
+    if row.own_tokens() >= _limit(team, row, budget, max_new_tokens):
+        row.stop_reason = "token budget"
+        return False
+    start = time.perf_counter()
+    result = run_call(call, tools)
+    seconds = time.perf_counter() - start
+    row.seconds += seconds
+    row.calls.append(ToolUse(call.name, dict(call.arguments), result, seconds))
+    inserted = insertion_ids(tokenizer, result)
+    window = budget.context or context_window(team, row.agent)
+    if window is not None and len(row.prompt_ids) + len(row.ids) + len(inserted) + 1 > window:
+        row.stop_reason = f"context window ({window} tokens): the result of call {len(row.calls)} does not fit"
+        return False
+    row.ids += inserted
+    row.own += [False] * len(inserted)
+    row.finished = False
+    return True
+
+
+def _completion(team, row: _Row) -> Completion:
+    tokenizer = team.tokenizer_of(row.agent)
+    own_ids = [t for t, mine in zip(row.ids, row.own) if mine]
+    return Completion(
+        row.agent,
+        row.prompt_ids,
+        row.ids,
+        tokenizer.decode(own_ids, skip_special_tokens=True),
+        row.logprobs,
+        row.finished and row.stop_reason is None,
+        adapter_version=row.adapter_version,
+        own=None if all(row.own) else row.own,
+        tool_calls=row.calls,
+        stop_reason=row.stop_reason,
+    )

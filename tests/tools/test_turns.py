@@ -1,0 +1,104 @@
+"""A turn with tool calls (collab.tools.turns): rounds of decoding, the tool between them, the result in the
+context but not the agent's own, budgets that end the turn with a reason. The agents are scripted (the decoder
+is tested in tests/policy); the tokens are SmolLM2's, through its chat template."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from collab.policy.models import encode_chat
+from collab.policy.sampling import Completion, GenerationRequest
+from collab.tools import make_tool
+from collab.tools.calls import CALL_CLOSE, CALL_OPEN, RESULT_CLOSE, RESULT_OPEN
+from collab.tools.turns import Budget, generate_with_tools, insertion_ids
+
+
+def call(expression: str) -> str:
+    return f"{CALL_OPEN}{json.dumps({'name': 'calculator', 'arguments': {'expression': expression}})}{CALL_CLOSE}"
+
+
+class Scripted:
+    """A team whose agent writes ``script[k]`` in round k (k: the results in its context so far), one log-prob
+    of -0.5 a token; it records each round's requests and stops where a stop text would."""
+
+    def __init__(self, tokenizer, script: list[str], max_new_tokens: int = 64, window: int = 8192) -> None:
+        self.tokenizer, self.script, self.rounds = tokenizer, script, []
+        self.specs = [SimpleNamespace(sampling=SimpleNamespace(max_new_tokens=max_new_tokens))]
+        self.model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=window))
+
+    def tokenizer_of(self, agent):
+        return self.tokenizer
+
+    def model_of(self, agent):
+        return self.model
+
+    def generate(self, requests, max_new_tokens=128, stop=None):
+        self.rounds.append(requests)
+        out = []
+        for r in requests:
+            k = self.tokenizer.decode(r.prompt_ids).count(RESULT_OPEN)
+            ids = self.tokenizer(self.script[k], add_special_tokens=False)["input_ids"][: r.max_new_tokens]
+            text = self.tokenizer.decode(ids)
+            out.append([Completion(r.agent, list(r.prompt_ids), ids, text, [-0.5] * len(ids)) for _ in range(r.n)])
+        return out
+
+
+@pytest.fixture
+def calculator():
+    return {0: {"calculator": make_tool("calculator")}}
+
+
+def prompt_ids(tokenizer) -> list[int]:
+    return encode_chat(tokenizer, [{"role": "user", "content": "What is 123 * 456?"}])
+
+
+def test_a_call_runs_between_rounds_and_its_result_is_context_only(tiny_tokenizer, calculator):
+    first, answer = "Let me compute it. " + call("123 * 456"), " The answer is 56088."
+    team = Scripted(tiny_tokenizer, [first, answer])
+    p = prompt_ids(tiny_tokenizer)
+    (c,) = generate_with_tools(team, [GenerationRequest(0, p, 1)], calculator)[0]
+    own1 = tiny_tokenizer(first, add_special_tokens=False)["input_ids"]
+    own2 = tiny_tokenizer(answer, add_special_tokens=False)["input_ids"]
+    inserted = insertion_ids(tiny_tokenizer, "56088")
+    assert c.completion_ids == own1 + inserted + own2
+    assert c.own == [True] * len(own1) + [False] * len(inserted) + [True] * len(own2)
+    assert c.logprobs == [-0.5] * (len(own1) + len(own2))  # the agent's tokens' only
+    assert c.text == tiny_tokenizer.decode(own1 + own2) and c.finished and c.stop_reason is None
+    assert [(u.name, u.arguments, u.result) for u in c.tool_calls] == [
+        ("calculator", {"expression": "123 * 456"}, "56088")
+    ]
+    shown = tiny_tokenizer.decode(inserted)  # the end of the agent's turn, the result, its next turn's header
+    assert (
+        shown
+        == f"<|im_end|>\n<|im_start|>user\n{RESULT_OPEN}\n56088\n{RESULT_CLOSE}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    second = team.rounds[1][0]
+    assert second.prompt_ids == p + own1 + inserted and second.max_new_tokens == 64 - len(own1)
+
+
+def test_errors_are_results_and_budgets_end_the_turn(tiny_tokenizer, calculator):
+    p = prompt_ids(tiny_tokenizer)
+    bad = f'{CALL_OPEN}{{"name": "web", "arguments": {{}}}}{CALL_CLOSE}'
+    team = Scripted(tiny_tokenizer, [bad, " I cannot search."])
+    (c,) = generate_with_tools(team, [GenerationRequest(0, p, 1)], calculator)[0]
+    assert c.tool_calls[0].result == "error: unknown tool 'web'; the tools are calculator" and c.finished
+
+    looping = Scripted(tiny_tokenizer, [call("1 + 1")] * 5, max_new_tokens=200)
+    (c,) = generate_with_tools(looping, [GenerationRequest(0, p, 1)], calculator, Budget(calls=2))[0]
+    assert len(c.tool_calls) == 2 and c.stop_reason == "call budget (2 calls a turn)" and not c.finished
+    assert c.text.endswith(CALL_CLOSE)  # the third call was written, not run
+
+    short = Scripted(tiny_tokenizer, [call("2 * 3"), " six"], window=len(p) + 30)
+    (c,) = generate_with_tools(short, [GenerationRequest(0, p, 1)], calculator)[0]
+    assert c.stop_reason.startswith(f"context window ({len(p) + 30} tokens)") and c.own is None
+    assert len(c.prompt_ids) + len(c.completion_ids) <= len(p) + 30
+
+
+def test_an_agent_without_tools_answers_in_one_round(tiny_tokenizer):
+    team = Scripted(tiny_tokenizer, [call("1 + 1")])
+    group = generate_with_tools(team, [GenerationRequest(0, prompt_ids(tiny_tokenizer), 2)], {})[0]
+    assert len(team.rounds) == 1 and len(group) == 2
+    assert all(c.own is None and not c.tool_calls for c in group)
