@@ -95,6 +95,25 @@ def tools_prompt(tools: list[Tool]) -> str:
     )
 
 
+def encode_with_tools(tokenizer, messages, tools: list[Tool]) -> list[int]:
+    """Token ids of an agent's chat that shows its ``tools``, ending with the assistant turn's header: the
+    template's own ``tools=`` where it renders them, else :func:`tools_prompt` after the system message (a system
+    message of its own when the chat has none: a template's default system text is then replaced)."""
+    from collab.policy.models import encode_chat
+
+    messages = list(messages)
+    if template_supports_tools(tokenizer):
+        schemas = [t.schema() for t in tools]
+        out = tokenizer.apply_chat_template(messages, tools=schemas, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "input_ids") else out)
+    text = tools_prompt(tools)
+    if messages and messages[0].get("role") == "system":
+        messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}
+    else:
+        messages.insert(0, {"role": "system", "content": text})
+    return encode_chat(tokenizer, messages)
+
+
 def result_message(result: str, native: bool) -> dict[str, str]:
     """The chat message carrying a tool's result: a ``tool`` message for a template that renders tools, else
     a user message in the same tags."""
