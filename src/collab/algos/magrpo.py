@@ -33,6 +33,7 @@ from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 from collab.runtime.collectives import global_sum
+from collab.tools.team import acting_team
 
 
 def set_group_advantages(samples: list[Decision], baseline: str = "mean", normalize_std: bool = False) -> None:
@@ -126,7 +127,7 @@ class MAGRPO(CollabModule):
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
         return tree_batch(
-            self.team,
+            acting_team(self.team, self.env),
             self.env,
             tasks,
             self.k,

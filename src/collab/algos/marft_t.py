@@ -30,6 +30,8 @@ from collab.rollout.experience import Batch, Experience, Transition
 
 
 class MARFTT(MARFT):
+    token_level = True
+
     def build_extra(self, env) -> None:
         super().build_extra(env)
         if len({self.team.base_names[k] for k in self.team.base_of}) > 1:  # the critic's tokens would not line up

@@ -69,6 +69,7 @@ def make_env(name: str, **kwargs) -> Env:
 
     cls = env_class(name)
     shift = kwargs.pop("reward_shift", 0.0)
+    tools, budget = kwargs.pop("tools", None), kwargs.pop("tool_budget", None)
     if isinstance(shift, bool) or not isinstance(shift, (int, float)):
         raise UserError(f"env option reward_shift must be a number (added to every turn's reward), got {shift!r}")
     try:
@@ -78,6 +79,10 @@ def make_env(name: str, **kwargs) -> Env:
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
     env = cls(**typed_options(cls, kwargs))
     env.reward_shift = float(shift)
+    if tools is not None or budget is not None:
+        from collab.tools.options import agent_tools, tool_budget
+
+        env.tools, env.tool_budget = agent_tools(tools, env.n_agents), tool_budget(budget)
     return env
 
 

@@ -108,6 +108,11 @@ class Env(ABC):
     reward_shift: float = 0.0
     """Added to every turn's reward (``--data.env_options '{reward_shift: -4.0}'``), as the reference
     configs' ``reward_shift`` (e.g. the team's reward minus its maximum: every extra turn costs)."""
+    tools: Mapping[int, Mapping[str, Any]] = {}
+    """The tools each agent may call within its turn, by agent and name (``--data.env_options '{tools:
+    [calculator]}'``: :func:`collab.tools.options.agent_tools`); none by default."""
+    tool_budget: Any = None
+    """What a turn may spend on tools (:class:`collab.tools.turns.Budget`; None: its defaults)."""
     history_window: int | None = None
     """C of CoLLM, Section 4.1 ("maintain only the most recent C pairs"), counted in turns: a history
     keeps its opening messages (system prompt and first observation) and the last C (response, feedback)

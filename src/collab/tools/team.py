@@ -33,3 +33,11 @@ class ToolTeam:
 
     def __len__(self) -> int:
         return len(self.team)
+
+
+def acting_team(team, env):
+    """The team a rollout on ``env`` plays: a :class:`ToolTeam` when the env gives agents tools (its ``tools``
+    option), else ``team`` itself, unchanged."""
+    if not getattr(env, "tools", None):
+        return team
+    return ToolTeam(team, env.tools, env.tool_budget or Budget())

@@ -1,0 +1,55 @@
+"""Giving agents tools through any env's options (collab.tools.options, make_env), and the team a rollout plays."""
+
+from __future__ import annotations
+
+import pytest
+
+from collab.algos import from_config
+from collab.envs import make_env
+from collab.errors import UserError
+from collab.policy.models import BaseConfig
+from collab.tools.options import agent_tools, tool_budget
+from collab.tools.team import ToolTeam, acting_team
+from collab.tools.turns import Budget
+
+
+def test_tools_for_every_agent_or_each_its_own(tmp_path):
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("Paris\nThe capital of France.\n")
+    everyone = agent_tools(["calculator", "python"], 2)
+    assert {a: sorted(t) for a, t in everyone.items()} == {0: ["calculator", "python"], 1: ["calculator", "python"]}
+    mine = agent_tools({1: ["calculator", {"name": "search", "corpus": str(corpus)}]}, 2)
+    assert list(mine) == [1] and sorted(mine[1]) == ["calculator", "search"]
+    assert sorted(agent_tools("[calculator]", 2)[0]) == ["calculator"]  # text from the command line, as YAML
+    assert tool_budget({"calls": 2}) == Budget(calls=2) and tool_budget(None) == Budget()
+
+
+@pytest.mark.parametrize(
+    "tools, budget, message",
+    [
+        ("calculator", None, "expected a list of tools (e.g. [calculator, python]), got 'calculator'"),
+        (["abacus"], None, "unknown tool 'abacus'; valid: calculator, python, search"),
+        ({2: ["calculator"]}, None, "agent 2 is not one of the team's 0-1"),
+        ([{"corpus": "x"}], None, "a tool is a name or {name: NAME, option: value}"),
+        (["calculator"], {"turns": 3}, "tool_budget: expected a mapping of calls, tool_seconds, tokens, context"),
+    ],
+)
+def test_bad_tool_options_are_one_line(tools, budget, message):
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        make_env("math", tools=tools, tool_budget=budget)
+
+
+def test_an_env_without_tools_plays_the_bare_team():
+    plain = make_env("math")
+    assert plain.tools == {} and acting_team("team", plain) == "team"
+    tooled = make_env("math", tools=["calculator"], tool_budget={"calls": 1})
+    team = acting_team("team", tooled)
+    assert isinstance(team, ToolTeam) and team.budget == Budget(calls=1) and sorted(team.tools) == [0, 1]
+
+
+@pytest.mark.parametrize("algo", ["marft_t", "maporl"])
+def test_per_token_critics_refuse_tools_for_now(algo):
+    env = make_env("debate" if algo == "maporl" else "math", tools=["calculator"])
+    module = from_config(algo, agents=None, base=BaseConfig(name="tiny", device="cpu"))
+    with pytest.raises(UserError, match="tools within a turn are not trained with"):
+        module.build(env)
