@@ -227,6 +227,23 @@ def test_small_addition_is_held_out_by_operand_pair():
     assert datasets.operands("Evaluate: 10 + 8.") == (10, 8)
 
 
+def test_large_arithmetic_is_exact_held_out_and_beyond_small_operands():
+    """Sums and products of two numbers of 3-6 digits (the calculator tool's task), their answers Python's exact
+    integers, no eval operand pair in training, every operand length drawn."""
+    env = make_env("math", dataset="large_arithmetic", num_train=64, num_eval=32)
+    train, evals = env.tasks("train"), env.tasks("eval")
+    assert len(train) == 64 and len(evals) == 32
+    assert not {datasets.operands(t["problem"]) for t in train} & {datasets.operands(t["problem"]) for t in evals}
+    lengths, ops = set(), set()
+    for t in train + evals:
+        (a, b), op = datasets.operands(t["problem"]), "*" if "*" in t["problem"] else "+"
+        assert t["answer"] == str(a * b if op == "*" else a + b)
+        lengths |= {len(str(a)), len(str(b))}
+        ops.add(op)
+    assert lengths == {3, 4, 5, 6} and ops == {"+", "*"}
+    assert env.grade(train[0], f"The answer is {train[0]['answer']}.")[0] == 1.0
+
+
 @needs("reasoning_gym")
 def test_generated_answers_grade_correct():
     env = make_env("math", dataset="arithmetic", num_train=8)

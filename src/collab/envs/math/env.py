@@ -11,10 +11,11 @@ with ``fallback=True`` (the default) an unboxed output is graded by its last "an
 its last number, since small models rarely box; ``fallback=False`` grades boxed answers only, as the
 paper does. Each grade logs ``correct``, ``answered`` (an answer was found) and ``boxed``.
 
-**Splits.** Generated datasets (``gsm_symbolic``, ``arithmetic``, ``addition``, ``small_addition``) have a
+**Splits.** Generated datasets (``gsm_symbolic``, ``arithmetic``, ``addition``, ``small_addition``,
+``large_arithmetic``) have a
 fixed eval set of ``num_eval`` problems (its seed does not change with ``seed``, so every run evaluates on
 the same problems) and ``num_train`` training problems drawn with ``seed``, skipping any whose text is in
-the eval set (``small_addition``: any with the operands of an eval problem).
+the eval set (``small_addition``, ``large_arithmetic``: any with the operands of an eval problem).
 Fixed datasets (GSM8K, MATH, MATH-500, AIME, a local file) default to a fixed random sample of
 ``num_eval`` records for eval and the remaining records, in file order, for train. ``train_split``
 / ``eval_split`` (slices such as ``"[:100]"``) select from the generated sets, or from the fixed
