@@ -47,8 +47,9 @@ def code(text: str) -> list[str]:
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    """GitHub's anchor of a heading: lower case, markup and punctuation dropped (underscores kept, as GitHub keeps
+    them), spaces to hyphens."""
+    text = re.sub(r"[`*]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
