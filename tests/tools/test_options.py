@@ -53,3 +53,28 @@ def test_per_token_critics_refuse_tools_for_now(algo):
     module = from_config(algo, agents=None, base=BaseConfig(name="tiny", device="cpu"))
     with pytest.raises(UserError, match="tools within a turn are not trained with"):
         module.build(env)
+
+
+def test_calls_are_counted_and_charged():
+    """A joint reward pays for the team's calls, per-agent rewards for each agent's own; errors are counted."""
+    from types import SimpleNamespace
+
+    from collab.envs.base import EnvState, StepResult
+    from collab.tools.rewards import charge_calls
+    from collab.tools.turns import ToolUse
+
+    use = lambda result: ToolUse("calculator", {}, result, 0.0)  # noqa: E731
+    joint = [SimpleNamespace(tool_calls=[use("2"), use("error: division by zero")]), SimpleNamespace(tool_calls=[])]
+    step = StepResult(EnvState({}, ((), ())), (1.0, 1.0), True, {"solved": 1.0})
+    team = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=True))
+    assert team.rewards == pytest.approx((0.8, 0.8)) and team.info == {
+        "solved": 1.0,
+        "tool_calls": 2.0,
+        "tool_errors": 1.0,
+    }
+    own = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=False))
+    assert own.rewards == pytest.approx((0.8, 1.0))
+    free = charge_calls(step, joint, SimpleNamespace(call_penalty=0.0, joint_reward=True))
+    assert free.rewards == (1.0, 1.0) and free.info["tool_calls"] == 2.0
+    with pytest.raises(UserError, match="call_penalty must be a number >= 0"):
+        make_env("math", tools=["calculator"], call_penalty=-1)

@@ -70,6 +70,9 @@ def make_env(name: str, **kwargs) -> Env:
     cls = env_class(name)
     shift = kwargs.pop("reward_shift", 0.0)
     tools, budget = kwargs.pop("tools", None), kwargs.pop("tool_budget", None)
+    penalty = kwargs.pop("call_penalty", 0.0)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
+        raise UserError(f"env option call_penalty must be a number >= 0 (subtracted per tool call), got {penalty!r}")
     if isinstance(shift, bool) or not isinstance(shift, (int, float)):
         raise UserError(f"env option reward_shift must be a number (added to every turn's reward), got {shift!r}")
     try:
@@ -83,6 +86,7 @@ def make_env(name: str, **kwargs) -> Env:
         from collab.tools.options import agent_tools, tool_budget
 
         env.tools, env.tool_budget = agent_tools(tools, env.n_agents), tool_budget(budget)
+    env.call_penalty = float(penalty)
     return env
 
 

@@ -113,6 +113,8 @@ class Env(ABC):
     [calculator]}'``: :func:`collab.tools.options.agent_tools`); none by default."""
     tool_budget: Any = None
     """What a turn may spend on tools (:class:`collab.tools.turns.Budget`; None: its defaults)."""
+    call_penalty: float = 0.0
+    """Subtracted from the rewards for each tool call (``call_penalty`` option; :mod:`collab.tools.rewards`)."""
     history_window: int | None = None
     """C of CoLLM, Section 4.1 ("maintain only the most recent C pairs"), counted in turns: a history
     keeps its opening messages (system prompt and first observation) and the last C (response, feedback)

@@ -15,6 +15,7 @@ from collab.envs.base import Env, EnvState, Message, StepResult
 from collab.errors import require
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.rollout.protocol import Dependency, fuse
+from collab.tools.rewards import charge_calls
 
 
 @dataclass
@@ -133,6 +134,8 @@ def play(
                 for o, completion in zip(slot, out):
                     joints[o][i] = completion
         steps = env.step_batch([state for state, _ in owners], [[c.text for c in joint] for joint in joints])
+        if env.tools:  # the turn's calls counted in the info, and charged (collab.tools.rewards)
+            steps = [charge_calls(step, joint, env) for step, joint in zip(steps, joints)]
         for (_, ep), joint, obs, step in zip(owners, joints, observations, steps):
             ep.steps.append(step)
             ep.completions.append(joint)

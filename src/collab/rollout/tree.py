@@ -43,6 +43,7 @@ from collab.envs.base import Env, EnvState
 from collab.objectives import absorbing_reward
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.rollout.experience import Decision, Experience
+from collab.tools.rewards import charge_calls
 
 JOINT_MODES = ("aligned", "cross")
 TERMINATIONS = ("branch", "node")
@@ -103,8 +104,10 @@ def expand_tree(
         for m, node in enumerate(frontier):
             node.samples = outs[m * n : (m + 1) * n]
             node.joints = joint_indices(n, k, joint_mode)
-            pending += [(node, [node.samples[i][j].text for i, j in enumerate(joint)]) for joint in node.joints]
-        steps = env.step_batch([node.state for node, _ in pending], [actions for _, actions in pending])
+            pending += [(node, [node.samples[i][j] for i, j in enumerate(joint)]) for joint in node.joints]
+        steps = env.step_batch([node.state for node, _ in pending], [[c.text for c in joint] for _, joint in pending])
+        if env.tools:  # the turn's calls counted in the info, and charged (collab.tools.rewards)
+            steps = [charge_calls(step, joint, env) for step, (_, joint) in zip(steps, pending)]
         next_frontier = []
         for (node, _), step in zip(pending, steps):
             node.rewards.append(step.rewards)

@@ -1,0 +1,28 @@
+"""What a turn's tool calls do to its step: counted in the step's info, and charged when the env says so.
+
+With tools configured (:attr:`collab.envs.Env.tools`), every step's info gains ``tool_calls`` (the calls of the
+turn, all agents) and ``tool_errors`` (those whose result was an ``error: ...``: a malformed call, an unknown tool,
+a refused argument, a failed program), so that a run logs them as ``env/tool_calls`` and ``env/tool_errors``.
+``call_penalty`` (an env option, 0 by default) is subtracted from the rewards for each call: from every agent's
+reward for each of the team's calls under a joint reward (the team pays together), from the caller's own under
+per-agent rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+
+def charge_calls(step, joint: Sequence, env):
+    """``step`` (a :class:`~collab.envs.base.StepResult`) with the calls of ``joint`` (the turn's completions)
+    counted, and charged at ``env.call_penalty`` each."""
+    calls = [len(getattr(c, "tool_calls", ())) for c in joint]
+    errors = sum(u.result.startswith("error:") for c in joint for u in getattr(c, "tool_calls", ()))
+    info = {**step.info, "tool_calls": float(sum(calls)), "tool_errors": float(errors)}
+    penalty = getattr(env, "call_penalty", 0.0)
+    rewards = step.rewards
+    if penalty and any(calls):
+        charged = [sum(calls)] * len(calls) if env.joint_reward else calls
+        rewards = tuple(r - penalty * n for r, n in zip(rewards, charged))
+    return replace(step, rewards=rewards, info=info)
