@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from collab.algos import from_config
 from collab.envs import make_env
 from collab.errors import UserError
-from collab.policy.models import BaseConfig
 from collab.tools.options import agent_tools, tool_budget
 from collab.tools.team import ToolTeam, acting_team
 from collab.tools.turns import Budget
@@ -45,14 +43,6 @@ def test_an_env_without_tools_plays_the_bare_team():
     tooled = make_env("math", tools=["calculator"], tool_budget={"calls": 1})
     team = acting_team("team", tooled)
     assert isinstance(team, ToolTeam) and team.budget == Budget(calls=1) and sorted(team.tools) == [0, 1]
-
-
-@pytest.mark.parametrize("algo", ["marft_t", "maporl"])
-def test_per_token_critics_refuse_tools_for_now(algo):
-    env = make_env("debate" if algo == "maporl" else "math", tools=["calculator"])
-    module = from_config(algo, agents=None, base=BaseConfig(name="tiny", device="cpu"))
-    with pytest.raises(UserError, match="tools within a turn are not trained with"):
-        module.build(env)
 
 
 def test_calls_are_counted_and_charged():

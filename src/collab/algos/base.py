@@ -91,9 +91,6 @@ class CollabModule(L.LightningModule):
     """Passes over each rollout's experience (the algorithms take it as an option)."""
     minibatch_size: int | None = None
     """Items per optimizer update; None: the whole experience."""
-    token_level = False
-    """Whether a critic values every token of a response (MARFT-T, MAPoRL): such values do not yet leave out the
-    tokens a tool's result inserts, and a run with tools is refused."""
 
     def __init__(
         self,
@@ -189,9 +186,8 @@ class CollabModule(L.LightningModule):
             return
         self.env = env
         require(
-            not (getattr(env, "tools", None) and (self.token_level or self.engine == "vllm")),
-            f"tools within a turn are not trained with {type(self).__name__}'s per-token values or the vllm "
-            "engine yet; give the tools to magrpo, collm_cc, collm_dc, ippo or marft_a (torch engine)",
+            not (getattr(env, "tools", None) and self.engine == "vllm"),
+            "tools within a turn need model.engine torch for now (the vllm engine's rounds are not tested yet)",
         )
         base = self.base
         if base.device == "auto" and self._trainer is not None:

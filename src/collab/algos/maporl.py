@@ -41,6 +41,7 @@ from collab.algos.maporl_team import MAPoRLTeam
 from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, explained_variance, gae, ratio_stats, token_rewards, value_loss
 from collab.policy.mlp_head import team_features
+from collab.policy.sampling import own_rows
 from collab.rollout.episodes import Episode, play_once
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers, decisions, turn_means
 from collab.runtime.collectives import global_count, normalize_pieces
@@ -48,8 +49,6 @@ from collab.tools.team import acting_team
 
 
 class MAPoRL(MAPoRLTeam, CollabModule):
-    token_level = True
-
     def __init__(
         self,
         *,
@@ -151,9 +150,11 @@ class MAPoRL(MAPoRLTeam, CollabModule):
             return Batch(answers)
         members = [r.member for r in answers]
         prompts, completions = [r.prompt_ids for r in answers], [r.completion_ids for r in answers]
-        ref = self.team.logprobs(members, prompts, completions, reference=True)
+        own = [r.own for r in answers]
+        ref = self.team.logprobs(members, prompts, completions, reference=True, own=own)
+        features = own_rows(team_features(self.team, members, prompts, completions), own)
         kls = []
-        for r, ref_lp, features in zip(answers, ref, team_features(self.team, members, prompts, completions)):
+        for r, ref_lp, features in zip(answers, ref, features):
             ref_lp = ref_lp.float().cpu()
             r.features, r.values = features, self.value_heads[r.member](features.to(self.team.device)).float().cpu()
             rewards = token_rewards(r.reward, r.old_logprobs, ref_lp, self.kl_coef)
@@ -179,7 +180,11 @@ class MAPoRL(MAPoRLTeam, CollabModule):
         """The micro-batch's part of Section 3.2's L (the module docstring); ``advantages``: its tokens',
         concatenated."""
         logprobs, entropies = self.team.logprobs(
-            [r.member for r in micro], [r.prompt_ids for r in micro], [r.completion_ids for r in micro], entropy=True
+            [r.member for r in micro],
+            [r.prompt_ids for r in micro],
+            [r.completion_ids for r in micro],
+            entropy=True,
+            own=[r.own for r in micro],
         )
         logprobs = torch.cat(logprobs)
         old_logprobs = torch.cat([r.old_logprobs for r in micro]).to(logprobs)

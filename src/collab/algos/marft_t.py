@@ -26,12 +26,11 @@ import torch
 from collab.algos.marft import MARFT
 from collab.errors import UserError
 from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
+from collab.policy.sampling import own_rows
 from collab.rollout.experience import Batch, Experience, Transition
 
 
 class MARFTT(MARFT):
-    token_level = True
-
     def build_extra(self, env) -> None:
         super().build_extra(env)
         if len({self.team.base_names[k] for k in self.team.base_of}) > 1:  # the critic's tokens would not line up
@@ -50,14 +49,15 @@ class MARFTT(MARFT):
         n, items = len(self.team), experience.items
         prompts = [list(c.prompt_ids) for tr in items for c in tr.actions]
         completions = [list(c.completion_ids) for tr in items for c in tr.actions]
-        features = self.features(prompts, completions)  # n per item, [L, H] each
+        owns = [c.own for tr in items for c in tr.actions]
+        features = own_rows(self.features(prompts, completions), owns)  # n per item, [L, H] each: own tokens
         device = self.critic.net[0].weight.device
         values = [self.critic(f.to(device)).cpu() if len(f) else torch.zeros(0) for f in features]
         by_episode: dict[int, list[int]] = {}
         for k, tr in enumerate(items):
             by_episode.setdefault(tr.episode, []).append(k)
         for rows in by_episode.values():
-            lengths = [sum(len(completions[k * n + i]) for i in range(n)) for k in rows]
+            lengths = [sum(len(features[k * n + i]) for i in range(n)) for k in rows]
             step_rewards = torch.tensor([sum(items[k].returned_rewards(self.gamma)) / n for k in rows])
             rewards, dones = chain(step_rewards, lengths, terminated=items[rows[-1]].done)
             flat_values = torch.cat([values[k * n + i] for k in rows for i in range(n)])
@@ -72,9 +72,9 @@ class MARFTT(MARFT):
         return self.scheduled(experience)
 
     def agent_advantages(self, tr: Transition, agent: int) -> torch.Tensor:
-        """The advantages of agent ``agent``'s tokens: its span of the turn's token chain."""
-        start = sum(len(c.completion_ids) for c in tr.actions[:agent])
-        return tr.advantages[start : start + len(tr.actions[agent].completion_ids)]
+        """The advantages of agent ``agent``'s own tokens: its span of the turn's token chain."""
+        start = sum(c.own_tokens for c in tr.actions[:agent])
+        return tr.advantages[start : start + tr.actions[agent].own_tokens]
 
     def actor_loss(self, minibatch: list[Transition], agents: list[int], advantages: torch.Tensor):
         rows = [(tr, i) for tr in minibatch for i in agents if tr.actions[i].completion_ids]

@@ -59,6 +59,16 @@ class Completion:
     def logprob(self) -> float:
         return float(sum(self.logprobs))
 
+    @property
+    def own_tokens(self) -> int:
+        """The tokens the agent wrote (all of ``completion_ids`` but a tool's results)."""
+        return len(self.completion_ids) if self.own is None else sum(self.own)
+
+
+def own_rows(rows: list[Tensor], own: list[list[bool] | None]) -> list[Tensor]:
+    """Each per-token tensor of ``rows`` (one row per completion token) at its completion's own tokens only."""
+    return [r if o is None else r[torch.as_tensor(o, dtype=torch.bool, device=r.device)] for r, o in zip(rows, own)]
+
 
 def action_mask(choice_ids: Tensor | None, vocab: int, device=None) -> Tensor | None:
     """Boolean mask over a vocabulary of ``vocab`` tokens, True at ``choice_ids`` (None: no restriction)."""
