@@ -9,14 +9,17 @@ later ones (after the first, which holds the warm-up), and the slowdown of the c
 
 Variants (``--variants``):
 
-- ``spin``: libgomp's default wait (``GOMP_SPINCOUNT=300000``: an idle thread spins ~0.1-1 ms before it sleeps),
-  what torch does unless told otherwise;
-- ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (an idle thread sleeps at once), what ``collab.fit`` chooses
-  (:mod:`collab.runtime.threads`);
+- ``spin``: libgomp's default wait (``GOMP_SPINCOUNT=300000``: an idle thread spins before it sleeps), what torch
+  does unless told otherwise;
+- ``spin30k``, ``spin10k``, ``spin1k``: fewer spins (``GOMP_SPINCOUNT``); ``spin1k`` is what ``collab.fit`` and
+  ``collab.evaluate`` choose (:mod:`collab.runtime.threads`);
+- ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (an idle thread sleeps at once);
 - ``one``: one thread each (``OMP_NUM_THREADS=1``), what ``collab.compare --jobs 2`` gives each run on 2 cores.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/shared_machine.py --out /tmp/shared.md     # ~25 min on 2 cores
-    PYTHONPATH=src .venv/bin/python benchmarks/shared_machine.py --variants spin passive --steps 2
+Each variant takes ~5-20 minutes on 2 cores (its pair the longer part):
+
+    PYTHONPATH=src .venv/bin/python benchmarks/shared_machine.py --variants spin passive --steps 4 --out /tmp/shared.md
+    PYTHONPATH=src .venv/bin/python benchmarks/shared_machine.py --variants spin10k spin1k --steps 4
 
 Nothing else may run meanwhile: the point is the copies' own contention.
 """
@@ -35,6 +38,9 @@ from pathlib import Path
 
 VARIANTS = {
     "spin": {"GOMP_SPINCOUNT": "300000"},
+    "spin30k": {"GOMP_SPINCOUNT": "30000"},
+    "spin10k": {"GOMP_SPINCOUNT": "10000"},
+    "spin1k": {"GOMP_SPINCOUNT": "1000"},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
     "one": {"OMP_NUM_THREADS": "1"},
 }

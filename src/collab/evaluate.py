@@ -203,9 +203,9 @@ def run(argv: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from collab.runtime.threads import wait_passively
+    from collab.runtime.threads import spin_briefly
 
-    wait_passively()  # before torch's import, as collab.fit (collab.runtime.threads)
+    spin_briefly()  # before torch's import, as collab.fit (collab.runtime.threads)
     from collab.fit import report_errors
 
     return report_errors(lambda: run(list(sys.argv[1:] if argv is None else argv)))

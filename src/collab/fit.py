@@ -314,9 +314,9 @@ def fit(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from collab.runtime.threads import wait_passively
+    from collab.runtime.threads import spin_briefly
 
-    wait_passively()  # before torch's import (collab.runtime.threads)
+    spin_briefly()  # before torch's import (collab.runtime.threads)
     try:
         return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:

@@ -7,14 +7,16 @@
 - **Threads** (:func:`choose_threads`): torch's intra-op threads are those cores divided among the node's
   training processes, unless ``OMP_NUM_THREADS`` says otherwise; set before Lightning starts the processes,
   which inherit it.
-- **Waiting** (:func:`wait_passively`): torch's OpenMP threads (libgomp) spin for a while after each parallel
+- **Waiting** (:func:`spin_briefly`): torch's OpenMP threads (libgomp) spin 300,000 times after each parallel
   region before they sleep. Alone, that saves a wake-up per region; beside another CPU-bound process, a
-  spinning thread holds a core that the other process's threads wait for, and a decode of a small model (a few
-  thousand short regions a second) slows several-fold beyond the 2x of halving the cores
-  (``benchmarks/shared_machine.py``; docs/measurements.md has the figures). ``OMP_WAIT_POLICY=PASSIVE``: idle
-  threads sleep at once. It must be in the environment before torch is imported (libgomp reads it when it
-  loads), so the command-line entries call this first; ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` already set
-  are left alone.
+  spinning thread holds a core that the other process's threads wait for, and a small model's decode (thousands
+  of short regions a second) slows several-fold beyond the 2x of halving the cores. Sleeping at once
+  (``OMP_WAIT_POLICY=PASSIVE``) costs a wake-up per region instead, a third more time alone.
+  ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT` keeps both: the quick start's job beside a copy of itself took 2.0x
+  its time alone (7.6x with libgomp's default spin, 1.3x passive), and alone as long as with the default spin
+  (passive: 1.38x) (``benchmarks/shared_machine.py``; docs/measurements.md). It must be in the environment
+  before torch is imported (libgomp reads it when it loads), so the command-line entries call this first;
+  ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` already set are left alone.
 
 The run prints one line saying what was chosen (:func:`describe`).
 """
@@ -27,15 +29,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+SPIN_COUNT = "1000"
+"""libgomp's spins after a parallel region before its thread sleeps (its default: 300,000)."""
 
 
-def wait_passively(environ: dict | None = None) -> bool:
-    """Set ``OMP_WAIT_POLICY=PASSIVE`` unless a wait is configured or torch (and its OpenMP) is already loaded;
-    True when set here."""
+def spin_briefly(environ: dict | None = None) -> bool:
+    """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` unless a wait is configured or torch (and its OpenMP) is already
+    loaded; True when set here."""
     environ = os.environ if environ is None else environ
     if any(name in environ for name in WAIT_VARIABLES) or "torch" in sys.modules:
         return False
-    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    environ["GOMP_SPINCOUNT"] = SPIN_COUNT
     return True
 
 
@@ -126,7 +130,7 @@ def describe(threads: int, share: str) -> str:
     if wait:
         how = f"OMP_WAIT_POLICY={wait}"
     elif spin:
-        how = f"GOMP_SPINCOUNT={spin}"
+        how = f"spin {spin} times, then sleep (GOMP_SPINCOUNT)"
     else:
         how = "OpenMP's default wait"
     return f"threads: {threads} a process ({share}); idle threads: {how}"
