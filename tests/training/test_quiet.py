@@ -91,7 +91,7 @@ def test_quick_start_is_quiet_and_reports_its_held_out_figures(tmp_path):
     assert_quiet(result)
     assert result.stderr.startswith("config: ")  # which configs the run read (collab's line)
     assert re.search(r"^threads: \d+ a process \(", result.stderr, re.M), result.stderr  # said once
-    assert result.stderr.count("threads: ") == 1
+    assert sum(line.startswith("threads: ") for line in result.stderr.splitlines()) == 1
     for line in (
         "evaluation at step 0 (2 eval tasks",
         "step 1/1  reward ",  # stdout is a pipe: one plain line per rollout
