@@ -219,9 +219,11 @@ def base_parameters(name: str) -> int | None:
         return None
 
 
-def encode_chat(tokenizer, messages) -> list[int]:
-    """Token ids of a chat, ending with the assistant turn's header (the model's own chat template)."""
-    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+def encode_chat(tokenizer, messages, tools: list[dict] | None = None) -> list[int]:
+    """Token ids of a chat, ending with the assistant turn's header (the model's own chat template; ``tools``: the
+    JSON schemas a template that renders tools shows)."""
+    extra = {"tools": tools} if tools is not None else {}
+    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, **extra)
     if isinstance(out, dict) or hasattr(out, "input_ids"):
         out = out["input_ids"]
     return list(out)

@@ -217,6 +217,7 @@ def decode(
     logps: list[list[float]] = [[] for _ in range(batch)]
     running = list(range(batch))  # the original row of each row of the batch
     tail = len(stop) if stop else 0  # a stop text is within its length in tokens (each at least one character)
+    at_stop: set[int] = set()  # rows whose text ended with the stop text
     step_forward = AdapterRows(model, [adapters[i] for i in rix])
     for step in range(max(limits)):
         preemption.check()  # a SIGTERM stops a long rollout or evaluation here (collab.preemption)
@@ -229,8 +230,9 @@ def decode(
             t = int(nxt[i])
             tokens[b].append(t)
             logps[b].append(float(logp[i, t]))
-            stopped = tail and tokenizer.decode(tokens[b][-tail:], skip_special_tokens=True).endswith(stop)
-            if t not in eos and len(tokens[b]) < limits[b] and not stopped:
+            if tail and tokenizer.decode(tokens[b][-tail:], skip_special_tokens=True).endswith(stop):
+                at_stop.add(b)
+            if t not in eos and len(tokens[b]) < limits[b] and b not in at_stop:
                 keep.append(i)
         if not keep:
             break
@@ -256,8 +258,7 @@ def decode(
     step_forward.close()
     results: list[list[Completion]] = [[] for _ in rows]
     for b, r in enumerate(rix):
-        ended = tail and tokenizer.decode(tokens[b][-tail:], skip_special_tokens=True).endswith(stop)
-        finished = bool(tokens[b]) and (tokens[b][-1] in eos or choices[b] is not None or bool(ended))
+        finished = bool(tokens[b]) and (tokens[b][-1] in eos or choices[b] is not None or b in at_stop)
         text = tokenizer.decode(tokens[b], skip_special_tokens=True)
         results[r].append(Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished))
     return results

@@ -103,9 +103,7 @@ def encode_with_tools(tokenizer, messages, tools: list[Tool]) -> list[int]:
 
     messages = list(messages)
     if template_supports_tools(tokenizer):
-        schemas = [t.schema() for t in tools]
-        out = tokenizer.apply_chat_template(messages, tools=schemas, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "input_ids") else out)
+        return encode_chat(tokenizer, messages, tools=[t.schema() for t in tools])
     text = tools_prompt(tools)
     if messages and messages[0].get("role") == "system":
         messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}
