@@ -8,16 +8,25 @@ over a forward and backward of ``--rows`` x ``--length`` tokens (4 of the rows l
 was in use before. Alongside: the process's peak resident memory and what glibc's heap held at the end (its free
 part is fragmentation that ``malloc_trim`` gives back). Linux with glibc 2.33 or later only.
 
+``--micro-batches N``: an update's run of N forward+backward passes instead (the whole model, its loss on the
+labels), each of 1-3 rows x 300-1,100 tokens drawn from a seeded generator, as an update's micro-batches differ in
+shape; after each, the process's resident memory and glibc's bytes in use. With ``--release``,
+``collab.runtime.memory.release`` after each backward, as collab's update does under checkpointing. The gap between
+the two is the heap's fragmentation.
+
     PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_memory.py --width 1024 --intermediate 3072 --layers 8
     PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_memory.py --width 2048 --intermediate 11008 --layers 4
     PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_memory.py --width 1024 --intermediate 3072 --layers 8 --off
     PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_memory.py --mmap-threshold 4   # glibc's heap without holes
+    PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_memory.py --micro-batches 16
+    PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_memory.py --micro-batches 16 --release
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import random
 import threading
 import time
 
@@ -80,7 +89,12 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=726)
     ap.add_argument("--off", action="store_true", help="without gradient checkpointing")
     ap.add_argument("--mmap-threshold", type=int, metavar="MIB", help="glibc's fixed mmap threshold (mallopt)")
+    ap.add_argument("--micro-batches", type=int, metavar="N", help="N passes of varied shapes (module docstring)")
+    ap.add_argument("--release", action="store_true", help="with --micro-batches: release() after each backward")
     args = ap.parse_args()
+    if args.micro_batches:
+        micro_batches(args)
+        return
     if args.mmap_threshold:  # blocks from this size on are mmapped, and unmapped when freed: no heap holes
         M_MMAP_THRESHOLD = -3
         LIBC.mallopt(M_MMAP_THRESHOLD, args.mmap_threshold * 2**20)
@@ -134,6 +148,27 @@ def main() -> None:
         f"{real / estimate:.2f} x the estimate; peak resident {rss[0] / G:.2f} GiB, glibc's heap at the end "
         f"{heap.arena / G:.2f} GiB of which free {heap.fordblks / G:.2f}"
     )
+
+
+def micro_batches(args) -> None:
+    from collab.runtime.memory import release
+
+    torch.manual_seed(0)
+    net = model(args.width, args.intermediate, args.layers, not args.off)
+    shapes = random.Random(0)
+    print(f"start: resident {resident() / G:.2f} GiB, in use {in_use() / G:.2f} GiB", flush=True)
+    start, trims = time.perf_counter(), 0.0
+    for k in range(args.micro_batches):
+        rows, length = shapes.choice([1, 2, 3]), shapes.randint(300, 1100)
+        ids = torch.randint(0, 151936, (rows, length))
+        net(input_ids=ids, labels=ids).loss.backward()
+        if args.release:
+            t = time.perf_counter()
+            release()
+            trims += time.perf_counter() - t
+        held = f"resident {resident() / G:.2f} GiB, in use {in_use() / G:.2f} GiB"
+        print(f"{k:2d} {rows} x {length:4d}: {held}", flush=True)
+    print(f"{args.micro_batches} passes in {time.perf_counter() - start:.1f} s (release: {trims:.1f} s)")
 
 
 if __name__ == "__main__":

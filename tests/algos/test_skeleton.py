@@ -254,3 +254,44 @@ def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path
     assert any(g.abs().sum() > 0 for g in expected)
     for a, b in zip(expected, split):  # another summation order: float32 noise relative to each tensor's scale
         assert torch.allclose(a, b, atol=1e-5 * float(a.abs().max()) + 1e-12, rtol=1e-5)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_checkpointed_update_gives_the_heap_back_after_each_backward(checkpointing, monkeypatch, one_thread):
+    """Under gradient checkpointing the update releases glibc's free heap (``runtime.memory.release``) after every
+    micro-batch's backward pass, not only between phases: the layers' recomputed activations at each micro-batch's
+    shape fragment the heap (``benchmarks/checkpoint_memory.py --micro-batches``: resident memory grew 1.89 ->
+    2.76 GiB over 16 passes for 0.66 -> 0.82 GiB in use). Without checkpointing the update is left as it was."""
+    import collab.algos.base as base
+    from collab.algos import from_config
+    from collab.policy.models import BaseConfig
+
+    events = []
+    monkeypatch.setattr(base, "release", lambda: events.append("release") or True)
+    env = EarlySolveEnv(n_agents=2, horizon=2)
+    module = from_config(
+        "magrpo",
+        agents=None,
+        base=BaseConfig(name="tiny", seed=0, gradient_checkpointing=checkpointing),
+        agent_lr=1e-2,
+        num_generations=4,
+        num_epochs=1,
+        log_kl=False,
+    )
+    module.build(env)
+    module.micro_batch_tokens = 1  # every item a micro-batch of its own
+    module.manual_backward = lambda loss: events.append("backward") or loss.backward()
+    monkeypatch.setattr(module, "optimizers", lambda: torch.optim.SGD(module.parameters(), lr=0.0))
+    monkeypatch.setattr(module, "optimizer_step", lambda: events.append("step"))
+    torch.manual_seed(0)
+    experience = module.rollout(env.tasks("train") * 2)
+    batch = module.prepare(experience)
+    for j, s in enumerate(experience.items):  # a signal in every item, so that each is a backward pass
+        s.advantages = float(j % 2) * 2 - 1.0
+    module.update(replace(batch, items=experience.items))
+    passes = events.count("backward")
+    assert passes == len(experience.items) > 1 and events[-1] == "step"
+    if checkpointing:
+        assert events[:-1] == ["backward", "release"] * passes
+    else:
+        assert "release" not in events

@@ -287,13 +287,19 @@ class CollabModule(L.LightningModule):
             self.skip_update()
             return metrics
         totals: dict[str, list[float]] = {}
+        # a checkpointed backward runs every layer again at each micro-batch's shape: the freed activations of
+        # micro-batches of other shapes leave holes in glibc's heap that the next ones fit into only in part, so the
+        # resident memory grows by a micro-batch's worth every few passes unless given back after each one
+        # (runtime.memory.release; measured in docs/measurements.md, "Heap fragmentation")
+        after_backward = release if self.team.base_config.gradient_checkpointing else None
         for index, minibatch in enumerate(schedule):
             if index and reached_max_steps(self):  # max_steps inside a rollout's updates: the run ends there
                 break
             stats: dict[str, float] = {}
             scale = self.normalizers(minibatch, batch, index)
             parts = self.parts(minibatch, scale, stats)
-            if not optimizer_step(self, parts, accept=lambda: self.accept(stats, len(minibatch), scale)):
+            accept = partial(self.accept, stats, len(minibatch), scale)
+            if not optimizer_step(self, parts, accept=accept, after_backward=after_backward):
                 metrics["train/early_stop"] = 1.0
                 break
             for key, value in stats.items():

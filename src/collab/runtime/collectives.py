@@ -122,14 +122,21 @@ def _touch(module) -> Tensor:
     return sum((p.sum() * 0.0 for p in params), torch.zeros((), device=params[0].device if params else "cpu"))
 
 
-def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callable[[], bool] | None = None) -> bool:
+def optimizer_step(
+    module,
+    parts: Sequence[Callable[[], Tensor]],
+    accept: Callable[[], bool] | None = None,
+    after_backward: Callable[[], object] | None = None,
+) -> bool:
     """One optimizer step of ``module`` on the sum of ``parts`` (each a callable returning one term's loss,
     already divided by the global normaliser: a micro-batch's loss is the sum of its terms,
     :meth:`collab.algos.base.CollabModule.terms`), one backward pass each: the same number of passes
     and of steps on every rank, with one gradient synchronisation (see the module docstring).
 
     ``accept`` (called on every rank after the backward passes, before the step; it may run collectives)
-    can refuse the update: the gradients are dropped and ``False`` returned (MARFT's ``target_kl``)."""
+    can refuse the update: the gradients are dropped and ``False`` returned (MARFT's ``target_kl``).
+    ``after_backward`` runs after each backward pass (:func:`collab.runtime.memory.release` under gradient
+    checkpointing)."""
     world = world_size(module)
     opt = module.optimizers()
     n = global_max(module, len(parts))
@@ -149,6 +156,8 @@ def optimizer_step(module, parts: Sequence[Callable[[], Tensor]], accept: Callab
                 module.manual_backward(loss * world)
         elif loss is not None:
             module.manual_backward(loss)
+        if after_backward is not None:
+            after_backward()
     if shards is not None:  # a sharded base: the ranks' backward passes gather layers in rounds of their own, so the
         average_gradients(module)  # gradients are averaged after them, not inside DDP's backward (it could wait there)
     if accept is not None and not accept():
