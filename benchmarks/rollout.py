@@ -6,6 +6,12 @@ torch (collab's default engine)
 vllm (``--model.engine vllm``)
     the same call with a :class:`~collab.policy.vllm_engine.VllmEngine`: one vLLM engine, one LoRA adapter
     per agent, then the behaviour log-probs recomputed by the training model (timed apart as "rescore").
+tools (``--engine torch tools``)
+    collab's loop with tool calls within the turn (:mod:`collab.tools.turns`): every agent has the calculator and
+    its turn opens with a call to it (``tool_choice``), so each row decodes in two rounds at least, with the tool
+    and a re-prefill between them. Counted: the agents' own tokens (the forced opening and the results are not).
+    With ``tools`` among the engines every engine gets the same prompts: a calculation task with the tools'
+    instructions in the system message, so the ratio against ``torch`` is what the pauses cost.
 hf (what the reference code does)
     for each agent in turn: ``peft_model.set_adapter(name)`` and HF
     ``model.generate(input_ids, attention_mask, do_sample=True, temperature, top_p,
@@ -20,6 +26,7 @@ against the torch engine, measured in the same run. vllm needs ``.venv-vllm`` (`
     PYTHONPATH=src .venv-vllm/bin/python benchmarks/rollout.py                       # 2 agents x K=4 x 48 tokens
     PYTHONPATH=src .venv-vllm/bin/python benchmarks/rollout.py --agents 4 --k 16 --max-new-tokens 256 --repeats 1
     PYTHONPATH=src .venv/bin/python benchmarks/rollout.py --model tiny --repeats 5     # quick smoke run (no vllm)
+    PYTHONPATH=src .venv/bin/python benchmarks/rollout.py --engine torch tools         # a rollout with tool calls
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ ROLES = [
     ("editor", "You are a careful editor. Improve the draft's clarity, rhythm and word choice."),
     ("critic", "You are a literary critic. Point out what works and what does not, briefly."),
 ]
+TOOL_TASK = "Compute 48213 * 907 + 5521 with the calculator, then say what the result means for a budget of 50 million."
 TASK = (
     "Write a short story of about 150 words about a lighthouse keeper who finds a message in a bottle "
     "on the morning of a storm. Use sensory details and end with a surprising but earned twist."
@@ -62,7 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         dest="engines",
         nargs="+",
         default=["torch", "vllm", "hf"],
-        choices=["torch", "vllm", "hf"],
+        choices=["torch", "vllm", "hf", "tools"],
         help="engines to compare (default: all; vllm only where it imports)",
     )
     ap.add_argument(
@@ -93,11 +101,28 @@ def build(args):
             for name, p in model.named_parameters():
                 if "lora_B" in name:
                     p.normal_(0.0, 0.01)
+    encode, task = team.encode, TASK
+    if "tools" in args.engines:
+        encode, task = tool_team(team, args.agents).encode, TOOL_TASK
     prompts = [
-        team.encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": TASK}])
+        encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": task}])
         for i, s in enumerate(specs)
     ]
     return team, prompts
+
+
+def tool_team(team: AgentTeam, agents: int):
+    from collab.tools import make_tool
+    from collab.tools.team import ToolTeam
+
+    tools = {i: {"calculator": make_tool("calculator")} for i in range(agents)}
+    return ToolTeam(team, tools, choice={i: "calculator" for i in range(agents)})
+
+
+def run_tools(team: AgentTeam, prompts, k: int, max_new_tokens: int) -> int:
+    requests = [GenerationRequest(i, p, n=k) for i, p in enumerate(prompts)]
+    outputs = tool_team(team, len(prompts)).generate(requests, max_new_tokens=max_new_tokens)
+    return sum(c.own_tokens for group in outputs for c in group)
 
 
 def count_generated(row: list[int], eos: set[int]) -> int:
@@ -186,7 +211,7 @@ def main(argv=None) -> None:
         f"top_k=0 prompt_tokens={[len(p) for p in prompts]}"
     )
 
-    methods = {"torch": run_collab, "hf": run_loop}
+    methods = {"torch": run_collab, "hf": run_loop, "tools": run_tools}
     if "vllm" in args.engines:
         import importlib.util
 
@@ -200,7 +225,7 @@ def main(argv=None) -> None:
                 team, VllmOptions(max_model_len=max(len(p) for p in prompts) + args.max_new_tokens + 16)
             )
             print(f"vllm engine start: {time.perf_counter() - start:.1f} s (once per run)")
-            methods = {"torch": run_collab, "vllm": run_vllm(engine), "hf": run_loop}
+            methods = {"torch": run_collab, "vllm": run_vllm(engine), "hf": run_loop, "tools": run_tools}
     methods = {m: fn for m, fn in methods.items() if m in args.engines}
     for fn in methods.values():  # warm-up: first-call allocations, lazy imports, the adapters' export
         torch.manual_seed(args.seed)

@@ -56,15 +56,34 @@ def test_calls_are_counted_and_charged():
     use = lambda result: ToolUse("calculator", {}, result, 0.0)  # noqa: E731
     joint = [SimpleNamespace(tool_calls=[use("2"), use("error: division by zero")]), SimpleNamespace(tool_calls=[])]
     step = StepResult(EnvState({}, ((), ())), (1.0, 1.0), True, {"solved": 1.0})
-    team = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=True))
+    team = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=True), {})
     assert team.rewards == pytest.approx((0.8, 0.8)) and team.info == {
         "solved": 1.0,
         "tool_calls": 2.0,
         "tool_errors": 1.0,
     }
-    own = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=False))
+    own = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=False), {})
     assert own.rewards == pytest.approx((0.8, 1.0))
-    free = charge_calls(step, joint, SimpleNamespace(call_penalty=0.0, joint_reward=True))
+    free = charge_calls(step, joint, SimpleNamespace(call_penalty=0.0, joint_reward=True), {})
     assert free.rewards == (1.0, 1.0) and free.info["tool_calls"] == 2.0
+    # the math env judges a call right when its result is the problem's answer: 2 is, an error never is
+    math = make_env("math", dataset="large_arithmetic", tools=["calculator"])
+    judged = charge_calls(step, joint + [SimpleNamespace(tool_calls=[use("2.0"), use("3")])], math, {"answer": "2"})
+    assert judged.info["tool_right"] == 2.0 and judged.info["tool_calls"] == 4.0
+    assert charge_calls(step, [SimpleNamespace(tool_calls=[])] * 2, math, {"answer": "2"}).info["tool_right"] == 0.0
     with pytest.raises(UserError, match="call_penalty must be a number >= 0"):
         make_env("math", tools=["calculator"], call_penalty=-1)
+
+
+def test_tool_choice_names_the_tool_a_turn_opens_with():
+    both = make_env("math", tools={0: ["calculator"], 1: ["calculator", "python"]}, tool_choice="calculator")
+    assert both.tool_choice == {0: "calculator", 1: "calculator"}
+    assert acting_team("team", both).choice == {0: "calculator", 1: "calculator"}
+    assert make_env("math", tools={1: ["python"]}, tool_choice="python").tool_choice == {1: "python"}
+    assert make_env("math", tools=["calculator"], tool_choice="auto").tool_choice == {}
+    assert make_env("math", tools=["calculator"], tool_choice={1: "calculator"}).tool_choice == {1: "calculator"}
+    assert make_env("math", tools=["calculator"]).tool_choice == {} and make_env("math").tool_choice == {}
+    with pytest.raises(UserError, match="no agent has tool 'python'; valid: auto, calculator"):
+        make_env("math", tools=["calculator"], tool_choice="python")
+    with pytest.raises(UserError, match="agent 0 has no tool 'calculator'; its tools: none"):
+        make_env("math", tools={1: ["calculator"]}, tool_choice={0: "calculator"})

@@ -24,6 +24,7 @@ from collab.tools.calls import (
     tools_prompt,
 )
 from collab.tools.search import BM25, Search, read_corpus
+from tests.sandbox.test_sandbox import parent  # noqa: F401 (a fixture: the caller's process, files and secrets)
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -189,3 +190,33 @@ def test_the_registry_names_what_is_valid(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert make_tool("my_tools:Echo")({"text": "hi"}) == "hi"
+
+
+HOSTILE_CALLS = {
+    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "memory bomb": "x = bytearray(10 * 1024 ** 3)\n",
+    "daemon": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\ntime.sleep(100)\n",
+    "kill the parent": "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(100)\n",
+    "secrets": "import os\nprint('COLLAB_SECRET' in os.environ, os.environ.get('COLLAB_SECRET'))\n",
+    "the parent's file": "open({path!r}, 'w').write('pwned')\n",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_CALLS))
+def test_hostile_programs_through_the_python_tool_end_as_text(name, parent):  # noqa: F811 (the sandbox's fixture)
+    """The sandbox's hostile programs (tests/sandbox) sent as tool calls: each ends within its time limit as a
+    result the agent reads, the caller's process, environment and files unharmed (the ``parent`` fixture checks
+    them and that no sandboxed process is left)."""
+    if name == "the parent's file" and os.geteuid() != 0:
+        pytest.skip("keeping the parent's files needs the sandbox's uid separation (a root parent)")
+    tool = make_tool("python", timeout_s=1.5)
+    start = time.monotonic()
+    result = run_call(ToolCall("python", {"code": HOSTILE_CALLS[name].format(path=str(parent))}), {"python": tool})
+    assert time.monotonic() - start < 1.5 + 1.0 and isinstance(result, str)
+    assert "hunter2" not in result
+    if name == "secrets":
+        assert result == "False None"
+    elif name == "memory bomb":
+        assert "MemoryError" in result
+    else:
+        assert "error:" in result or "Error" in result

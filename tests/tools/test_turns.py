@@ -66,7 +66,9 @@ def test_a_call_runs_between_rounds_and_its_result_is_context_only(tiny_tokenize
     assert c.completion_ids == own1 + inserted + own2
     assert c.own == [True] * len(own1) + [False] * len(inserted) + [True] * len(own2)
     assert c.logprobs == [-0.5] * (len(own1) + len(own2))  # the agent's tokens' only
-    assert c.text == tiny_tokenizer.decode(own1 + own2) and c.finished and c.stop_reason is None
+    # the text is the turn's transcript: what the agent wrote, each call followed by its result
+    transcript = f"{tiny_tokenizer.decode(own1)}\n{RESULT_OPEN}\n56088\n{RESULT_CLOSE}\n{tiny_tokenizer.decode(own2)}"
+    assert c.text == transcript and c.finished and c.stop_reason is None
     assert [(u.name, u.arguments, u.result) for u in c.tool_calls] == [
         ("calculator", {"expression": "123 * 456"}, "56088")
     ]
@@ -102,3 +104,31 @@ def test_an_agent_without_tools_answers_in_one_round(tiny_tokenizer):
     group = generate_with_tools(team, [GenerationRequest(0, prompt_ids(tiny_tokenizer), 2)], {})[0]
     assert len(team.rounds) == 1 and len(group) == 2
     assert all(c.own is None and not c.tool_calls for c in group)
+
+
+def test_a_forced_call_opens_the_turn_with_tokens_the_agent_did_not_write(tiny_tokenizer, calculator):
+    """``tool_choice``: the turn starts with the opening of a call up to its first argument's value; the agent
+    writes the rest of the call, which runs like any other; the opening is in the context and the text, not in
+    the agent's own tokens."""
+    from collab.tools.calls import call_opening
+
+    opening = call_opening(calculator[0]["calculator"])
+    assert opening == f'{CALL_OPEN}\n{{"name": "calculator", "arguments": {{"expression": "'
+    rest, answer = f'7 * 8"}}}}\n{CALL_CLOSE}', " So 56."
+    team = Scripted(tiny_tokenizer, [rest, answer])
+    p = prompt_ids(tiny_tokenizer)
+    (c,) = generate_with_tools(team, [GenerationRequest(0, p, 2)], calculator, choice={0: "calculator"})[0][:1]
+    forced = tiny_tokenizer(opening, add_special_tokens=False)["input_ids"]
+    own1 = tiny_tokenizer(rest, add_special_tokens=False)["input_ids"]
+    assert team.rounds[0][0].prompt_ids == p + forced and team.rounds[0][0].n == 2  # the samples share it
+    assert c.completion_ids[: len(forced) + len(own1)] == forced + own1
+    assert c.own[: len(forced)] == [False] * len(forced) and c.own[len(forced) : len(forced) + len(own1)] == [
+        True
+    ] * len(own1)
+    assert len(c.logprobs) == c.own_tokens == sum(c.own)
+    assert [(u.arguments, u.result) for u in c.tool_calls] == [({"expression": "7 * 8"}, "56")]
+    assert c.text.startswith(tiny_tokenizer.decode(forced + own1)) and "\n56\n" in c.text
+    # an agent that is not forced decodes from its prompt
+    free = Scripted(tiny_tokenizer, [" 56"])
+    (c,) = generate_with_tools(free, [GenerationRequest(0, p, 1)], calculator, choice={1: "calculator"})[0]
+    assert free.rounds[0][0].prompt_ids == p and c.own is None and c.text == " 56"

@@ -113,6 +113,8 @@ class Env(ABC):
     [calculator]}'``: :func:`collab.tools.options.agent_tools`); none by default."""
     tool_budget: Any = None
     """What a turn may spend on tools (:class:`collab.tools.turns.Budget`; None: its defaults)."""
+    tool_choice: Mapping[int, str] = {}
+    """The tool whose call opens an agent's turn, by agent (``tool_choice`` option); none by default."""
     call_penalty: float = 0.0
     """Subtracted from the rewards for each tool call (``call_penalty`` option; :mod:`collab.tools.rewards`)."""
     history_window: int | None = None

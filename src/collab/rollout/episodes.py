@@ -135,7 +135,8 @@ def play(
                     joints[o][i] = completion
         steps = env.step_batch([state for state, _ in owners], [[c.text for c in joint] for joint in joints])
         if env.tools:  # the turn's calls counted in the info, and charged (collab.tools.rewards)
-            steps = [charge_calls(step, joint, env) for step, joint in zip(steps, joints)]
+            tasks = [state.task for state, _ in owners]
+            steps = [charge_calls(step, joint, env, task) for step, joint, task in zip(steps, joints, tasks)]
         for (_, ep), joint, obs, step in zip(owners, joints, observations, steps):
             ep.steps.append(step)
             ep.completions.append(joint)

@@ -107,7 +107,7 @@ def expand_tree(
             pending += [(node, [node.samples[i][j] for i, j in enumerate(joint)]) for joint in node.joints]
         steps = env.step_batch([node.state for node, _ in pending], [[c.text for c in joint] for _, joint in pending])
         if env.tools:  # the turn's calls counted in the info, and charged (collab.tools.rewards)
-            steps = [charge_calls(step, joint, env) for step, (_, joint) in zip(steps, pending)]
+            steps = [charge_calls(step, joint, env, node.state.task) for step, (node, joint) in zip(steps, pending)]
         next_frontier = []
         for (node, _), step in zip(pending, steps):
             node.rewards.append(step.rewards)

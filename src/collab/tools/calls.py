@@ -75,6 +75,17 @@ def run_call(call: ToolCall, tools: dict[str, Tool]) -> str:
     return tools[call.name](call.arguments)
 
 
+def call_opening(tool: Tool) -> str:
+    """The start of a call to ``tool``, up to the value of its first required argument when that is a string
+    (``<tool_call>\n{"name": "calculator", "arguments": {"expression": "``), else up to its arguments' object: what
+    a forced call (``tool_choice``) puts at the start of a turn for the agent to go on from."""
+    opening = f'{CALL_OPEN}\n{{"name": {json.dumps(tool.name)}, "arguments": {{'
+    required = tool.parameters.get("required") or []
+    if required and tool.parameters.get("properties", {}).get(required[0], {}).get("type") == "string":
+        opening += f'{json.dumps(required[0])}: "'
+    return opening
+
+
 def template_supports_tools(tokenizer) -> bool:
     """Whether the tokenizer's chat template renders ``tools=`` (it reads a ``tools`` variable)."""
     template = getattr(tokenizer, "chat_template", None) or ""

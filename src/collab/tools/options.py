@@ -6,8 +6,11 @@ or a mapping of its name and options::
     --data.env_options '{tools: [calculator]}'
     --data.env_options '{tools: {1: [calculator, {name: search, corpus: docs.jsonl}]}}'     # agent 1 only
 
-``tool_budget``: :class:`~collab.tools.turns.Budget`'s fields (``{calls: 2, tool_seconds: 10}``). A bad name, option
-or field ends in one line naming what is valid.
+``tool_budget``: :class:`~collab.tools.turns.Budget`'s fields (``{calls: 2, tool_seconds: 10}``).
+
+``tool_choice``: ``auto`` (the default: an agent calls when it writes a call), one of the agents' tools by name
+(every agent that has it opens its turn with a call to it: :mod:`collab.tools.turns`), or a mapping from an agent's
+index to a tool's name. A bad name, option or field ends in one line naming what is valid.
 """
 
 from __future__ import annotations
@@ -73,3 +76,26 @@ def tool_budget(value: Any) -> Budget:
     if not isinstance(value, Mapping) or set(value) - set(names):
         raise UserError(f"env option tool_budget: expected a mapping of {', '.join(names)}, got {value!r}")
     return Budget(**value)
+
+
+def tool_choice(value: Any, tools: dict[int, dict[str, Tool]]) -> dict[int, str]:
+    """The ``tool_choice`` option as the tool each agent's turn opens with a call to (empty: ``auto``)."""
+    value = read(value)
+    if value is None or value == "auto":
+        return {}
+    if isinstance(value, str):
+        chosen = {agent: value for agent, mine in tools.items() if value in mine}
+        if not chosen:
+            names = sorted({name for mine in tools.values() for name in mine})
+            raise UserError(f"env option tool_choice: no agent has tool {value!r}; valid: auto, {', '.join(names)}")
+        return chosen
+    if isinstance(value, Mapping):
+        for agent, name in value.items():
+            mine = tools.get(agent, {}) if isinstance(agent, int) and not isinstance(agent, bool) else {}
+            if name not in mine:
+                raise UserError(
+                    f"env option tool_choice: agent {agent!r} has no tool {name!r}; its tools: "
+                    f"{', '.join(sorted(mine)) or 'none'}"
+                )
+        return dict(value)
+    raise UserError(f"env option tool_choice: expected auto, a tool's name or {{agent: name}}, got {value!r}")

@@ -15,9 +15,12 @@ from collab.tools.turns import Budget, generate_with_tools
 
 
 class ToolTeam:
-    def __init__(self, team, tools: dict[int, dict[str, Tool]], budget: Budget = Budget()) -> None:
-        """``tools[agent]``: the tools team member ``agent`` may call, by name."""
-        self.team, self.tools, self.budget = team, tools, budget
+    def __init__(
+        self, team, tools: dict[int, dict[str, Tool]], budget: Budget = Budget(), choice: dict[int, str] | None = None
+    ) -> None:
+        """``tools[agent]``: the tools team member ``agent`` may call, by name; ``choice[agent]``: the tool whose call
+        opens its turn (:func:`~collab.tools.turns.generate_with_tools`)."""
+        self.team, self.tools, self.budget, self.choice = team, tools, budget, choice or {}
 
     def encode(self, agent: int, messages) -> list[int]:
         mine = self.tools.get(agent)
@@ -26,7 +29,7 @@ class ToolTeam:
         return encode_with_tools(self.team.tokenizer_of(agent), messages, list(mine.values()))
 
     def generate(self, requests, max_new_tokens: int = 128):
-        return generate_with_tools(self.team, requests, self.tools, self.budget, max_new_tokens)
+        return generate_with_tools(self.team, requests, self.tools, self.budget, max_new_tokens, self.choice)
 
     def __getattr__(self, name: str):
         return getattr(self.team, name)
@@ -40,4 +43,4 @@ def acting_team(team, env):
     option), else ``team`` itself, unchanged."""
     if not getattr(env, "tools", None):
         return team
-    return ToolTeam(team, env.tools, env.tool_budget or Budget())
+    return ToolTeam(team, env.tools, env.tool_budget or Budget(), getattr(env, "tool_choice", None))

@@ -8,8 +8,16 @@ turn, followed by the header of the agent's next turn (:func:`insertion_ids`). T
 on, each a request of its own whose prompt is its prompt and all its tokens so far (re-prefilled: a row's cache
 does not outlive its round); rows that answered are done. A :class:`Completion` of a turn holds every token after
 the prompt, its ``own`` mask (True: the agent's; the inserted results are not), the agent's tokens' behaviour
-log-probs only, its text (the agent's tokens only, the calls included), and its calls with their results
-(``tool_calls``: the trajectory records them, so a resumed run does not run a tool again).
+log-probs only, its text, and its calls with their results (``tool_calls``: the trajectory records them, so a
+resumed run does not run a tool again). The text is the turn as a transcript: what the agent wrote, its calls
+included, each call followed by its result as ``<tool_response>\nRESULT\n</tool_response>`` (whatever the template
+renders around it). The env grades this text and the agents after it in the turn, and in later turns, read it: a
+result is something the team has seen, not only the caller (a chat template's headers are left out).
+
+A forced call (``choice[agent]``, the env option ``tool_choice``: OpenAI's ``tool_choice`` naming a function) opens
+the agent's turn with the start of a call to that tool up to its first argument's value
+(:func:`~collab.tools.calls.call_opening`): the agent writes the arguments and closes the call. Those opening
+tokens are inserted, not the agent's own (they are not in the loss), like a result.
 
 Budgets (:class:`Budget`) end a turn cleanly, the reason in ``Completion.stop_reason``: ``calls`` (calls per turn;
 a call past it is not run), ``tool_seconds`` (the tools' wall time in the turn), ``tokens`` (the agent's own tokens
@@ -25,7 +33,16 @@ from typing import Any
 
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.tools.base import Tool
-from collab.tools.calls import CALL_CLOSE, parse_call, result_message, run_call, template_supports_tools
+from collab.tools.calls import (
+    CALL_CLOSE,
+    RESULT_CLOSE,
+    RESULT_OPEN,
+    call_opening,
+    parse_call,
+    result_message,
+    run_call,
+    template_supports_tools,
+)
 
 
 @dataclass(frozen=True)
@@ -62,12 +79,21 @@ class _Row:
     finished: bool = False
     stop_reason: str | None = None
     adapter_version: int | None = None
+    round_start: int = 0
+    """Where the current round's tokens start in ``ids`` (a forced call's opening counts as round 0's)."""
+    transcript: list[str] = field(default_factory=list)
 
-    def add(self, c: Completion) -> None:
+    def insert(self, ids: list[int]) -> None:
+        """Tokens in the agent's context that it did not write."""
+        self.ids += ids
+        self.own += [False] * len(ids)
+
+    def add(self, c: Completion, tokenizer) -> None:
         self.ids += c.completion_ids
         self.own += [True] * len(c.completion_ids)
         self.logprobs += c.logprobs
         self.finished, self.adapter_version = c.finished, c.adapter_version
+        self.transcript.append(tokenizer.decode(self.ids[self.round_start :], skip_special_tokens=True))
 
     def own_tokens(self) -> int:
         return sum(self.own)
@@ -100,17 +126,26 @@ def generate_with_tools(
     tools: dict[int, dict[str, Tool]],
     budget: Budget = Budget(),
     max_new_tokens: int = 128,
+    choice: dict[int, str] | None = None,
 ) -> list[list[Completion]]:
     """``team.generate`` with tool calls within the turn (the module docstring); ``tools[agent]``: the tools an
-    agent may call by name (an agent without any decodes as usual: its first round is its turn)."""
+    agent may call by name (an agent without any decodes as usual: its first round is its turn); ``choice[agent]``:
+    the tool whose call opens the agent's turn (None or absent: the agent decides)."""
     rows: list[list[_Row]] = [[_Row(r.agent, list(r.prompt_ids)) for _ in range(r.n)] for r in requests]
-    asks = [
-        GenerationRequest(r.agent, r.prompt_ids, r.n, _limit(team, group[0], budget, max_new_tokens))
-        for r, group in zip(requests, rows)
-    ]
+    asks = []
+    for r, group in zip(requests, rows):
+        forced = (choice or {}).get(r.agent)
+        opening = []
+        if forced:
+            text = call_opening(tools[r.agent][forced])
+            opening = list(team.tokenizer_of(r.agent)(text, add_special_tokens=False)["input_ids"])
+        for row in group:
+            row.insert(opening)
+        limit = _limit(team, group[0], budget, max_new_tokens)
+        asks.append(GenerationRequest(r.agent, list(r.prompt_ids) + opening, r.n, limit))
     for group, outs in zip(rows, team.generate(asks, max_new_tokens, stop=CALL_CLOSE)):
         for row, c in zip(group, outs):
-            row.add(c)
+            row.add(c, team.tokenizer_of(row.agent))
     pending = [row for group in rows for row in group]
     while pending:
         again = []
@@ -126,7 +161,7 @@ def generate_with_tools(
             for row in again
         ]
         for row, outs in zip(again, team.generate(asks, max_new_tokens, stop=CALL_CLOSE)):
-            row.add(outs[0])
+            row.add(outs[0], team.tokenizer_of(row.agent))
         pending = again
     return [[_completion(team, row) for row in group] for group in rows]
 
@@ -141,7 +176,7 @@ def _call(team, row: _Row, tools: dict[str, Tool], budget: Budget, max_new_token
     if not tools:
         return False
     tokenizer = team.tokenizer_of(row.agent)
-    text = tokenizer.decode([t for t, mine in zip(row.ids, row.own) if mine], skip_special_tokens=True)
+    text = row.transcript[-1]  # this round's: a call is read from the round that wrote it
     if not text.rstrip().endswith(CALL_CLOSE):
         return False  # answered (or cut at its length): the turn is over
     call = parse_call(text)
@@ -164,20 +199,18 @@ def _call(team, row: _Row, tools: dict[str, Tool], budget: Budget, max_new_token
     if window is not None and len(row.prompt_ids) + len(row.ids) + len(inserted) + 1 > window:
         row.stop_reason = f"context window ({window} tokens): the result of call {len(row.calls)} does not fit"
         return False
-    row.ids += inserted
-    row.own += [False] * len(inserted)
-    row.finished = False
+    row.insert(inserted)
+    row.transcript.append(f"\n{RESULT_OPEN}\n{result}\n{RESULT_CLOSE}\n")
+    row.round_start, row.finished = len(row.ids), False
     return True
 
 
 def _completion(team, row: _Row) -> Completion:
-    tokenizer = team.tokenizer_of(row.agent)
-    own_ids = [t for t, mine in zip(row.ids, row.own) if mine]
     return Completion(
         row.agent,
         row.prompt_ids,
         row.ids,
-        tokenizer.decode(own_ids, skip_special_tokens=True),
+        "".join(row.transcript),
         row.logprobs,
         row.finished and row.stop_reason is None,
         adapter_version=row.adapter_version,

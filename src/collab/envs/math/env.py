@@ -148,6 +148,11 @@ class MathEnv(SharedStateEnv):
     def problem(self, task: Mapping[str, Any]) -> str:
         return f"{task['problem']}\n\n{INSTRUCTION}"
 
+    def right_call(self, task: Mapping[str, Any], use) -> bool:
+        """Whether a tool call within a turn (:class:`collab.tools.turns.ToolUse`) returned the problem's answer
+        (with tools: ``env/tool_right``, :mod:`collab.tools.rewards`)."""
+        return not use.result.startswith("error:") and is_equiv(use.result.strip(), str(task["answer"]))
+
     def grade(self, task: Mapping[str, Any], answer: str) -> tuple[float, dict[str, float]]:
         """1.0 when the graded agent's final answer equals the gold one (MARFT, Section 5.1)."""
         boxed = last_boxed(answer or "")
