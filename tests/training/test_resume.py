@@ -68,7 +68,7 @@ ALGOS = {
         "--data.env_options",
         "{dataset: small_addition, profile: duo, tools: {0: [calculator]}, tool_choice: calculator}",
         "--model.agents",
-        '[{sampling: {max_new_tokens: 8}}, {sampling: {max_new_tokens: 4}}]',
+        "[{sampling: {max_new_tokens: 8}}, {sampling: {max_new_tokens: 4}}]",
         "--data.batch_size",
         "2",
     ],
