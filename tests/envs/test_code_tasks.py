@@ -207,10 +207,12 @@ def test_mbpp_reference_solutions_pass(pool):
     assert (tasks[0]["entry_point"], tasks[0]["params"], len(tasks[0]["tests"])) == ("remove_Occ", "s, ch", 3)
     tree = next(t for t in tasks if t["task_id"] == "MBPP/367")  # its test_setup_code builds Node trees
     assert tree["helpers"].startswith("class Node") and tree["prompt"].startswith("class Node")
+    # every fourth problem and the tree one: each of the loader's formats occurs among them (all 500 take 31 s)
+    sample = [t for i, t in enumerate(tasks) if i % 4 == 0 or t is tree]
     start = time.perf_counter()
-    reports = run_many([(t, canonical_code(t)) for t in tasks], pool)
-    print(f"500 MBPP reference solutions: {time.perf_counter() - start:.1f} s")
-    assert [t["task_id"] for t, r in zip(tasks, reports) if r.n_passed != r.n_total] == []
+    reports = run_many([(t, canonical_code(t)) for t in sample], pool)
+    print(f"{len(sample)} MBPP reference solutions: {time.perf_counter() - start:.1f} s")
+    assert [t["task_id"] for t, r in zip(sample, reports) if r.n_passed != r.n_total] == []
 
 
 @needs_coophe
