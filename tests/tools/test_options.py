@@ -87,3 +87,22 @@ def test_tool_choice_names_the_tool_a_turn_opens_with():
         make_env("math", tools=["calculator"], tool_choice="python")
     with pytest.raises(UserError, match="agent 0 has no tool 'calculator'; its tools: none"):
         make_env("math", tools={1: ["calculator"]}, tool_choice={0: "calculator"})
+
+
+def test_the_tool_cells_config_composes_into_a_calculator_duo(capsys):
+    """conf/compare/math_tools.yaml (the learning-with-tools cells): the duo on large operands, the Reasoner
+    opening its turn with a calculator call, one call a turn."""
+    from pathlib import Path
+
+    import yaml
+
+    from collab.fit import print_config
+
+    config = Path(__file__).resolve().parents[2] / "conf" / "compare" / "math_tools.yaml"
+    with pytest.raises(SystemExit):
+        print_config("marft_a", ["--config", str(config), "--print_config"])
+    data = yaml.safe_load(capsys.readouterr().out)["data"]
+    env = make_env(data["env"], **data["env_options"])
+    assert (env.dataset, [r.name for r in env.roles]) == ("large_arithmetic", ["reasoner", "actor"])
+    assert list(env.tools) == [0] and list(env.tools[0]) == ["calculator"] and env.tool_choice == {0: "calculator"}
+    assert env.tool_budget == Budget(calls=1)
