@@ -99,6 +99,12 @@ def test_errors_are_results_and_budgets_end_the_turn(tiny_tokenizer, calculator)
     assert len(c.prompt_ids) + len(c.completion_ids) <= len(p) + 30
 
 
+def test_a_closing_tag_alone_is_an_answer(tiny_tokenizer, calculator):
+    team = Scripted(tiny_tokenizer, [f"The answer is 4.{CALL_CLOSE}"])
+    (c,) = generate_with_tools(team, [GenerationRequest(0, prompt_ids(tiny_tokenizer), 1)], calculator)[0]
+    assert len(team.rounds) == 1 and c.tool_calls == [] and c.text == f"The answer is 4.{CALL_CLOSE}"
+
+
 def test_an_agent_without_tools_answers_in_one_round(tiny_tokenizer):
     team = Scripted(tiny_tokenizer, [call("1 + 1")])
     group = generate_with_tools(team, [GenerationRequest(0, prompt_ids(tiny_tokenizer), 2)], {})[0]

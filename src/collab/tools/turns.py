@@ -180,6 +180,8 @@ def _call(team, row: _Row, tools: dict[str, Tool], budget: Budget, max_new_token
     if not text.rstrip().endswith(CALL_CLOSE):
         return False  # answered (or cut at its length): the turn is over
     call = parse_call(text)
+    if call is None:  # a closing tag without an opening one: no call, the reply is the answer
+        return False
     if len(row.calls) >= budget.calls:
         row.stop_reason = f"call budget ({budget.calls} calls a turn)"
         return False
