@@ -86,7 +86,8 @@ def make_env(name: str, **kwargs) -> Env:
     if tools is not None or budget is not None or choice is not None:
         from collab.tools.options import agent_tools, tool_budget, tool_choice
 
-        env.tools, env.tool_budget = agent_tools(tools, env.n_agents), tool_budget(budget)
+        env.tools = agent_tools(tools, env.n_agents, env.offered_tools)
+        env.tool_budget = tool_budget(budget)
         env.tool_choice = tool_choice(choice, env.tools)
     env.call_penalty = float(penalty)
     return env

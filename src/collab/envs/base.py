@@ -113,6 +113,9 @@ class Env(ABC):
     [calculator]}'``: :func:`collab.tools.options.agent_tools`); none by default."""
     tool_budget: Any = None
     """What a turn may spend on tools (:class:`collab.tools.turns.Budget`; None: its defaults)."""
+    offered_tools: Mapping[str, str] = {}
+    """Tools of the env's own, by name (``module:Class``), that the ``tools`` option may name besides
+    :mod:`collab.tools`' (the coding env's ``run_tests``)."""
     tool_choice: Mapping[int, str] = {}
     """The tool whose call opens an agent's turn, by agent (``tool_choice`` option); none by default."""
     call_penalty: float = 0.0

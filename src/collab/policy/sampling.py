@@ -10,7 +10,9 @@ vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -29,6 +31,9 @@ class GenerationRequest:
     max_new_tokens: int | None = None
     """This request's length limit (None: its agent's ``max_new_tokens``): a tool-using turn's later rounds get
     what is left of the turn's (:mod:`collab.tools.turns`)."""
+    task: Mapping[str, Any] | None = None
+    """The env's task the response acts on (None: unknown): a tool of the task's own, such as the coding env's
+    ``run_tests``, is bound to it (:meth:`collab.tools.Tool.for_task`)."""
 
 
 @dataclass

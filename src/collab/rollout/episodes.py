@@ -120,14 +120,15 @@ def play(
                     for o in range(k, k + len(eps)):
                         observations[o][i] = tuple(state.histories[i])
                     a = acting(turn, i)
-                    requests.append(GenerationRequest(a, team.encode(a, state.histories[i]), len(eps)))
+                    prompt = team.encode(a, state.histories[i])
+                    requests.append(GenerationRequest(a, prompt, len(eps), task=state.task))
                     slots.append((i, list(range(k, k + len(eps)))))
                 k += len(eps)
             for o, (state, _) in enumerate(owners):  # agents with parents: one prompt per episode
                 for i in bound:
                     observations[o][i] = fuse(state.histories[i], [(roles[p], joints[o][p].text) for p in parents[i]])
                     a = acting(turn, i)
-                    requests.append(GenerationRequest(a, team.encode(a, observations[o][i]), 1))
+                    requests.append(GenerationRequest(a, team.encode(a, observations[o][i]), 1, task=state.task))
                     slots.append((i, [o]))
             outs = team.generate(requests, max_new_tokens=max_new_tokens)
             for (i, slot), out in zip(slots, outs):

@@ -97,7 +97,9 @@ def expand_tree(
     n = env.n_agents
     while frontier:
         requests = [
-            GenerationRequest(i, team.encode(i, node.state.histories[i]), k) for node in frontier for i in range(n)
+            GenerationRequest(i, team.encode(i, node.state.histories[i]), k, task=node.state.task)
+            for node in frontier
+            for i in range(n)
         ]
         outs = team.generate(requests, max_new_tokens=max_new_tokens)
         pending = []  # (node, joint action) of this whole depth, scored by one env.step_batch

@@ -7,6 +7,7 @@ tokens, never the run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 
@@ -26,6 +27,11 @@ class Tool:
 
     def run(self, arguments: dict[str, Any]) -> str:
         raise NotImplementedError
+
+    def for_task(self, task: Mapping[str, Any] | None) -> Tool:
+        """The tool as an agent acting on the env's ``task`` calls it (None: the task is not known): itself, unless
+        the tool reads the task (the coding env's ``run_tests`` runs the task's visible tests)."""
+        return self
 
     def schema(self) -> dict[str, Any]:
         """The tool as a chat template's ``tools=`` entry (the OpenAI function format)."""

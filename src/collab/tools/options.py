@@ -24,18 +24,20 @@ from collab.tools import Tool, make_tool
 from collab.tools.turns import Budget
 
 
-def one_tool(entry: Any) -> Tool:
+def one_tool(entry: Any, offered: Mapping[str, str]) -> Tool:
+    """A tool from its entry: a name (collab's, or one the env offers, ``offered``: name -> ``module:Class``) or a
+    mapping of its name and options."""
     if isinstance(entry, str):
-        return make_tool(entry)
+        return make_tool(offered.get(entry, entry))
     if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
-        return make_tool(entry["name"], **{k: v for k, v in entry.items() if k != "name"})
+        return make_tool(offered.get(entry["name"], entry["name"]), **{k: v for k, v in entry.items() if k != "name"})
     raise UserError(f"env option tools: a tool is a name or {{name: NAME, option: value}}, got {entry!r}")
 
 
-def tool_list(entries: Any) -> dict[str, Tool]:
+def tool_list(entries: Any, offered: Mapping[str, str]) -> dict[str, Tool]:
     if not isinstance(entries, list):
         raise UserError(f"env option tools: expected a list of tools (e.g. [calculator, python]), got {entries!r}")
-    tools = [one_tool(e) for e in entries]
+    tools = [one_tool(e, offered) for e in entries]
     return {t.name: t for t in tools}
 
 
@@ -51,8 +53,9 @@ def read(value: Any) -> Any:
         return value
 
 
-def agent_tools(value: Any, n_agents: int) -> dict[int, dict[str, Tool]]:
-    """Each agent's tools by name from the ``tools`` option (None: none)."""
+def agent_tools(value: Any, n_agents: int, offered: Mapping[str, str] | None = None) -> dict[int, dict[str, Tool]]:
+    """Each agent's tools by name from the ``tools`` option (None: none); ``offered``: the env's own tools."""
+    offered = offered or {}
     value = read(value)
     if value is None:
         return {}
@@ -61,9 +64,9 @@ def agent_tools(value: Any, n_agents: int) -> dict[int, dict[str, Tool]]:
         for agent, entries in value.items():
             if isinstance(agent, bool) or not isinstance(agent, int) or not 0 <= agent < n_agents:
                 raise UserError(f"env option tools: agent {agent!r} is not one of the team's 0-{n_agents - 1}")
-            out[agent] = tool_list(entries)
+            out[agent] = tool_list(entries, offered)
         return out
-    tools = tool_list(value)
+    tools = tool_list(value, offered)
     return {agent: tools for agent in range(n_agents)}
 
 

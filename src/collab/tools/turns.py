@@ -79,6 +79,8 @@ class _Row:
     finished: bool = False
     stop_reason: str | None = None
     adapter_version: int | None = None
+    tools: dict[str, Tool] = field(default_factory=dict)
+    """The tools the row's agent may call, bound to the request's task."""
     round_start: int = 0
     """Where the current round's tokens start in ``ids`` (a forced call's opening counts as round 0's)."""
     transcript: list[str] = field(default_factory=list)
@@ -131,13 +133,16 @@ def generate_with_tools(
     """``team.generate`` with tool calls within the turn (the module docstring); ``tools[agent]``: the tools an
     agent may call by name (an agent without any decodes as usual: its first round is its turn); ``choice[agent]``:
     the tool whose call opens the agent's turn (None or absent: the agent decides)."""
-    rows: list[list[_Row]] = [[_Row(r.agent, list(r.prompt_ids)) for _ in range(r.n)] for r in requests]
+    rows: list[list[_Row]] = []
+    for r in requests:
+        bound = {name: tool.for_task(r.task) for name, tool in tools.get(r.agent, {}).items()}
+        rows.append([_Row(r.agent, list(r.prompt_ids), tools=bound) for _ in range(r.n)])
     asks = []
     for r, group in zip(requests, rows):
         forced = (choice or {}).get(r.agent)
         opening = []
         if forced:
-            text = call_opening(tools[r.agent][forced])
+            text = call_opening(group[0].tools[forced])
             opening = list(team.tokenizer_of(r.agent)(text, add_special_tokens=False)["input_ids"])
         for row in group:
             row.insert(opening)
@@ -150,13 +155,16 @@ def generate_with_tools(
     while pending:
         again = []
         for row in pending:
-            if _call(team, row, tools.get(row.agent, {}), budget, max_new_tokens):
+            if _call(team, row, row.tools, budget, max_new_tokens):
                 again.append(row)
         if not again:
             break
         asks = [
             GenerationRequest(
-                row.agent, row.prompt_ids + row.ids, 1, _limit(team, row, budget, max_new_tokens) - row.own_tokens()
+                row.agent,
+                row.prompt_ids + row.ids,
+                1,
+                _limit(team, row, budget, max_new_tokens) - row.own_tokens(),
             )
             for row in again
         ]

@@ -154,11 +154,21 @@ def diagnostics(facts: CodeFacts, report: TestReport | None, entry_point: str) -
 REWARD_MODES = ("paper", "reference")
 
 
+def with_visible(task: dict[str, Any], n: int) -> dict[str, Any]:
+    """``task`` with its first ``n`` tests visible (``visible_tests``) and the rest, or all of them when there is no
+    rest, as its ``tests`` (what the reward runs); unchanged when ``n`` is 0."""
+    if not n:
+        return task
+    tests = list(task["tests"])
+    return {**task, "visible_tests": tests[:n], "tests": tests[n:] or tests}
+
+
 class CodingEnv(Env):
     """Aux + main coders with the F.2 joint reward (max 4.0 with the default weights)."""
 
     name = "coding"
     roles = (AgentRole("aux", max_new_tokens=256), AgentRole("main", max_new_tokens=256))
+    offered_tools = {"run_tests": "collab.envs.coding.tests_tool:RunTests"}
 
     def __init__(
         self,
@@ -172,6 +182,7 @@ class CodingEnv(Env):
         stop_on_failure: bool = False,
         weights: Mapping[str, float] | None = None,
         reward_mode: str = "paper",
+        visible_tests: int = 0,
     ) -> None:
         """
         Args:
@@ -186,6 +197,10 @@ class CodingEnv(Env):
             weights: Overrides of :class:`RewardWeights` fields, e.g. ``{discard_penalty: 1.0}`` (both modes).
             reward_mode: ``paper`` (CoLLM F.2 as collab reads it) or ``reference`` (the reference
                 code's reward, quirks included); see the module docstring.
+            visible_tests: Tests of each task shown in the prompts (its first ones; 0: none, as the papers). The
+                reward, ``solved`` and pass@k then count the hidden ones, the rest (every test of a task that has
+                no more than these); the ``run_tests`` tool runs an agent's code on the visible ones within its
+                turn (:mod:`collab.envs.coding.tests_tool`). ``paper`` reward mode only.
         """
         super().__init__(horizon)
         if reward_mode not in REWARD_MODES:
@@ -200,7 +215,16 @@ class CodingEnv(Env):
             raise UserError(f"unknown coding reward weight {bad[0]!r}; valid: {', '.join(sorted(valid))}")
         self.weights = RewardWeights(**{k: float(v) for k, v in (weights or {}).items()})
         self.reward_max = self.weights.maximum
-        records = load_tasks(dataset, path)
+        require(
+            isinstance(visible_tests, int) and visible_tests >= 0,
+            f"coding visible_tests must be a whole number >= 0, got {visible_tests!r}",
+        )
+        require(
+            not visible_tests or reward_mode == "paper",
+            "coding visible_tests needs reward_mode paper (the reference code shows no tests)",
+        )
+        self.visible_tests = visible_tests
+        records = [with_visible(r, visible_tests) for r in load_tasks(dataset, path)]
         self.dataset = dataset.partition(":")[0]
         self.splits = {"train": select(records, train_split or "[16:]"), "eval": select(records, eval_split or "[:16]")}
         self.limits = sandbox.Limits(timeout_s=test_timeout)
@@ -218,6 +242,8 @@ class CodingEnv(Env):
 
     def observe(self, task: Mapping[str, Any]) -> list[str]:
         prompt = task["prompt"].strip("\n")
+        if task.get("visible_tests"):
+            prompt += "\nVisible tests (candidate is your function):\n" + "\n".join(task["visible_tests"])
         return [
             AUX_PROMPT.format(prompt=prompt),
             MAIN_PROMPT.format(prompt=prompt, entry_point=task["entry_point"], params=task["params"]),
