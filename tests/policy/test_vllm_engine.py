@@ -241,6 +241,40 @@ def test_a_forcing_adapter_shows_up_only_in_its_agents_rows(team, engine):
         set_forcing(team, 1, False)
 
 
+@pytest.mark.parametrize("engine", [False, True], ids=["torch", "vllm"])
+def test_a_turn_with_a_call_decodes_in_rounds(team, engine, monkeypatch):
+    """Tool rounds (collab.tools.turns) through each engine: a stop text, a request's own length, a row prefilled
+    again with inserted tokens. Agent 1 says FORCED and nothing else; with FORCED's text as the closing tag, its turn
+    is the inserted opening of a calculator call, FORCED (round 0 ends there: a call never closed, whose error is
+    inserted as its result), then FORCED again (round 1: a closing tag alone is the answer)."""
+    import collab.tools.turns as turns
+    from collab.tools import make_tool
+    from collab.tools.calls import call_opening
+    from collab.tools.team import ToolTeam
+    from collab.tools.turns import insertion_ids
+
+    tokenizer = team.tokenizer_of(1)
+    monkeypatch.setattr(turns, "CALL_CLOSE", tokenizer.decode([FORCED]))
+    calculator = make_tool("calculator")
+    tooled = ToolTeam(team, {1: {"calculator": calculator}}, choice={1: "calculator"})
+    prompt = prompts(team)[0]
+    set_forcing(team, 1, True)
+    saved, team.engine = team.engine, (team.engine if engine else None)
+    try:
+        torch.manual_seed(0)
+        (c,) = tooled.generate([GenerationRequest(1, prompt, 1)], max_new_tokens=16)[0]
+    finally:
+        team.engine = saved
+        set_forcing(team, 1, False)
+    opening = tokenizer(call_opening(calculator), add_special_tokens=False)["input_ids"]
+    (use,) = c.tool_calls
+    assert use.result == "error: the call was not closed with </tool_call>"
+    inserted = insertion_ids(tokenizer, use.result)
+    assert c.completion_ids == opening + [FORCED] + inserted + [FORCED]
+    assert c.own == [False] * len(opening) + [True] + [False] * len(inserted) + [True]
+    assert len(c.logprobs) == 2 and all(-1e-3 < lp <= 0.0 for lp in c.logprobs)  # the forced token, ~certain
+
+
 def test_updated_adapters_reach_vllm_before_the_next_rollout(team):
     engine = team.engine
     set_forcing(team, 0, False)

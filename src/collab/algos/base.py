@@ -185,10 +185,6 @@ class CollabModule(L.LightningModule):
         if self.team is not None:
             return
         self.env = env
-        require(
-            not (getattr(env, "tools", None) and self.engine == "vllm"),
-            "tools within a turn need model.engine torch for now (the vllm engine's rounds are not tested yet)",
-        )
         base = self.base
         if base.device == "auto" and self._trainer is not None:
             strategy = self.trainer.strategy
