@@ -66,5 +66,7 @@ def test_bad_visible_tests_are_one_line():
         make_env("coding", visible_tests=-1)
     with pytest.raises(UserError, match="visible_tests needs reward_mode paper"):
         make_env("coding", visible_tests=1, reward_mode="reference")
-    with pytest.raises(UserError, match="unknown tool 'run_tests'"):
+    with pytest.raises(UserError, match="unknown tool 'run_tests'; valid: calculator, python, search "):
         make_env("math", tools=["run_tests"])
+    with pytest.raises(UserError, match="unknown tool 'run_test'; valid: calculator, python, run_tests, search "):
+        make_env("coding", tools=["run_test"])

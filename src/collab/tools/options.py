@@ -20,7 +20,7 @@ from dataclasses import fields
 from typing import Any
 
 from collab.errors import UserError
-from collab.tools import Tool, make_tool
+from collab.tools import Tool, make_tool, tool_names
 from collab.tools.turns import Budget
 
 
@@ -28,9 +28,13 @@ def one_tool(entry: Any, offered: Mapping[str, str]) -> Tool:
     """A tool from its entry: a name (collab's, or one the env offers, ``offered``: name -> ``module:Class``) or a
     mapping of its name and options."""
     if isinstance(entry, str):
-        return make_tool(offered.get(entry, entry))
+        entry = {"name": entry}
     if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
-        return make_tool(offered.get(entry["name"], entry["name"]), **{k: v for k, v in entry.items() if k != "name"})
+        name = entry["name"]
+        if name not in offered and name not in tool_names() and ":" not in name:
+            valid = ", ".join(sorted([*tool_names(), *offered]))
+            raise UserError(f"unknown tool {name!r}; valid: {valid} (or module:Class, a tool of your own)")
+        return make_tool(offered.get(name, name), **{k: v for k, v in entry.items() if k != "name"})
     raise UserError(f"env option tools: a tool is a name or {{name: NAME, option: value}}, got {entry!r}")
 
 
