@@ -1,4 +1,4 @@
-"""Per-token values with a tool's result in a response (MARFT-T): the critic values, GAE runs over and the actor
+"""Per-token values with a tool's result in a response (MARFT-T, MAPoRL): the critic values, GAE runs over and the actor
 trains on the agent's own tokens only, the inserted tokens being context."""
 
 from __future__ import annotations
@@ -50,5 +50,39 @@ def test_marft_t_values_and_trains_the_agents_own_tokens(one_thread):
     advantages = torch.cat([module.agent_advantages(tr, i) for tr in items for i in range(2)])
     loss, _, stats = module.actor_loss(items, [0, 1], advantages)
     assert stats["train/tokens"] == sum(c.own_tokens for tr in items for c in tr.actions)
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+def test_maporl_values_and_trains_the_agents_own_tokens(one_thread, tmp_path):
+    """MAPoRL's per-token rewards, KL to the reference, values and GAE over an answer with a tool's result inside:
+    one entry per own token, the features read at the own tokens of the sequence that holds the result, and the
+    PPO loss a mean over own tokens."""
+    import json
+
+    from collab.algos.maporl import team_features
+    from collab.envs.debate.env import DebateEnv
+    from collab.policy.team import AgentSpec, SamplingSpec
+
+    path = tmp_path / "seven.json"
+    path.write_text(json.dumps([{"problem": f"Question {i}: say 7.", "answer": "7"} for i in range(2)]))
+    env = DebateEnv(dataset=str(path), agents=2, horizon=1, train_split="[0:2]", eval_split="[0:2]")
+    agents = [AgentSpec(sampling=SamplingSpec(max_new_tokens=4)) for _ in range(2)]
+    module = from_config("maporl", base=TINY, agents=agents, train_from_turn=1, kl_coef=0.1)
+    module.build(env)
+    torch.manual_seed(0)
+    experience = module.rollout(env.tasks("train"))
+    for r in experience.items:
+        with_results(r)
+    batch = module.prepare(Experience(experience.items, episodes=experience.episodes))
+    for r in batch.items:
+        own = sum(r.own)
+        assert len(r.advantages) == len(r.returns) == len(r.values) == len(r.features) == own == len(r.old_logprobs)
+    r = batch.items[0]
+    (full,) = team_features(module.team, [r.member], [r.prompt_ids], [r.completion_ids])
+    torch.testing.assert_close(r.features, full[torch.tensor(r.own)])
+    scale = module.normalizers(batch.items, batch, 0)
+    assert scale.count == sum(sum(r.own) for r in batch.items)
+    loss, stats = module.ppo_loss(batch.items, torch.cat(scale.advantages), scale.count)
     loss.backward()
     assert torch.isfinite(loss)
