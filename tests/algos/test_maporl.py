@@ -387,6 +387,18 @@ def test_repetitive_and_malformed_by_hand():
     assert malformed(None, [])  # empty
     assert malformed("5", [1, 2], min_tokens=3) and not malformed("5", [1, 2, 3], min_tokens=3)
     assert not malformed("5", [4] * 10) and malformed("5", [4] * 10, max_repeats=3)
+    # a tool's result inside a response is not the agent's: its length and repeats are the agent's tokens'
+    from types import SimpleNamespace
+
+    from collab.envs.debate.penalties import own_ids, penalise
+
+    with_result = SimpleNamespace(completion_ids=[1, 7, 7, 7, 7, 2], own=[True, False, False, False, False, True])
+    assert own_ids(with_result) == [1, 2] and own_ids(SimpleNamespace(completion_ids=[3, 4], own=None)) == [3, 4]
+    scores = torch.tensor([[1.0]])
+    _, flags = penalise(scores, [["5"]], [[with_result]], -10.0, min_tokens=3)
+    assert flags.tolist() == [[True]]  # 2 own tokens of 6: too short
+    _, flags = penalise(scores, [["5"]], [[with_result]], -10.0, max_repeats=3)
+    assert flags.tolist() == [[False]]  # the result's repeated token is not the agent's
 
 
 def test_format_penalty_replaces_the_score_before_definition_1(seven):

@@ -43,13 +43,20 @@ def malformed(
     return max_repeats is not None and repetitive(completion_ids, max_repeats, exempt=exempt)
 
 
+def own_ids(completion) -> list[int]:
+    """The tokens the agent wrote (a tool's result inserted in its turn is not among them: collab.tools)."""
+    own = getattr(completion, "own", None)
+    ids = completion.completion_ids
+    return list(ids) if own is None else [t for t, mine in zip(ids, own) if mine]
+
+
 def penalise(
     scores, answers, completions, penalty: float, min_tokens: int = 0, max_repeats: int | None = None, decode=None
 ):
     """An episode's ``[t, A]`` verifier ``scores`` with every malformed answer's (:func:`malformed`) replaced by
     ``penalty``, and the ``[t, A]`` boolean flags. ``answers[t][a]``: the parsed answer (None: unparsable);
-    ``completions[t][a]``: the response (its ``completion_ids``); ``decode(t, a, ids)``: the text of a token run
-    of that agent's tokenizer (runs that decode to digits are exempt from the repetition check)."""
+    ``completions[t][a]``: the response (its own tokens, :func:`own_ids`); ``decode(t, a, ids)``: the text of a
+    token run of that agent's tokenizer (runs that decode to digits are exempt from the repetition check)."""
     import torch
 
     flags = torch.tensor(
@@ -57,7 +64,7 @@ def penalise(
             [
                 malformed(
                     answer,
-                    c.completion_ids,
+                    own_ids(c),
                     min_tokens,
                     max_repeats,
                     exempt=None if decode is None else (lambda run, t=t, a=a: decode(t, a, run).strip().isdigit()),
