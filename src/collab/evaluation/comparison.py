@@ -100,7 +100,7 @@ def cost_per_agent_turn(episodes: Iterable) -> float:
     tokens = responses = 0
     for ep in _flat(episodes):
         for turn in ep.completions:
-            tokens += sum(len(c.completion_ids) for c in turn)
+            tokens += sum(c.own_tokens for c in turn)  # generated: a tool's result is not
             responses += len(turn)
     return tokens / responses if responses else float("nan")
 

@@ -159,7 +159,7 @@ def episode_stats(episodes: Sequence[Episode], seconds: float) -> dict[str, floa
                 scalars.setdefault(f"reward/turn{t}/agent{i}", []).append(float(r))
             for key, v in step.info.items():
                 scalars.setdefault(f"env/{key}", []).append(float(v))
-            tokens += sum(len(c.completion_ids) for c in ep.completions[t])
+            tokens += sum(c.own_tokens for c in ep.completions[t])  # generated: a tool's result is not
     stats = {key: sum(v) / len(v) for key, v in scalars.items()}
     stats.update(
         {

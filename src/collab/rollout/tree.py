@@ -199,7 +199,7 @@ def tree_batch(
             for i in range(env.n_agents):
                 values = sample_values(node, i, k, cross_reduction)
                 for j, c in enumerate(node.samples[i]):
-                    tokens += len(c.completion_ids)
+                    tokens += c.own_tokens  # generated: a tool's result is not
                     samples.append(
                         Decision(
                             i,
