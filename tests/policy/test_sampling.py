@@ -294,3 +294,42 @@ def test_a_stop_text_ends_a_response_where_its_text_first_ends_with_it(one_threa
     stopped = team.generate([request], stop=stop)[0][0]
     assert stopped.completion_ids == full.completion_ids[:cut] and stopped.finished
     assert stopped.logprobs == full.logprobs[:cut]
+
+
+def test_a_kept_cache_resumes_with_the_whole_prompts_logits_and_tokens(one_thread):
+    """A tool round's rows go on from the KV cache their last round kept: rows of 12 to 61 tokens under two
+    adapters, each row's cache cut out of one left-padded batch (``row_cache``: its real columns only), then
+    resumed with 1 to 7 new tokens (a result inserted into the turn): the next-token logits of prefilling the
+    whole prompts, up to float rounding relative to their size, positions continuing each row's own; decoding
+    from the kept caches gives the greedy tokens of decoding from the whole prompts; a row's own round keeps its
+    cache when it ends at the stop text, with the length of what was fed (the prompt and all tokens but the last)."""
+    from collab.policy.prefill import cache_key, prefill, resume_prefill, row_cache
+    from collab.policy.sampling import GenerationRequest
+
+    team = greedy_team(6)
+    g = torch.Generator().manual_seed(3)
+    ids = lambda n: torch.randint(5, 500, (n,), generator=g).tolist()  # noqa: E731
+    heads, tails, agents = [ids(12), ids(61), ids(30)], [ids(1), ids(7), ids(4)], [0, 1, 1]
+    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    names = [team.names[a] for a in agents]
+    model.eval()
+    with torch.no_grad():
+        first, mask, _ = prefill(model, heads, names, pad, team.device)
+        pasts = [row_cache(first[cache_key()], mask[r], r) for r in range(3)]
+        assert [p.length for p in pasts] == [12, 61, 30]
+        resumed, rmask, positions = resume_prefill(model, pasts, tails, names, pad, team.device)
+        whole, _, _ = prefill(model, [h + t for h, t in zip(heads, tails)], names, pad, team.device)
+    assert positions[:, -1].tolist() == [12, 67, 33] and rmask.sum(-1).tolist() == [13, 68, 34]
+    a, b = whole.logits[:, -1], resumed.logits[:, -1]
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(a.abs().max()))
+
+    never = "\x00never\x00"  # a stop text (a tool round's) that no row writes
+    kept = [GenerationRequest(a, h + t, 1, past=p) for a, h, t, p in zip(agents, heads, tails, pasts)]
+    fresh = [GenerationRequest(a, h + t, 1) for a, h, t in zip(agents, heads, tails)]
+    from_cache = [out[0].completion_ids for out in team.generate(kept, stop=never)]
+    assert from_cache == [out[0].completion_ids for out in team.generate(fresh)]
+
+    stop = team.tokenizer_of(0).decode(from_cache[1][:3], skip_special_tokens=True)
+    (row,) = team.generate([fresh[1]], stop=stop)[0]
+    assert row.past is not None and row.past.length == len(fresh[1].prompt_ids) + len(row.completion_ids) - 1
+    assert all(out[0].past is None for out in team.generate(fresh))  # no stop text: nothing kept

@@ -246,7 +246,9 @@ def test_a_turn_with_a_call_decodes_in_rounds(team, engine, monkeypatch):
     """Tool rounds (collab.tools.turns) through each engine: a stop text, a request's own length, a row prefilled
     again with inserted tokens. Agent 1 says FORCED and nothing else; with FORCED's text as the closing tag, its turn
     is the inserted opening of a calculator call, FORCED (round 0 ends there: a call never closed, whose error is
-    inserted as its result), then FORCED again (round 1: a closing tag alone is the answer)."""
+    inserted as its result), then FORCED again (round 1: a closing tag alone is the answer). collab's engine goes on
+    from the KV cache round 0 kept (only the inserted tokens and FORCED are prefilled); vLLM prefills again."""
+    import collab.policy.sampling as sampling
     import collab.tools.turns as turns
     from collab.tools import make_tool
     from collab.tools.calls import call_opening
@@ -258,6 +260,11 @@ def test_a_turn_with_a_call_decodes_in_rounds(team, engine, monkeypatch):
     calculator = make_tool("calculator")
     tooled = ToolTeam(team, {1: {"calculator": calculator}}, choice={1: "calculator"})
     prompt = prompts(team)[0]
+    resumed = []
+    resume_prefill = sampling.resume_prefill
+    monkeypatch.setattr(
+        sampling, "resume_prefill", lambda *a, **k: resumed.append([len(t) for t in a[2]]) or resume_prefill(*a, **k)
+    )
     set_forcing(team, 1, True)
     saved, team.engine = team.engine, (team.engine if engine else None)
     try:
@@ -270,6 +277,7 @@ def test_a_turn_with_a_call_decodes_in_rounds(team, engine, monkeypatch):
     (use,) = c.tool_calls
     assert use.result == "error: the call was not closed with </tool_call>"
     inserted = insertion_ids(tokenizer, use.result)
+    assert resumed == ([] if engine else [[1 + len(inserted)]])  # round 1 prefilled FORCED and the result only
     assert c.completion_ids == opening + [FORCED] + inserted + [FORCED]
     assert c.own == [False] * len(opening) + [True] + [False] * len(inserted) + [True]
     assert len(c.logprobs) == 2 and all(-1e-3 < lp <= 0.0 for lp in c.logprobs)  # the forced token, ~certain

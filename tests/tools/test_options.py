@@ -90,7 +90,7 @@ def test_tool_choice_names_the_tool_a_turn_opens_with():
 
 
 def test_the_tool_cells_config_composes_into_a_calculator_duo(capsys):
-    """conf/compare/math_tools.yaml (the learning-with-tools cells): the duo on large operands, the Reasoner
+    """conf/compare/math_tools.yaml (the learning-with-tools cells): the duo on large operands, the Actor
     opening its turn with a calculator call, one call a turn."""
     from pathlib import Path
 
@@ -104,5 +104,5 @@ def test_the_tool_cells_config_composes_into_a_calculator_duo(capsys):
     data = yaml.safe_load(capsys.readouterr().out)["data"]
     env = make_env(data["env"], **data["env_options"])
     assert (env.dataset, [r.name for r in env.roles]) == ("large_arithmetic", ["reasoner", "actor"])
-    assert list(env.tools) == [0] and list(env.tools[0]) == ["calculator"] and env.tool_choice == {0: "calculator"}
+    assert list(env.tools) == [1] and list(env.tools[1]) == ["calculator"] and env.tool_choice == {1: "calculator"}
     assert env.tool_budget == Budget(calls=1)

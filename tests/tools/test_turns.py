@@ -93,6 +93,12 @@ def test_errors_are_results_and_budgets_end_the_turn(tiny_tokenizer, calculator)
     assert len(c.tool_calls) == 2 and c.stop_reason == "call budget (2 calls a turn)" and not c.finished
     assert c.text.endswith(CALL_CLOSE)  # the third call was written, not run
 
+    ending = Scripted(tiny_tokenizer, [call("1 + 1"), call("2 + 2"), " four"], max_new_tokens=200)
+    budget = Budget(calls=2, end_after_calls=True)
+    (c,) = generate_with_tools(ending, [GenerationRequest(0, p, 1)], calculator, budget)[0]
+    assert [u.result for u in c.tool_calls] == ["2", "4"] and c.finished and c.stop_reason is None
+    assert len(ending.rounds) == 2 and c.text.endswith(f"{RESULT_OPEN}\n4\n{RESULT_CLOSE}\n")  # no third round
+
     short = Scripted(tiny_tokenizer, [call("2 * 3"), " six"], window=len(p) + 30)
     (c,) = generate_with_tools(short, [GenerationRequest(0, p, 1)], calculator)[0]
     assert c.stop_reason.startswith(f"context window ({len(p) + 30} tokens)") and c.own is None

@@ -10,9 +10,11 @@ run each such start once per adapter (:func:`shared_prefixes`) and repeat its KV
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -209,6 +211,62 @@ def shared_prefix_forward(
     positions = tail_positions + start
     mask = torch.cat([head_mask, tail_mask], dim=-1)
     out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **{key: cache}, **kwargs)
+    return out, mask, positions
+
+
+@dataclass
+class RowCache:
+    """One row's KV cache cut out of a decoding batch (:func:`row_cache`): every layer's keys and values of its
+    ``length`` real tokens, ``[heads, length, dim]``, the padding left out."""
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    length: int
+
+
+def row_cache(cache, mask: Tensor, row: int) -> RowCache:
+    """Row ``row`` of a batch's ``cache``: its columns where ``mask`` (that row's attention mask, as wide as the
+    cache) is 1, copied, so that the batch's buffers can go."""
+    columns = mask.nonzero().squeeze(-1)
+    layers = cache.layers
+    return RowCache(
+        [layer.keys[row][:, columns] for layer in layers],
+        [layer.values[row][:, columns] for layer in layers],
+        int(columns.numel()),
+    )
+
+
+def resume_prefill(model, pasts: list[RowCache], tails: list[list[int]], adapters: list[str], pad: int, device):
+    """:func:`prefill` for rows whose first tokens are cached already: row ``r``'s prompt is the ``pasts[r].length``
+    tokens its cache holds followed by ``tails[r]`` (a tool's result inserted into a turn, and the token sampled
+    last). The caches are laid out left-padded into one, the tails after them, left-padded too, their positions
+    continuing each row's own (padding between the two is masked out, as :func:`shared_prefix_forward` lays a shared
+    prefix and its rows' remainders): ``(out, attention_mask, position_ids)`` as :func:`prefill` returns them. The
+    same attention as prefilling the whole prompts, up to float rounding; only for models that
+    :func:`shares_prefixes`."""
+    if any(not t for t in tails):
+        raise ValueError("every resumed row needs at least one new token (whose logits start its response)")
+    width = max(p.length for p in pasts)
+    cache = DynamicCache()
+    for layer in range(len(pasts[0].keys)):  # left-padded: [rows, heads, width, dim]
+        keys = torch.stack([F.pad(p.keys[layer], (0, 0, width - p.length, 0)) for p in pasts])
+        values = torch.stack([F.pad(p.values[layer], (0, 0, width - p.length, 0)) for p in pasts])
+        cache.update(keys.to(device), values.to(device), layer)
+    head = torch.zeros(len(pasts), width, dtype=torch.long, device=device)
+    for r, p in enumerate(pasts):
+        head[r, width - p.length :] = 1
+    ids, tail_mask, tail_positions = pad_left(tails, pad, device)
+    positions = tail_positions + torch.tensor([p.length for p in pasts], device=device)[:, None]
+    mask = torch.cat([head, tail_mask], dim=-1)
+    out = in_chunks(per_row_forward(model))(
+        adapters,
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        **{cache_key(): cache},
+        use_cache=True,
+        logits_to_keep=1,
+    )
     return out, mask, positions
 
 

@@ -18,7 +18,16 @@ import torch
 from torch import Tensor
 
 from collab import preemption
-from collab.policy.prefill import AdapterRows, cache_key, prefill, reserve
+from collab.policy.prefill import (
+    AdapterRows,
+    RowCache,
+    cache_key,
+    prefill,
+    reserve,
+    resume_prefill,
+    row_cache,
+    shares_prefixes,
+)
 
 
 @dataclass
@@ -34,6 +43,9 @@ class GenerationRequest:
     task: Mapping[str, Any] | None = None
     """The env's task the response acts on (None: unknown): a tool of the task's own, such as the coding env's
     ``run_tests``, is bound to it (:meth:`collab.tools.Tool.for_task`)."""
+    past: RowCache | None = field(default=None, repr=False, compare=False)
+    """The KV cache of this request's first ``past.length`` prompt tokens, kept from the round that wrote them (a
+    tool-using turn's next round, :mod:`collab.tools.turns`): only the rest of the prompt is prefilled."""
 
 
 @dataclass
@@ -59,6 +71,9 @@ class Completion:
     """The version of the agent's adapter that sampled it (``--model.engine vllm``: bumped at each export of
     changed weights, :mod:`collab.policy.vllm_engine`); ``None``: collab's own loop, which samples from the
     live weights."""
+    past: RowCache | None = field(default=None, repr=False, compare=False)
+    """A response that ended at ``decode``'s stop text (a tool call): the KV cache of its prompt and its tokens but
+    the last (which was sampled, not yet fed), for the round that goes on from it; None otherwise."""
 
     @property
     def logprob(self) -> float:
@@ -184,13 +199,26 @@ def decode(
     matrix product of another height, and as long as :func:`sample_tokens` takes the same path: its
     top-``c`` shortcut and its size ``c`` depend on every row of the batch, so a finished
     row that did not could change which exact draw, not which distribution, a running row samples).
+
+    With a ``stop`` text, a row that ends at it keeps its KV cache (``Completion.past``); a next round whose
+    requests all carry one (``GenerationRequest.past``) prefills only what follows it
+    (:func:`~collab.policy.prefill.resume_prefill`). Models that do not share prefixes (a sliding window:
+    :func:`~collab.policy.prefill.shares_prefixes`) prefill the whole prompt again.
     """
     device = model.get_input_embeddings().weight.device
     pad = tokenizer.pad_token_id
     eos = {tokenizer.eos_token_id, pad} - {None}
     # each request's new tokens at most (a closed action vocabulary: one), the cache's room after the prompt
     request_limits = [1 if settings[i][4] is not None else settings[i][3] for i in range(len(rows))]
-    out, mask, positions = prefill(model, [r.prompt_ids for r in rows], adapters, pad, device, room=max(request_limits))
+    keep_caches = bool(stop) and shares_prefixes(model)
+    if keep_caches and rows and all(r.past is not None and r.n == 1 for r in rows):
+        out, mask, positions = resume_prefill(
+            model, [r.past for r in rows], [r.prompt_ids[r.past.length :] for r in rows], adapters, pad, device
+        )
+    else:
+        out, mask, positions = prefill(
+            model, [r.prompt_ids for r in rows], adapters, pad, device, room=max(request_limits)
+        )
     # Repeat each prompt's cache and last logits for its n samples.
     index = torch.repeat_interleave(
         torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device)
@@ -223,6 +251,7 @@ def decode(
     running = list(range(batch))  # the original row of each row of the batch
     tail = len(stop) if stop else 0  # a stop text is within its length in tokens (each at least one character)
     at_stop: set[int] = set()  # rows whose text ended with the stop text
+    pasts: dict[int, RowCache] = {}  # their KV caches, for the round that goes on from them
     step_forward = AdapterRows(model, [adapters[i] for i in rix])
     for step in range(max(limits)):
         preemption.check()  # a SIGTERM stops a long rollout or evaluation here (collab.preemption)
@@ -239,6 +268,8 @@ def decode(
                 at_stop.add(b)
             if t not in eos and len(tokens[b]) < limits[b] and b not in at_stop:
                 keep.append(i)
+            elif keep_caches and b in at_stop:
+                pasts[b] = row_cache(cache, state["mask"][i], i)
         if not keep:
             break
         if len(keep) < len(running):
@@ -265,5 +296,7 @@ def decode(
     for b, r in enumerate(rix):
         finished = bool(tokens[b]) and (tokens[b][-1] in eos or choices[b] is not None or b in at_stop)
         text = tokenizer.decode(tokens[b], skip_special_tokens=True)
-        results[r].append(Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished))
+        results[r].append(
+            Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished, past=pasts.get(b))
+        )
     return results

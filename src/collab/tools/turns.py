@@ -5,8 +5,10 @@ length or a call's closing tag (:data:`~collab.tools.calls.CALL_CLOSE`). Between
 with a call runs it (:func:`~collab.tools.calls.run_call`; a malformed call or an unknown tool is an ``error:``
 result), and its result joins the row's context as the chat template renders a tool message after the agent's
 turn, followed by the header of the agent's next turn (:func:`insertion_ids`). The next round decodes those rows
-on, each a request of its own whose prompt is its prompt and all its tokens so far (re-prefilled: a row's cache
-does not outlive its round); rows that answered are done. A :class:`Completion` of a turn holds every token after
+on, each a request of its own whose prompt is its prompt and all its tokens so far; the KV cache of what the row
+had decoded is kept from the round before (``Completion.past``, :func:`~collab.policy.prefill.resume_prefill`), so
+only the inserted result and the last sampled token are prefilled (the vLLM engine prefills again, its prefix cache
+aside); rows that answered are done. A :class:`Completion` of a turn holds every token after
 the prompt, its ``own`` mask (True: the agent's; the inserted results are not), the agent's tokens' behaviour
 log-probs only, its text, and its calls with their results (``tool_calls``: the trajectory records them, so a
 resumed run does not run a tool again). The text is the turn as a transcript: what the agent wrote, its calls
@@ -22,7 +24,8 @@ tokens are inserted, not the agent's own (they are not in the loss), like a resu
 Budgets (:class:`Budget`) end a turn cleanly, the reason in ``Completion.stop_reason``: ``calls`` (calls per turn;
 a call past it is not run), ``tool_seconds`` (the tools' wall time in the turn), ``tokens`` (the agent's own tokens
 in the turn: each round's length is what is left of it) and the model's context window (prompt and every token of
-the turn; a result that would overflow it is not inserted).
+the turn; a result that would overflow it is not inserted). With ``end_after_calls`` the result of the last allowed
+call ends the turn, as an answer would.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ class Budget:
     """The agent's own tokens in the turn (None: its ``max_new_tokens``)."""
     context: int | None = None
     """Tokens of prompt and turn together (None: the model's ``max_position_embeddings``, where it says)."""
+    end_after_calls: bool = False
+    """End the turn with the result of its last allowed call (``calls``), the agent writing nothing after it: an
+    agent whose part is to make the call, such as the duo's Reasoner, whose turn is then its call and the result
+    the agents after it read."""
 
 
 @dataclass
@@ -84,6 +91,8 @@ class _Row:
     round_start: int = 0
     """Where the current round's tokens start in ``ids`` (a forced call's opening counts as round 0's)."""
     transcript: list[str] = field(default_factory=list)
+    past: Any = None
+    """The KV cache of the row's context up to its last token, from the round that ended at its call."""
 
     def insert(self, ids: list[int]) -> None:
         """Tokens in the agent's context that it did not write."""
@@ -94,7 +103,7 @@ class _Row:
         self.ids += c.completion_ids
         self.own += [True] * len(c.completion_ids)
         self.logprobs += c.logprobs
-        self.finished, self.adapter_version = c.finished, c.adapter_version
+        self.finished, self.adapter_version, self.past = c.finished, c.adapter_version, c.past
         self.transcript.append(tokenizer.decode(self.ids[self.round_start :], skip_special_tokens=True))
 
     def own_tokens(self) -> int:
@@ -155,7 +164,11 @@ def generate_with_tools(
     while pending:
         again = []
         for row in pending:
-            if _call(team, row, row.tools, budget, max_new_tokens):
+            if not _call(team, row, row.tools, budget, max_new_tokens):
+                row.past = None  # its turn is over
+            elif budget.end_after_calls and len(row.calls) >= budget.calls:
+                row.finished, row.past = True, None  # the result ends the turn
+            else:
                 again.append(row)
         if not again:
             break
@@ -165,6 +178,7 @@ def generate_with_tools(
                 row.prompt_ids + row.ids,
                 1,
                 _limit(team, row, budget, max_new_tokens) - row.own_tokens(),
+                past=row.past,
             )
             for row in again
         ]
