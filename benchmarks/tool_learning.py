@@ -65,7 +65,7 @@ def main(argv=None) -> None:
     for method, kinds in gains.items():
         for kind, values in kinds.items():
             mean, se = mean_se(values)
-            ratio = mean / se if se and not math.isnan(se) else math.nan
+            ratio = mean / se if se > 0 else math.copysign(math.inf, mean) if se == 0 and mean else math.nan
             positive = sum(v > 0 for v in values)
             print(
                 f"{method} {kind}: gain positive on {positive} of {len(values)} seeds, "
