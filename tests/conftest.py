@@ -58,6 +58,7 @@ def tiny_tokenizer():
 
 FIRST = (
     "tests/training/test_ddp.py",
+    "tests/training/test_ddp_more.py",
     "tests/policy/test_engines.py",
     "tests/training/test_bad_input.py",
     "tests/training/test_ddp_resume.py",
