@@ -206,11 +206,22 @@ def shared_prefix_forward(
         head_mask = head_mask[rows]
     else:
         head_mask = torch.zeros(len(prompts), 0, dtype=torch.long, device=device)
+    starts = [lengths[g] for g in group_of]
+    return forward_after(forward, cache, head_mask, starts, tails, adapters, pad, device, **kwargs)
+
+
+def forward_after(
+    forward, cache, head_mask: Tensor, starts: list[int], tails: list[list[int]], adapters, pad, device, **kwargs
+):
+    """``forward`` over each row's ``tails[r]`` after a ``cache`` whose columns ``head_mask`` marks (row ``r``'s
+    ``starts[r]`` real tokens): the tails left-padded, so padding sits between the cached head and the tail, masked
+    out, with position ids continuing from ``starts[r]``. ``(out, attention_mask, position_ids)``."""
     ids, tail_mask, tail_positions = pad_left(tails, pad, device)
-    start = torch.tensor([lengths[g] for g in group_of], device=device)[:, None]
-    positions = tail_positions + start
+    positions = tail_positions + torch.tensor(starts, device=device)[:, None]
     mask = torch.cat([head_mask, tail_mask], dim=-1)
-    out = forward(adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **{key: cache}, **kwargs)
+    out = forward(
+        adapters, input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_key(): cache}, **kwargs
+    )
     return out, mask, positions
 
 
@@ -241,8 +252,8 @@ def resume_prefill(model, pasts: list[RowCache], tails: list[list[int]], adapter
     tokens its cache holds followed by ``tails[r]`` (a tool's result inserted into a turn, and the token sampled
     last). The caches are laid out left-padded into one, the tails after them, left-padded too, their positions
     continuing each row's own (padding between the two is masked out, as :func:`shared_prefix_forward` lays a shared
-    prefix and its rows' remainders): ``(out, attention_mask, position_ids)`` as :func:`prefill` returns them. The
-    same attention as prefilling the whole prompts, up to float rounding; only for models that
+    prefix and its rows' remainders: :func:`forward_after`): ``(out, attention_mask, position_ids)`` as :func:`prefill`
+    returns them. The same attention as prefilling the whole prompts, up to float rounding; only for models that
     :func:`shares_prefixes`."""
     if any(not t for t in tails):
         raise ValueError("every resumed row needs at least one new token (whose logits start its response)")
@@ -255,19 +266,9 @@ def resume_prefill(model, pasts: list[RowCache], tails: list[list[int]], adapter
     head = torch.zeros(len(pasts), width, dtype=torch.long, device=device)
     for r, p in enumerate(pasts):
         head[r, width - p.length :] = 1
-    ids, tail_mask, tail_positions = pad_left(tails, pad, device)
-    positions = tail_positions + torch.tensor([p.length for p in pasts], device=device)[:, None]
-    mask = torch.cat([head, tail_mask], dim=-1)
-    out = in_chunks(per_row_forward(model))(
-        adapters,
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=positions,
-        **{cache_key(): cache},
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    return out, mask, positions
+    starts = [p.length for p in pasts]
+    forward = in_chunks(per_row_forward(model))
+    return forward_after(forward, cache, head, starts, tails, adapters, pad, device, use_cache=True, logits_to_keep=1)
 
 
 def reserve(cache, extra: int) -> None:
