@@ -8,8 +8,8 @@ opens with one call (``tool_budget: {calls: 1}``), so it is the fraction of the 
 calls that parsed and ran (``eval/env/tool_calls``) are shown beside it. Across seeds: how many gains are positive,
 their mean and its standard error (the standard deviation over seeds / sqrt(seeds)).
 
-    python -m collab.compare --defaults --algos marft_a magrpo --seeds 0 1 2 3 4 --output runs/compare_math_tools \\
-        --config conf/compare/math_tools.yaml
+    python -m collab.compare --defaults --algos magrpo ippo marft_a --seeds 0 1 2 3 4 \\
+        --output runs/compare_math_tools --config conf/compare/math_tools.yaml
     PYTHONPATH=src .venv/bin/python benchmarks/tool_learning.py runs/compare_math_tools
 """
 

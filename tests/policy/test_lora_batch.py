@@ -58,39 +58,6 @@ def test_per_row_gradients_match_peft():
     assert any("agent0" in n for n in grads) and any("agent1" in n for n in grads)
 
 
-def test_a_prefill_keeps_no_per_row_copies_for_the_decode_after_it():
-    """A multi-token forward without gradients (a rollout's prefill) gathers each layer's per-row adapter copies for
-    that call only: a decode that follows in the same block reads the concatenated weights, and copies kept for it
-    would hold rows x r x (in + out) floats of every adapted layer. A training forward keeps its copies (its backward
-    reads them). The logits are bitwise those of a fresh block."""
-    import gc
-
-    team = perturbed_team()
-    model = team.models["base0"].get_base_model()
-    rows = ["agent0", "agent1"] * 3
-    ids = torch.randint(0, 1000, (6, 5))
-
-    def copies() -> int:  # the stacked route's [rows, r, in] and [rows, out, r] tensors alive now
-        gc.collect()
-        return sum(
-            1
-            for t in gc.get_objects()
-            if isinstance(t, torch.Tensor) and t.dim() == 3 and t.shape[0] == 6 and 8 in t.shape[1:]
-        )
-
-    before = copies()
-    with per_row_adapters(team.models["base0"], rows):
-        with torch.no_grad():
-            first = model(input_ids=ids).logits
-            assert copies() == before
-            again = model(input_ids=ids).logits
-        kept = model(input_ids=ids).logits
-        assert copies() > before
-    with torch.no_grad(), per_row_adapters(team.models["base0"], rows):
-        fresh = model(input_ids=ids).logits
-    assert torch.equal(first, fresh) and torch.equal(again, fresh) and torch.equal(kept.detach(), fresh)
-
-
 def test_patch_is_removed_after_the_block():
     team = perturbed_team()
     model = team.models["base0"]

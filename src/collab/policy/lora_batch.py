@@ -3,10 +3,10 @@
 peft runs a batch whose rows use different LoRA adapters (``adapter_names=``) by looping, in Python,
 over the adapters inside every LoRA layer on every forward, and re-registers its hooks on every call.
 For the short decoding steps of a rollout that bookkeeping costs more than the matrix products. Here
-each row's adapter weights are gathered into stacked tensors, and a LoRA layer computes
-``base(x) + bmm(bmm(x, A_rows^T), (s * B)_rows^T)`` for all rows at once (adapters of different ranks are
-zero-padded to the largest rank, which leaves the product unchanged). Gradients flow to the adapters through
-the gather, so the same path serves teacher-forced training forwards.
+each row's adapter weights are gathered once per batch layout into stacked tensors, and a LoRA layer
+computes ``base(x) + bmm(bmm(x, A_rows^T), (s * B)_rows^T)`` for all rows at once (adapters of
+different ranks are zero-padded to the largest rank, which leaves the product unchanged). Gradients
+flow to the adapters through the gather, so the same path serves teacher-forced training forwards.
 
 A decoding step (one token per row) takes another route to the same sum: the rows' batched products
 are ``rows`` tiny matrix products, each reading its own copy of the adapter, and on a CPU they cost
@@ -106,9 +106,8 @@ def per_row_adapters(model: nn.Module, row_adapters: list[str]):
     """Within the block, row b of every forward through ``model`` uses adapter ``row_adapters[b]``.
 
     Call the underlying transformers model (``peft_model.get_base_model()``), not the PeftModel, so
-    peft's own per-call hooks stay out of the way. The decoding steps' concatenated weights and a training
-    forward's per-row copies (with gradients) are built on first use and kept for the block; a multi-token forward
-    without gradients (a prefill) gathers its per-row copies for that call only.
+    peft's own per-call hooks stay out of the way. Each route's weights are built on first use (with
+    gradients when the forward records them).
     """
     patched = []
     try:
@@ -124,21 +123,14 @@ def per_row_adapters(model: nn.Module, row_adapters: list[str]):
                     x = _unflatten(x, len(row_adapters))
                 one_token = x.dim() == 2 or x.shape[1] == 1
                 route = (one_token, torch.is_grad_enabled())
+                if route not in _built:
+                    _built[route] = (_concatenated if one_token else _stacked)(_layer, row_adapters)
                 if one_token:
-                    if route not in _built:
-                        _built[route] = _concatenated(_layer, row_adapters)
                     A, B, mask = _built[route]
                     h = x.reshape(x.shape[0], -1).to(A.dtype) @ A.T
                     delta = (h if mask is None else h * mask) @ B.T
                     return y + delta.reshape(y.shape).to(y.dtype)
-                if route[1]:  # a training forward: its backward reads these copies whether kept or not
-                    if route not in _built:
-                        _built[route] = _stacked(_layer, row_adapters)
-                    A, B = _built[route]
-                else:
-                    # a prefill: the per-row copies of every layer, kept, would stay through the decode that follows
-                    # and never reads them (rows x r x (in + out) floats a layer: 0.6 GB for 64 rows of SmolLM2-135M)
-                    A, B = _stacked(_layer, row_adapters)
+                A, B = _built[route]
                 delta = torch.bmm(torch.bmm(x.to(A.dtype), A.transpose(1, 2)), B.transpose(1, 2))
                 return y + delta.reshape(y.shape).to(y.dtype)
 
