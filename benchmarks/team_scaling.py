@@ -19,11 +19,13 @@ Sides (``--sides``):
 shared base) on the same task, collab's two sides only.
 
 Axes (``--axis``): ``agents`` (N = 2, 4, 8 at K 4 and 64 new tokens), ``k`` (K = 2, 4, 8, 16 at N = 2) and
-``length`` (64, 128, 256, 512 new tokens at N = 2, K 4). Every point runs each side in a subprocess of its own,
-``--steps`` optimizer steps (3: the first is warm-up, the figure the median of the rest), and its peak is that of
-its whole process tree (sampled every 50 ms, and the kernel's ``ru_maxrss``). A side that fails (a kernel OOM kill
-of CoMLRL's 8 full models, say) is reported with its exit status. One PNG a run (s/step and peak GiB against the
-axis, one line a side) beside the markdown table (``--out``).
+``length`` (64, 128, 256, 512 new tokens at N = 2, K 4); ``--values`` runs some of an axis's points. Every point
+runs each side in a subprocess of its own, ``--steps`` optimizer steps (3: the first is warm-up, the figure the
+median of the rest), and its peak is that of its whole process tree (sampled every 50 ms, and the kernel's
+``ru_maxrss``). A side that fails (a kernel OOM kill of CoMLRL's 8 full models, say) is reported with its exit
+status. One PNG a run (s/step and peak GiB against the axis, one line a side) beside the markdown table
+(``--out``), both written again after every point with the raw results (``.json``): a long run stopped part-way
+keeps what it measured.
 
 The peers are benchmark-only dependencies in a virtualenv of their own (``benchmarks/peers.py --setup VENV``):
 
@@ -156,7 +158,7 @@ def table(axis: str, results: dict, sides: list[str]) -> list[str]:
     if "collab" in sides:
         head += [f"collab / {NAMES[s]} {what}" for s in others for what in ("time", "memory")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for value in AXES[axis]:
+    for value in [v for v in AXES[axis] if any((v, s) in results for s in sides)]:
         row, got = [str(value)], {s: results.get((value, s)) for s in sides}
         ran = {s: r for s, r in got.items() if r and r["status"] == "ran"}
         for s in sides:
@@ -201,6 +203,7 @@ def main(argv=None) -> None:
     ap.add_argument("--algo", choices=["magrpo", "collm_cc"], default="magrpo", help="(default: %(default)s)")
     ap.add_argument("--sides", nargs="+", choices=SIDES, help="(default: all four for magrpo, collab's for collm_cc)")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="(default: %(default)s; tiny for a smoke run)")
+    ap.add_argument("--values", nargs="+", type=int, help="the axis's points to run (default: all of them)")
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps a side, the first warm-up (default: 3)")
     ap.add_argument("--python-collab", metavar="PYTHON", help="interpreter of collab's sides (default: this one)")
     ap.add_argument("--python-comlrl", metavar="PYTHON", help="interpreter of CoMLRL's sides (default: this one)")
@@ -217,9 +220,12 @@ def main(argv=None) -> None:
     sides = args.sides or (SIDES if args.algo == "magrpo" else ["collab", "collab-full"])
     if args.algo != "magrpo" and any(s.startswith("comlrl") for s in sides):
         ap.error("CoMLRL's sides run MAGRPO only (--algo magrpo)")
+    values = args.values or AXES[args.axis]
+    if not set(values) <= set(AXES[args.axis]):
+        ap.error(f"--values for axis {args.axis}: a subset of {AXES[args.axis]}, got {values}")
     args.folder = peers.peer_folder(args.model)
     results = {}
-    for value in AXES[args.axis]:
+    for value in values:
         p = point(args.axis, value)
         for side in sides:
             print(f"{args.axis} {value}: {NAMES[side]} ...", end=" ", flush=True)
@@ -227,18 +233,27 @@ def main(argv=None) -> None:
             ran = r["status"] == "ran"
             steps = " ".join(f"{t:.2f}" for t in r.get("times", []))
             print(f"s/step {steps}, peak {r['rss_gb']:.2f} GiB" if ran else f"{r['status']}\n{r['error']}", flush=True)
-    title = f"{args.algo}, {args.model}, {args.steps} steps (median after the first); axis {args.axis}"
+            if args.out:  # after every point: a long run stopped part-way keeps what it measured
+                write(Path(args.out), args, results, sides)
+    print("\n" + "\n".join(report(args, results, sides)))
+
+
+def title(args) -> str:
+    return f"{args.algo}, {args.model}, {args.steps} steps (median after the first); axis {args.axis}"
+
+
+def report(args, results: dict, sides: list[str]) -> list[str]:
     d = DEFAULT
     settings = f"N {d['agents']}, K {d['k']}, {d['length']} new tokens unless varied, {PROMPTS} posts a step"
-    lines = [f"{title}; {settings}", "", *table(args.axis, results, sides)]
-    print("\n" + "\n".join(lines))
-    if args.out:
-        out = Path(args.out)
-        out.write_text("\n".join(lines) + "\n")
-        plot(args.axis, results, sides, out.with_suffix(".png"), title)
-        out.with_suffix(".json").write_text(
-            json.dumps([{"value": v, "side": s, **r} for (v, s), r in results.items()], indent=1)
-        )
+    return [f"{title(args)}; {settings}", "", *table(args.axis, results, sides)]
+
+
+def write(out: Path, args, results: dict, sides: list[str]) -> None:
+    """The table (``out``), the plot (``.png``) and every side's raw result (``.json``) beside it."""
+    out.write_text("\n".join(report(args, results, sides)) + "\n")
+    plot(args.axis, results, sides, out.with_suffix(".png"), title(args))
+    raw = [{"value": v, "side": s, **r} for (v, s), r in results.items()]
+    out.with_suffix(".json").write_text(json.dumps(raw, indent=1))
 
 
 if __name__ == "__main__":

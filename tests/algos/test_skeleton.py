@@ -6,6 +6,7 @@ of one pass over it, which holds only when each algorithm's loss divides by the 
 normalisers (``normalizers``), not by the part's. MAPoRL's case is in tests/algos/test_maporl.py.
 """
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -257,17 +258,28 @@ def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_a_checkpointed_update_gives_the_heap_back_after_each_backward(checkpointing, monkeypatch, one_thread):
-    """Under gradient checkpointing the update releases glibc's free heap (``runtime.memory.release``) after every
-    micro-batch's backward pass, not only between phases: the layers' recomputed activations at each micro-batch's
-    shape fragment the heap (``benchmarks/checkpoint_memory.py --micro-batches``: resident memory grew 1.89 ->
-    2.76 GiB over 16 passes for 0.66 -> 0.82 GiB in use). Without checkpointing the update is left as it was."""
+def test_the_update_gives_the_heap_back_after_a_backward_that_left_more_than_a_micro_batchs_budget(
+    checkpointing, monkeypatch, one_thread
+):
+    """After each micro-batch's backward pass the update compares the process's resident memory with what it held
+    at the update's start plus the micro-batch budget (``--model.micro_batch_memory_gb``) and gives glibc's free
+    heap back (``runtime.memory.release``) only above it: the freed activations of micro-batches of other shapes
+    fragment the heap (team_scaling's MAGRPO at 8 agents: a peak of 3.61 GiB without, 1.35x its 2 agents'), and
+    giving it back after every pass costs the page faults of the memory used again. Under gradient checkpointing
+    (each pass runs the layers again at its shape: ``benchmarks/checkpoint_memory.py --micro-batches``, 1.89 ->
+    2.76 GiB resident over 16 passes for 0.66 -> 0.82 GiB in use) it gives the heap back after every pass that
+    left more than at the start."""
     import collab.algos.base as base
+    import collab.runtime.memory as memory
     from collab.algos import from_config
     from collab.policy.models import BaseConfig
 
     events = []
-    monkeypatch.setattr(base, "release", lambda: events.append("release") or True)
+    mib = 2**20
+    monkeypatch.setattr(base, "resident_bytes", lambda: 10 * mib)  # at the update's start
+    held = itertools.cycle([10.5, 11.5, 10.9, 12.0, 11.0])  # after each pass, MiB: above 10 + 1 on the 2nd, 4th
+    monkeypatch.setattr(memory, "resident_bytes", lambda: int(next(held) * mib))
+    monkeypatch.setattr(memory, "release", lambda: events.append("release") or True)
     env = EarlySolveEnv(n_agents=2, horizon=2)
     module = from_config(
         "magrpo",
@@ -277,6 +289,7 @@ def test_a_checkpointed_update_gives_the_heap_back_after_each_backward(checkpoin
         num_generations=4,
         num_epochs=1,
         log_kl=False,
+        micro_batch_memory_gb=1 / 1024,  # a budget of 1 MiB
     )
     module.build(env)
     module.micro_batch_tokens = 1  # every item a micro-batch of its own
@@ -290,8 +303,6 @@ def test_a_checkpointed_update_gives_the_heap_back_after_each_backward(checkpoin
         s.advantages = float(j % 2) * 2 - 1.0
     module.update(replace(batch, items=experience.items))
     passes = events.count("backward")
-    assert passes == len(experience.items) > 1 and events[-1] == "step"
-    if checkpointing:
-        assert events[:-1] == ["backward", "release"] * passes
-    else:
-        assert "release" not in events
+    assert passes == len(experience.items) >= 5 and events[-1] == "step"
+    above = [True] * passes if checkpointing else [j % 5 in (1, 3) for j in range(passes)]
+    assert events[:-1] == [e for a in above for e in (["backward", "release"] if a else ["backward"])]

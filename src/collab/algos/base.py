@@ -63,7 +63,7 @@ from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_op
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.runtime import sharded
 from collab.runtime.collectives import global_count, minibatch_schedule, optimizer_step, reached_max_steps, steps_note
-from collab.runtime.memory import budget_bytes, release, token_budget_chunks
+from collab.runtime.memory import budget_bytes, release, release_above, resident_bytes, token_budget_chunks
 from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
 
 Term = Callable[[], tuple[torch.Tensor, dict[str, float]]]
@@ -283,11 +283,12 @@ class CollabModule(L.LightningModule):
             self.skip_update()
             return metrics
         totals: dict[str, list[float]] = {}
-        # a checkpointed backward runs every layer again at each micro-batch's shape: the freed activations of
-        # micro-batches of other shapes leave holes in glibc's heap that the next ones fit into only in part, so the
-        # resident memory grows by a micro-batch's worth every few passes unless given back after each one
-        # (runtime.memory.release; measured in docs/measurements.md, "Heap fragmentation")
-        after_backward = release if self.team.base_config.gradient_checkpointing else None
+        # the heap given back after a backward pass that left more than the update's start and a micro-batch's
+        # budget; under gradient checkpointing after every pass: each runs the layers again at its own shape, and
+        # the fragments grow several times faster (runtime.memory.release_above)
+        checkpointed = self.team.base_config.gradient_checkpointing
+        headroom = 0 if checkpointed else budget_bytes(self.team.device, self.micro_batch_memory_gb)
+        after_backward = partial(release_above, resident_bytes() + headroom)
         for index, minibatch in enumerate(schedule):
             if index and reached_max_steps(self):  # max_steps inside a rollout's updates: the run ends there
                 break

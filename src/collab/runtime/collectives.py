@@ -135,8 +135,8 @@ def optimizer_step(
 
     ``accept`` (called on every rank after the backward passes, before the step; it may run collectives)
     can refuse the update: the gradients are dropped and ``False`` returned (MARFT's ``target_kl``).
-    ``after_backward`` runs after each backward pass (:func:`collab.runtime.memory.release` under gradient
-    checkpointing)."""
+    ``after_backward`` runs after each backward pass (the update's heap check,
+    :func:`collab.runtime.memory.release_above`)."""
     world = world_size(module)
     opt = module.optimizers()
     n = global_max(module, len(parts))

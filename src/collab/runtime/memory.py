@@ -196,6 +196,28 @@ def auto_tokens(team, device: torch.device, memory_gb: float | None) -> tuple[in
     )
 
 
+def resident_bytes() -> int:
+    """This process's resident memory in bytes (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def release_above(limit: int) -> bool:
+    """:func:`release` when the process holds more than ``limit`` bytes; ``True`` when it released.
+
+    The update's check after each backward pass (:meth:`collab.algos.base.CollabModule.update`): each micro-batch
+    allocates its activations at its own shape, and the holes the freed ones leave in glibc's heap take the next
+    micro-batches' only in part, so the resident memory grows by a micro-batch's worth every few passes unless
+    given back. Giving it back after every pass bounds that but costs the page faults of the memory used again
+    (MAGRPO, 2 agents: 4x the minor faults, ~5 s of system time a step); the update gives it back only once the
+    process holds more than at its start plus a micro-batch's budget, what an unfragmented heap needs, and under
+    gradient checkpointing after every pass (docs/measurements.md, "Heap fragmentation")."""
+    return resident_bytes() > limit and release()
+
+
 @functools.cache
 def _malloc_trim():
     """glibc's ``malloc_trim``, or None where the C library has none."""
