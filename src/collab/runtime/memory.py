@@ -212,9 +212,10 @@ def release_above(limit: int) -> bool:
     allocates its activations at its own shape, and the holes the freed ones leave in glibc's heap take the next
     micro-batches' only in part, so the resident memory grows by a micro-batch's worth every few passes unless
     given back. Giving it back after every pass bounds that but costs the page faults of the memory used again
-    (MAGRPO, 2 agents: 4x the minor faults, ~5 s of system time a step); the update gives it back only once the
+    (MAGRPO, 2 agents: 4x the minor faults, ~5 s more system CPU a step); the update gives it back only once the
     process holds more than at its start plus a micro-batch's budget, what an unfragmented heap needs, and under
-    gradient checkpointing after every pass (docs/measurements.md, "Heap fragmentation")."""
+    gradient checkpointing after every pass (docs/measurements.md: "The N = 8 peak: the heap between
+    micro-batches", and "Heap fragmentation" for the checkpointed case)."""
     return resident_bytes() > limit and release()
 
 
