@@ -32,6 +32,8 @@ import time
 
 import torch
 
+from collab.runtime.memory import resident_bytes
+
 G = 2**30
 
 
@@ -50,11 +52,6 @@ LIBC.mallinfo2.restype = MallInfo2
 def in_use() -> int:
     m = LIBC.mallinfo2()
     return m.uordblks + m.hblkhd
-
-
-def resident() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 def model(width: int, intermediate: int, layers: int, checkpointing: bool):
@@ -125,7 +122,7 @@ def main() -> None:
 
     def sample() -> None:
         while not done[0]:
-            peak[0], rss[0] = max(peak[0], in_use()), max(rss[0], resident())
+            peak[0], rss[0] = max(peak[0], in_use()), max(rss[0], resident_bytes())
             time.sleep(0.005)
 
     before = in_use()
@@ -156,7 +153,7 @@ def micro_batches(args) -> None:
     torch.manual_seed(0)
     net = model(args.width, args.intermediate, args.layers, not args.off)
     shapes = random.Random(0)
-    print(f"start: resident {resident() / G:.2f} GiB, in use {in_use() / G:.2f} GiB", flush=True)
+    print(f"start: resident {resident_bytes() / G:.2f} GiB, in use {in_use() / G:.2f} GiB", flush=True)
     start, trims = time.perf_counter(), 0.0
     for k in range(args.micro_batches):
         rows, length = shapes.choice([1, 2, 3]), shapes.randint(300, 1100)
@@ -166,7 +163,7 @@ def micro_batches(args) -> None:
             t = time.perf_counter()
             release()
             trims += time.perf_counter() - t
-        held = f"resident {resident() / G:.2f} GiB, in use {in_use() / G:.2f} GiB"
+        held = f"resident {resident_bytes() / G:.2f} GiB, in use {in_use() / G:.2f} GiB"
         print(f"{k:2d} {rows} x {length:4d}: {held}", flush=True)
     print(f"{args.micro_batches} passes in {time.perf_counter() - start:.1f} s (release: {trims:.1f} s)")
 

@@ -36,6 +36,7 @@ def measure(model: str, prompt: int, requests: int, new: int, budget_gb: float |
     from collab.policy.models import BaseConfig
     from collab.policy.sampling import GenerationRequest
     from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
+    from collab.runtime.memory import resident_bytes
 
     torch.manual_seed(0)
     team = AgentTeam(
@@ -51,19 +52,18 @@ def measure(model: str, prompt: int, requests: int, new: int, budget_gb: float |
     ]
     team.decode_memory = None if budget_gb is None else int(budget_gb * 2**30)
     per_token = team.cache_bytes_per_token(team.base_of[0])
-    resident = lambda: int(open("/proc/self/statm").read().split()[1]) * 4096  # noqa: E731
     peak, running = [0], [True]
 
     def sample():
         while running[0]:
-            peak[0] = max(peak[0], resident())
+            peak[0] = max(peak[0], resident_bytes())
             time.sleep(0.005)
 
     import collab.policy.team as team_module
 
     calls, decode = [0], team_module.decode
     team_module.decode = lambda *a: calls.__setitem__(0, calls[0] + 1) or decode(*a)  # count the parts
-    start_bytes = resident()
+    start_bytes = resident_bytes()
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     start = time.perf_counter()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from collab.compare.grid import Cell, Settings, cell_dir, command, record_path
 from collab.runtime.files import atomic_write_text
+from collab.runtime.memory import resident_bytes
 
 
 def _children(pid: int) -> list[int] | None:
@@ -71,14 +72,7 @@ def tree_rss(root: int) -> int:
     """Resident bytes of process ``root`` and every process below it (Linux ``/proc``; 0 elsewhere)."""
     if not os.path.isdir("/proc"):
         return 0
-    page, total = os.sysconf("SC_PAGE_SIZE"), 0
-    for pid in _process_tree(root):
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+    return sum(resident_bytes(pid) for pid in _process_tree(root))
 
 
 class TreePeak:

@@ -196,10 +196,11 @@ def auto_tokens(team, device: torch.device, memory_gb: float | None) -> tuple[in
     )
 
 
-def resident_bytes() -> int:
-    """This process's resident memory in bytes (``/proc/self/statm``; 0 where there is none)."""
+def resident_bytes(pid: int | str = "self") -> int:
+    """Resident memory of process ``pid`` (default: this one) in bytes (``/proc/PID/statm``; 0 where there is none,
+    or the process has ended)."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
