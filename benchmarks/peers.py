@@ -175,6 +175,19 @@ def peak_rss_gb() -> float:
 
 
 # -- collab -----------------------------------------------------------------------------------------------
+def collab_options(pairs: list[str]) -> dict:
+    """``--collab-options KEY=VALUE ...`` as the options they set, each VALUE read as YAML (``false``, ``null``, 2)."""
+    import yaml
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            sys.exit(f"--collab-options: KEY=VALUE pairs, e.g. log_kl=false micro_batch_tokens=null; got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
 def run_collab(comparison: str, cfg: dict, args) -> list[float]:
     from collab.policy.team import AgentSpec, LoraSpec, SamplingSpec
 
@@ -188,6 +201,8 @@ def run_collab(comparison: str, cfg: dict, args) -> list[float]:
     options = dict(num_generations=cfg["k"], agent_lr=cfg["lr"])
     if comparison == "grpo":  # grpo_vs_trl.py's settings; magrpo keeps magrpo.yaml's defaults
         options.update(num_epochs=1, kl_coef=0.0, log_kl=False, normalize_std=True)
+    else:
+        options.update(collab_options(args.collab_options))
     return collab_times(
         "magrpo",
         task_prompts(comparison, cfg["prompts"]),
@@ -534,7 +549,9 @@ def table(results: dict, args) -> str:
     ]
     return "\n".join(
         [
-            f"model {args.model}, gradient checkpointing {args.gradient_checkpointing}; "
+            f"model {args.model}, gradient checkpointing {args.gradient_checkpointing}"
+            + (f", collab's magrpo options {' '.join(args.collab_options)}" if args.collab_options else "")
+            + "; "
             + "; ".join(settings)
             + "; s/step is the median of the steps after the first",
             *lines,
@@ -575,6 +592,14 @@ def main(argv=None) -> None:
         "--steps", type=int, help="optimizer steps of every side, the first warm-up (default: magrpo 4, grpo 3)"
     )
     ap.add_argument("--gradient-checkpointing", action="store_true", help="on every side (default: off on every side)")
+    ap.add_argument(
+        "--collab-options",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="collab's MAGRPO options over magrpo.yaml's defaults, e.g. log_kl=false micro_batch_tokens=null "
+        "(default: none)",
+    )
     for name in ("collab", "trl", "comlrl"):
         ap.add_argument(f"--python-{name}", metavar="PYTHON", help=f"interpreter of {name}'s sides (default: this one)")
     ap.add_argument("--json", metavar="FILE", help="also write the results here")
@@ -597,6 +622,7 @@ def main(argv=None) -> None:
             )
         )
         return
+    collab_options(args.collab_options)  # a malformed pair ends here, before any side starts
     args.folder = peer_folder(args.model)
     results, failed = {}, []
     for comparison, side in plan(args.peers):
@@ -616,6 +642,7 @@ def main(argv=None) -> None:
                 {
                     "model": args.model,
                     "gradient_checkpointing": args.gradient_checkpointing,
+                    "collab_options": collab_options(args.collab_options),
                     "settings": COMPARISONS,
                     "results": [{"comparison": c, "side": s, **r} for (c, s), r in results.items()],
                 },
