@@ -341,3 +341,16 @@ def origins(layers: list[Layer], line: CommandLine) -> dict[str, str]:
                 del origin[old]
             origin[key] = f"--{key}"
     return origin
+
+
+def nullable_options_not_required(parser) -> None:
+    """Every option whose type admits ``None`` made optional in ``parser`` (a jsonargparse parser), so that ``null``
+    is a value it accepts. jsonargparse (4.53) already treats ``X | None`` so, but requires an option typed with
+    several types and ``None`` (``micro_batch_tokens: int | Literal["auto"] | None``) and then reads an explicit
+    ``null`` as missing: "the following arguments are required". Every value still comes from ``conf/``."""
+    import typing
+
+    for action in parser._actions:
+        hint = getattr(action, "_typehint", None)
+        if action.required and hint is not None and type(None) in typing.get_args(hint):
+            action.required = False

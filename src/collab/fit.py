@@ -27,7 +27,16 @@ from __future__ import annotations
 import sys
 from argparse import ArgumentError
 
-from collab.config import CommandLine, compose, describe, is_class_path, packaged_layers, parser_args, read_command_line
+from collab.config import (
+    CommandLine,
+    compose,
+    describe,
+    is_class_path,
+    nullable_options_not_required,
+    packaged_layers,
+    parser_args,
+    read_command_line,
+)
 from collab.errors import UserError, class_from_path, unknown
 
 
@@ -76,6 +85,7 @@ def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
 
     class CollabCLI(CheckedCLI):  # collab.cli.trainer: trainer options checked, start-up messages held
         def add_arguments_to_parser(self, parser) -> None:
+            nullable_options_not_required(parser)  # --model.micro_batch_tokens null: one pass
             parser.add_argument(
                 "--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint."
             )

@@ -56,8 +56,11 @@ def instantiate(group: str, cls: type, options: dict[str, Any]):
 
     from lightning.pytorch.cli import LightningArgumentParser
 
+    from collab.config import nullable_options_not_required
+
     parser = LightningArgumentParser(exit_on_error=False)
     parser.add_lightning_class_args(cls, group, subclass_mode=False)
+    nullable_options_not_required(parser)
     try:
         config = parser.parse_object({group: plain(options)})
     except ArgumentError as e:
