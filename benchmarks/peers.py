@@ -622,7 +622,7 @@ def main(argv=None) -> None:
             )
         )
         return
-    collab_options(args.collab_options)  # a malformed pair ends here, before any side starts
+    chosen = collab_options(args.collab_options)  # a malformed pair ends here, before any side starts
     args.folder = peer_folder(args.model)
     results, failed = {}, []
     for comparison, side in plan(args.peers):
@@ -642,7 +642,7 @@ def main(argv=None) -> None:
                 {
                     "model": args.model,
                     "gradient_checkpointing": args.gradient_checkpointing,
-                    "collab_options": collab_options(args.collab_options),
+                    "collab_options": chosen,
                     "settings": COMPARISONS,
                     "results": [{"comparison": c, "side": s, **r} for (c, s), r in results.items()],
                 },
