@@ -60,4 +60,7 @@ def test_all_own_is_the_unmasked_result_bitwise(one_thread):
     masked = team.logprobs([0], [p], [COMPLETION], own=[[True] * len(COMPLETION)])[0]
     assert torch.equal(plain, masked)
     part = team.logprobs([0], [p], [COMPLETION], own=[OWN])[0]
-    assert torch.equal(part, plain[torch.tensor(OWN)])  # the same forward, the context's tokens left out
+    # the same forward, the context's tokens left out: the head then multiplies fewer rows, which a BLAS may block
+    # otherwise (without vector kernels the sums differ in their last bit), so equal to float32 rounding
+    expected = plain[torch.tensor(OWN)]
+    torch.testing.assert_close(part, expected, rtol=1e-6, atol=1e-6 * float(expected.detach().abs().max()))

@@ -333,3 +333,53 @@ def test_a_kept_cache_resumes_with_the_whole_prompts_logits_and_tokens(one_threa
     (row,) = team.generate([fresh[1]], stop=stop)[0]
     assert row.past is not None and row.past.length == len(fresh[1].prompt_ids) + len(row.completion_ids) - 1
     assert all(out[0].past is None for out in team.generate(fresh))  # no stop text: nothing kept
+
+
+def test_a_shared_prefix_gradient_adds_its_rows_in_a_fixed_order():
+    """The update scores K samples after their prompt computed once (the prefix's cache given to each of its rows):
+    the prefix's gradient is the sum of its rows'. Indexing's backward would add them with atomic adds from every
+    thread (``index_put_`` with accumulate), in an order that changed from run to run at 2 threads (a full agent's
+    weights after one step differed in their last bits); the rows are selected by ``index_select``, whose backward
+    adds them in order. Checked on the ops the backward runs, whatever the thread count, and on the gradient: the
+    one of the prompts scored whole, up to float rounding."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import collab.policy.prefill as prefill_module
+    from tests.policy.test_team import lora_b_params, make_team, perturb_lora_b, prompt
+
+    team = make_team(1.0, 1.0)
+    perturb_lora_b(team)
+    head = prompt(team, 0, "Say a long sentence about the colour of the sea on a grey morning.")
+    prompts, completions = [head] * 3 + [prompt(team, 1, "Name a colour.")], [[5, 6, 7], [8, 9], [10], [11, 12]]
+    agents = [0, 0, 0, 1]
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.accumulating = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if "index_put" in str(func) and (kwargs.get("accumulate") or (len(args) > 3 and args[3])):
+                self.accumulating.append(str(func))
+            return func(*args, **kwargs)
+
+    def gradient(share: bool) -> list[torch.Tensor]:
+        params = lora_b_params(team, 0) + lora_b_params(team, 1)
+        for p in params:
+            p.grad = None
+        saving = prefill_module.MIN_PREFIX_SAVING
+        prefill_module.MIN_PREFIX_SAVING = saving if share else 2.0  # 2.0: never share
+        try:
+            with Ops() as ops:
+                scores = team.logprobs(agents, prompts, completions)
+                torch.stack([s.sum() for s in scores]).sum().backward()
+        finally:
+            prefill_module.MIN_PREFIX_SAVING = saving
+        assert ops.accumulating == []
+        return [p.grad.clone() for p in params]
+
+    assert prefill_module.shared_prefixes(prompts, [team.names[a] for a in agents])[1][0] >= len(head) - 1
+    shared, whole = gradient(True), gradient(False)
+    for a, b in zip(shared, whole):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))

@@ -71,7 +71,9 @@ def _stacked(layer, row_adapters: list[str]):
         As.append(a)
         Bs.append(b)
     index = torch.tensor([names.index(n) for n in row_adapters], device=ref.device)
-    return torch.stack(As)[index], torch.stack(Bs)[index]
+    # index_select, not indexing: the backward of indexing adds an adapter's rows with atomic adds from every thread,
+    # in an order that changes from run to run; index_select's adds them one row after the other
+    return torch.stack(As).index_select(0, index), torch.stack(Bs).index_select(0, index)
 
 
 def _concatenated(layer, row_adapters: list[str]):

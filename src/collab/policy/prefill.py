@@ -16,7 +16,7 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 
 @cache
@@ -202,12 +202,26 @@ def shared_prefix_forward(
             logits_to_keep=1,
         )[key]
         rows = torch.tensor(group_of, device=device)
-        cache.batch_select_indices(rows)
+        select_rows(cache, rows)
         head_mask = head_mask[rows]
     else:
         head_mask = torch.zeros(len(prompts), 0, dtype=torch.long, device=device)
     starts = [lengths[g] for g in group_of]
     return forward_after(forward, cache, head_mask, starts, tails, adapters, pad, device, **kwargs)
+
+
+def select_rows(cache, rows: Tensor) -> None:
+    """Keep the rows ``rows`` of ``cache`` (a row may repeat: a shared prefix given to each of its rows), as
+    ``batch_select_indices`` does, but through ``index_select``: under gradients a repeated row's gradient is the sum
+    of its copies', which ``index_select``'s backward adds one copy after the other, while indexing's
+    (``index_put_`` with accumulate) adds them with atomic adds from every thread, in an order that changes from run
+    to run: a run of more than one thread would not repeat itself bitwise (nor resume so)."""
+    for layer in cache.layers:
+        if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer):
+            if layer.get_seq_length() > 0:
+                layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
+        else:  # ReservedLayer, or a layer type with state of its own
+            layer.batch_select_indices(rows)
 
 
 def forward_after(
@@ -322,8 +336,9 @@ class ReservedLayer(DynamicLayer):
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
 
     def batch_select_indices(self, indices: Tensor) -> None:
-        """Keep only the rows ``indices`` (their reserved room included)."""
-        self._keys, self._values = self._keys[indices], self._values[indices]
+        """Keep only the rows ``indices`` (their reserved room included; :func:`select_rows` says why not by
+        indexing)."""
+        self._keys, self._values = self._keys.index_select(0, indices), self._values.index_select(0, indices)
         self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
