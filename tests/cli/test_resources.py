@@ -57,11 +57,13 @@ def test_a_process_holds_each_full_agent_whole():
 
 @pytest.mark.parametrize("name", sorted(KNOWN_PARAMS))
 def test_the_built_in_bases_counts_are_their_models(name):
-    """KNOWN_PARAMS (counted without loading, before the processes start) against the models themselves."""
+    """KNOWN_PARAMS and the shapes of KNOWN_CONFIGS (counted without loading, before the processes start) against the
+    models themselves."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from collab.policy.models import TINY, load_tokenizer, model_folder, tiny_llama
+    from collab.policy.models import TINY, base_config, load_tokenizer, model_folder, tiny_llama
+    from collab.runtime.projection import shape_from_config
 
     with torch.device("meta"):
         model = (
@@ -70,6 +72,7 @@ def test_the_built_in_bases_counts_are_their_models(name):
             else AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_folder(name)))
         )
     assert base_parameters(name) == sum(p.numel() for p in model.parameters()) > 0
+    assert shape_from_config(base_config(name)) == shape_from_config(model.config.to_dict())
 
 
 def test_what_fits_passes():
@@ -147,3 +150,183 @@ def test_the_launch_counts_the_team_the_environment_makes(monkeypatch):
     assert seen == {"lora": [None], "full": [None, None, None]}
     resources.prepare_processes(trainer, module, 60.0)  # no environment at hand: the configured agents
     assert seen == {"lora": [None], "full": [None]}
+
+
+# -- the team, counted before loading (check_team) ---------------------------------------------------------------
+CPU = type("CPUAccelerator", (), {})
+"""Lightning's CPU accelerator as check_team reads it: by its class's name."""
+
+
+def _trainer(processes: int = 1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        accelerator=CPU(), num_devices=processes, world_size=processes, strategy=object(), callbacks=[]
+    )
+
+
+def _module(**options):
+    """MAGRPO on tiny, K = 2, 16 new tokens an agent, budgets of 0.25 GiB: a step whose counts do not depend on the
+    machine's RAM (the default budgets are a share of it)."""
+    from collab.algos import from_config
+    from collab.policy.models import BaseConfig
+    from collab.policy.team import AgentSpec, SamplingSpec
+
+    options = {
+        "base": BaseConfig(name="tiny"),
+        "agents": [AgentSpec(sampling=SamplingSpec(max_new_tokens=16))],
+        "num_generations": 2,
+        "decode_memory_gb": 0.25,
+        "micro_batch_memory_gb": 0.25,
+        **options,
+    }
+    return from_config("magrpo", **options)
+
+
+def _machine(gib: float) -> Machine:
+    return Machine(cores=16, memory_available=int(gib * GB))
+
+
+def test_a_team_that_cannot_fit_is_refused_saying_what_would(monkeypatch):
+    """Six debaters against 0.9 GiB (faked): the line gives the projection, the memory available and the most
+    agents that fit, which a scan of the team's projections for 1, 2, ... agents confirms."""
+    import torch
+
+    from collab.cli import resources
+    from collab.envs import make_env
+
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(0.9))
+    module, env = _module(), make_env("debate", agents=6)
+    with pytest.raises(UserError) as e:
+        resources.check_team(_trainer(), module, env, 2)
+    line = str(e.value)
+    project = resources.plan_team(module, env, 2, torch.device("cpu"))
+    total = project(6)[0].total
+    fits = max(m for m in range(1, 6) if project(m)[0].total <= 0.9 * GB)
+    assert "\n" not in line and line.startswith("the team does not fit this machine: 6 agents project ")
+    assert f"{total / GB:.2f} GiB against 0.90 GiB of memory available" in line and total > 0.9 * GB
+    assert f"at most {fits} agent{'s' if fits > 1 else ''} fit here" in line and 1 <= fits < 6
+    assert "fixed 0.75, bases 0.01" in line and "the largest part" in line
+
+
+def test_processes_of_a_node_share_its_memory(monkeypatch):
+    """Two CPU processes hold two projections: a team that fits one process's memory alone is refused for two."""
+    import torch
+
+    from collab.cli import resources
+    from collab.envs import make_env
+
+    module, env = _module(), make_env("debate", agents=3)
+    one = resources.plan_team(module, env, 1, torch.device("cpu"))(3)[0].total
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(1.5 * one / GB))
+    monkeypatch.setattr("collab.runtime.projection.matmul_rate", lambda device, dtype: 1e12)
+    assert resources.check_team(_trainer(1), module, env, 1) is not None  # fits: a large team's start line
+    with pytest.raises(UserError, match=r"a process, 2 processes against .* of memory available"):
+        resources.check_team(_trainer(2), module, env, 2)  # each process plays 1 of the 2 tasks
+
+
+def test_a_large_team_that_fits_says_its_projection(monkeypatch):
+    """Three agents (more than the packaged 2) on 64 GiB: the start line gives the projected memory, its parts and a
+    step's projected time at the (faked) matmul rate; two agents say nothing, unless their step is long."""
+    import torch
+
+    from collab.cli import resources
+    from collab.envs import make_env
+    from collab.runtime.projection import step_flops
+
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(64))
+    monkeypatch.setattr("collab.runtime.projection.matmul_rate", lambda device, dtype: 1e9)
+    module, env = _module(), make_env("debate", agents=3)
+    line = resources.check_team(_trainer(), module, env, 2)
+    projection, work, shape = resources.plan_team(module, env, 2, torch.device("cpu"))(3)
+    seconds = step_flops(work, shape, 4) / 1e9  # LoRA agents: 4 x the parameters a trained token
+    assert line.startswith(
+        f"team: 3 agents, projected {projection.total / GB:.2f} GiB a process of 64.00 GiB available"
+    )
+    assert f"a step projected at about {resources.duration(seconds)} (" in line and "at 1 GFLOP/s" in line
+    assert f"{sum(work.rows(t) for t in range(work.turns)):,} responses" in line and "\n" not in line
+    pair = make_env("debate", agents=2)
+    assert resources.check_team(_trainer(), module, pair, 2) is None
+    monkeypatch.setattr("collab.runtime.projection.matmul_rate", lambda device, dtype: 1.0)  # a step of days
+    assert resources.check_team(_trainer(), module, pair, 2).startswith("team: 2 agents, projected ")
+
+
+def test_a_crossed_tree_of_many_agents_is_refused_whatever_the_machine(monkeypatch):
+    """K^agents joint actions a node: 4^40 cannot be held, and would never end being listed."""
+    from collab.cli import resources
+    from collab.envs import make_env
+
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(1024))
+    with pytest.raises(UserError, match=r"40 agents project .*at most \d+ agents fit here.*the step's experience"):
+        resources.check_team(_trainer(), _module(joint_mode="cross"), make_env("debate", agents=40), 2)
+
+
+def test_a_team_of_unknown_size_is_not_checked(monkeypatch):
+    from collab.cli import resources
+    from collab.envs import make_env
+    from collab.policy.team import AgentSpec, SamplingSpec
+
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(0.1))
+    module = _module(agents=[AgentSpec(base="no-such-org/no-such-model", sampling=SamplingSpec(max_new_tokens=16))])
+    assert resources.check_team(_trainer(), module, make_env("debate", agents=3), 2) is None
+
+
+@pytest.mark.parametrize("agents, early", [(3, False), (33, True)])
+def test_a_team_too_large_to_build_quickly_shows_its_start_lines_at_once(agents, early, monkeypatch):
+    """More than 32 agents: the held start lines are printed before the adapters are built (minutes)."""
+    from collab.cli import output, resources
+    from collab.envs import make_env
+
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(64))
+    monkeypatch.setattr("collab.runtime.projection.matmul_rate", lambda device, dtype: 1e12)
+    noted, shown = [], []
+    monkeypatch.setattr(output, "note", noted.append)
+    monkeypatch.setattr(output, "show_notes", lambda: shown.append(True))
+    resources.prepare_processes(_trainer(), _module(), 60.0, make_env("debate", agents=agents), 2)
+    assert len(noted) == 1 and noted[0].startswith(f"team: {agents} agents, projected ")
+    assert bool(shown) == early
+
+
+def test_the_cli_refuses_a_team_that_cannot_fit_before_loading_any_model(tmp_path, monkeypatch, capsys):
+    from collab.cli import resources
+    from collab.fit import main
+    from collab.policy import team
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(team, "load_model", no_loading)
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(0.9))
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        [
+            *("--algo", "magrpo", "--data.env", "debate", "--data.env_options", "{agents: 6}"),
+            *("--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--data.batch_size", "2"),
+            *("--model.num_generations", "2", "--model.decode_memory_gb", "0.25"),
+            *("--model.micro_batch_memory_gb", "0.25"),
+            *("--model.agents", "[{sampling: {max_new_tokens: 16}}]"),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: the team does not fit this machine: 6 agents project ") and "at most" in err[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_cli_says_a_large_teams_projection_in_its_start_lines(tmp_path, monkeypatch, capsys):
+    """A 3-player matrix game, one step: the run's start lines (configs, threads, team) and its end."""
+    from collab.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        [
+            *("--algo", "magrpo", "--data.env", "matrix", "--data.env_options", "{players: 3}"),
+            *("--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--trainer.max_steps", "1"),
+            *("--data.batch_size", "1", "--trainer.logger", "false"),
+        ]
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert code == 0, err[-20:]
+    start = [line for line in err if line.startswith(("config: ", "threads: ", "team: "))]
+    assert [line.split(":")[0] for line in start] == ["config", "threads", "team"], start
+    assert start[2].startswith("team: 3 agents, projected ") and "a step projected at " in start[2]

@@ -37,6 +37,72 @@ def test_bad_tool_options_are_one_line(tools, budget, message):
         make_env("math", tools=tools, tool_budget=budget)
 
 
+def test_every_budget_field_has_its_range():
+    from dataclasses import fields
+
+    from collab.tools.options import BUDGET_RANGES
+
+    assert list(BUDGET_RANGES) == [f.name for f in fields(Budget)]
+
+
+@pytest.mark.parametrize(
+    "key, value, valid",
+    [
+        ("calls", -1, "an integer >= 0"),
+        ("calls", 1.5, "an integer >= 0"),
+        ("calls", True, "an integer >= 0"),
+        ("calls", "2", "an integer >= 0"),
+        ("calls", None, "an integer >= 0"),
+        ("tool_seconds", 0, "a number of seconds > 0"),
+        ("tool_seconds", -2.5, "a number of seconds > 0"),
+        ("tool_seconds", float("nan"), "a number of seconds > 0"),
+        ("tool_seconds", "10", "a number of seconds > 0"),
+        ("tool_seconds", False, "a number of seconds > 0"),
+        ("tool_seconds", None, "a number of seconds > 0"),
+        ("tokens", 0, "an integer >= 1 or null"),
+        ("tokens", -3, "an integer >= 1 or null"),
+        ("tokens", 2.0, "an integer >= 1 or null"),
+        ("tokens", True, "an integer >= 1 or null"),
+        ("context", 0, "an integer >= 1 or null"),
+        ("context", "4k", "an integer >= 1 or null"),
+        ("end_after_calls", "yes", "true or false"),
+        ("end_after_calls", 1, "true or false"),
+        ("end_after_calls", None, "true or false"),
+    ],
+)
+def test_a_bad_budget_field_is_one_line_naming_it_and_its_range(key, value, valid):
+    with pytest.raises(UserError) as e:
+        make_env("math", tools=["calculator"], tool_budget={key: value})
+    line = str(e.value)
+    assert line.startswith(f"env option tool_budget.{key} must be {valid}") and "\n" not in line
+    assert line.endswith(f", got {value!r}")
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        {"calls": 0},
+        {"calls": 100},
+        {"tool_seconds": 0.001},
+        {"tool_seconds": 1},
+        {"tool_seconds": float("inf")},
+        {"tokens": 1, "context": 1},
+        {"tokens": None, "context": None},
+        {"end_after_calls": True, "calls": 1},
+        {"end_after_calls": False},
+    ],
+)
+def test_the_edges_of_each_range_are_accepted(budget):
+    assert make_env("math", tools=["calculator"], tool_budget=budget).tool_budget == Budget(**budget)
+
+
+def test_a_budget_given_as_text_is_checked_as_read():
+    """On the command line the option is YAML text (``--data.env_options.tool_budget '{calls: -1}'``)."""
+    with pytest.raises(UserError, match=r"tool_budget.calls must be an integer >= 0 .*, got -1$"):
+        tool_budget("{calls: -1}")
+    assert tool_budget("{tool_seconds: .inf, tokens: null}") == Budget(tool_seconds=float("inf"))
+
+
 def test_an_env_without_tools_plays_the_bare_team():
     plain = make_env("math")
     assert plain.tools == {} and acting_team("team", plain) == "team"

@@ -48,6 +48,15 @@ def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def show_notes() -> None:
+    """Print the lines :func:`note` held so far now, on rank 0 (Lightning's messages stay held): a team whose
+    adapters take minutes to build says its start lines before (:mod:`collab.cli.resources`)."""
+    notes = list(_notes)
+    _notes.clear()
+    if notes and launched_rank() == 0:
+        print("\n".join(notes), file=sys.stderr, flush=True)
+
+
 def restore_on_exit(undo: Callable[[], None]) -> None:
     """Run ``undo`` when the command-line entry returns (:func:`command_output`): a setting the command made for
     itself (its threads) is put back for the test or notebook that called it."""

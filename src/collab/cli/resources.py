@@ -14,15 +14,47 @@ by the kernel (exit 137, no word). :func:`check_fits` refuses such a run in one 
   memory less its weights: 0.74 GiB less 13 MB (docs/distributed.md, "Timeouts and limits").
 
 Only the process that launches the others checks (under torchrun or SLURM the processes exist already).
+
+Then every run checks its team, before any model is loaded (:func:`check_team`): a process's memory projected from
+the bases' shapes (their ``config.json``, read without the weights), the agents' adapters and optimizer state, the
+step's experience, a rollout's KV caches and sampling tensors and an update's activations
+(:mod:`collab.runtime.projection` says what each counts), against ``MemAvailable`` (on a GPU: each device's free
+memory for what lives there). A team that cannot fit is refused in one line with the projection, the memory
+available and the most agents that would fit. A large team that fits (more agents than the packaged configs' 2,
+or a step projected over :data:`LONG_STEP_S`) says its projected memory and a step's projected time in a start
+line (``team: ...``), shown with the run's other start lines; a team of more than :data:`EARLY_AGENTS` agents shows
+them at once, before its adapters are built (peft adds each adapter with a walk over every module of the model,
+the earlier adapters' included: building N adapters grows as N^2, 80 on ``tiny`` took 8 s and 500 minutes), so
+that a bad option found while building then follows them.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
+from math import ceil
 
 from collab.errors import UserError
-from collab.policy.models import KNOWN_PARAMS, base_parameters  # noqa: F401 (also read from here)
+from collab.policy.models import KNOWN_PARAMS, base_config, base_parameters  # noqa: F401 (also read from here)
+from collab.runtime.projection import (
+    ADAM_BYTES,
+    CHARS_PER_TOKEN,
+    TEMPLATE_TOKENS,
+    Projection,
+    Shape,
+    Workload,
+    activation_bytes_per_token,
+    experience_bytes,
+    kv_bytes_per_token,
+    lora_parameters,
+    most_agents,
+    rollout_bytes,
+    shape_from_config,
+    step_flops,
+    update_bytes,
+)
 from collab.training.distributed import DEFAULT_TIMEOUT_S, set_timeout, timeout_callback
 
 GB = 1024**3
@@ -43,6 +75,8 @@ class Machine:
     memory_available: int
     """Bytes: ``MemAvailable`` (``None`` where ``/proc/meminfo`` is missing: memory is not checked)."""
     gpus: int = 0
+    gpu_memory: int | None = None
+    """Bytes free on a GPU a run uses (None: not measured, or no GPU)."""
 
 
 @dataclass(frozen=True)
@@ -133,11 +167,7 @@ def check_launch(trainer, base, agents: int | list[str | None] = 2, full: list[s
     environment = getattr(strategy, "cluster_environment", None)
     if launcher is None or environment is None or environment.creates_processes_externally:
         return
-    accelerator = (
-        "cpu"
-        if type(trainer.accelerator).__name__ == "CPUAccelerator"
-        else ("gpu" if type(trainer.accelerator).__name__ == "CUDAAccelerator" else "other")
-    )
+    accelerator = accelerator_kind(trainer)
     check_fits(Launch(trainer.num_devices, accelerator, team_process_bytes(base, agents, full)), this_machine())
 
 
@@ -157,12 +187,279 @@ def team_process_bytes(base, agents: int | list[str | None] = 2, full: list[str 
     return OVERHEAD_BYTES + shared + sum(COPIES * DTYPE_BYTES.get(base.dtype, 4) * counts[n] for n in whole)
 
 
-def prepare_processes(trainer, module, timeout_s: float = DEFAULT_TIMEOUT_S, env=None) -> None:
-    """Before ``trainer.fit`` starts the processes: refuse more than the machine holds (:func:`check_launch`, for
-    the team the module builds on ``env``: one agent per role), set the process group's timeout, and make a failed
-    collective one line (:func:`collab.training.distributed.timeout_callback`)."""
+def prepare_processes(
+    trainer, module, timeout_s: float = DEFAULT_TIMEOUT_S, env=None, tasks: int | None = None
+) -> None:
+    """Before ``trainer.fit`` starts the processes and loads the team: refuse more processes than the machine holds
+    (:func:`check_launch`, for the team the module builds on ``env``: one agent per role), refuse a team that
+    cannot fit or have a large one say its projection (:func:`check_team`, with ``tasks`` a step over all
+    processes), set the process group's timeout, and make a failed collective one line
+    (:func:`collab.training.distributed.timeout_callback`)."""
     specs = module.team_specs(env) if env is not None else (module.agent_specs or [])
     lora = [spec.base for spec in specs if spec.finetune != "full"]
     check_launch(trainer, module.base, lora if specs else 2, [spec.base for spec in specs if spec.finetune == "full"])
+    if env is not None and tasks:
+        from collab.cli.output import note, show_notes
+
+        line = check_team(trainer, module, env, tasks)
+        if line:
+            note(line)
+            if len(specs) > EARLY_AGENTS:  # its adapters take a while to build
+                show_notes()
     set_timeout(trainer.strategy, timeout_s)
     trainer.callbacks.insert(0, timeout_callback(timeout_s))
+
+
+# -- the team, counted before loading ----------------------------------------------------------------------------
+LARGE_TEAM = 2
+"""Agents of the packaged configs' team: a team of more says its projection in its start line."""
+LONG_STEP_S = 600.0
+"""A step projected over this many seconds says its projection too, whatever the team's size."""
+EARLY_AGENTS = 32
+"""A team of more agents shows its start lines before its adapters are built (the module docstring)."""
+
+
+def first_prompt_tokens(env, sample: int = 8) -> int:
+    """The longest first prompt (a role's system prompt and its first message) of the first ``sample`` training
+    tasks, in tokens counted from its characters (:data:`~collab.runtime.projection.CHARS_PER_TOKEN`: no tokenizer
+    is loaded yet), with a chat template's own tokens."""
+    longest = 0
+    for task in islice(env.tasks("train"), sample):
+        for role, text in zip(env.roles, env.observe(task)):
+            longest = max(longest, len(role.system_prompt or "") + len(text))
+    return ceil(longest / CHARS_PER_TOKEN) + TEMPLATE_TOKENS
+
+
+def tree(module, env, agents: int) -> tuple[int, int]:
+    """``(samples a request, children a node)`` of ``module``'s rollout with ``agents`` agents: MAGRPO's K and its
+    tree's branching (K joint actions a node aligned, K^agents crossed); an episode's 1 and 1."""
+    if not hasattr(module, "joint_mode"):
+        return 1, 1
+    k = getattr(module, "k", None) or getattr(env, "num_generations", 4)
+    return k, k if module.joint_mode == "aligned" else k**agents
+
+
+def team_shapes(names: list[str]) -> dict[str, tuple[Shape, int]] | None:
+    """Each base's shape and parameters, read without loading it; None when one is not at hand."""
+    out = {}
+    for name in dict.fromkeys(names):
+        values, params = base_config(name), base_parameters(name)
+        shape = shape_from_config(values) if values else None
+        if shape is None or not params:
+            return None
+        out[name] = shape, params
+    return out
+
+
+Plan = Callable[[int], tuple[Projection, Workload, Shape]]
+"""A team's projection for a number of agents (the workload and the largest base's shape with it)."""
+
+
+def team_weights(base, specs, shapes: dict[str, tuple[Shape, int]]) -> tuple[int, int]:
+    """``(bases, trained)``: the bytes of the bases the LoRA agents share (each once), and of every agent's trained
+    parameters with their optimizer state (a LoRA adapter's in float32 with AdamW; a full agent's copy)."""
+    from collab.policy.full import COPIES
+
+    width = DTYPE_BYTES.get(base.dtype, 4)
+    per_param = base_bytes_per_param(base.dtype, base.quantization)
+    names = [spec.base or base.name for spec in specs]
+    shared = dict.fromkeys(n for n, spec in zip(names, specs) if spec.finetune != "full")
+    trained = [
+        COPIES * width * shapes[n][1]
+        if spec.finetune == "full"
+        else ADAM_BYTES * lora_parameters(shapes[n][0], spec.lora.r, spec.lora.target_modules or [])
+        for n, spec in zip(names, specs)
+    ]
+    return sum(int(per_param * shapes[n][1]) for n in shared), sum(trained)
+
+
+def plan_team(module, env, tasks: int, device) -> Plan | None:
+    """``agents -> (projection, workload, shape)`` of ``module``'s team on ``env`` with ``tasks`` tasks a process,
+    its agents counted as the environment's roles are (or, for what would fit, as a team of that many: the agents
+    past the configured ones repeating the last one's settings, :func:`collab.algos.agents.resolve_agents`). The
+    caches and activations are counted at the largest base's shape. None when a base's size is not at hand (a hub
+    id not downloaded): not checked."""
+    from collab.policy.head import CHUNK_BYTES
+    from collab.runtime.memory import RECOMPUTE, SAFETY, budget_bytes
+
+    base, specs = module.base, module.team_specs(env)
+    shapes = team_shapes([spec.base or base.name for spec in specs])
+    if shapes is None:
+        return None
+    bases, trained = team_weights(base, specs, shapes)
+    width = DTYPE_BYTES.get(base.dtype, 4)
+    shape = max((s for s, _ in shapes.values()), key=lambda s: kv_bytes_per_token(s, width))
+    rank = max(spec.lora.r for spec in specs)
+    per_token = SAFETY * activation_bytes_per_token(shape, width, rank, base.gradient_checkpointing, RECOMPUTE)
+    decode, micro = budget_bytes(device, module.decode_memory_gb), budget_bytes(device, module.micro_batch_memory_gb)
+    new = [1 if spec.choices else spec.sampling.max_new_tokens or module.max_new_tokens for spec in specs]
+    new, first = new[: env.n_agents], first_prompt_tokens(env)
+
+    def project(agents: int) -> tuple[Projection, Workload, Shape]:
+        responses = new[:agents] + new[-1:] * (agents - len(new))
+        samples, branching = tree(module, env, agents)
+        prompts = tuple(env.prompt_tokens(first, t, responses) for t in range(env.horizon))
+        work = Workload(tasks, agents, max(responses), prompts, samples, branching)
+        projection = Projection(
+            bases=bases,
+            adapters=trained * agents // env.n_agents,
+            experience=experience_bytes(work),
+            rollout=rollout_bytes(work, kv_bytes_per_token(shape, width), shape.vocab, decode),
+            update=update_bytes(work, per_token, module.micro_batch_tokens, micro, module.minibatch_size, CHUNK_BYTES),
+            fixed=OVERHEAD_BYTES,
+        )
+        return projection, work, shape
+
+    return project
+
+
+def gib(n: int | float) -> float:
+    """``n`` bytes in GiB (a crossed tree's counts can be past a float's range: capped there)."""
+    return min(n, 10**300) / GB
+
+
+def _number(n: int | float) -> str:
+    return f"{gib(n):.2f}" if n < 1000 * GB else f"{gib(n):.3g}"
+
+
+def _gib(n: int | float) -> str:
+    return f"{_number(n)} GiB"
+
+
+def parts(p: Projection) -> str:
+    """The projection's parts, in GiB (the rollout's and the update's working memory are not held together)."""
+    return (
+        f"fixed {_number(p.fixed)}, bases {_number(p.bases)}, adapters and AdamW {_number(p.adapters)}, the step's "
+        f"experience {_number(p.experience)}, and the larger of a rollout's KV cache and sampling {_number(p.rollout)}"
+        f" and an update's activations {_gib(p.update)}"
+    )
+
+
+def shortage(p: Projection, processes: int, machine: Machine, accelerator: str) -> str | None:
+    """What the projection does not fit on this machine (None: it fits): each GPU's free memory for what lives
+    there and the host's for the rest, or on a CPU the host's for everything, for every process of the node."""
+    per = f" a process, {processes} processes" if processes > 1 else ""
+    if accelerator == "gpu" and machine.gpu_memory is not None:
+        if p.device > machine.gpu_memory:
+            return f"{_gib(p.device)} on each GPU against {_gib(machine.gpu_memory)} free"
+        host, what = processes * p.host, "of host memory"
+    else:
+        host, what = processes * p.total, "of memory"
+    if machine.memory_available is not None and host > machine.memory_available:
+        return f"{_gib(host // processes)}{per} against {_gib(machine.memory_available)} {what} available"
+    return None
+
+
+HINTS = {
+    "experience": ("the step's experience", "fewer tasks a step (--data.batch_size), samples, turns or new tokens"),
+    "rollout": ("a rollout's", "a smaller --model.decode_memory_gb, or fewer samples or shorter prompts"),
+    "update": ("an update's", "a smaller --model.micro_batch_memory_gb (or micro_batch_tokens), or shorter sequences"),
+    "adapters": ("the adapters", "a lower LoRA rank, or LoRA agents for full ones"),
+    "bases": ("the bases", "a quantized base (--model.base.quantization 4bit)"),
+}
+"""Each part of a projection: its name and what lowers it (the refusal names the largest part's)."""
+
+
+def largest_part(p: Projection) -> str:
+    """The key of :data:`HINTS` of the projection's largest part."""
+    sizes = {"experience": p.experience, "rollout": p.rollout, "update": p.update}
+    sizes.update(adapters=p.adapters, bases=p.bases)
+    return max(sizes, key=sizes.get)
+
+
+def refusal(agents: int, p: Projection, short: str, fits: int) -> str:
+    """The one line of a team that cannot fit: its projection, the memory available and what would fit."""
+    what = (
+        f"at most {fits} agent{'s' if fits != 1 else ''} fit here with these tasks, samples and lengths"
+        if fits
+        else "not even 1 agent fits here with these tasks, samples and lengths"
+    )
+    name, hint = HINTS[largest_part(p)]
+    return (
+        f"the team does not fit this machine: {agents} agents project {short} ({parts(p)}); {what}; "
+        f"the largest part, {name}, shrinks with {hint}"
+    )
+
+
+def duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+def start_line(p: Projection, work: Workload, flops: int, rate: float, machine: Machine, accelerator: str) -> str:
+    """A large team's start line: its projected memory and a step's projected time."""
+    if accelerator == "gpu" and machine.gpu_memory is not None:
+        memory = f"{_gib(p.device)} on each GPU of {_gib(machine.gpu_memory)} free, {_gib(p.host)} of host memory"
+    else:
+        available = "" if machine.memory_available is None else f" of {_gib(machine.memory_available)} available"
+        memory = f"{_gib(p.total)} a process{available}"
+    rows = sum(work.rows(t) for t in range(work.turns))
+    longest = max(work.length(t) for t in range(work.turns))
+    where, flops = "GPU" if accelerator == "gpu" else "CPU", float(min(flops, 10**300))
+    return (
+        f"team: {work.agents} agents, projected {memory} ({parts(p)}); a step projected at about "
+        f"{duration(flops / rate)} ({flops:.2g} FLOPs: {rows:,} responses of up to {longest:,} tokens, decoded and "
+        f"trained on, at {rate / 1e9:.0f} GFLOP/s, this {where}'s matmul rate now; decoding's Python loop and "
+        "sampling not counted)"
+    )
+
+
+def training_factor(specs) -> float:
+    """Multiples of a token's parameters an update costs, over the team: a LoRA agent's and a full agent's."""
+    from collab.runtime.projection import FULL_TRAINING, LORA_TRAINING
+
+    return sum(FULL_TRAINING if spec.finetune == "full" else LORA_TRAINING for spec in specs) / max(1, len(specs))
+
+
+def accelerator_kind(trainer) -> str:
+    """``cpu``, ``gpu`` or ``other``: Lightning's resolved accelerator."""
+    name = type(trainer.accelerator).__name__
+    return "cpu" if name == "CPUAccelerator" else ("gpu" if name == "CUDAAccelerator" else "other")
+
+
+def forks(trainer) -> bool:
+    """Whether the launcher forks this process (``ddp_fork``, ``ddp_notebook``): CUDA must not start before."""
+    return getattr(getattr(trainer.strategy, "launcher", None), "_start_method", None) == "fork"
+
+
+def gpu_free() -> int | None:
+    """Free bytes of the first CUDA device, the one this process (rank 0) trains on; the others of a node are
+    taken to be alike (asking each would give this process a CUDA context on every device). None: no GPU."""
+    import torch
+
+    return torch.cuda.mem_get_info(0)[0] if torch.cuda.is_available() else None
+
+
+def check_team(trainer, module, env, tasks: int) -> str | None:
+    """Refuse, in one line, a team that cannot fit this machine, before anything is loaded; return a large team's
+    start line (its projected memory and a step's projected time), None for a small one or one not counted (a
+    base's size not at hand, an accelerator this check does not measure, a forking launcher on a GPU, or vLLM
+    decoding: it sizes its own cache, ``engine_options``)."""
+    import torch
+
+    from collab.policy.models import DTYPES
+    from collab.runtime.projection import matmul_rate
+
+    accelerator = accelerator_kind(trainer)
+    if accelerator == "other" or (accelerator == "gpu" and forks(trainer)) or module.engine != "torch":
+        return None
+    device = torch.device("cuda" if accelerator == "gpu" else "cpu")
+    project = plan_team(module, env, -(-tasks // max(1, trainer.world_size)), device)
+    if project is None:
+        return None
+    machine = this_machine()
+    if accelerator == "gpu":
+        machine = Machine(machine.cores, machine.memory_available, machine.gpus, gpu_free())
+    processes = trainer.num_devices
+    projection, work, shape = project(env.n_agents)
+    short = shortage(projection, processes, machine, accelerator)
+    if short is not None:
+        fits = most_agents(lambda m: shortage(project(m)[0], processes, machine, accelerator) is None, env.n_agents)
+        raise UserError(refusal(env.n_agents, projection, short, fits))
+    flops = step_flops(work, shape, training_factor(module.team_specs(env)))
+    rate = matmul_rate(device, DTYPES[module.base.dtype])
+    if env.n_agents <= LARGE_TEAM and min(flops, 10**300) / rate <= LONG_STEP_S:
+        return None
+    return start_line(projection, work, flops, rate, machine, accelerator)

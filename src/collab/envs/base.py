@@ -33,6 +33,9 @@ from typing import Any, ClassVar
 
 Message = Mapping[str, str]
 """A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+FEEDBACK_TOKENS = 64
+"""Tokens a turn's feedback is counted as when an env does not say (:meth:`Env.prompt_tokens`): the default
+feedback is a reward line of about 20."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,17 @@ class Env(ABC):
             sections.setdefault(lower.index(m.group(1).lower()), []).append(body.strip())
         preamble = text[: found[0].start()].strip()
         return ["\n\n".join(sections[i]) if i in sections else preamble for i in range(self.n_agents)]
+
+    # -- sizes, before anything runs ----------------------------------------------------------------
+    def prompt_tokens(self, first: int, turn: int, responses: Sequence[int]) -> int:
+        """About how many tokens the longest agent's prompt holds at ``turn`` (0-based), its first prompt being
+        ``first`` tokens and ``responses[i]`` agent i's longest response: what the start-of-run check counts a
+        step's KV caches, token lists and time from (:mod:`collab.runtime.projection`), before any model is loaded.
+        Default: the history keeps the agent's own responses and a feedback message of :data:`FEEDBACK_TOKENS`
+        each turn (within :attr:`history_window`). An env whose feedback shows other agents' responses says so
+        here (the debate: every agent's, so its prompts grow with the team)."""
+        kept = turn if self.history_window is None else min(turn, self.history_window)
+        return first + kept * (max(responses, default=0) + FEEDBACK_TOKENS)
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def reset(self, task: Mapping[str, Any]) -> EnvState:

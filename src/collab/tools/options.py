@@ -6,7 +6,9 @@ or a mapping of its name and options::
     --data.env_options '{tools: [calculator]}'
     --data.env_options '{tools: {1: [calculator, {name: search, corpus: docs.jsonl}]}}'     # agent 1 only
 
-``tool_budget``: :class:`~collab.tools.turns.Budget`'s fields (``{calls: 2, tool_seconds: 10}``).
+``tool_budget``: :class:`~collab.tools.turns.Budget`'s fields (``{calls: 2, tool_seconds: 10}``), each checked
+against its range (:data:`BUDGET_RANGES`): ``calls`` an integer >= 0, ``tool_seconds`` a number > 0, ``tokens`` and
+``context`` an integer >= 1 or null, ``end_after_calls`` true or false.
 
 ``tool_choice``: ``auto`` (the default: an agent calls when it writes a call), one of the agents' tools by name
 (every agent that has it opens its turn with a call to it: :mod:`collab.tools.turns`), or a mapping from an agent's
@@ -74,14 +76,39 @@ def agent_tools(value: Any, n_agents: int, offered: Mapping[str, str] | None = N
     return {agent: tools for agent in range(n_agents)}
 
 
+def _count(low: int, nullable: bool = False):
+    """A check that a value is an integer >= ``low`` (or null)."""
+    return lambda v: (v is None and nullable) or (isinstance(v, int) and not isinstance(v, bool) and v >= low)
+
+
+BUDGET_RANGES = {
+    "calls": (_count(0), "an integer >= 0 (calls a turn; 0: none runs)"),
+    "tool_seconds": (
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+        "a number of seconds > 0 (.inf: no limit)",
+    ),
+    "tokens": (_count(1, nullable=True), "an integer >= 1 or null (null: the agent's max_new_tokens)"),
+    "context": (_count(1, nullable=True), "an integer >= 1 or null (null: the model's max_position_embeddings)"),
+    "end_after_calls": (lambda v: isinstance(v, bool), "true or false"),
+}
+"""Each :class:`Budget` field's valid values and how the error line says them. A budget of 0 tokens or context
+would read as "none given" where the turn falls back to its default (``budget.tokens or ...``), so those start
+at 1; 0 calls is a turn without tools; seconds of 0 would refuse every call, as 0 calls does more plainly."""
+
+
 def tool_budget(value: Any) -> Budget:
-    """The ``tool_budget`` option as a :class:`Budget` (None: the defaults)."""
+    """The ``tool_budget`` option as a :class:`Budget` (None: the defaults); every field checked here, where the
+    option is read, so that a bad one ends the run in one line before anything is loaded."""
     value = read(value)
     if value is None:
         return Budget()
     names = [f.name for f in fields(Budget)]
     if not isinstance(value, Mapping) or set(value) - set(names):
         raise UserError(f"env option tool_budget: expected a mapping of {', '.join(names)}, got {value!r}")
+    for key, given in value.items():
+        valid, says = BUDGET_RANGES[key]
+        if not valid(given):
+            raise UserError(f"env option tool_budget.{key} must be {says}, got {given!r}")
     return Budget(**value)
 
 

@@ -84,6 +84,9 @@ from collab.envs.records import select
 from collab.errors import UserError, require
 from collab.objectives import majority_vote
 
+HEADER_TOKENS = 12
+"""Tokens of a response's header in a debate prompt (``[Round 1, agent12 (you)]``) and the blank line after it."""
+
 SPLITS = ("train", "eval")
 MAX_NEW_TOKENS = {"math": 300, "nli": 250}
 """MAPoRL, Section 4.2: 300 tokens on GSM8K, 250 on ANLI."""
@@ -338,6 +341,12 @@ class DebateEnv(Env):
                 info["consensus"] = float(stop)
             out.append(Score(turn_scores, terminated=stop, info=info, memory=mem))
         return out
+
+    def prompt_tokens(self, first: int, turn: int, responses: Sequence[int]) -> int:
+        """A turn's prompt replaces the history (:meth:`next_histories`) and holds the question and every agent's
+        responses of every turn before, each under its round's and agent's header (:data:`HEADER_TOKENS`): with
+        A agents a prompt grows by A responses a turn."""
+        return first + turn * sum(r + HEADER_TOKENS for r in responses)
 
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         """Each agent's next user message: the question and every agent's responses so far."""
