@@ -2,7 +2,7 @@
 
 A run of ``--algo ALGO`` on env ``ENV`` reads, in order, later values winning::
 
-    conf/base.yaml               what every algorithm shares: trainer, logger, callbacks, base model, agents, engine
+    conf/base.yaml               what every algorithm shares: trainer, logger, callbacks, base model, agent defaults
     conf/env/ENV.yaml            the env's data options (and, for math, the team its duo profile is tuned with)
     conf/algo/ALGO.yaml          what is the algorithm's own: its options, its run length, its team if it has one
     conf/env/ENV.yaml, algos:    the algorithm's own choices for that env (the ``algos: ALGO:`` section)
@@ -295,7 +295,8 @@ def parser_args(config: dict, line: CommandLine) -> list[str]:
     """The parser's arguments: the composed packaged ``config`` as one ``--config``, then the command line, with
     ``--OPTION null`` (each option of :data:`WHOLE`) before every source that sets it: a ``--config`` file whose
     mapping holds it, a ``--section`` file holding it, or the option itself. A list given later thus replaces
-    the earlier list whole; the fields its items leave out take the dataclass defaults."""
+    the earlier list whole; the fields its items leave out take ``model.agent_defaults`` (which merges key by
+    key, as any mapping: :mod:`collab.policy.specs`)."""
     import yaml
 
     def resets(source: list[str]) -> list[str]:

@@ -253,7 +253,9 @@ def print_config(algo: str, argv: list[str], line: CommandLine | None = None) ->
 
 def explain(line: CommandLine) -> None:
     """``--explain``: every value of the run's merged config, one line each, with the source that set it (a
-    packaged file, a ``--config`` file, an option) or ``default`` (the class's own default)."""
+    packaged file, a ``--config`` file, an option) or ``default`` (the class's own default). Each agent's values
+    are the ones it trains with (:func:`agent_values`): a field its entry leaves out shows the value and the
+    source of ``model.agent_defaults`` (or ``model.agent_lr``)."""
     import yaml
 
     from collab.config import leaves, origins
@@ -262,15 +264,58 @@ def explain(line: CommandLine) -> None:
     config = cli.config.as_dict()
     config.pop("config", None)
     origin = origins(packaged_layers(line.algo, line.env()), line)
+    agents = agent_values(config.get("model") or {}, getattr(cli.model, "agent_specs", None), origin)
     for key in leaves(config, "")[:]:
         key = key.removeprefix(".")
-        value = config
-        for part in key.replace("[", ".[").split("."):
-            value = value[int(part[1:-1])] if part.startswith("[") else value[part]
-        source = next((origin[k] for k in _ancestors(key) if k in origin), "default")
+        if key in agents:
+            value, source = agents[key]
+        else:
+            value = _at(config, key)
+            source = _source(origin, key)
         text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
         print(f"{key}: {text}  # {source}")
     sys.stdout.flush()
+
+
+def agent_values(model: dict, specs, origin: dict[str, str]) -> dict[str, tuple]:
+    """``model.agents[i].KEY`` -> (the value agent i trains with, its source), for every leaf of the entries:
+    the entry's own value where it sets one; else ``model.agent_defaults``' (its source named with the block), and
+    for ``lr`` ``model.agent_lr``'s. ``specs``: the module's agents, already filled (None: no list)."""
+    from dataclasses import asdict
+
+    from collab.config import leaves
+
+    out: dict[str, tuple] = {}
+    entries = model.get("agents") or []
+    for i, (entry, spec) in enumerate(zip(entries, specs or [])):
+        filled = asdict(spec)
+        for key in leaves(filled, f"model.agents[{i}]"):
+            field = key.split("]", 1)[1].removeprefix(".")
+            if _at(entry, field) is not None:
+                out[key] = (_at(filled, field), _source(origin, key))
+            elif field == "lr":
+                out[key] = (model.get("agent_lr"), f"{_source(origin, 'model.agent_lr')} (model.agent_lr)")
+            elif field.split(".")[0] in ("finetune", "lora", "sampling"):
+                block = f"model.agent_defaults.{field}"
+                out[key] = (_at(filled, field), f"{_source(origin, block)} (model.agent_defaults)")
+    return out
+
+
+def _at(values, key: str):
+    """The value at the dotted ``key`` (``a.b[0].c``) of ``values``; None where a part is missing."""
+    for part in key.replace("[", ".[").split("."):
+        if isinstance(values, list) and part.startswith("["):
+            values = values[int(part[1:-1])]
+        elif isinstance(values, dict):
+            values = values.get(part)
+        else:
+            return None
+    return values
+
+
+def _source(origin: dict[str, str], key: str) -> str:
+    """The source that set ``key`` or the nearest key above it; ``default`` (the class's own) where none did."""
+    return next((origin[k] for k in _ancestors(key) if k in origin), "default")
 
 
 def _ancestors(key: str) -> list[str]:
@@ -305,7 +350,8 @@ def fit(argv: list[str]) -> None:
     restore_on_exit(restore)
     note(threads)
     env = getattr(cli.datamodule, "env", None)
-    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"), env)  # fits? timeout
+    tasks = getattr(cli.datamodule, "batch_size", None)  # the team fits? processes, memory, timeout
+    prepare_processes(cli.trainer, cli.model, cli.config.get("distributed_timeout"), env, tasks)
     ckpt = cli.config.get("ckpt_path")
     if ckpt:  # the file now, its tensors against the team when Lightning restores it (collab.cli.checkpoint)
         from collab.cli.checkpoint import guard_resume

@@ -19,7 +19,7 @@ from collab.policy.models import BaseConfig
 from collab.policy.sampling import Completion
 from collab.rollout.episodes import Episode, play
 from collab.rollout.experience import Batch, Experience, epochs, minibatches, transitions
-from tests.support import TwoTurnEnv, prob_of_first_option, train
+from tests.support import SAMPLE_THE_POLICY, TwoTurnEnv, prob_of_first_option, train
 
 TINY = BaseConfig(name="tiny", device="cpu")
 
@@ -296,7 +296,8 @@ def test_ippo_refuses_a_q_critic():
 
 # Hyper-parameters of the learning tests (tiny model): one rollout of ``batch_size`` episodes, then
 # ``num_epochs`` full-buffer updates (so max_steps = rollouts x epochs).
-HP = dict(agent_lr=1e-2, critic_lr=5e-2, num_epochs=2)
+HP = dict(agent_lr=1e-2, critic_lr=5e-2, num_epochs=2, agent_defaults=SAMPLE_THE_POLICY)
+"""The learning tests' options: their probabilities are the policies' own, sampled at temperature 1."""
 
 
 def test_collm_cc_reaches_the_joint_optimum_of_table_1():

@@ -18,7 +18,16 @@ import pytest
 import torch
 
 from collab.policy.models import BaseConfig, load_tokenizer, tiny_llama
-from tests.support import TINY_CLI, assert_same_tensors, fit, load, prob_of_first_option, quiet_fit
+from tests.support import (
+    SAMPLE_THE_POLICY,
+    SAMPLE_THE_POLICY_ARGS,
+    TINY_CLI,
+    assert_same_tensors,
+    fit,
+    load,
+    prob_of_first_option,
+    quiet_fit,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ["--data.env", "matrix", "--data.env_options", "{}"]
@@ -35,7 +44,8 @@ def seven(folder: Path) -> str:
 
 
 def agents(*specs: dict) -> list[str]:
-    return ["--model.agents", json.dumps(list(specs))]
+    """``--model.agents`` of ``specs``, sampling from the policy (a step's group must disagree to move a weight)."""
+    return ["--model.agents", json.dumps(list(specs)), *SAMPLE_THE_POLICY_ARGS]
 
 
 # algo -> its run and which agents are full. Mixed teams put the critics (CoLLM-CC's, MARFT-A's head) on the shared
@@ -125,6 +135,7 @@ def test_a_full_agent_team_learns_the_matrix_games_joint_optimum():
         module = from_config(
             "magrpo",
             agents=[AgentSpec(finetune="full"), AgentSpec(finetune="full")],
+            agent_defaults=SAMPLE_THE_POLICY,
             base=BaseConfig(name="tiny", seed=seed),
             agent_lr=1e-3,
             num_generations=4,

@@ -19,7 +19,7 @@ import torch
 
 from collab.algos import from_config
 from collab.policy.models import BaseConfig
-from tests.support import EarlySolveEnv, datamodule_for, quiet_fit
+from tests.support import SAMPLE_THE_POLICY, EarlySolveEnv, datamodule_for, quiet_fit
 
 
 def solve_at_turn_1(module, env) -> float:
@@ -41,6 +41,7 @@ def make(algo: str, seed: int):
         return from_config(
             "magrpo",
             agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
             base=base,
             agent_lr=1e-2,
             num_generations=4,
@@ -52,6 +53,7 @@ def make(algo: str, seed: int):
         return from_config(
             algo,
             agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
             base=base,
             agent_lr=1e-2,
             critic="centralized" if algo == "collm_cc" else "decentralized",
@@ -59,14 +61,36 @@ def make(algo: str, seed: int):
             num_epochs=1,
         )
     if algo == "ippo":
-        return from_config("ippo", agents=None, base=base, agent_lr=1e-2, critic_lr=1e-2, num_epochs=1)
+        return from_config(
+            "ippo",
+            agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
+            base=base,
+            agent_lr=1e-2,
+            critic_lr=1e-2,
+            num_epochs=1,
+        )
     if algo == "marft_a":
         return from_config(
-            "marft_a", agents=None, base=base, agent_lr=1e-2, critic_lr=1e-2, gamma=1.0, normalize_advantages=True
+            "marft_a",
+            agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
+            base=base,
+            agent_lr=1e-2,
+            critic_lr=1e-2,
+            gamma=1.0,
+            normalize_advantages=True,
         )
     if algo == "marft_t":
         return from_config(
-            "marft_t", agents=None, base=base, agent_lr=1e-2, critic_lr=1e-2, gamma=1.0, normalize_advantages=True
+            "marft_t",
+            agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
+            base=base,
+            agent_lr=1e-2,
+            critic_lr=1e-2,
+            gamma=1.0,
+            normalize_advantages=True,
         )
     raise ValueError(algo)
 

@@ -38,7 +38,8 @@ def seven_env(path, agents=2, horizon=2):
 
 
 def one_token(n):
-    return [AgentSpec(choices=["7", "3"]) for _ in range(n)]
+    """``n`` debaters answering 7 or 3, sampling from the policy they train (the learning figures below are its)."""
+    return [AgentSpec(choices=["7", "3"], sampling=SamplingSpec(temperature=1.0, top_p=1.0)) for _ in range(n)]
 
 
 # -- the rewards by hand ---------------------------------------------------------------------------------------

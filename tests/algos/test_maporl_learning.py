@@ -116,7 +116,7 @@ def test_maporl_learns_to_agree_on_the_right_answer_at_turn_1(seven, one_thread)
     above 0.9 for both agents (seed 0)."""
     L.seed_everything(0, verbose=False)
     env = debate(seven)
-    agents = [AgentSpec(choices=["7", "3"], sampling=SamplingSpec(temperature=0.5)) for _ in range(2)]
+    agents = [AgentSpec(choices=["7", "3"], sampling=SamplingSpec(temperature=0.5, top_p=1.0)) for _ in range(2)]
     module = from_config(
         "maporl",
         base=BaseConfig(name="tiny", device="cpu", seed=0),

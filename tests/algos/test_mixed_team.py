@@ -42,7 +42,7 @@ def bases(tmp_path_factory) -> tuple[str, str]:
 
 
 def mixed(bases: tuple[str, str], tokens: int = 6) -> list[AgentSpec]:
-    return [AgentSpec(base=b, sampling=SamplingSpec(max_new_tokens=tokens)) for b in bases]
+    return [AgentSpec(base=b, sampling=SamplingSpec(temperature=1.0, top_p=1.0, max_new_tokens=tokens)) for b in bases]
 
 
 class Relay(Env):
@@ -261,7 +261,9 @@ def callbacks() -> str:
 
 
 def agents_option(bases, tokens: int = 6) -> str:
-    return json.dumps([{"base": b, "sampling": {"max_new_tokens": tokens}} for b in bases])
+    """``--model.agents`` of one agent a base, sampling from the policy itself (temperature 1, no top-p)."""
+    sampling = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": tokens}
+    return json.dumps([{"base": b, "sampling": sampling} for b in bases])
 
 
 # algo -> its env and options: free text where the algorithm takes it (writing, math with the Reasoner -> Actor

@@ -8,7 +8,7 @@ import pytest
 
 from collab.algos import algo_registry, from_config
 from collab.errors import UserError
-from tests.support.presets import ROOT, preset_runs
+from tests.support.presets import ROOT, effective_agents, preset_runs
 
 ALGOS = sorted(algo_registry())
 ATTRIBUTE = {"num_generations": "k", "critic": "critic_mode", "agents": "agent_specs"}
@@ -52,6 +52,8 @@ def test_print_config_is_what_the_module_uses(algo, tmp_path, monkeypatch):
         if name == "engine_options":  # vLLM settings, kept only with --model.engine vllm
             assert value is None and cli.model.engine_options is None
             continue
+        if name == "agents":  # the entries say what differs from model.agent_defaults: the module holds both
+            value = effective_agents(printed)
         assert used(cli.model, name) == value, (algo, name)
         assert used(direct, name) == value, (algo, name)
         compared += 1
@@ -68,15 +70,16 @@ def test_from_config_overrides_and_refuses():
 
 
 TEAM = [{"sampling": {"max_new_tokens": 7}}, {"sampling": {"max_new_tokens": 9}}]
-"""Two agents that set only their length: conf/algo/marft_a.yaml's agents set lr (1e-4, 1e-3), temperature 0.7."""
+"""Two agents that set only their length: conf/algo/marft_a.yaml's agents set lr (1e-4, 1e-3)."""
 
 
 @pytest.mark.parametrize("source", ["--config", "--model", "--model.agents", "one agent"])
 def test_a_later_team_replaces_the_packaged_team_whole(source, tmp_path, capsys):
     """A team given after the packaged config (a ``--config`` file, a ``--model`` file, the option itself)
-    replaces the packaged agents whole, as ``from_config(agents=...)`` does: no packaged ``lr`` or temperature
-    is kept. (jsonargparse merged a list of the same length item by item: the debate grid's MARFT runs kept
-    marft_a.yaml's two rates; one agent replaced the list, so the result hung on the team's size.)"""
+    replaces the packaged agents whole, as ``from_config(agents=...)`` does: no packaged ``lr`` is kept, and what the
+    entries leave out is ``model.agent_defaults``' (temperature 0.7), whatever the team's size. (jsonargparse merged
+    a list of the same length item by item: the debate grid's MARFT runs kept marft_a.yaml's two rates; one agent
+    replaced the list, so the result hung on the team's size.)"""
     import json
 
     import yaml
@@ -95,12 +98,12 @@ def test_a_later_team_replaces_the_packaged_team_whole(source, tmp_path, capsys)
         argv = ["--model.agents", json.dumps(team)]
     with pytest.raises(SystemExit):
         print_config("marft_a", argv + ["--print_config"])
-    agents = yaml.safe_load(capsys.readouterr().out)["model"]["agents"]
+    agents = effective_agents(yaml.safe_load(capsys.readouterr().out)["model"])
     direct = [dataclasses.asdict(a) for a in from_config("marft_a", base={"name": "tiny"}, agents=team).agent_specs]
     assert agents == direct
     assert [(a["lr"], a["sampling"]["temperature"], a["sampling"]["max_new_tokens"]) for a in agents] == [
-        (None, 1.0, 7),
-        (None, 1.0, 9),
+        (None, 0.7, 7),
+        (None, 0.7, 9),
     ][: len(team)]
 
 
@@ -153,20 +156,24 @@ def _preset_runs():
 
 @pytest.mark.parametrize("config,algo,extra", _preset_runs())
 def test_a_config_gets_its_own_team(config, algo, extra, capsys):
-    """Every preset and grid config that names a team gets that team, its unset fields at the agent defaults:
-    before the whole-list rule the MARFT-A, MARFT-T and IPPO paper presets (agent_lr 1e-6 to 3e-5, the papers')
-    trained at the packaged small-model rates of their agents (1e-4 with 1e-3 or 3e-4)."""
+    """Every preset and grid config that names a team gets that team, its unset fields at its own
+    ``model.agent_defaults`` (else conf/base.yaml's): before the whole-list rule the MARFT-A, MARFT-T and IPPO paper
+    presets (agent_lr 1e-6 to 3e-5, the papers') trained at the packaged small-model rates of their agents (1e-4
+    with 1e-3 or 3e-4)."""
     import yaml
 
     from collab.fit import print_config
 
-    team = (yaml.safe_load(config.read_text()).get("model") or {}).get("agents")
+    model = yaml.safe_load(config.read_text()).get("model") or {}
+    team = model.get("agents")
     if team is None:
         pytest.skip(f"{config.name} keeps the algorithm's team")
     with pytest.raises(SystemExit):
         print_config(algo, ["--config", str(config), *extra, "--print_config"])
-    agents = yaml.safe_load(capsys.readouterr().out)["model"]["agents"]
-    assert agents == [dataclasses.asdict(a) for a in from_config(algo, base={"name": "tiny"}, agents=team).agent_specs]
+    agents = effective_agents(yaml.safe_load(capsys.readouterr().out)["model"])
+    block = {"agent_defaults": model["agent_defaults"]} if "agent_defaults" in model else {}
+    direct = from_config(algo, base={"name": "tiny"}, agents=team, **block)
+    assert agents == [dataclasses.asdict(a) for a in direct.agent_specs]
 
 
 def test_null_is_a_value_of_an_option_typed_with_several_types_and_none(tmp_path, monkeypatch):

@@ -1,7 +1,9 @@
 """docs/presets.md against conf/presets/: a section per preset file and a file per section; in each section's
 table, a row whose hyper-parameter names a config key in backticks (`` `model.agent_lr` ``) gives as the preset's
 value (its first code span) what the composed preset holds (``--print_config``, for every algorithm the preset is
-for), and every value the preset file sets has such a row. Composes the configs only: no model is loaded."""
+for; ``model.agents[i]`` each agent's values as it trains, its entry over ``model.agent_defaults``), and every value
+the preset file sets has such a row (a key of ``model.agent_defaults``: the row of every agent's, ``model.agents[*]``).
+Composes the configs only: no model is loaded."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from functools import cache
 import pytest
 import yaml
 
-from tests.support.presets import PRESETS, ROOT, composed, config_algos
+from tests.support.presets import PRESETS, ROOT, composed, config_algos, effective_agents
 
 DOC = ROOT / "docs" / "presets.md"
 HEADER = ["hyper-parameter", "paper (section/table)", "paper's value", "preset's value", "why they differ"]
@@ -61,7 +63,9 @@ def keyed_rows(rows: list[list[str]]) -> list[tuple[str, str]]:
 
 @cache
 def preset_config(preset: str, algo: str) -> dict:
-    return composed(algo, ["--config", str(ROOT / "conf" / "presets" / f"{preset}.yaml")])
+    config = composed(algo, ["--config", str(ROOT / "conf" / "presets" / f"{preset}.yaml")])
+    config["model"]["agents"] = effective_agents(config["model"])
+    return config
 
 
 MISSING = object()
@@ -126,7 +130,7 @@ def test_the_table_gives_the_presets_values(preset):
     keys = {key for key, _ in rows}
     assert REQUIRED <= keys and "trainer.max_steps" in keys, (preset.stem, sorted(REQUIRED - keys))
     for key in file_keys(yaml.safe_load(preset.read_text())):
-        general = re.sub(r"^model\.agents\[\d+\]", "model.agents[*]", key)
+        general = re.sub(r"^model\.(agents\[\d+\]|agent_defaults)", "model.agents[*]", key)
         assert key in keys or general in keys, f"{preset.stem}: the file sets {key}, which no row names"
     for algo in config_algos(preset):
         config = preset_config(preset.stem, algo)

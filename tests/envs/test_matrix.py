@@ -9,7 +9,7 @@ from collab.envs import make_env
 from collab.envs.matrix.env import parse_choice, utilities
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
-from tests.support import prob_of_first_option, quiet_fit
+from tests.support import SAMPLE_THE_POLICY, prob_of_first_option, quiet_fit
 
 
 @pytest.mark.parametrize(
@@ -61,6 +61,7 @@ def train_matrix(preset: str, seed: int, steps: int = 10, players: int = 2) -> l
     module = from_config(
         "magrpo",
         agents=None,
+        agent_defaults=SAMPLE_THE_POLICY,
         base=BaseConfig(name="tiny", seed=seed),
         agent_lr=1e-2,
         num_generations=4,
@@ -135,6 +136,7 @@ def test_single_agent_grpo_learns_the_rewarded_option():
     module = from_config(
         "magrpo",
         agents=None,
+        agent_defaults=SAMPLE_THE_POLICY,
         base=BaseConfig(name="tiny"),
         agent_lr=1e-2,
         num_generations=4,

@@ -140,7 +140,7 @@ TINY = [
     "--data.env",
     "coding",
     "--model.agents",
-    '[{"sampling": {"max_new_tokens": 16}}, {"sampling": {"max_new_tokens": 16}}]',
+    json.dumps([{"sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16}}] * 2),
 ]
 
 

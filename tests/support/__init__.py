@@ -24,6 +24,18 @@ TINY_CLI = [
 ]
 """``collab.fit`` arguments of a quiet run on the tiny model and the CPU."""
 
+SAMPLE_THE_POLICY = {"sampling": {"temperature": 1.0, "top_p": 1.0}}
+"""``agent_defaults`` of the learning tests whose probabilities are the policy's own: every agent samples from the
+softmax it trains (conf/base.yaml's temperature 0.7 and top-p 0.9 would sharpen and truncate it)."""
+SAMPLE_THE_POLICY_ARGS = [
+    "--model.agent_defaults.sampling.temperature",
+    "1.0",
+    "--model.agent_defaults.sampling.top_p",
+    "1.0",
+]
+"""The same on ``collab.fit``'s command line: the runs of a few steps whose matrix-game or one-token agents must
+disagree within a group for an update to move anything (their draws are the policy's own)."""
+
 
 class TwoTurnEnv(Env):
     """Two agents pick A or B on each of ``horizon`` turns; each sees only its own prompts.

@@ -37,3 +37,22 @@ def composed(algo: str, argv: list[str]) -> dict:
     with redirect_stdout(printed), pytest.raises(SystemExit):
         print_config(algo, [*argv, "--print_config"])
     return yaml.safe_load(printed.getvalue())
+
+
+def overlay(block: dict, entry: dict) -> dict:
+    """``entry`` over ``block``, key by key at any depth, an entry's null leaving the block's value: the rule of
+    ``model.agent_defaults`` read here on plain mappings, apart from ``collab.policy.specs.with_defaults``."""
+    out = dict(block)
+    for key, value in entry.items():
+        if isinstance(value, dict) and isinstance(block.get(key), dict):
+            out[key] = overlay(block[key], value)
+        elif value is not None or key not in block:
+            out[key] = value
+    return out
+
+
+def effective_agents(model: dict) -> list[dict] | None:
+    """The ``model`` section's agents as they train: each entry overlaid on ``model.agent_defaults`` (None: the
+    roles', each the block)."""
+    agents = model.get("agents")
+    return None if agents is None else [overlay(model["agent_defaults"], a) for a in agents]

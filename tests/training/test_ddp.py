@@ -85,11 +85,10 @@ def callbacks(algo: str, evaluate: bool = True) -> str:
 
 
 # agents per run (solo: 1), each capped at 6 new tokens (model.max_new_tokens alone would not cap them: the
-# math and debate roles suggest 256-300 tokens, which the tiny random model always uses up)
-AGENTS = {
-    algo: json.dumps([{"sampling": {"max_new_tokens": 6}}] * (1 if "solo" in " ".join(run) else 2))
-    for algo, run in RUNS.items()
-}
+# math and debate roles suggest 256-300 tokens, which the tiny random model always uses up), sampling from the
+# policy itself (temperature 1, no top-p): a step of 4 tasks must hold a signal
+SIX_TOKENS = {"sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}}
+AGENTS = {algo: json.dumps([SIX_TOKENS] * (1 if "solo" in " ".join(run) else 2)) for algo, run in RUNS.items()}
 
 
 def args(algo: str, tmp: Path, extra: list[str], evaluate: bool = True) -> list[str]:

@@ -79,7 +79,7 @@ def args(algo: str, tmp: Path, steps: int, extra: list[str]) -> list[str]:
         "--model.base.name",
         "tiny",
         "--model.agents",
-        json.dumps([{"sampling": {"max_new_tokens": 6}}] * 2),
+        json.dumps([{"sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}}] * 2),
         "--model.micro_batch_tokens",
         "1",
         "--data.batch_size",

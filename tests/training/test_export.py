@@ -32,6 +32,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter") 
 
 ROOT = Path(__file__).resolve().parents[2]
 RTOL = 1e-4
+POLICY = "{temperature: 1.0, top_p: 1.0}"
+"""The sampling of the teams given here: the policy itself (temperature 1, no top-p)."""
 """Two float32 forwards of the same weights (batched and padded vs one row; LoRA vs merged weights) differ by
 about 1e-6 of the values' size; an adapter left out changes the logits by 1e-2 of it or more."""
 CALLBACKS = """
@@ -320,7 +322,7 @@ def two_bases(tmp_path_factory):
         "--model.base.name",
         llama,
         "--model.agents",
-        f"[{{base: null}}, {{base: {qwen2}}}]",
+        f"[{{base: null, sampling: {POLICY}}}, {{base: {qwen2}, sampling: {POLICY}}}]",
         "--trainer.max_steps",
         "1",
     )
@@ -365,7 +367,8 @@ def test_a_full_agent_exports_as_a_whole_model(tmp_path, monkeypatch, capsys):
     from tests.support import TINY_CLI, fit, load
 
     monkeypatch.chdir(tmp_path)
-    args = ["--data.env", "matrix", "--data.env_options", "{}", "--model.agents", "[{finetune: full}, {}]"]
+    team = f"[{{finetune: full, sampling: {POLICY}}}, {{sampling: {POLICY}}}]"  # a signal in 2 steps of 4 draws
+    args = ["--data.env", "matrix", "--data.env_options", "{}", "--model.agents", team]
     run = fit(tmp_path, "magrpo", [*args, "--model.agent_lr", "1e-3"], 2)
     out = tmp_path / "out"
     manifest = export(run, out)

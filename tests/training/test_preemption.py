@@ -70,7 +70,7 @@ ARGS = [
     "--model.base.name",
     "tiny",
     "--model.agents",
-    json.dumps([{"sampling": {"max_new_tokens": 6}}]),
+    json.dumps([{"sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}}]),
     "--data.batch_size",
     "4",
     "--trainer.accelerator",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import adapters, assert_same_tensors, fit, load
+from tests.support import SAMPLE_THE_POLICY_ARGS, adapters, assert_same_tensors, fit, load
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ["--data.env", "matrix", "--data.env_options", "{}"]
@@ -45,7 +45,8 @@ def eval_every_step(folder: Path) -> str:
 
 # What each algorithm's tests play, through the command line: the matrix game (MARFT: two turns,
 # critic warm-up and round-robin agents; MARFT-T and IPPO: two updates per rollout) and the
-# MAPoRL debate with a per-turn adapter and value head for every (turn, agent).
+# MAPoRL debate with a per-turn adapter and value head for every (turn, agent). A team given here samples from
+# the policy itself (temperature 1, no top-p).
 ALGOS = {
     "magrpo": lambda tmp: [*MATRIX, "--config", eval_every_step(tmp)],
     "collm_cc": lambda tmp: [*MATRIX, "--data.num_turns", "2"],
@@ -57,18 +58,20 @@ ALGOS = {
         "2",
         "--model.agents",
         "null",
+        *SAMPLE_THE_POLICY_ARGS,
         "--model.critic_warmup",
         "1",
         "--model.agent_schedule",
         "round_robin",
     ],
-    "marft_t": lambda tmp: [*MATRIX, "--model.agents", "null", "--model.num_epochs", "2"],
+    "marft_t": lambda tmp: [*MATRIX, "--model.agents", "null", *SAMPLE_THE_POLICY_ARGS, "--model.num_epochs", "2"],
     # the Reasoner's turns open a calculator call (collab.tools): rounds, inserted tokens and own-token masks
     "marft_a+tools": lambda tmp: [
         "--data.env_options",
         "{dataset: small_addition, profile: duo, tools: {0: [calculator]}, tool_choice: calculator}",
         "--model.agents",
         "[{sampling: {max_new_tokens: 8}}, {sampling: {max_new_tokens: 4}}]",
+        *SAMPLE_THE_POLICY_ARGS,
         "--data.batch_size",
         "2",
     ],
@@ -79,6 +82,7 @@ ALGOS = {
         ),
         "--model.agents",
         '[{choices: ["7", "3"]}, {choices: ["7", "3"]}]',
+        *SAMPLE_THE_POLICY_ARGS,
         "--model.per_turn",
         "true",
         "--data.batch_size",

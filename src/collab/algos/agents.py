@@ -1,5 +1,6 @@
 """The team's agents from an environment's roles: one spec per role, the user's fields kept, the empty ones
-filled from the role (its name, system prompt, choices, response length).
+filled from the run's ``model.agent_defaults`` (fine-tuning, LoRA, sampling) and from the role (its name, system
+prompt, choices, and the response length when neither the agent nor the block sets one).
 
 Every algorithm builds its team from these specs (:meth:`collab.algos.base.CollabModule.team_specs`; MAPoRL
 repeats them per turn), so the same config trains on any environment, and on any team size the environment
@@ -9,16 +10,16 @@ the last configured agent repeating its settings (:func:`resolve_agents`).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 from collab.envs import Env
 from collab.errors import UserError
-from collab.policy.team import AgentSpec
+from collab.policy.team import AgentDefaults, AgentSpec, with_defaults
 
 
-def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
-    """One spec per environment role: the user's spec with empty fields filled from the role.
+def resolve_agents(env: Env, agents: list[AgentSpec] | None, defaults: AgentDefaults | None = None) -> list[AgentSpec]:
+    """One spec per environment role: the user's spec with empty fields filled from ``defaults`` (the run's
+    ``model.agent_defaults``; None: ``conf/base.yaml``'s), then from the role; no spec at all: the block itself.
 
     With fewer specs than roles, each role past the last spec takes a copy of that spec's settings (base,
     fine-tuning, LoRA, learning rate, sampling) and its own role's name, system prompt and choices, so that a
@@ -32,14 +33,18 @@ def resolve_agents(env: Env, agents: list[AgentSpec] | None) -> list[AgentSpec]:
             f"{len(agents)} agents configured but env {env.name!r} has {roles} ({names}); give at most "
             f"{env.n_agents} (the roles past the last one given repeat its settings) or none"
         )
+    if defaults is None:
+        from collab.policy.specs import packaged_defaults
+
+        defaults = packaged_defaults()
     out = []
     for i, role in enumerate(env.roles):
         if not agents:
-            spec = AgentSpec()
+            spec = with_defaults(AgentSpec(), defaults)
         elif i < len(agents):
-            spec = copy.deepcopy(agents[i])
+            spec = with_defaults(agents[i], defaults)
         else:
-            spec = replace(copy.deepcopy(agents[-1]), role="", system_prompt=None, choices=None)
+            spec = replace(with_defaults(agents[-1], defaults), role="", system_prompt=None, choices=None)
         spec.role = spec.role or role.name
         spec.system_prompt = spec.system_prompt if spec.system_prompt is not None else role.system_prompt
         if spec.choices is None and role.choices is not None:

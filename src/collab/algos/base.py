@@ -58,7 +58,14 @@ from collab.envs import Env
 from collab.errors import require
 from collab.policy.full import check_full_agents
 from collab.policy.models import BaseConfig
-from collab.policy.team import AgentSpec, AgentTeam, check_agents
+from collab.policy.team import (
+    AgentDefaults,
+    AgentSpec,
+    AgentTeam,
+    check_agent_defaults,
+    check_agents,
+    with_defaults,
+)
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.runtime import sharded
@@ -97,6 +104,7 @@ class CollabModule(L.LightningModule):
         *,
         base: BaseConfig,
         agents: list[AgentSpec] | None,
+        agent_defaults: AgentDefaults,
         agent_lr: float,
         max_new_tokens: int,
         max_grad_norm: float,
@@ -112,7 +120,10 @@ class CollabModule(L.LightningModule):
 
         Args:
             base: The agents' shared base model.
-            agents: One spec per environment role (LoRA, sampling, learning rate), or None for the roles' defaults.
+            agents: One spec per environment role (LoRA, sampling, learning rate), or None: one per role, each
+                ``agent_defaults``.
+            agent_defaults: What an agent takes for the fine-tuning, LoRA and sampling fields it leaves out, field by
+                field (``conf/base.yaml``'s block, :func:`~collab.policy.specs.with_defaults`).
             agent_lr: Learning rate of every agent without its own ``lr``.
             max_new_tokens: Cap on response length when neither the agent nor the environment sets one.
             max_grad_norm: Gradient-norm clipping of each update (0 or None: off).
@@ -149,9 +160,12 @@ class CollabModule(L.LightningModule):
                 gib is None or (isinstance(gib, (int, float)) and not isinstance(gib, bool) and 0 < gib < float("inf")),
                 f"model.{option} must be > 0 (GiB) or null, got {gib}",
             )
+        check_agent_defaults(agent_defaults)
         check_agents(agents)
-        check_full_agents(agents, base)
-        whole = [i for i, spec in enumerate(agents or []) if spec.finetune == "full"]
+        agents = None if agents is None else [with_defaults(spec, agent_defaults) for spec in agents]
+        listed = agents or [with_defaults(AgentSpec(), agent_defaults)]  # null: every role is the block
+        check_full_agents(listed, base)
+        whole = [i for i, spec in enumerate(listed) if spec.finetune == "full"]
         require(
             engine != "vllm" or not whole,
             f"model.agents[{whole[0] if whole else 0}].finetune full: --model.engine {engine} serves LoRA adapters "
@@ -169,7 +183,7 @@ class CollabModule(L.LightningModule):
         self.decode_memory_gb = decode_memory_gb
         self.base = base
         self.base.validate()
-        self.agent_specs = agents
+        self.agent_specs, self.agent_defaults = agents, agent_defaults
         self.agent_lr, self.max_new_tokens = agent_lr, max_new_tokens
         self.max_grad_norm, self.log_samples_every = max_grad_norm, log_samples_every
         self.automatic_optimization = False
@@ -201,7 +215,7 @@ class CollabModule(L.LightningModule):
 
     def team_specs(self, env: Env) -> list[AgentSpec]:
         """The team's agents: one per environment role (MAPoRL adds one per (turn, role))."""
-        return resolve_agents(env, self.agent_specs)
+        return resolve_agents(env, self.agent_specs, self.agent_defaults)
 
     def build_extra(self, env: Env) -> None:
         """Hook for critics and heads."""

@@ -9,14 +9,18 @@ once, for the command line and for a notebook or a test alike::
     data = data_from_config("magrpo", env="matrix", batch_size=4)          # its data, composed for matrix
 
 The config is composed as for the command line (:func:`collab.config.packaged_config`); an override replaces the
-config's value whole (``agents=None``: the roles' defaults; ``base={"name": "tiny"}``: a base whose other
-fields take their defaults), and the options are parsed and instantiated by the parser ``collab.fit`` uses for
-its ``model`` and ``data`` groups (Lightning's), so a value means the same from both. An old option name ends
-in a UserError naming the new one (``docs/options.md``).
+config's value whole (``agents=None``: one agent per role, each ``model.agent_defaults``; ``base={"name": "tiny"}``:
+a base whose other fields take their defaults), except ``agent_defaults``, merged key by key into the composed
+block as a ``--config`` file's is (``agent_defaults={"sampling": {"temperature": 1.0}}`` keeps its top-p: a part of
+the block is all one ever means). Agents given as :class:`~collab.policy.specs.AgentSpec` take the block's values
+for the fields they leave out, as on the command line. The options are parsed and instantiated by the parser
+``collab.fit`` uses for its ``model`` and ``data`` groups (Lightning's), so a value means the same from both. An
+old option name ends in a UserError naming the new one (``docs/options.md``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 from typing import Any
@@ -86,7 +90,30 @@ def from_config(algo: str, **overrides: Any):
     bad = sorted(set(overrides) - set(names))
     if bad:
         raise UserError(f"model.{bad[0]} is not an option of --algo {algo}; valid: {', '.join(names)}")
-    return instantiate("model", cls, {**packaged_config(algo)["model"], **overrides})
+    model = packaged_config(algo)["model"]
+    if "agent_defaults" in overrides:
+        block = merged_block(model.get("agent_defaults"), overrides["agent_defaults"])
+        overrides = {**overrides, "agent_defaults": block}
+    return instantiate("model", cls, {**model, **overrides})
+
+
+def merged_block(block: dict | None, override: Any) -> Any:
+    """``override`` (a mapping or an :class:`~collab.policy.specs.AgentDefaults`) merged key by key into the
+    composed ``model.agent_defaults``: its None values left out (unset), as the parser merges a ``--config`` file's
+    block. Anything else is returned as it is, for the parser to refuse in one line."""
+    from collab.config import merge
+
+    value = plain(override)
+    if not isinstance(value, dict) or not isinstance(block, dict):
+        return value
+    return merge(copy.deepcopy(block), drop_none(value), "from_config", {})
+
+
+def drop_none(value: Any) -> Any:
+    """``value`` without the None values of its mappings, at any depth."""
+    if isinstance(value, dict):
+        return {k: drop_none(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def data_from_config(algo: str, **overrides: Any):

@@ -27,7 +27,7 @@ class MAPoRLTeam:
     ``train_from_turn``, ``critic_hidden`` and ``critic_lr``."""
 
     def team_specs(self, env) -> list[AgentSpec]:
-        specs = resolve_agents(env, self.agent_specs)
+        specs = resolve_agents(env, self.agent_specs, self.agent_defaults)
         return [copy.deepcopy(spec) for _ in range(env.horizon) for spec in specs] if self.per_turn else specs
 
     def build_extra(self, env) -> None:

@@ -5,6 +5,7 @@ code 2."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def check_cells(cells: list[Cell], settings: Settings, out: Path) -> dict[tuple[
                 "magrpo", fit_args(Cell("magrpo", cell.env, cell.seed), settings, out, [])
             )
             built[cell.env] = cli
-            extra[key] = one_agent(cli.config["model"]["agents"])
+            specs = cli.model.agent_specs  # filled from model.agent_defaults: the lengths the agents decode
+            extra[key] = one_agent(None if specs is None else [dataclasses.asdict(s) for s in specs])
         cli = build_cli(algo_of(cell), fit_args(cell, settings, out, extra.get(key, [])))
         if cell.method == "magrpo" or cell.env not in built:
             built[cell.env] = cli

@@ -202,6 +202,47 @@ KNOWN_PARAMS = {"tiny": 3_219_776, "smollm2-135m-instruct": 134_515_008}
 """Parameters of the built-in bases (``tiny``: its 49k-token embedding dominates). The default SmolLM2 is
 dequantised from its GGUF file into ``model.base.dtype``."""
 
+TINY_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+)
+"""The shape of the ``tiny`` test model (:func:`tiny_llama`; its vocabulary is its tokenizer's)."""
+SMOLLM2_CONFIG = dict(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    head_dim=64,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+)
+"""The shape of SmolLM2-135M-Instruct as its converted ``config.json`` says it (the GGUF file holds the same)."""
+KNOWN_CONFIGS = {
+    TINY: {"model_type": "llama", "vocab_size": 49152, **TINY_CONFIG},
+    DEFAULT_BASE: {"model_type": "llama", "vocab_size": 49152, **SMOLLM2_CONFIG},
+}
+"""The built-in bases' ``config.json`` values that set their shapes: what the start-of-run check counts a
+team's caches and activations from before anything is loaded (:mod:`collab.runtime.projection`)."""
+
+
+def base_config(name: str) -> dict | None:
+    """A base's ``config.json`` values without loading its weights: a built-in's, or a local folder's or a cached
+    hub model's; None when none is at hand (no download here)."""
+    if name in KNOWN_CONFIGS:
+        return dict(KNOWN_CONFIGS[name])
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(name, local_files_only=True).to_dict()
+    except Exception:  # no config at hand (a hub id not downloaded), or one transformers cannot read: not counted
+        return None
+
 
 def base_parameters(name: str) -> int | None:
     """Parameters of a base without loading its weights: a built-in's count, or a local/cached HF config
@@ -264,19 +305,7 @@ def tiny_llama(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.float3
     """A 2-layer random Llama (hidden 64): the unit tests' stand-in for a real model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
+    config = LlamaConfig(vocab_size=vocab_size, **TINY_CONFIG, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

@@ -31,14 +31,38 @@ from collab.policy.adapters import eval_mode, is_peft, recompute_with_forward_ad
 from collab.policy.models import TINY, BaseConfig, encode_chat, load_model, load_tokenizer, model_folder, resolve_device
 from collab.policy.sampling import Completion, GenerationRequest, decode
 from collab.policy.scoring import logprobs_on_base
-from collab.policy.specs import AgentSpec, LoraSpec, SamplingSpec, check_agents, check_lora
+from collab.policy.specs import (
+    AgentDefaults,
+    AgentSpec,
+    LoraSpec,
+    SamplingSpec,
+    check_agent_defaults,
+    check_agents,
+    check_lora,
+    leaves_out,
+    packaged_defaults,
+    with_defaults,
+)
 from collab.policy.targets import Layers, lora_config, model_layers, targets_report
 
-__all__ = ["AgentSpec", "AgentTeam", "LoraSpec", "SamplingSpec", "base_location", "check_agents", "check_lora"]
+__all__ = [
+    "AgentDefaults",
+    "AgentSpec",
+    "AgentTeam",
+    "LoraSpec",
+    "SamplingSpec",
+    "base_location",
+    "check_agent_defaults",
+    "check_agents",
+    "check_lora",
+    "with_defaults",
+]
 
 
 class AgentTeam(nn.Module):
-    """n agents as LoRA adapters over shared bases (or, ``finetune: full``, as trainable copies of their bases)."""
+    """n agents as LoRA adapters over shared bases (or, ``finetune: full``, as trainable copies of their bases). A
+    spec's field left out (None) takes ``conf/base.yaml``'s ``model.agent_defaults`` (a module fills its specs from
+    its run's block before: :func:`~collab.policy.specs.with_defaults`)."""
 
     def __init__(self, agents: list[AgentSpec], base: BaseConfig = BaseConfig()) -> None:
         super().__init__()
@@ -47,6 +71,9 @@ class AgentTeam(nn.Module):
         if not agents:
             raise UserError("a team needs at least one agent")
         check_agents(agents)
+        if any(leaves_out(a) for a in agents):  # built in Python: what a spec leaves out is conf/base.yaml's
+            defaults = packaged_defaults()
+            agents = [with_defaults(a, defaults) if leaves_out(a) else a for a in agents]
         full.check_full_agents(agents, base)
         full.check_fits(agents, base, resolve_device(base.device))  # before anything is loaded
         self.specs = list(agents)

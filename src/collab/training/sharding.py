@@ -73,7 +73,8 @@ def check(strategy, module) -> None:
         f"{quantization}: use --trainer.strategy ddp with a quantized base, or fsdp with "
         "--model.base.quantization none",
     )
-    whole = [i for i, spec in enumerate(getattr(module, "agent_specs", None) or []) if spec.finetune == "full"]
+    listed = getattr(module, "agent_specs", None) or [getattr(module, "agent_defaults", None)]  # null: the block's
+    whole = [i for i, spec in enumerate(listed) if getattr(spec, "finetune", None) == "full"]
     require(
         not whole,
         f"--trainer.strategy fsdp shards the frozen base, not what trains; model.agents[{whole[0] if whole else 0}] "
