@@ -183,7 +183,7 @@ def collab_options(pairs: list[str]) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            sys.exit(f"--collab-options: KEY=VALUE pairs, e.g. log_kl=false micro_batch_tokens=null; got {pair!r}")
+            sys.exit(f"--collab-options: KEY=VALUE pairs, e.g. log_kl_every=0 micro_batch_tokens=null; got {pair!r}")
         options[key] = yaml.safe_load(value)
     return options
 
@@ -200,7 +200,7 @@ def run_collab(comparison: str, cfg: dict, args) -> list[float]:
     ]
     options = dict(num_generations=cfg["k"], agent_lr=cfg["lr"])
     if comparison == "grpo":  # grpo_vs_trl.py's settings; magrpo keeps magrpo.yaml's defaults
-        options.update(num_epochs=1, kl_coef=0.0, log_kl=False, normalize_std=True)
+        options.update(num_epochs=1, kl_coef=0.0, log_kl_every=0, normalize_std=True)
     else:
         options.update(collab_options(args.collab_options))
     return collab_times(
@@ -597,7 +597,7 @@ def main(argv=None) -> None:
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="collab's MAGRPO options over magrpo.yaml's defaults, e.g. log_kl=false micro_batch_tokens=null "
+        help="collab's MAGRPO options over magrpo.yaml's defaults, e.g. log_kl_every=0 micro_batch_tokens=null "
         "(default: none)",
     )
     for name in ("collab", "trl", "comlrl"):

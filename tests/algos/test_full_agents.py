@@ -139,7 +139,7 @@ def test_a_full_agent_team_learns_the_matrix_games_joint_optimum():
             base=BaseConfig(name="tiny", seed=seed),
             agent_lr=1e-3,
             num_generations=4,
-            log_kl=False,
+            log_kl_every=0,
         )
         quiet_fit(module, dm, 10)
         assert module.team.is_full(0) and module.team.is_full(1)

@@ -46,7 +46,7 @@ def make(algo: str, seed: int):
             agent_lr=1e-2,
             num_generations=4,
             num_epochs=1,
-            log_kl=False,
+            log_kl_every=0,
             normalize_std=True,
         )
     if algo in ("collm_cc", "collm_dc"):

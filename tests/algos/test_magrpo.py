@@ -8,7 +8,7 @@ from collab.algos import from_config
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, SamplingSpec
 from collab.rollout.experience import Batch
-from collab.runtime.memory import token_budget_chunks
+from collab.runtime.memory import shared_prompt_chunks, token_budget_chunks
 from tests.support import CountingEnv, minibatch_gradient
 
 
@@ -24,6 +24,23 @@ def test_token_budget_chunks_by_hand():
     assert token_budget_chunks([3, 5, 2, 4], 20, rows=[2, 2, 4, 1]) == [[0, 1], [2, 3]]  # 4 x 5, then 5 x 4
     assert token_budget_chunks([3, 5, 2, 4], 19, rows=[2, 2, 4, 1]) == [[0], [1], [2], [3]]
     assert token_budget_chunks([3, 3, 3], 18, rows=[2, 2, 2]) == [[0, 1, 2]]
+
+
+def test_shared_prompt_chunks_by_hand():
+    """Rows of one prompt (a node's K samples) go together and count the prompt once: a part costs its distinct
+    prompts at the longest prompt's length plus its rows at the longest tail's (completion + 1)."""
+    keys, prompts = ["a", "b", "a", "b", "a"], [10, 8, 10, 8, 10]
+    completions = [4, 6, 2, 6, 4]
+    assert shared_prompt_chunks(keys, prompts, completions, None) == [[0, 1, 2, 3, 4]]
+    # "a"'s three rows: 1 x 10 + 3 x 5 = 25 <= 25; "b"'s first then costs 2 x 10 + 4 x 7 = 48 > 25: a part of its
+    # own, 8 + 7; with its second, 8 + 2 x 7 = 22
+    assert shared_prompt_chunks(keys, prompts, completions, 25) == [[0, 2, 4], [1, 3]]
+    # a budget of 48 holds both prompts: 2 x 10 + 5 x 7 = 55 > 48 stops at the fifth row
+    assert shared_prompt_chunks(keys, prompts, completions, 48) == [[0, 2, 4, 1], [3]]
+    # counted per row, the same budget of 25 holds one row of "a" (11 + 5) at a time
+    assert token_budget_chunks([p + c for p, c in zip(prompts, completions)], 25) == [[0], [1], [2], [3], [4]]
+    assert shared_prompt_chunks(["a", "a"], [30, 30], [5, 5], 20) == [[0], [1]]  # a row over the budget alone
+    assert shared_prompt_chunks([], [], [], 8) == []
 
 
 def test_micro_batches_accumulate_the_same_gradient():

@@ -66,7 +66,7 @@ def train_matrix(preset: str, seed: int, steps: int = 10, players: int = 2) -> l
         agent_lr=1e-2,
         num_generations=4,
         num_epochs=1,
-        log_kl=False,
+        log_kl_every=0,
     )
     quiet_fit(module, dm, steps)
     return prob_of_first_option(module, dm.env)
@@ -114,7 +114,7 @@ def test_a_rollout_without_signal_still_counts_toward_max_steps():
     L.seed_everything(0, verbose=False)
     dm = data_from_config("magrpo", env="matrix", batch_size=1)
     greedy = [AgentSpec(sampling=SamplingSpec(temperature=0.0)) for _ in range(2)]
-    module = from_config("magrpo", base=BaseConfig(name="tiny"), agents=greedy, num_generations=2, log_kl=False)
+    module = from_config("magrpo", base=BaseConfig(name="tiny"), agents=greedy, num_generations=2, log_kl_every=0)
     before = None
     trainer = quiet_fit(module, dm, 3)
     assert trainer.global_step == 3 and module.rollouts == 3
@@ -141,7 +141,7 @@ def test_single_agent_grpo_learns_the_rewarded_option():
         agent_lr=1e-2,
         num_generations=4,
         num_epochs=1,
-        log_kl=False,
+        log_kl_every=0,
     )
     quiet_fit(module, dm, 20)
     assert len(module.team) == 1

@@ -46,7 +46,7 @@ def trained_once(only_full: bool):
         agent_lr=LR,
         num_generations=4,
         kl_coef=KL,
-        log_kl=False,
+        log_kl_every=0,
         max_grad_norm=0.0,
     )
     module.build(dm.env)

@@ -38,8 +38,12 @@ def test_a_v1_quota_is_read_from_the_cpu_controller(tmp_path):
 
 def test_a_quota_below_the_affinity_caps_the_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    monkeypatch.setattr(threads, "cpu_quota", lambda: 1.5)
-    assert threads.usable_cores() == (1, "4 cores usable, a CPU quota of 1.5")
+    monkeypatch.setattr(threads, "cpu_quota", lambda: 1.5)  # rounded up: two threads, throttled in part
+    assert threads.usable_cores() == (2, "4 cores usable, a CPU quota of 1.5")
+    monkeypatch.setattr(threads, "cpu_quota", lambda: 1.95)  # a 2-core machine's quota just under its cores
+    assert threads.usable_cores() == (2, "4 cores usable, a CPU quota of 1.95")
+    monkeypatch.setattr(threads, "cpu_quota", lambda: 0.5)
+    assert threads.usable_cores() == (1, "4 cores usable, a CPU quota of 0.5")
     monkeypatch.setattr(threads, "cpu_quota", lambda: 8.0)
     assert threads.usable_cores() == (4, "4 cores usable")
 

@@ -33,6 +33,7 @@ from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 from collab.runtime.collectives import global_sum
+from collab.runtime.memory import shared_prompt_chunks
 from collab.tools.team import acting_team
 
 
@@ -61,7 +62,7 @@ class MAGRPO(CollabModule):
         num_epochs: int,
         minibatch_size: int | None,
         kl_coef: float,
-        log_kl: bool,
+        log_kl_every: int,
         termination_threshold: float | None,
         termination: str,
         cross_reduction: str,
@@ -80,7 +81,10 @@ class MAGRPO(CollabModule):
             num_epochs: Passes over each rollout's samples.
             minibatch_size: Samples per update; None: all of them.
             kl_coef: Weight of the KL penalty to the reference policy (adapters disabled).
-            log_kl: Log the KL to the reference (one extra forward per rollout).
+            log_kl_every: Log the KL to the reference at the first update of every N-th rollout (the 1st, N+1-th,
+                ...; 0: never): a forward of the update's rows without adapters, which changes no weight when
+                ``kl_coef`` is 0 (with a penalty every update computes it and logs it). TRL computes none when its
+                beta is 0; every 10th rollout keeps a drift curve for a tenth of the forwards.
             termination_threshold: MAGRPO's early termination threshold (None: off).
             termination: branch (a child ends when every agent's reward reaches the threshold) | node (all of
                 a node's children end when the mean of their team rewards exceeds it: the reference code's rule).
@@ -97,7 +101,7 @@ class MAGRPO(CollabModule):
             locals(),
             unit=("gamma",),
             positive=("clip",),
-            non_negative=("kl_coef",),
+            non_negative=("kl_coef", "log_kl_every"),
             counts=("num_epochs", "minibatch_size"),
             choices={
                 "joint_mode": JOINT_MODES,
@@ -113,7 +117,7 @@ class MAGRPO(CollabModule):
             normalize_std,
         )
         self.gamma, self.clip, self.num_epochs = gamma, clip, num_epochs
-        self.minibatch_size, self.kl_coef, self.log_kl = minibatch_size, kl_coef, log_kl
+        self.minibatch_size, self.kl_coef, self.log_kl_every = minibatch_size, kl_coef, log_kl_every
         self.termination_threshold, self.termination, self.cross_reduction = (
             termination_threshold,
             termination,
@@ -159,9 +163,20 @@ class MAGRPO(CollabModule):
     # -- loss (step 3) ---------------------------------------------------------------------------------
     def normalizers(self, minibatch: list[Decision], batch: Batch[Decision], index: int) -> Normalizers:
         """Each agent's number of samples in the minibatch of all ranks (its loss is the mean over them), and
-        whether this update computes the KL to the reference (every update with a penalty; the first to log it)."""
+        whether this update computes the KL to the reference (every update with a penalty; else the first update
+        of every ``log_kl_every``-th rollout, to log it)."""
         counts = global_sum(self, [sum(s.agent == a for s in minibatch) for a in range(len(self.team))]).tolist()
-        return Normalizers(sum(counts), per_agent=counts, with_kl=bool(self.kl_coef) or (self.log_kl and index == 0))
+        every = self.log_kl_every
+        logged = bool(every) and index == 0 and (self.rollouts - 1) % every == 0
+        return Normalizers(sum(counts), per_agent=counts, with_kl=bool(self.kl_coef) or logged)
+
+    def micro_batches(self, minibatch: list[Decision]) -> list[list[int]]:
+        """The minibatch in parts of at most ``micro_batch_tokens`` padded tokens with each node's K samples of an
+        agent together, their prompt counted once: the forward computes it once for them
+        (:func:`~collab.runtime.memory.shared_prompt_chunks`)."""
+        keys = [(s.member, tuple(s.prompt_ids)) for s in minibatch]
+        prompts, completions = [len(s.prompt_ids) for s in minibatch], [len(s.completion_ids) for s in minibatch]
+        return shared_prompt_chunks(keys, prompts, completions, self.micro_tokens())
 
     def terms(self, micro: list[Decision], scale: Normalizers) -> list[Term]:
         """One term: a sample is one agent's response, and one forward computes every sample's."""

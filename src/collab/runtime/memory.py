@@ -25,7 +25,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 import torch
 
@@ -82,6 +82,39 @@ def token_budget_chunks(lengths: list[int], budget: int | None, rows: list[int] 
         else:
             chunks.append([i])
             longest, height = n, r
+    return chunks
+
+
+def shared_prompt_chunks(
+    keys: list[Hashable], prompts: list[int], completions: list[int], budget: int | None
+) -> list[list[int]]:
+    """Groups of positions whose forward stays within ``budget`` padded tokens when the rows of one prompt compute it
+    once: row ``i`` reads prompt ``keys[i]`` (rows with equal keys read the same tokens: one agent's prompt) of
+    ``prompts[i]`` tokens and adds ``completions[i]``. A group's cost is what the shared-prefix forward pads: each
+    distinct prompt once, at the longest prompt's length, and each row's tail (its completion and the prompt's last
+    token) at the longest tail's. The rows of a prompt go together, in order of first appearance (a MAGRPO node's K
+    samples): counted per row (:func:`token_budget_chunks`) each would carry the prompt, and micro-batches of a
+    row each would compute it K times. A row over the budget is a group of its own. ``None``: one group, in the
+    rows' order."""
+    if budget is None:
+        return [list(range(len(keys)))] if keys else []
+    by_prompt: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_prompt.setdefault(key, []).append(i)
+    chunks: list[list[int]] = []
+    seen: set[Hashable] = set()
+    longest_head = longest_tail = 0
+    for key, rows in by_prompt.items():
+        for i in rows:
+            head, tail = max(longest_head, prompts[i]), max(longest_tail, completions[i] + 1)
+            if chunks and (len(seen) + (key not in seen)) * head + (len(chunks[-1]) + 1) * tail > budget:
+                chunks.append([])
+                seen, head, tail = set(), prompts[i], completions[i] + 1
+            if not chunks:
+                chunks.append([])
+            chunks[-1].append(i)
+            seen.add(key)
+            longest_head, longest_tail = head, tail
     return chunks
 
 

@@ -2,8 +2,10 @@
 
 - **Cores** (:func:`usable_cores`): the CPUs this process may run on (its affinity: ``taskset``, a container's
   cpuset, SLURM's ``--cpus-per-task``), fewer when a CPU quota allows less (cgroup v2 ``cpu.max``, v1
-  ``cpu.cfs_quota_us``, of this process's cgroup or an ancestor; a quota of 1.5 CPUs gives 1 thread: a second
-  thread would only be throttled). Lightning counts the affinity alone.
+  ``cpu.cfs_quota_us``, of this process's cgroup or an ancestor): the quota rounded up, since a thread throttled
+  for part of each period still does more than no thread. Measured on 2 cores, the quick start's step under a
+  quota of 1.95 CPUs took 22.9 s with 2 threads and 37.1 s with 1; under 1.5 CPUs 34.7 s and 40.0 s
+  (``benchmarks/step_phases.py``; docs/measurements.md). Lightning counts the affinity alone.
 - **Threads** (:func:`choose_threads`): torch's intra-op threads are those cores divided among the node's
   training processes, unless ``OMP_NUM_THREADS`` says otherwise; set before Lightning starts the processes,
   which inherit it.
@@ -23,6 +25,7 @@ The run prints one line saying what was chosen (:func:`describe`).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -95,7 +98,7 @@ def usable_cores() -> tuple[int, str]:
     quota = cpu_quota()
     if quota is None or quota >= affinity:
         return affinity, f"{affinity} core{'s' if affinity != 1 else ''} usable"
-    cores = max(1, int(quota))
+    cores = max(1, math.ceil(quota))
     return cores, f"{affinity} cores usable, a CPU quota of {quota:g}"
 
 
