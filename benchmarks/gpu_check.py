@@ -630,9 +630,9 @@ def header(ctx: Context, mode: str) -> list[str]:
         device = f"{props.name}, {props.total_memory / GIB:.1f} GiB, CUDA {torch.version.cuda}"
     else:
         device = f"CPU ({platform.machine()}, {torch.get_num_threads()} torch threads); no CUDA device"
-    from collab.policy.team import LoraSpec
+    from collab.policy.team import packaged_defaults
 
-    lora = LoraSpec()  # what every agent here uses
+    lora = packaged_defaults().lora  # what every agent here uses: conf/base.yaml's agent_defaults
     hidden, layers, heads, kv, inter, vocab, tied = SHAPES[ctx.shape]
     versions = ", ".join(
         f"{n} {version(n)}" for n in ("torch", "transformers", "peft", "lightning", "collab", "bitsandbytes", "vllm")

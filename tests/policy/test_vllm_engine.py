@@ -105,7 +105,7 @@ def sampling_model(tmp_path_factory) -> str:
 def team_of(model: str, agents: list[AgentSpec] | None = None) -> AgentTeam:
     torch.manual_seed(0)
     specs = agents or [
-        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=6)),
+        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=6, temperature=1.0, top_p=1.0)),
         AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7, top_p=0.9)),
     ]
     return AgentTeam(specs, BaseConfig(name=model))
@@ -319,7 +319,8 @@ def test_updated_adapters_reach_vllm_before_the_next_rollout(team):
 
 
 def test_closed_action_vocabularies_become_allowed_tokens(sampling_model):
-    specs = [AgentSpec(choices=["A", "B"]), AgentSpec(choices=[" yes", " no"])]
+    whole = SamplingSpec(temperature=1.0, top_p=1.0, top_k=0)  # untruncated: vLLM's log-probs are comparable
+    specs = [AgentSpec(choices=["A", "B"], sampling=whole), AgentSpec(choices=[" yes", " no"], sampling=whole)]
     team = team_of(sampling_model, specs)
     engine = team.engine = VllmEngine(team, VllmOptions(max_model_len=512))
     try:
@@ -382,8 +383,8 @@ def agreement_team(sampling_model):
     """Two agents that sample untruncated (temperatures 1 and 0.7, so vLLM's log-probs are comparable) with
     different random nonzero LoRA B, and a vLLM engine."""
     specs = [
-        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8)),
-        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7)),
+        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=1.0, top_p=1.0)),
+        AgentSpec(lora=LoraSpec(r=8, alpha=16), sampling=SamplingSpec(max_new_tokens=8, temperature=0.7, top_p=1.0)),
     ]
     team = team_of(sampling_model, specs)
     gen = torch.Generator().manual_seed(1)
