@@ -63,15 +63,18 @@ def typed_options(cls: type[Env], options: dict) -> dict:
     return typed
 
 
+TOOL_OPTIONS = ("tools", "tool_budget", "tool_choice", "call_penalty")
+"""Options of every env, read into its ``tools`` (:func:`collab.tools.options.tool_setup`)."""
+
+
 def make_env(name: str, **kwargs) -> Env:
     """Build the environment ``name`` with its keyword options; bad names and options end in a UserError."""
     import inspect
 
     cls = env_class(name)
     shift = kwargs.pop("reward_shift", 0.0)
-    tools, budget = kwargs.pop("tools", None), kwargs.pop("tool_budget", None)
-    choice = kwargs.pop("tool_choice", None)
-    penalty = kwargs.pop("call_penalty", 0.0)
+    tool_options = {key: kwargs.pop(key) for key in TOOL_OPTIONS if key in kwargs}
+    penalty = tool_options.get("call_penalty", 0.0)
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
         raise UserError(f"env option call_penalty must be a number >= 0 (subtracted per tool call), got {penalty!r}")
     if isinstance(shift, bool) or not isinstance(shift, (int, float)):
@@ -83,13 +86,10 @@ def make_env(name: str, **kwargs) -> Env:
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
     env = cls(**typed_options(cls, kwargs))
     env.reward_shift = float(shift)
-    if tools is not None or budget is not None or choice is not None:
-        from collab.tools.options import agent_tools, tool_budget, tool_choice
+    if any(tool_options.get(key) is not None for key in ("tools", "tool_budget", "tool_choice")):
+        from collab.tools.options import tool_setup
 
-        env.tools = agent_tools(tools, env.n_agents, env.offered_tools)
-        env.tool_budget = tool_budget(budget)
-        env.tool_choice = tool_choice(choice, env.tools)
-    env.call_penalty = float(penalty)
+        env.tools = tool_setup(tool_options, env.n_agents, env.offered_tools)
     return env
 
 

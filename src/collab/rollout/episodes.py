@@ -15,7 +15,6 @@ from collab.envs.base import Env, EnvState, Message, StepResult
 from collab.errors import require
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.rollout.protocol import Dependency, fuse
-from collab.tools.rewards import charge_calls
 
 
 @dataclass
@@ -59,6 +58,10 @@ class Episode:
         return self.steps[-1].info if self.steps else {}
 
 
+Group = tuple[EnvState, list[Episode]]
+"""A state and the episodes that continue from it."""
+
+
 def play(
     team,
     env: Env,
@@ -77,67 +80,25 @@ def play(
     with parents get one prompt per episode, since their parents' actions differ.
 
     The team member that plays role i at turn t is ``team.acting(t, i)``: agent i, unless the team
-    routes turns to their own adapters (MAPoRL's per-(turn, agent) parameters theta_ta).
+    routes turns to their own adapters (MAPoRL's per-(turn, agent) parameters theta_ta). With the env's
+    tools (:mod:`collab.tools.setup`) the team encodes and decodes with them.
 
     ``tasks_per_batch`` plays the tasks in chunks of that many (bounding the decoding batch, and so
     the KV cache, at ``tasks_per_batch x n_agents x num_samples`` rows); ``None`` plays all at once.
     """
     require(num_samples >= 1, f"num_samples must be >= 1, got {num_samples}")
     if tasks_per_batch and len(tasks) > tasks_per_batch:
-        out = []
-        for start in range(0, len(tasks), tasks_per_batch):
-            for eps in play(
-                team, env, tasks[start : start + tasks_per_batch], num_samples, max_new_tokens, None, dependency
-            ):
-                for ep in eps:
-                    ep.task += start
-                out.append(eps)
-        return out
-    n = env.n_agents
-    dependency = dependency or Dependency("none", n)
-    episodes = [[Episode(t) for _ in range(num_samples)] for t in range(len(tasks))]
-    # A group is (state, the episodes that continue from it): one group per task at the first turn.
-    groups = []
-    for task, eps in zip(tasks, episodes):
-        start = env.reset(task)
-        for ep in eps:
-            ep.start = start
-        groups.append((start, eps))
-    roles = [role.name for role in env.roles]
-    acting = getattr(team, "acting", lambda turn, role: role)
+        return play_in_chunks(team, env, tasks, num_samples, max_new_tokens, tasks_per_batch, dependency)
+    team = env.tools.acting(team)
+    dependency = dependency or Dependency("none", env.n_agents)
+    starts = [env.reset(task) for task in tasks]
+    episodes = [[Episode(t, start) for _ in range(num_samples)] for t, start in enumerate(starts)]
+    groups: list[Group] = list(zip(starts, episodes))  # one group per task at the first turn
     turn = 0
     while groups:
-        parents = dependency.parents(turn)
         owners = [(state, ep) for state, eps in groups for ep in eps]
-        joints: list[list[Completion | None]] = [[None] * n for _ in owners]
-        observations: list[list[tuple | None]] = [[None] * n for _ in owners]
-        for level in dependency.levels(turn):
-            requests, slots = [], []  # slots[r]: the owner indices request r serves
-            free, bound = [i for i in level if not parents[i]], [i for i in level if parents[i]]
-            k = 0
-            for state, eps in groups:  # agents without parents: one prompt per group, len(eps) samples
-                for i in free:
-                    for o in range(k, k + len(eps)):
-                        observations[o][i] = tuple(state.histories[i])
-                    a = acting(turn, i)
-                    prompt = team.encode(a, state.histories[i])
-                    requests.append(GenerationRequest(a, prompt, len(eps), task=state.task))
-                    slots.append((i, list(range(k, k + len(eps)))))
-                k += len(eps)
-            for o, (state, _) in enumerate(owners):  # agents with parents: one prompt per episode
-                for i in bound:
-                    observations[o][i] = fuse(state.histories[i], [(roles[p], joints[o][p].text) for p in parents[i]])
-                    a = acting(turn, i)
-                    requests.append(GenerationRequest(a, team.encode(a, observations[o][i]), 1, task=state.task))
-                    slots.append((i, [o]))
-            outs = team.generate(requests, max_new_tokens=max_new_tokens)
-            for (i, slot), out in zip(slots, outs):
-                for o, completion in zip(slot, out):
-                    joints[o][i] = completion
-        steps = env.step_batch([state for state, _ in owners], [[c.text for c in joint] for joint in joints])
-        if env.tools:  # the turn's calls counted in the info, and charged (collab.tools.rewards)
-            tasks = [state.task for state, _ in owners]
-            steps = [charge_calls(step, joint, env, task) for step, joint, task in zip(steps, joints, tasks)]
+        joints, observations = act(team, env, groups, dependency, turn, max_new_tokens)
+        steps = step_joint(env, [state for state, _ in owners], joints)
         for (_, ep), joint, obs, step in zip(owners, joints, observations, steps):
             ep.steps.append(step)
             ep.completions.append(joint)
@@ -145,6 +106,92 @@ def play(
         groups = [(ep.state, [ep]) for _, ep in owners if not ep.done]
         turn += 1
     return episodes
+
+
+def play_in_chunks(
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    num_samples: int,
+    max_new_tokens: int,
+    tasks_per_batch: int,
+    dependency: Dependency | None,
+) -> list[list[Episode]]:
+    """:func:`play` of ``tasks_per_batch`` tasks at a time, each episode's ``task`` its index in ``tasks``."""
+    out = []
+    for start in range(0, len(tasks), tasks_per_batch):
+        chunk = play(team, env, tasks[start : start + tasks_per_batch], num_samples, max_new_tokens, None, dependency)
+        for ep in (ep for eps in chunk for ep in eps):
+            ep.task += start
+        out += chunk
+    return out
+
+
+def act(
+    team, env: Env, groups: Sequence[Group], dependency: Dependency, turn: int, max_new_tokens: int
+) -> tuple[list[list[Completion]], list[list[tuple[Message, ...]]]]:
+    """Every episode's joint action at ``turn`` (episodes in ``groups`` order) and the chat each agent acted on:
+    one ``team.generate`` per level of the dependency, each agent's parents' actions of the turn fused in."""
+    n = sum(len(eps) for _, eps in groups)
+    joints: list[list] = [[None] * env.n_agents for _ in range(n)]
+    observations: list[list] = [[None] * env.n_agents for _ in range(n)]
+    parents = dependency.parents(turn)
+    for level in dependency.levels(turn):
+        free, bound = [i for i in level if not parents[i]], [i for i in level if parents[i]]
+        shared = shared_prompts(team, groups, free, turn, observations)
+        own = own_prompts(team, env, groups, bound, parents, turn, joints, observations)
+        requests, slots = [r for r, _ in shared + own], [slot for _, slot in shared + own]
+        for (i, rows), out in zip(slots, team.generate(requests, max_new_tokens=max_new_tokens)):
+            for o, completion in zip(rows, out):
+                joints[o][i] = completion
+    return joints, observations
+
+
+Prompt = tuple[GenerationRequest, tuple[int, list[int]]]
+"""A request and whom it serves: the agent and the episodes (their indices in the turn) that get its samples."""
+
+
+def shared_prompts(team, groups: Sequence[Group], agents: list[int], turn: int, observations: list) -> list[Prompt]:
+    """The prompts of ``agents`` (agents without parents): one per group, its episodes' samples drawn from it."""
+    acting = getattr(team, "acting", lambda turn, role: role)
+    prompts, k = [], 0
+    for state, eps in groups:
+        rows = list(range(k, k + len(eps)))
+        for i in agents:
+            for o in rows:
+                observations[o][i] = tuple(state.histories[i])
+            a = acting(turn, i)
+            prompts.append(
+                (GenerationRequest(a, team.encode(a, state.histories[i]), len(eps), task=state.task), (i, rows))
+            )
+        k += len(eps)
+    return prompts
+
+
+def own_prompts(
+    team, env: Env, groups: Sequence[Group], agents: list[int], parents, turn: int, joints: list, observations: list
+) -> list[Prompt]:
+    """The prompts of ``agents`` (agents with parents): one per episode, its parents' actions of the turn fused in
+    (:func:`~collab.rollout.protocol.fuse`)."""
+    acting = getattr(team, "acting", lambda turn, role: role)
+    roles = [role.name for role in env.roles]
+    states = [state for state, eps in groups for _ in eps]
+    prompts = []
+    for o, state in enumerate(states):
+        for i in agents:
+            observations[o][i] = fuse(state.histories[i], [(roles[p], joints[o][p].text) for p in parents[i]])
+            a = acting(turn, i)
+            prompts.append((GenerationRequest(a, team.encode(a, observations[o][i]), 1, task=state.task), (i, [o])))
+    return prompts
+
+
+def step_joint(env: Env, states: Sequence[EnvState], joints: Sequence[Sequence[Completion]]) -> list[StepResult]:
+    """The env's step from each state under its joint action, and with the env's tools the turn's calls counted
+    in the info and charged (:meth:`collab.tools.setup.ToolSetup.charge`): every rollout steps through here."""
+    steps = env.step_batch(list(states), [[c.text for c in joint] for joint in joints])
+    if not env.tools:
+        return steps
+    return [env.tools.charge(step, joint, env, state.task) for step, joint, state in zip(steps, joints, states)]
 
 
 def episode_stats(episodes: Sequence[Episode], seconds: float) -> dict[str, float]:
