@@ -63,17 +63,13 @@ def typed_options(cls: type[Env], options: dict) -> dict:
     return typed
 
 
-TOOL_OPTIONS = ("tools", "tool_budget", "tool_choice", "call_penalty")
-"""Options of every env, read into its ``tools`` (:func:`collab.tools.options.tool_setup`)."""
-
-
 def make_env(name: str, **kwargs) -> Env:
     """Build the environment ``name`` with its keyword options; bad names and options end in a UserError."""
     import inspect
 
     cls = env_class(name)
     shift = kwargs.pop("reward_shift", 0.0)
-    tool_options = {key: kwargs.pop(key) for key in TOOL_OPTIONS if key in kwargs}
+    tool_options = {k: kwargs.pop(k) for k in ("tools", "tool_budget", "tool_choice", "call_penalty") if k in kwargs}
     penalty = tool_options.get("call_penalty", 0.0)
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
         raise UserError(f"env option call_penalty must be a number >= 0 (subtracted per tool call), got {penalty!r}")
@@ -86,7 +82,7 @@ def make_env(name: str, **kwargs) -> Env:
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
     env = cls(**typed_options(cls, kwargs))
     env.reward_shift = float(shift)
-    if any(tool_options.get(key) is not None for key in ("tools", "tool_budget", "tool_choice")):
+    if any(tool_options.get(k) is not None for k in ("tools", "tool_budget", "tool_choice")):  # the env's tools
         from collab.tools.options import tool_setup
 
         env.tools = tool_setup(tool_options, env.n_agents, env.offered_tools)

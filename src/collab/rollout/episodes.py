@@ -88,7 +88,15 @@ def play(
     """
     require(num_samples >= 1, f"num_samples must be >= 1, got {num_samples}")
     if tasks_per_batch and len(tasks) > tasks_per_batch:
-        return play_in_chunks(team, env, tasks, num_samples, max_new_tokens, tasks_per_batch, dependency)
+        firsts = range(0, len(tasks), tasks_per_batch)
+        chunks = [
+            play(team, env, tasks[f : f + tasks_per_batch], num_samples, max_new_tokens, None, dependency)
+            for f in firsts
+        ]
+        for first, chunk in zip(firsts, chunks):
+            for ep in (ep for eps in chunk for ep in eps):
+                ep.task += first
+        return [eps for chunk in chunks for eps in chunk]
     team = env.tools.acting(team)
     dependency = dependency or Dependency("none", env.n_agents)
     starts = [env.reset(task) for task in tasks]
@@ -108,81 +116,33 @@ def play(
     return episodes
 
 
-def play_in_chunks(
-    team,
-    env: Env,
-    tasks: Sequence[Mapping],
-    num_samples: int,
-    max_new_tokens: int,
-    tasks_per_batch: int,
-    dependency: Dependency | None,
-) -> list[list[Episode]]:
-    """:func:`play` of ``tasks_per_batch`` tasks at a time, each episode's ``task`` its index in ``tasks``."""
-    out = []
-    for start in range(0, len(tasks), tasks_per_batch):
-        chunk = play(team, env, tasks[start : start + tasks_per_batch], num_samples, max_new_tokens, None, dependency)
-        for ep in (ep for eps in chunk for ep in eps):
-            ep.task += start
-        out += chunk
-    return out
-
-
 def act(
     team, env: Env, groups: Sequence[Group], dependency: Dependency, turn: int, max_new_tokens: int
 ) -> tuple[list[list[Completion]], list[list[tuple[Message, ...]]]]:
-    """Every episode's joint action at ``turn`` (episodes in ``groups`` order) and the chat each agent acted on:
-    one ``team.generate`` per level of the dependency, each agent's parents' actions of the turn fused in."""
-    n = sum(len(eps) for _, eps in groups)
-    joints: list[list] = [[None] * env.n_agents for _ in range(n)]
-    observations: list[list] = [[None] * env.n_agents for _ in range(n)]
-    parents = dependency.parents(turn)
-    for level in dependency.levels(turn):
-        free, bound = [i for i in level if not parents[i]], [i for i in level if parents[i]]
-        shared = shared_prompts(team, groups, free, turn, observations)
-        own = own_prompts(team, env, groups, bound, parents, turn, joints, observations)
-        requests, slots = [r for r, _ in shared + own], [slot for _, slot in shared + own]
-        for (i, rows), out in zip(slots, team.generate(requests, max_new_tokens=max_new_tokens)):
-            for o, completion in zip(rows, out):
-                joints[o][i] = completion
-    return joints, observations
-
-
-Prompt = tuple[GenerationRequest, tuple[int, list[int]]]
-"""A request and whom it serves: the agent and the episodes (their indices in the turn) that get its samples."""
-
-
-def shared_prompts(team, groups: Sequence[Group], agents: list[int], turn: int, observations: list) -> list[Prompt]:
-    """The prompts of ``agents`` (agents without parents): one per group, its episodes' samples drawn from it."""
-    acting = getattr(team, "acting", lambda turn, role: role)
-    prompts, k = [], 0
-    for state, eps in groups:
-        rows = list(range(k, k + len(eps)))
-        for i in agents:
-            for o in rows:
-                observations[o][i] = tuple(state.histories[i])
-            a = acting(turn, i)
-            prompts.append(
-                (GenerationRequest(a, team.encode(a, state.histories[i]), len(eps), task=state.task), (i, rows))
-            )
-        k += len(eps)
-    return prompts
-
-
-def own_prompts(
-    team, env: Env, groups: Sequence[Group], agents: list[int], parents, turn: int, joints: list, observations: list
-) -> list[Prompt]:
-    """The prompts of ``agents`` (agents with parents): one per episode, its parents' actions of the turn fused in
-    (:func:`~collab.rollout.protocol.fuse`)."""
-    acting = getattr(team, "acting", lambda turn, role: role)
-    roles = [role.name for role in env.roles]
+    """Every episode's joint action at ``turn`` (the episodes in ``groups`` order) and the chat each agent acted
+    on: one ``team.generate`` per level of the dependency."""
     states = [state for state, eps in groups for _ in eps]
-    prompts = []
-    for o, state in enumerate(states):
-        for i in agents:
-            observations[o][i] = fuse(state.histories[i], [(roles[p], joints[o][p].text) for p in parents[i]])
-            a = acting(turn, i)
-            prompts.append((GenerationRequest(a, team.encode(a, observations[o][i]), 1, task=state.task), (i, [o])))
-    return prompts
+    joints: list[list] = [[None] * env.n_agents for _ in states]
+    observations: list[list] = [[None] * env.n_agents for _ in states]
+    parents, roles = dependency.parents(turn), [role.name for role in env.roles]
+    member = getattr(team, "acting", lambda turn, role: role)
+    for level in dependency.levels(turn):
+        prompts, k = [], 0  # (agent, the episodes its samples go to, the chat it acts on)
+        for state, eps in groups:  # agents without parents: one prompt per group, len(eps) samples
+            prompts += [(i, range(k, k + len(eps)), state.histories[i]) for i in level if not parents[i]]
+            k += len(eps)
+        for o, state in enumerate(states):  # agents with parents: one prompt per episode, their actions fused in
+            for i in (i for i in level if parents[i]):
+                seen = [(roles[p], joints[o][p].text) for p in parents[i]]
+                prompts.append((i, range(o, o + 1), fuse(state.histories[i], seen)))
+        requests = []
+        for i, rows, chat in prompts:
+            a = member(turn, i)
+            requests.append(GenerationRequest(a, team.encode(a, chat), len(rows), task=states[rows[0]].task))
+        for (i, rows, chat), out in zip(prompts, team.generate(requests, max_new_tokens=max_new_tokens)):
+            for o, completion in zip(rows, out):
+                joints[o][i], observations[o][i] = completion, tuple(chat)
+    return joints, observations
 
 
 def step_joint(env: Env, states: Sequence[EnvState], joints: Sequence[Sequence[Completion]]) -> list[StepResult]:

@@ -34,5 +34,7 @@ class ToolTeam:
         return generate_with_tools(self.team, requests, self.tools, self.budget, max_new_tokens, self.choice)
 
     def acting(self, turn: int, role: int) -> int:
-        """The member playing ``role`` at ``turn`` (:meth:`collab.policy.team.AgentTeam.acting`)."""
-        return self.team.acting(turn, role)
+        """The member playing ``role`` at ``turn``: the team's own routing
+        (:meth:`collab.policy.team.AgentTeam.acting`), else agent ``role``, as a bare team plays."""
+        routed = getattr(self.team, "acting", None)
+        return routed(turn, role) if routed else role
