@@ -1,4 +1,5 @@
-"""Giving agents tools through any env's options (collab.tools.options, make_env), and the team a rollout plays."""
+"""Giving agents tools through any env's options (collab.tools.options, make_env): the env's ToolSetup, the team a
+rollout plays and the calls it charges (collab.tools.setup)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import pytest
 from collab.envs import make_env
 from collab.errors import UserError
 from collab.tools.options import agent_tools, tool_budget
-from collab.tools.team import ToolTeam, acting_team
-from collab.tools.turns import Budget
+from collab.tools.setup import Budget, ToolSetup
+from collab.tools.team import ToolTeam
 
 
 def test_tools_for_every_agent_or_each_its_own(tmp_path):
@@ -93,7 +94,7 @@ def test_a_bad_budget_field_is_one_line_naming_it_and_its_range(key, value, vali
     ],
 )
 def test_the_edges_of_each_range_are_accepted(budget):
-    assert make_env("math", tools=["calculator"], tool_budget=budget).tool_budget == Budget(**budget)
+    assert make_env("math", tools=["calculator"], tool_budget=budget).tools.budget == Budget(**budget)
 
 
 def test_a_budget_given_as_text_is_checked_as_read():
@@ -105,10 +106,12 @@ def test_a_budget_given_as_text_is_checked_as_read():
 
 def test_an_env_without_tools_plays_the_bare_team():
     plain = make_env("math")
-    assert plain.tools == {} and acting_team("team", plain) == "team"
+    assert not plain.tools and plain.tools.acting("team") == "team"
+    assert not make_env("math", tool_budget={"calls": 1}, call_penalty=0.5).tools  # no agent has a tool
     tooled = make_env("math", tools=["calculator"], tool_budget={"calls": 1})
-    team = acting_team("team", tooled)
+    team = tooled.tools.acting("team")
     assert isinstance(team, ToolTeam) and team.budget == Budget(calls=1) and sorted(team.tools) == [0, 1]
+    assert tooled.tools.acting("team") is team and tooled.tools.acting("other").team == "other"  # once per team
 
 
 def test_calls_are_counted_and_charged():
@@ -116,39 +119,42 @@ def test_calls_are_counted_and_charged():
     from types import SimpleNamespace
 
     from collab.envs.base import EnvState, StepResult
-    from collab.tools.rewards import charge_calls
     from collab.tools.turns import ToolUse
 
     use = lambda result: ToolUse("calculator", {}, result, 0.0)  # noqa: E731
     joint = [SimpleNamespace(tool_calls=[use("2"), use("error: division by zero")]), SimpleNamespace(tool_calls=[])]
     step = StepResult(EnvState({}, ((), ())), (1.0, 1.0), True, {"solved": 1.0})
-    team = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=True), {})
+    charge = ToolSetup(call_penalty=0.1).charge
+    team = charge(step, joint, SimpleNamespace(joint_reward=True), {})
     assert team.rewards == pytest.approx((0.8, 0.8)) and team.info == {
         "solved": 1.0,
         "tool_calls": 2.0,
         "tool_errors": 1.0,
     }
-    own = charge_calls(step, joint, SimpleNamespace(call_penalty=0.1, joint_reward=False), {})
+    own = charge(step, joint, SimpleNamespace(joint_reward=False), {})
     assert own.rewards == pytest.approx((0.8, 1.0))
-    free = charge_calls(step, joint, SimpleNamespace(call_penalty=0.0, joint_reward=True), {})
+    free = ToolSetup().charge(step, joint, SimpleNamespace(joint_reward=True), {})
     assert free.rewards == (1.0, 1.0) and free.info["tool_calls"] == 2.0
     # the math env judges a call right when its result is the problem's answer: 2 is, an error never is
     math = make_env("math", dataset="large_arithmetic", tools=["calculator"])
-    judged = charge_calls(step, joint + [SimpleNamespace(tool_calls=[use("2.0"), use("3")])], math, {"answer": "2"})
+    judged = math.tools.charge(
+        step, joint + [SimpleNamespace(tool_calls=[use("2.0"), use("3")])], math, {"answer": "2"}
+    )
     assert judged.info["tool_right"] == 2.0 and judged.info["tool_calls"] == 4.0
-    assert charge_calls(step, [SimpleNamespace(tool_calls=[])] * 2, math, {"answer": "2"}).info["tool_right"] == 0.0
+    assert math.tools.charge(step, [SimpleNamespace(tool_calls=[])] * 2, math, {"answer": "2"}).info["tool_right"] == 0
+    assert make_env("math", tools=["calculator"], call_penalty=0.25).tools.call_penalty == 0.25
     with pytest.raises(UserError, match="call_penalty must be a number >= 0"):
         make_env("math", tools=["calculator"], call_penalty=-1)
 
 
 def test_tool_choice_names_the_tool_a_turn_opens_with():
     both = make_env("math", tools={0: ["calculator"], 1: ["calculator", "python"]}, tool_choice="calculator")
-    assert both.tool_choice == {0: "calculator", 1: "calculator"}
-    assert acting_team("team", both).choice == {0: "calculator", 1: "calculator"}
-    assert make_env("math", tools={1: ["python"]}, tool_choice="python").tool_choice == {1: "python"}
-    assert make_env("math", tools=["calculator"], tool_choice="auto").tool_choice == {}
-    assert make_env("math", tools=["calculator"], tool_choice={1: "calculator"}).tool_choice == {1: "calculator"}
-    assert make_env("math", tools=["calculator"]).tool_choice == {} and make_env("math").tool_choice == {}
+    assert both.tools.choice == {0: "calculator", 1: "calculator"}
+    assert both.tools.acting("team").choice == {0: "calculator", 1: "calculator"}
+    assert make_env("math", tools={1: ["python"]}, tool_choice="python").tools.choice == {1: "python"}
+    assert make_env("math", tools=["calculator"], tool_choice="auto").tools.choice == {}
+    assert make_env("math", tools=["calculator"], tool_choice={1: "calculator"}).tools.choice == {1: "calculator"}
+    assert make_env("math", tools=["calculator"]).tools.choice == {} and make_env("math").tools.choice == {}
     with pytest.raises(UserError, match="no agent has tool 'python'; valid: auto, calculator"):
         make_env("math", tools=["calculator"], tool_choice="python")
     with pytest.raises(UserError, match="agent 0 has no tool 'calculator'; its tools: none"):
@@ -170,5 +176,8 @@ def test_the_tool_cells_config_composes_into_a_calculator_duo(capsys):
     data = yaml.safe_load(capsys.readouterr().out)["data"]
     env = make_env(data["env"], **data["env_options"])
     assert (env.dataset, [r.name for r in env.roles]) == ("large_arithmetic", ["reasoner", "actor"])
-    assert list(env.tools) == [1] and list(env.tools[1]) == ["calculator"] and env.tool_choice == {1: "calculator"}
-    assert env.tool_budget == Budget(calls=1)
+    tools = env.tools
+    assert (
+        list(tools.by_agent) == [1] and list(tools.by_agent[1]) == ["calculator"] and tools.choice == {1: "calculator"}
+    )
+    assert tools.budget == Budget(calls=1)

@@ -41,7 +41,7 @@ def test_the_first_tests_are_shown_and_the_reward_counts_the_others(env):
 
 def test_run_tests_runs_an_agents_code_on_its_tasks_visible_tests(env):
     task = env.tasks("eval")[0]
-    tool = env.tools[1]["run_tests"]
+    tool = env.tools.by_agent[1]["run_tests"]
     assert tool({"code": GAMED}).startswith("error: this problem has no visible tests")  # no task bound
     bound = tool.for_task(task)
     assert bound({"code": GAMED}) == "2/2 visible tests passed"
@@ -55,7 +55,7 @@ def test_a_turn_calls_run_tests_on_the_task_of_its_request(env, tiny_tokenizer):
     call = json.dumps({"name": "run_tests", "arguments": {"code": GAMED}})
     team = Scripted(tiny_tokenizer, [f"{CALL_OPEN}{call}{CALL_CLOSE}", GAMED])
     prompt = encode_chat(tiny_tokenizer, [{"role": "user", "content": env.observe(task)[1]}])
-    tools = {0: env.tools[1]}  # the scripted team's one agent as the main coder
+    tools = {0: env.tools.by_agent[1]}  # the scripted team's one agent as the main coder
     (c,) = generate_with_tools(team, [GenerationRequest(0, prompt, 1, task=task)], tools)[0]
     assert [u.result for u in c.tool_calls] == ["2/2 visible tests passed"]
     assert f"{RESULT_OPEN}\n2/2 visible tests passed" in c.text

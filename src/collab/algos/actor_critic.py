@@ -30,7 +30,6 @@ from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, ratio_stats
 from collab.rollout.episodes import play_once
 from collab.rollout.experience import Batch, Experience, Normalizers, Transition, transitions
-from collab.tools.team import acting_team
 
 
 class ActorCritic(CollabModule):
@@ -81,7 +80,7 @@ class ActorCritic(CollabModule):
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Transition]:
-        episodes, stats, examples = play_once(acting_team(self.team, self.env), self.env, tasks, self.max_new_tokens)
+        episodes, stats, examples = play_once(self.team, self.env, tasks, self.max_new_tokens)
         return Experience(transitions(episodes), stats, examples, episodes)
 
     @torch.no_grad()

@@ -34,7 +34,6 @@ from collab.rollout.experience import Batch, Decision, Experience, Normalizers
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 from collab.runtime.collectives import global_sum
 from collab.runtime.memory import shared_prompt_chunks
-from collab.tools.team import acting_team
 
 
 def set_group_advantages(samples: list[Decision], baseline: str = "mean", normalize_std: bool = False) -> None:
@@ -131,7 +130,7 @@ class MAGRPO(CollabModule):
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
         return tree_batch(
-            acting_team(self.team, self.env),
+            self.team,
             self.env,
             tasks,
             self.k,

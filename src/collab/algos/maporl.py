@@ -45,7 +45,6 @@ from collab.policy.sampling import own_rows
 from collab.rollout.episodes import Episode, play_once
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers, decisions, turn_means
 from collab.runtime.collectives import global_count, normalize_pieces
-from collab.tools.team import acting_team
 
 
 class MAPoRL(MAPoRLTeam, CollabModule):
@@ -124,9 +123,7 @@ class MAPoRL(MAPoRLTeam, CollabModule):
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
-        episodes, stats, examples = play_once(
-            acting_team(self.team, self.env), self.env, tasks, self.max_new_tokens, example_turn=-1
-        )
+        episodes, stats, examples = play_once(self.team, self.env, tasks, self.max_new_tokens, example_turn=-1)
         answers, rewards, malformed = self.responses(episodes)
         stats.update(turn_means("reward/maporl", [r[: len(ep.completions)] for r, ep in zip(rewards, episodes)]))
         if self.format_penalty is not None:

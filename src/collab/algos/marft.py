@@ -33,7 +33,6 @@ from collab.rollout.episodes import play_once
 from collab.rollout.experience import Batch, Experience, Normalizers, Transition, transitions
 from collab.rollout.protocol import Dependency
 from collab.runtime.collectives import global_count, global_mean, normalize_pieces
-from collab.tools.team import acting_team
 
 
 class MARFT(CentralCritic, CollabModule):
@@ -111,9 +110,7 @@ class MARFT(CentralCritic, CollabModule):
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Transition]:
-        episodes, stats, examples = play_once(
-            acting_team(self.team, self.env), self.env, tasks, self.max_new_tokens, self.protocol
-        )
+        episodes, stats, examples = play_once(self.team, self.env, tasks, self.max_new_tokens, self.protocol)
         stats["reward/avg_step_reward"] = sum(ep.return_ / len(ep.steps) for ep in episodes) / len(episodes)
         return Experience(transitions(episodes), stats, examples, episodes)
 

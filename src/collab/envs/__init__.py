@@ -69,9 +69,8 @@ def make_env(name: str, **kwargs) -> Env:
 
     cls = env_class(name)
     shift = kwargs.pop("reward_shift", 0.0)
-    tools, budget = kwargs.pop("tools", None), kwargs.pop("tool_budget", None)
-    choice = kwargs.pop("tool_choice", None)
-    penalty = kwargs.pop("call_penalty", 0.0)
+    tool_options = {k: kwargs.pop(k) for k in ("tools", "tool_budget", "tool_choice", "call_penalty") if k in kwargs}
+    penalty = tool_options.get("call_penalty", 0.0)
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
         raise UserError(f"env option call_penalty must be a number >= 0 (subtracted per tool call), got {penalty!r}")
     if isinstance(shift, bool) or not isinstance(shift, (int, float)):
@@ -83,13 +82,10 @@ def make_env(name: str, **kwargs) -> Env:
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
     env = cls(**typed_options(cls, kwargs))
     env.reward_shift = float(shift)
-    if tools is not None or budget is not None or choice is not None:
-        from collab.tools.options import agent_tools, tool_budget, tool_choice
+    if any(tool_options.get(k) is not None for k in ("tools", "tool_budget", "tool_choice")):  # the env's tools
+        from collab.tools.options import tool_setup
 
-        env.tools = agent_tools(tools, env.n_agents, env.offered_tools)
-        env.tool_budget = tool_budget(budget)
-        env.tool_choice = tool_choice(choice, env.tools)
-    env.call_penalty = float(penalty)
+        env.tools = tool_setup(tool_options, env.n_agents, env.offered_tools)
     return env
 
 

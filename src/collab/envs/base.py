@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from collab.tools.setup import ToolSetup
+
 Message = Mapping[str, str]
 """A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
 FEEDBACK_TOKENS = 64
@@ -111,18 +113,13 @@ class Env(ABC):
     reward_shift: float = 0.0
     """Added to every turn's reward (``--data.env_options '{reward_shift: -4.0}'``), as the reference
     configs' ``reward_shift`` (e.g. the team's reward minus its maximum: every extra turn costs)."""
-    tools: Mapping[int, Mapping[str, Any]] = {}
-    """The tools each agent may call within its turn, by agent and name (``--data.env_options '{tools:
-    [calculator]}'``: :func:`collab.tools.options.agent_tools`); none by default."""
-    tool_budget: Any = None
-    """What a turn may spend on tools (:class:`collab.tools.turns.Budget`; None: its defaults)."""
+    tools: ToolSetup = ToolSetup()
+    """The agents' tools within a turn, their budget, forced calls and price (``--data.env_options '{tools:
+    [calculator]}'``, ``tool_budget``, ``tool_choice``, ``call_penalty``: :mod:`collab.tools.setup`); none by
+    default."""
     offered_tools: Mapping[str, str] = {}
     """Tools of the env's own, by name (``module:Class``), that the ``tools`` option may name besides
     :mod:`collab.tools`' (the coding env's ``run_tests``)."""
-    tool_choice: Mapping[int, str] = {}
-    """The tool whose call opens an agent's turn, by agent (``tool_choice`` option); none by default."""
-    call_penalty: float = 0.0
-    """Subtracted from the rewards for each tool call (``call_penalty`` option; :mod:`collab.tools.rewards`)."""
     history_window: int | None = None
     """C of CoLLM, Section 4.1 ("maintain only the most recent C pairs"), counted in turns: a history
     keeps its opening messages (system prompt and first observation) and the last C (response, feedback)

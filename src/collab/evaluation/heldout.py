@@ -48,7 +48,6 @@ from collab.envs.base import Env
 from collab.errors import require
 from collab.evaluation.metrics import AccuracyAtK, IoU, MajorityVoteAccuracy, PassAtK
 from collab.rollout.episodes import Episode, play
-from collab.tools.team import acting_team
 
 DEFAULT_KS = (1, 3, 5, 10)
 
@@ -147,9 +146,7 @@ def play_records(
             if seed is not None:
                 stack.enter_context(torch.random.fork_rng(devices=devices))
                 torch.manual_seed(batch_seed(seed, b))
-            played = play(
-                acting_team(team, env), env, [tasks[i] for i in span], num_samples, max_new_tokens, None, dependency
-            )
+            played = play(team, env, [tasks[i] for i in span], num_samples, max_new_tokens, None, dependency)
         for i, eps in zip(span, played):
             for ep in eps:
                 ep.task = i

@@ -15,7 +15,6 @@ from collab.envs.base import Env, EnvState, Message, StepResult
 from collab.errors import require
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.rollout.protocol import Dependency, fuse
-from collab.tools.rewards import charge_calls
 
 
 @dataclass
@@ -59,6 +58,10 @@ class Episode:
         return self.steps[-1].info if self.steps else {}
 
 
+Group = tuple[EnvState, list[Episode]]
+"""A state and the episodes that continue from it."""
+
+
 def play(
     team,
     env: Env,
@@ -77,67 +80,33 @@ def play(
     with parents get one prompt per episode, since their parents' actions differ.
 
     The team member that plays role i at turn t is ``team.acting(t, i)``: agent i, unless the team
-    routes turns to their own adapters (MAPoRL's per-(turn, agent) parameters theta_ta).
+    routes turns to their own adapters (MAPoRL's per-(turn, agent) parameters theta_ta). With the env's
+    tools (:mod:`collab.tools.setup`) the team encodes and decodes with them.
 
     ``tasks_per_batch`` plays the tasks in chunks of that many (bounding the decoding batch, and so
     the KV cache, at ``tasks_per_batch x n_agents x num_samples`` rows); ``None`` plays all at once.
     """
     require(num_samples >= 1, f"num_samples must be >= 1, got {num_samples}")
     if tasks_per_batch and len(tasks) > tasks_per_batch:
-        out = []
-        for start in range(0, len(tasks), tasks_per_batch):
-            for eps in play(
-                team, env, tasks[start : start + tasks_per_batch], num_samples, max_new_tokens, None, dependency
-            ):
-                for ep in eps:
-                    ep.task += start
-                out.append(eps)
-        return out
-    n = env.n_agents
-    dependency = dependency or Dependency("none", n)
-    episodes = [[Episode(t) for _ in range(num_samples)] for t in range(len(tasks))]
-    # A group is (state, the episodes that continue from it): one group per task at the first turn.
-    groups = []
-    for task, eps in zip(tasks, episodes):
-        start = env.reset(task)
-        for ep in eps:
-            ep.start = start
-        groups.append((start, eps))
-    roles = [role.name for role in env.roles]
-    acting = getattr(team, "acting", lambda turn, role: role)
+        firsts = range(0, len(tasks), tasks_per_batch)
+        chunks = [
+            play(team, env, tasks[f : f + tasks_per_batch], num_samples, max_new_tokens, None, dependency)
+            for f in firsts
+        ]
+        for first, chunk in zip(firsts, chunks):
+            for ep in (ep for eps in chunk for ep in eps):
+                ep.task += first
+        return [eps for chunk in chunks for eps in chunk]
+    team = env.tools.acting(team)
+    dependency = dependency or Dependency("none", env.n_agents)
+    starts = [env.reset(task) for task in tasks]
+    episodes = [[Episode(t, start) for _ in range(num_samples)] for t, start in enumerate(starts)]
+    groups: list[Group] = list(zip(starts, episodes))  # one group per task at the first turn
     turn = 0
     while groups:
-        parents = dependency.parents(turn)
         owners = [(state, ep) for state, eps in groups for ep in eps]
-        joints: list[list[Completion | None]] = [[None] * n for _ in owners]
-        observations: list[list[tuple | None]] = [[None] * n for _ in owners]
-        for level in dependency.levels(turn):
-            requests, slots = [], []  # slots[r]: the owner indices request r serves
-            free, bound = [i for i in level if not parents[i]], [i for i in level if parents[i]]
-            k = 0
-            for state, eps in groups:  # agents without parents: one prompt per group, len(eps) samples
-                for i in free:
-                    for o in range(k, k + len(eps)):
-                        observations[o][i] = tuple(state.histories[i])
-                    a = acting(turn, i)
-                    prompt = team.encode(a, state.histories[i])
-                    requests.append(GenerationRequest(a, prompt, len(eps), task=state.task))
-                    slots.append((i, list(range(k, k + len(eps)))))
-                k += len(eps)
-            for o, (state, _) in enumerate(owners):  # agents with parents: one prompt per episode
-                for i in bound:
-                    observations[o][i] = fuse(state.histories[i], [(roles[p], joints[o][p].text) for p in parents[i]])
-                    a = acting(turn, i)
-                    requests.append(GenerationRequest(a, team.encode(a, observations[o][i]), 1, task=state.task))
-                    slots.append((i, [o]))
-            outs = team.generate(requests, max_new_tokens=max_new_tokens)
-            for (i, slot), out in zip(slots, outs):
-                for o, completion in zip(slot, out):
-                    joints[o][i] = completion
-        steps = env.step_batch([state for state, _ in owners], [[c.text for c in joint] for joint in joints])
-        if env.tools:  # the turn's calls counted in the info, and charged (collab.tools.rewards)
-            tasks = [state.task for state, _ in owners]
-            steps = [charge_calls(step, joint, env, task) for step, joint, task in zip(steps, joints, tasks)]
+        joints, observations = act(team, env, groups, dependency, turn, max_new_tokens)
+        steps = step_joint(env, [state for state, _ in owners], joints)
         for (_, ep), joint, obs, step in zip(owners, joints, observations, steps):
             ep.steps.append(step)
             ep.completions.append(joint)
@@ -145,6 +114,44 @@ def play(
         groups = [(ep.state, [ep]) for _, ep in owners if not ep.done]
         turn += 1
     return episodes
+
+
+def act(
+    team, env: Env, groups: Sequence[Group], dependency: Dependency, turn: int, max_new_tokens: int
+) -> tuple[list[list[Completion]], list[list[tuple[Message, ...]]]]:
+    """Every episode's joint action at ``turn`` (the episodes in ``groups`` order) and the chat each agent acted
+    on: one ``team.generate`` per level of the dependency."""
+    states = [state for state, eps in groups for _ in eps]
+    joints: list[list] = [[None] * env.n_agents for _ in states]
+    observations: list[list] = [[None] * env.n_agents for _ in states]
+    parents, roles = dependency.parents(turn), [role.name for role in env.roles]
+    member = getattr(team, "acting", lambda turn, role: role)
+    for level in dependency.levels(turn):
+        prompts, k = [], 0  # (agent, the episodes its samples go to, the chat it acts on)
+        for state, eps in groups:  # agents without parents: one prompt per group, len(eps) samples
+            prompts += [(i, range(k, k + len(eps)), state.histories[i]) for i in level if not parents[i]]
+            k += len(eps)
+        for o, state in enumerate(states):  # agents with parents: one prompt per episode, their actions fused in
+            for i in (i for i in level if parents[i]):
+                seen = [(roles[p], joints[o][p].text) for p in parents[i]]
+                prompts.append((i, range(o, o + 1), fuse(state.histories[i], seen)))
+        requests = []
+        for i, rows, chat in prompts:
+            a = member(turn, i)
+            requests.append(GenerationRequest(a, team.encode(a, chat), len(rows), task=states[rows[0]].task))
+        for (i, rows, chat), out in zip(prompts, team.generate(requests, max_new_tokens=max_new_tokens)):
+            for o, completion in zip(rows, out):
+                joints[o][i], observations[o][i] = completion, tuple(chat)
+    return joints, observations
+
+
+def step_joint(env: Env, states: Sequence[EnvState], joints: Sequence[Sequence[Completion]]) -> list[StepResult]:
+    """The env's step from each state under its joint action, and with the env's tools the turn's calls counted
+    in the info and charged (:meth:`collab.tools.setup.ToolSetup.charge`): every rollout steps through here."""
+    steps = env.step_batch(list(states), [[c.text for c in joint] for joint in joints])
+    if not env.tools:
+        return steps
+    return [env.tools.charge(step, joint, env, state.task) for step, joint, state in zip(steps, joints, states)]
 
 
 def episode_stats(episodes: Sequence[Episode], seconds: float) -> dict[str, float]:

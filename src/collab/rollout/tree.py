@@ -42,8 +42,8 @@ import torch
 from collab.envs.base import Env, EnvState
 from collab.objectives import absorbing_reward
 from collab.policy.sampling import Completion, GenerationRequest
+from collab.rollout.episodes import step_joint
 from collab.rollout.experience import Decision, Experience
-from collab.tools.rewards import charge_calls
 
 JOINT_MODES = ("aligned", "cross")
 TERMINATIONS = ("branch", "node")
@@ -91,7 +91,9 @@ def expand_tree(
     max_new_tokens: int = 128,
     termination: str = "branch",
 ) -> list[TreeNode]:
-    """Grow one rollout tree per task, breadth first: each depth is one batched ``team.generate``."""
+    """Grow one rollout tree per task, breadth first: each depth is one batched ``team.generate`` (with the env's
+    tools, :mod:`collab.tools.setup`)."""
+    team = env.tools.acting(team)
     roots = [TreeNode(env.reset(task), 0) for task in tasks]
     frontier = list(roots)
     n = env.n_agents
@@ -107,9 +109,7 @@ def expand_tree(
             node.samples = outs[m * n : (m + 1) * n]
             node.joints = joint_indices(n, k, joint_mode)
             pending += [(node, [node.samples[i][j] for i, j in enumerate(joint)]) for joint in node.joints]
-        steps = env.step_batch([node.state for node, _ in pending], [[c.text for c in joint] for _, joint in pending])
-        if env.tools:  # the turn's calls counted in the info, and charged (collab.tools.rewards)
-            steps = [charge_calls(step, joint, env, node.state.task) for step, (node, joint) in zip(steps, pending)]
+        steps = step_joint(env, [node.state for node, _ in pending], [joint for _, joint in pending])
         next_frontier = []
         for (node, _), step in zip(pending, steps):
             node.rewards.append(step.rewards)

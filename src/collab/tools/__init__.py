@@ -6,6 +6,10 @@ path, as envs and algorithms: docs/extending.md).
   :class:`ToolError` (a refused call: its message is the agent's result);
 - :mod:`~collab.tools.calls`: the call format (``<tool_call>`` JSON), reading a call, running it, the prompt and
   result messages;
+- :mod:`~collab.tools.turns`: a turn with calls, decoded in rounds under a :class:`~collab.tools.setup.Budget`;
+- the seam with the rollout: :mod:`~collab.tools.options` reads the env options into one
+  :class:`~collab.tools.setup.ToolSetup` (the env's ``tools``), whose ``acting`` gives the team a rollout plays
+  (:class:`~collab.tools.team.ToolTeam`) and whose ``charge`` counts and prices a turn's calls;
 - the tools: ``python`` (:mod:`~collab.tools.python`, the sandbox), ``calculator``
   (:mod:`~collab.tools.calculator`, exact arithmetic), ``search`` (:mod:`~collab.tools.search`, BM25 over a local
   corpus).

@@ -1,4 +1,6 @@
-"""The env options that give agents tools: ``tools`` and ``tool_budget`` (any env, through ``make_env``).
+"""The env options that give agents tools (any env, through ``make_env``), read into one
+:class:`~collab.tools.setup.ToolSetup` (:func:`tool_setup`): ``tools``, ``tool_budget``, ``tool_choice`` and
+``call_penalty`` (:mod:`collab.tools.setup`).
 
 ``tools``: a list of tools for every agent, or a mapping from an agent's index to its own list; a tool is its name
 or a mapping of its name and options::
@@ -23,7 +25,15 @@ from typing import Any
 
 from collab.errors import UserError
 from collab.tools import Tool, make_tool, tool_names
-from collab.tools.turns import Budget
+from collab.tools.setup import Budget, ToolSetup
+
+
+def tool_setup(options: Mapping[str, Any], n_agents: int, offered: Mapping[str, str]) -> ToolSetup:
+    """The :class:`ToolSetup` of an env's tool options (``offered``: the env's own tools by name); each option
+    checked here, where it is read, so that a bad one ends the run in one line before anything is loaded."""
+    tools = agent_tools(options.get("tools"), n_agents, offered)
+    budget, choice = tool_budget(options.get("tool_budget")), tool_choice(options.get("tool_choice"), tools)
+    return ToolSetup(tools, budget, choice, float(options.get("call_penalty", 0.0)))
 
 
 def one_tool(entry: Any, offered: Mapping[str, str]) -> Tool:

@@ -1,17 +1,19 @@
 """The team as a rollout sees it when agents have tools: prompts that show each agent its tools, turns with calls.
 
-:class:`ToolTeam` wraps an :class:`~collab.policy.team.AgentTeam`: ``encode`` renders an agent's chat with its tools
-(:func:`~collab.tools.calls.encode_with_tools`), ``generate`` decodes turns with calls
-(:func:`~collab.tools.turns.generate_with_tools`); everything else is the team's own. The rollout code (episodes,
-MAGRPO's tree) is unchanged: it is handed this team instead of the bare one. An agent without tools encodes and
-decodes exactly as with the bare team.
+:class:`ToolTeam` wraps an :class:`~collab.policy.team.AgentTeam` with what a rollout asks of a team: ``encode``
+renders an agent's chat with its tools (:func:`~collab.tools.calls.encode_with_tools`), ``generate`` decodes turns
+with calls (:func:`~collab.tools.turns.generate_with_tools`), ``acting`` is the team's own. The rollout builds it
+from the env's tools (:meth:`collab.tools.setup.ToolSetup.acting`). An agent without tools encodes and decodes
+exactly as with the bare team.
 """
 
 from __future__ import annotations
 
+from collab.policy.sampling import Completion, GenerationRequest
 from collab.tools.base import Tool
 from collab.tools.calls import encode_with_tools
-from collab.tools.turns import Budget, generate_with_tools
+from collab.tools.setup import Budget
+from collab.tools.turns import generate_with_tools
 
 
 class ToolTeam:
@@ -28,19 +30,11 @@ class ToolTeam:
             return self.team.encode(agent, messages)
         return encode_with_tools(self.team.tokenizer_of(agent), messages, list(mine.values()))
 
-    def generate(self, requests, max_new_tokens: int = 128):
+    def generate(self, requests: list[GenerationRequest], max_new_tokens: int = 128) -> list[list[Completion]]:
         return generate_with_tools(self.team, requests, self.tools, self.budget, max_new_tokens, self.choice)
 
-    def __getattr__(self, name: str):
-        return getattr(self.team, name)
-
-    def __len__(self) -> int:
-        return len(self.team)
-
-
-def acting_team(team, env):
-    """The team a rollout on ``env`` plays: a :class:`ToolTeam` when the env gives agents tools (its ``tools``
-    option), else ``team`` itself, unchanged."""
-    if not getattr(env, "tools", None):
-        return team
-    return ToolTeam(team, env.tools, env.tool_budget or Budget(), getattr(env, "tool_choice", None))
+    def acting(self, turn: int, role: int) -> int:
+        """The member playing ``role`` at ``turn``: the team's own routing
+        (:meth:`collab.policy.team.AgentTeam.acting`), else agent ``role``, as a bare team plays."""
+        routed = getattr(self.team, "acting", None)
+        return routed(turn, role) if routed else role

@@ -46,22 +46,7 @@ from collab.tools.calls import (
     run_call,
     template_supports_tools,
 )
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What one agent's turn may spend on tools (the module docstring)."""
-
-    calls: int = 4
-    tool_seconds: float = 30.0
-    tokens: int | None = None
-    """The agent's own tokens in the turn (None: its ``max_new_tokens``)."""
-    context: int | None = None
-    """Tokens of prompt and turn together (None: the model's ``max_position_embeddings``, where it says)."""
-    end_after_calls: bool = False
-    """End the turn with the result of its last allowed call (``calls``), the agent writing nothing after it: an
-    agent whose part is to make the call, such as the duo's Reasoner, whose turn is then its call and the result
-    the agents after it read."""
+from collab.tools.setup import Budget
 
 
 @dataclass

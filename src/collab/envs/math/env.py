@@ -156,7 +156,7 @@ class MathEnv(SharedStateEnv):
 
     def right_call(self, task: Mapping[str, Any], use) -> bool:
         """Whether a tool call within a turn (:class:`collab.tools.turns.ToolUse`) returned the problem's answer
-        (with tools: ``env/tool_right``, :mod:`collab.tools.rewards`)."""
+        (with tools: ``env/tool_right``, :mod:`collab.tools.setup`)."""
         return not use.result.startswith("error:") and is_equiv(use.result.strip(), str(task["answer"]))
 
     def grade(self, task: Mapping[str, Any], answer: str) -> tuple[float, dict[str, float]]:

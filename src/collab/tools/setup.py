@@ -1,0 +1,82 @@
+"""The agents' tools as a rollout applies them: one :class:`ToolSetup`, read once from the env options ``tools``,
+``tool_budget``, ``tool_choice`` and ``call_penalty`` (:func:`collab.tools.options.tool_setup`, called by
+``make_env``) and held as the env's ``tools``. The rollout (:mod:`collab.rollout.episodes`,
+:mod:`collab.rollout.tree`) is its only user: it plays the team :meth:`ToolSetup.acting` gives and charges each
+turn's calls with :meth:`ToolSetup.charge`; an algorithm never sees it.
+
+What a turn's calls do to its step: every step's info gains ``tool_calls`` (the calls of the turn, all agents) and
+``tool_errors`` (those whose result was an ``error: ...``: a malformed call, an unknown tool, a refused argument, a
+failed program), so that a run logs them as ``env/tool_calls`` and ``env/tool_errors``; an env that can tell a right
+call (a ``right_call(task, use)`` method: the math env's, a result equal to the problem's answer) adds
+``tool_right``, the calls it judged right (``tool_right / tool_calls``: the fraction of right calls).
+``call_penalty`` (0 by default) is subtracted from the rewards for each call: from every agent's reward for each of
+the team's calls under a joint reward (the team pays together), from the caller's own under per-agent rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from collab.tools.base import Tool
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one agent's turn may spend on tools (:mod:`collab.tools.turns`)."""
+
+    calls: int = 4
+    tool_seconds: float = 30.0
+    tokens: int | None = None
+    """The agent's own tokens in the turn (None: its ``max_new_tokens``)."""
+    context: int | None = None
+    """Tokens of prompt and turn together (None: the model's ``max_position_embeddings``, where it says)."""
+    end_after_calls: bool = False
+    """End the turn with the result of its last allowed call (``calls``), the agent writing nothing after it: an
+    agent whose part is to make the call, such as the duo's Reasoner, whose turn is then its call and the result
+    the agents after it read."""
+
+
+@dataclass(frozen=True)
+class ToolSetup:
+    """Each agent's tools, the turn's budget, the forced calls and the price of a call (the module docstring)."""
+
+    by_agent: Mapping[int, Mapping[str, Tool]] = field(default_factory=dict)
+    """The tools each agent may call within its turn, by agent and name (an agent absent has none)."""
+    budget: Budget = Budget()
+    choice: Mapping[int, str] = field(default_factory=dict)
+    """The tool whose call opens an agent's turn, by agent (none: the agent decides)."""
+    call_penalty: float = 0.0
+    _acting: list = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __bool__(self) -> bool:
+        """Whether any agent has a tool: without one, the rollout plays and scores exactly as without tools."""
+        return bool(self.by_agent)
+
+    def acting(self, team) -> Any:
+        """The team a rollout plays: ``team`` itself without tools, else one :class:`~collab.tools.team.ToolTeam`
+        over it, built at its first rollout and reused by every later one."""
+        if not self:
+            return team
+        if not self._acting or self._acting[0].team is not team:
+            from collab.tools.team import ToolTeam
+
+            self._acting[:] = [ToolTeam(team, self.by_agent, self.budget, self.choice)]
+        return self._acting[0]
+
+    def charge(self, step, joint: Sequence, env, task: Mapping[str, Any]):
+        """``step`` (a :class:`~collab.envs.base.StepResult`) with the calls of ``joint`` (the turn's completions on
+        ``task``) counted, and charged at ``call_penalty`` each."""
+        calls = [len(getattr(c, "tool_calls", ())) for c in joint]
+        uses = [u for c in joint for u in getattr(c, "tool_calls", ())]
+        errors = sum(u.result.startswith("error:") for u in uses)
+        info = {**step.info, "tool_calls": float(sum(calls)), "tool_errors": float(errors)}
+        right_call = getattr(env, "right_call", None)
+        if callable(right_call):
+            info["tool_right"] = float(sum(bool(right_call(task, u)) for u in uses))
+        rewards = step.rewards
+        if self.call_penalty and any(calls):
+            charged = [sum(calls)] * len(calls) if env.joint_reward else calls
+            rewards = tuple(r - self.call_penalty * n for r, n in zip(rewards, charged))
+        return replace(step, rewards=rewards, info=info)
