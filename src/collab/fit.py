@@ -32,7 +32,6 @@ from collab.config import (
     compose,
     describe,
     is_class_path,
-    nullable_options_not_required,
     packaged_layers,
     parser_args,
     read_command_line,
@@ -48,64 +47,22 @@ def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
     from lightning.pytorch import Trainer
 
     from collab.algos import algo_registry
-    from collab.algos.base import CollabModule
-    from collab.algos.options import check_env_pair, check_old_names
-    from collab.cli.options import RUNS, given_options, option_names, place_runs
-    from collab.cli.output import hold_logs, note
+    from collab.cli.options import RUNS, given_options, option_names
+    from collab.cli.output import hold_logs
     from collab.cli.parser_errors import parser_error
-    from collab.cli.trainer import CheckedCLI
+    from collab.cli.trainer import CollabCLI
     from collab.rollout.datamodule import RolloutDataModule
-    from collab.training.distributed import DEFAULT_TIMEOUT_S
 
     hold_logs()  # under report_errors; after Lightning's import, which gives its loggers their handlers
     registry = algo_registry()
-    if is_class_path(algo):  # a researcher's own algorithm (docs/extending.md): its options from --config
-        module_class = class_from_path(algo, CollabModule, "--algo", registry)
-    elif algo not in registry:
-        raise unknown("algo", algo, registry)
-    else:
-        module_class = registry[algo]
+    module_class = algo_class(algo, registry)
     line = line or read_command_line(["--algo", algo, *argv])
-    env = line.env()
-    if not is_class_path(algo):
-        check_env_pair(algo, env)
-    check_old_names([name for name, _ in line.pairs()], {path: line.document(path) for path in line.configs})
-    layers = packaged_layers(algo, env)
-    from collab.training.sharding import alias
-
-    line.args = alias(line.args)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
-    check_strategy((line.values("--trainer.strategy") or [""])[-1])  # before Lightning's "fsdp requires a GPU"
-    note(describe(layers, line))
-    args = parser_args(compose(layers)[0], line)  # a later model.agents replaces the earlier list whole
+    args = composed_args(algo, line)
     given = given_options(
         line,
         ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"),
         placeholders={"trainer.logger.init_args.save_dir": str(RUNS)},
     )
-
-    class CollabCLI(CheckedCLI):  # collab.cli.trainer: trainer options checked, start-up messages held
-        def add_arguments_to_parser(self, parser) -> None:
-            nullable_options_not_required(parser)  # --model.micro_batch_tokens null: one pass
-            parser.add_argument(
-                "--ckpt_path", type=str | None, default=None, help="Resume training from this checkpoint."
-            )
-            parser.add_argument(
-                "--distributed_timeout",
-                type=float,
-                default=DEFAULT_TIMEOUT_S,  # conf/algo/*.yaml set it
-                help="Seconds a process waits in a collective for the others before the run ends in one line.",
-            )
-
-        def before_instantiate_classes(self) -> None:
-            super().before_instantiate_classes()
-            place_runs(
-                self.config["trainer"], given["trainer.default_root_dir"], given["trainer.logger.init_args.save_dir"]
-            )
-
-        def instantiate_trainer(self, **kwargs):
-            add_progress_callback(self._get(self.config_init, "trainer", default={}))
-            return super().instantiate_trainer(**kwargs)
-
     try:
         return CollabCLI(
             module_class,
@@ -121,6 +78,8 @@ def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
                 "usage": USAGE,
                 "description": usage(algo, registry),
             },
+            root_given=given["trainer.default_root_dir"],
+            save_dir_given=given["trainer.logger.init_args.save_dir"],
         )
     except ArgumentError as e:  # jsonargparse's multi-line report, as one line that keeps the reason
         options = option_names(("model", module_class), ("data", RolloutDataModule), ("trainer", Trainer))
@@ -131,6 +90,36 @@ def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
 
             release_logs(show=False)
         raise
+
+
+def algo_class(algo: str, registry: dict[str, type]) -> type:
+    """The class of ``--algo algo``: a built-in name, or a class path ``module:Class`` to a researcher's own
+    algorithm (docs/extending.md), its options from ``--config``."""
+    from collab.algos.base import CollabModule
+
+    if is_class_path(algo):
+        return class_from_path(algo, CollabModule, "--algo", registry)
+    if algo not in registry:
+        raise unknown("algo", algo, registry)
+    return registry[algo]
+
+
+def composed_args(algo: str, line: CommandLine) -> list[str]:
+    """The parser's arguments: the packaged configs of ``algo`` on the run's env composed, then the command line;
+    the env pair, old option names and the strategy checked first, and the files read said once."""
+    from collab.algos.options import check_env_pair, check_old_names
+    from collab.cli.output import note
+    from collab.training.sharding import alias
+
+    env = line.env()
+    if not is_class_path(algo):
+        check_env_pair(algo, env)
+    check_old_names([name for name, _ in line.pairs()], {path: line.document(path) for path in line.configs})
+    layers = packaged_layers(algo, env)
+    line.args = alias(line.args)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
+    check_strategy((line.values("--trainer.strategy") or [""])[-1])  # before Lightning's "fsdp requires a GPU"
+    note(describe(layers, line))
+    return parser_args(compose(layers)[0], line)  # a later model.agents replaces the earlier list whole
 
 
 def wants_help(arg: str) -> bool:
@@ -153,21 +142,6 @@ def usage(algo: str, algos) -> str:
         "(conf/base.yaml, the env's, the algorithm's) are read first, then the --config files and options in the "
         "order given, later ones winning."
     )
-
-
-def add_progress_callback(trainer_config: dict) -> None:
-    """Add collab's progress display (:func:`collab.training.progress.progress_callback`: a rich bar on a
-    terminal, one plain line per rollout otherwise) unless the config turns the bar off or names one."""
-    from lightning.pytorch.callbacks import ProgressBar
-
-    from collab.training.progress import progress_callback
-
-    if trainer_config.get("enable_progress_bar") is False:
-        return
-    callbacks = trainer_config.get("callbacks") or []
-    callbacks = list(callbacks) if isinstance(callbacks, list) else [callbacks]
-    if not any(isinstance(c, ProgressBar) for c in callbacks):
-        trainer_config["callbacks"] = callbacks + [progress_callback()]
 
 
 def report_errors(job) -> int:

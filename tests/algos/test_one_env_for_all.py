@@ -1,4 +1,4 @@
-"""One environment where all seven algorithms train: the ``debate`` env on ``small_addition``, with 4 debaters.
+"""One environment where every algorithm trains: the ``debate`` env on ``small_addition``, with 4 debaters.
 
 MAPoRL trains only a debate; the other six take the debate as a POSG with per-agent rewards (each agent's
 verifier score). Each algorithm runs ``collab.fit`` for one update on the tiny model with a team of four (the
@@ -13,10 +13,9 @@ are noise, so the reward is not asserted here; learning is the known-optimum tes
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from collab.algos import algo_registry
 from tests.support import fit, load
+from tests.support.algos import algos, settings
 
-ALGOS = sorted(algo_registry())
 DEBATE = [
     "--data.env",
     "debate",
@@ -31,15 +30,9 @@ DEBATE = [
 ]
 
 
-def test_every_algorithm_is_listed():
-    assert ALGOS == ["collm_cc", "collm_dc", "ippo", "magrpo", "maporl", "marft_a", "marft_t"]
-
-
-@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("algo", algos())
 def test_every_algorithm_trains_on_the_debate(algo, tmp_path):
-    # MAGRPO's tree at its K of 4 is 20 joint actions a task (4 + 16 over the 2 turns); at 2, 6
-    k = ["--model.num_generations", "2"] if algo == "magrpo" else []
-    run = fit(tmp_path, algo, DEBATE + k, steps=1)
+    run = fit(tmp_path, algo, [*DEBATE, *settings(algo).debate], steps=1)
     events = EventAccumulator(str(next(run.glob("events.out.tfevents.*"))))
     events.Reload()
     for tag in ("env/majority@1", "env/majority@2", "reward/return"):
@@ -47,4 +40,4 @@ def test_every_algorithm_trains_on_the_debate(algo, tmp_path):
     saved = load(run)
     assert saved["global_step"] == 1
     roles = ["agent1", "agent2", "agent3", "agent4"]
-    assert saved["collab"]["agents"] == (roles * 2 if algo == "maporl" else roles)  # MAPoRL: an agent per turn
+    assert saved["collab"]["agents"] == (roles * 2 if settings(algo).agent_per_turn else roles)  # 2 turns

@@ -14,19 +14,9 @@ import torch
 
 from tests.algos.test_known_optimum import make
 from tests.support import EarlySolveEnv, minibatch_gradient
+from tests.support.algos import algos, settings
 
-ALGOS = ["magrpo", "collm_cc", "collm_dc", "ippo", "marft_a", "marft_t"]
-FAMILIES = {
-    "magrpo": 1,
-    "maporl": 1,
-    "collm_cc": 1 + 2,
-    "collm_dc": 2 + 2,
-    "ippo": 2 + 2,
-    "marft_a": 1 + 2,
-    "marft_t": 1 + 2,
-}
-"""Each algorithm's terms per micro-batch of a 2-agent team: one (one forward gives the loss), or each critic's
-and each agent's actor term."""
+ALGOS = [algo for algo in algos() if settings(algo).micro_batches]
 
 
 def gradient(module, batch, budget):
@@ -172,7 +162,7 @@ def one_pass(module, micro, scale):
     ).sum()
 
 
-@pytest.mark.parametrize("algo", list(FAMILIES))
+@pytest.mark.parametrize("algo", algos())
 def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path):
     """Each algorithm's terms, run as the update runs them (a backward pass each), give the loss, the gradient and
     ``train/loss`` of the paper's loss written as one expression (:func:`one_pass`), one term per forward and in
@@ -248,7 +238,7 @@ def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path
     }
     expected["ippo"] = expected["collm_dc"]
     assert order == expected.get(algo, [[g["name"] for g in groups]])  # one term: every agent (and head) at once
-    assert len(order) == FAMILIES[algo]
+    assert len(order) == settings(algo).terms  # one, or each critic's and each agent's actor term
     whole = one_pass(module, items, scale)
     whole.backward()
     expected = grads()

@@ -20,6 +20,7 @@ import yaml
 from collab.algos import algo_registry, from_config
 from collab.algos.configured import instantiate
 from collab.policy.specs import AgentDefaults, AgentSpec, LoraSpec, SamplingSpec, check_agent_defaults
+from tests.support.algos import settings
 from tests.support.presets import ROOT, composed, overlay, preset_runs
 
 CONF = ROOT / "conf"
@@ -159,21 +160,11 @@ def test_a_team_built_in_python_takes_conf_base_for_what_its_specs_leave_out():
 
 
 # -- every shipped run ---------------------------------------------------------------------------------------------
-DEFAULTS = {
-    "magrpo": [(1e-4, 32), (3e-4, 24)],
-    "collm_cc": [(1e-4, 32), (3e-4, 24)],
-    "collm_dc": [(1e-4, 32), (3e-4, 24)],
-    "ippo": [(1e-4, 32), (3e-4, 24)],
-    "marft_a": [(1e-4, 32), (1e-3, 24)],
-    "marft_t": [(1e-4, 32), (3e-4, 24)],
-    "maporl": [(None, 32), (None, 32)],
-}
-"""Each ``--algo`` default's agents (lr, max_new_tokens), every one a rank-8 all-linear LoRA adapter sampling at
-temperature 0.7, top-p 0.9: the values every measured default run trained with."""
-
-
 @pytest.mark.parametrize("algo", ALGOS)
 def test_each_algorithms_default_run_keeps_its_agents(algo):
+    """Each ``--algo`` default's agents: its team of tests/support/algos.py ((lr, max_new_tokens) each), every one a
+    rank-8 all-linear LoRA adapter sampling at temperature 0.7, top-p 0.9: the values every measured default run
+    trained with."""
     check_run(algo, [])
     lora = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["all-linear"]}
     got = [
@@ -188,7 +179,7 @@ def test_each_algorithms_default_run_keeps_its_agents(algo):
         )
         for s in built(algo, []).agent_specs
     ]
-    assert got == [(lr, tokens, "lora", lora, 0.7, 0.9, 0) for lr, tokens in DEFAULTS[algo]]
+    assert got == [(lr, tokens, "lora", lora, 0.7, 0.9, 0) for lr, tokens in settings(algo).team]
 
 
 def shipped_runs():

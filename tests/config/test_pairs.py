@@ -10,9 +10,10 @@ import yaml
 from collab.algos import algo_envs, algo_registry, data_from_config, from_config
 from collab.config import packaged_config
 from collab.envs import env_names
+from tests.support.algos import algos, settings
 from tests.training.test_cli import ROOT
 
-ALGOS = sorted(algo_registry())
+ALGOS = algos()
 ENVS = env_names()
 
 
@@ -65,23 +66,25 @@ def test_every_pair_builds_or_is_refused():
             dm = datamodule(yaml.safe_dump(config["data"]))
             assert dm.env.name == env and parsed.data.env == env and module.team is None
             built.append((algo, env))
-    assert len(built) + len(refused) == 49 and refused == [("maporl", e) for e in ENVS if e != "debate"]
+    assert len(built) + len(refused) == len(ALGOS) * len(ENVS) and refused == [
+        ("maporl", e) for e in ENVS if e != "debate"
+    ]
 
 
-MATH_DEFAULTS = ["collm_cc", "collm_dc", "ippo", "magrpo", "marft_a", "marft_t"]
+MATH_DEFAULTS = [algo for algo in ALGOS if packaged_config(algo)["data"]["env"] == "math"]
 """The algorithms whose default is one task: the math env's small sums, one attempt, a duo team."""
 
 
 @pytest.mark.parametrize("algo", MATH_DEFAULTS)
 def test_the_default_env_keeps_its_algorithms_choice(algo):
-    """Each of these trains math on small_addition with the duo profile, one attempt, and MARFT-A's team (the
-    Reasoner at 1e-4, the Actor at 1e-3 (MARFT-A) or 3e-4 (the others), 32 and 24 tokens); on writing its data
-    options are the writing env's and its agents the algorithm file's, not math's."""
+    """Each of these trains math on small_addition with the duo profile, one attempt, and its team of
+    tests/support/algos.py (the Reasoner at 1e-4, the Actor at 1e-3 (MARFT-A) or 3e-4 (the others), 32 and 24
+    tokens); on writing its data options are the writing env's and its agents the algorithm file's, not math's."""
     config = packaged_config(algo)
-    assert config["data"]["env"] == "math" and config["data"]["num_turns"] == 1
+    assert config["data"]["num_turns"] == 1
     assert config["data"]["env_options"] == {"dataset": "small_addition", "profile": "duo"}
     team = [(a["lr"], a["sampling"]["max_new_tokens"]) for a in config["model"]["agents"]]
-    assert team == [(1.0e-4, 32), (1.0e-3 if algo == "marft_a" else 3.0e-4, 24)], algo
+    assert team == settings(algo).team, algo
     writing = packaged_config(algo, "writing")
     assert writing["data"]["env_options"] == {} and writing["data"]["env"] == "writing"
     if algo in ("collm_cc", "collm_dc", "ippo"):

@@ -386,21 +386,21 @@ def test_summary_pairs_seeds_against_the_control():
 def test_budget_stops_at_rollouts_or_tokens():
     import torch
 
-    from collab.compare.grid import Budget
+    from collab.compare.grid import StopAtBudget
     from collab.errors import UserError
 
     trainer = SimpleNamespace(callback_metrics={"rollout/tokens": torch.tensor(30.0)}, world_size=2, should_stop=False)
-    tokens = Budget(tokens=100)
+    tokens = StopAtBudget(tokens=100)
     for expected in (False, True):  # 60 then 120 tokens (30 per process, 2 processes)
         tokens.on_train_batch_end(trainer, None, None, None, 0)
         assert trainer.should_stop is expected
     trainer.should_stop = False
-    rollouts = Budget(rollouts=3)
+    rollouts = StopAtBudget(rollouts=3)
     for expected in (False, False, True):
         rollouts.on_train_batch_end(trainer, None, None, None, 0)
         assert trainer.should_stop is expected
     with pytest.raises(UserError):
-        Budget(rollouts=1, tokens=1)
+        StopAtBudget(rollouts=1, tokens=1)
 
 
 def test_plan_orders_and_dedupes():

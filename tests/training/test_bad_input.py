@@ -411,10 +411,10 @@ CASES = [
         *MATRIX,
         "--config",
         "budget.yaml",
-        option="collab.compare.grid.Budget: init_args.rollouts",
+        option="collab.compare.grid.StopAtBudget: init_args.rollouts",
         valid=r">= 1 \(rollouts per run\), got 0",
         files={
-            "budget.yaml": "trainer:\n  callbacks:\n  - class_path: collab.compare.grid.Budget\n"
+            "budget.yaml": "trainer:\n  callbacks:\n  - class_path: collab.compare.grid.StopAtBudget\n"
             "    init_args: {rollouts: 0}\n"
         },
     ),

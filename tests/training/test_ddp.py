@@ -15,7 +15,7 @@ figures, each task scored once. The first update is then compared with a 1-proce
 union of both ranks' first rollouts (the same rollouts fed again, from the same weights): the
 synchronised gradient must equal the 1-process one, which holds only if every loss normaliser and
 advantage statistic is global (``tests/support/ddp_probe.py``). Two of the runs start their processes as a
-cluster would (``LAUNCHERS``: torchrun, and SLURM's srun emulated), the others through Lightning's launcher.
+cluster would (torchrun, and SLURM's srun emulated), the others through Lightning's launcher.
 """
 
 import json
@@ -27,28 +27,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.algos import algos, settings
+
 ROOT = Path(__file__).resolve().parents[2]
 
-# algo -> the env and options of a fast run on the tiny model; together they cover every env of src/collab/envs
-RUNS = {
-    "magrpo": ["--data.env", "math", "--data.env_options", "{dataset: addition, profile: solo}"],
-    "collm_cc": ["--data.env", "writing"],
-    "collm_dc": ["--data.env", "minecraft", "--data.num_turns", "2"],  # 2 of the 4 turns: the world carried over
-    "ippo": ["--data.env", "matrix"],
-    "marft_a": ["--data.env", "competitive_coding"],
-    "marft_t": ["--data.env", "coding"],
-    # the default's members: one adapter per (turn, agent), the turn-1 ones frozen (train_from_turn 2)
-    "maporl": ["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2"],
-}
+# each algorithm's run: its env and options (tests/support/algos.py's ``ddp``; together they cover every env of
+# src/collab/envs), the eval tasks of its held-out evaluation (``eval_tasks``: matrix's eval split holds 1 task, fewer
+# than the 2 processes: rank 1 scores none; 3 and 5 do not divide into 2 processes x batches of 2 tasks, minecraft's 4
+# do), how its processes start (``launcher``) and its strategy
+RUNS = {algo: settings(algo).ddp for algo in algos()}
 
 
 def env_of(algo: str) -> str:
     return RUNS[algo][RUNS[algo].index("--data.env") + 1]
 
-
-# algo -> the eval tasks of its held-out evaluation: matrix's eval split holds 1 task (fewer than the 2
-# processes: rank 1 scores none), 3 and 5 do not divide into 2 processes x batches of 2 tasks, minecraft's 4 do
-EVAL_TASKS = {"magrpo": 3, "collm_cc": 3, "collm_dc": 4, "ippo": 1, "marft_a": 3, "marft_t": 3, "maporl": 5}
 
 # the envs whose train split holds fewer tasks than a global batch (matrix: one): the ranks' shares repeat them
 FEW_TRAIN_TASKS: set[str] = {"matrix"}
@@ -71,7 +63,7 @@ def callbacks(algo: str, evaluate: bool = True) -> str:
             "num_samples": 2,
             "ks": [1, 2],
             "seed": 7,
-            "max_tasks": EVAL_TASKS[algo],
+            "max_tasks": settings(algo).eval_tasks,
             "tasks_per_batch": 2,
         },
     }
@@ -112,15 +104,13 @@ def args(algo: str, tmp: Path, extra: list[str], evaluate: bool = True) -> list[
     ]
 
 
-# algo -> how its 2 processes start (the others: Lightning's own launcher, which starts rank 1 itself): the
+# how each algorithm's 2 processes start (``launcher``): Lightning's own launcher, which starts rank 1 itself, or the
 # launches docs/distributed.md gives for clusters, torchrun and SLURM's srun (emulated: two processes with the
-# SLURM_* variables srun sets, which Lightning's SLURMEnvironment reads; there is no srun here)
-LAUNCHERS = {"magrpo": "torchrun", "collm_cc": "srun"}
-
-# the runs of the test below: every algorithm under ddp but CoLLM-CC, which runs under collab's fsdp (a DDP strategy
+# SLURM_* variables srun sets, which Lightning's SLURMEnvironment reads; there is no srun here). The cases of the test
+# below: every algorithm under its ``strategy``, ddp but for CoLLM-CC, which runs under collab's fsdp (a DDP strategy
 # that also shards the frozen base: collab.training.sharding), an actor-critic whose critic reads through the shared,
 # sharded base; its gradients are synchronised as under ddp, which the other six check
-CASES = [f"{algo}+fsdp" if algo == "collm_cc" else algo for algo in sorted(RUNS)]
+CASES = [algo if settings(algo).strategy == "ddp" else f"{algo}+{settings(algo).strategy}" for algo in algos()]
 
 
 def free_port() -> int:
@@ -134,7 +124,7 @@ def free_port() -> int:
 def fit(
     algo: str, tmp: Path, extra: list[str], launcher: str | None = None, **probe: str
 ) -> subprocess.CompletedProcess:
-    """A 2-process run of ``python -m collab.fit``, started as ``launcher`` (default: as ``LAUNCHERS`` says); stdout is
+    """A 2-process run of ``python -m collab.fit``, started as ``launcher`` (default: the algorithm's); stdout is
     rank 0's."""
     env = {
         **os.environ,
@@ -144,7 +134,7 @@ def fit(
         **probe,
     }
     fit_args = ["-m", "collab.fit", *args(algo, tmp, extra)]
-    launcher = launcher or LAUNCHERS.get(algo, "lightning")
+    launcher = launcher or settings(algo).launcher
     if launcher == "torchrun":
         return subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *fit_args],
@@ -194,9 +184,9 @@ def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, evaluate: bool
     return main(args(algo, tmp, extra, evaluate))
 
 
-HALF = 4
+HALF = (len(CASES) + 1) // 2
 """The first HALF cases run here, the others in tests/training/test_ddp_more.py: pytest-xdist's ``--dist loadfile``
-gives a file to one worker, and the seven runs are minutes of one file."""
+gives a file to one worker, and the runs are minutes each."""
 
 
 @pytest.mark.parametrize("case", CASES[:HALF])
@@ -279,19 +269,18 @@ def lockstep(case: str, tmp_path: Path, monkeypatch) -> None:
         e["history"].pop("seconds")  # wall time: each rank's own
     assert evaluations[0] == evaluations[1]
     (two, one) = evaluations[1:]
-    assert len(two["scores"]) == len(one["scores"]) == EVAL_TASKS[algo] == two["history"]["eval/problems"]
+    assert len(two["scores"]) == len(one["scores"]) == settings(algo).eval_tasks == two["history"]["eval/problems"]
     assert two["scores"] == pytest.approx(one["scores"], rel=1e-6, abs=1e-12)
     figures = {k: v for k, v in one["history"].items() if k.startswith("eval/")}
     assert sorted(figures) == sorted(k for k in two["history"] if k.startswith("eval/"))
     assert {k: two["history"][k] for k in figures} == pytest.approx(figures, rel=1e-6, abs=1e-12, nan_ok=True)
-    assert f"({EVAL_TASKS[algo]} eval tasks x 2 samples)" in run.stdout
+    assert f"({settings(algo).eval_tasks} eval tasks x 2 samples)" in run.stdout
     assert "nan" not in "\n".join(run.stdout.split("evaluation at step 0")[1].splitlines()[:6])
 
 
 def test_the_matrix_covers_every_env_and_algorithm():
-    from collab.algos import algo_registry
     from collab.envs import env_names
 
     assert {env_of(algo) for algo in RUNS} == set(env_names())
-    assert set(RUNS) == set(algo_registry())
-    assert min(EVAL_TASKS.values()) < 2 and any(n % 2 for n in EVAL_TASKS.values())
+    eval_tasks = [settings(algo).eval_tasks for algo in RUNS]
+    assert min(eval_tasks) < 2 and any(n % 2 for n in eval_tasks)

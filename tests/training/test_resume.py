@@ -13,78 +13,22 @@ from pathlib import Path
 import pytest
 
 from tests.support import SAMPLE_THE_POLICY_ARGS, adapters, assert_same_tensors, fit, load
+from tests.support.algos import algos, settings
 
 ROOT = Path(__file__).resolve().parents[2]
-MATRIX = ["--data.env", "matrix", "--data.env_options", "{}"]
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def seven(folder: Path) -> str:
-    """The debate of tests/algos/test_maporl.py: the answer is the one token "7"; agents choose between 7 and 3."""
-    path = folder / "seven.json"
-    path.write_text(json.dumps([{"problem": f"Question {i}: say 7.", "answer": "7"} for i in range(4)]))
-    return str(path)
-
-
-def eval_every_step(folder: Path) -> str:
-    """Callbacks with a sampled (not greedy, not seeded) evaluation after every step: it draws from the
-    training's random stream between rollouts, and a resumed run must still repeat the straight one."""
-    path = folder / "eval_every_step.yaml"
-    path.write_text("""trainer:
-  callbacks:
-    - class_path: collab.training.callbacks.ModelCheckpoint
-      init_args: {save_last: true, every_n_train_steps: 5}
-    - class_path: collab.training.callbacks.AdapterCheckpoint
-    - class_path: collab.training.callbacks.RewardSummary
-    - class_path: collab.training.callbacks.EvaluationCallback
-      init_args: {every_n_steps: 1, num_samples: 2, ks: [1], max_tasks: 2}
-""")
-    return str(path)
-
-
-# What each algorithm's tests play, through the command line: the matrix game (MARFT: two turns,
-# critic warm-up and round-robin agents; MARFT-T and IPPO: two updates per rollout) and the
-# MAPoRL debate with a per-turn adapter and value head for every (turn, agent). A team given here samples from
-# the policy itself (temperature 1, no top-p).
+# What each algorithm's test plays (tests/support/algos.py's ``resume``), and MARFT-A with the Reasoner's turns
+# opening a calculator call (collab.tools): rounds, inserted tokens and own-token masks
 ALGOS = {
-    "magrpo": lambda tmp: [*MATRIX, "--config", eval_every_step(tmp)],
-    "collm_cc": lambda tmp: [*MATRIX, "--data.num_turns", "2"],
-    "collm_dc": lambda tmp: [*MATRIX],
-    "ippo": lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.num_epochs", "2"],
-    "marft_a": lambda tmp: [
-        *MATRIX,
-        "--data.num_turns",
-        "2",
-        "--model.agents",
-        "null",
-        *SAMPLE_THE_POLICY_ARGS,
-        "--model.critic_warmup",
-        "1",
-        "--model.agent_schedule",
-        "round_robin",
-    ],
-    "marft_t": lambda tmp: [*MATRIX, "--model.agents", "null", *SAMPLE_THE_POLICY_ARGS, "--model.num_epochs", "2"],
-    # the Reasoner's turns open a calculator call (collab.tools): rounds, inserted tokens and own-token masks
+    **{algo: settings(algo).resume for algo in algos()},
     "marft_a+tools": lambda tmp: [
         "--data.env_options",
         "{dataset: small_addition, profile: duo, tools: {0: [calculator]}, tool_choice: calculator}",
         "--model.agents",
         "[{sampling: {max_new_tokens: 8}}, {sampling: {max_new_tokens: 4}}]",
         *SAMPLE_THE_POLICY_ARGS,
-        "--data.batch_size",
-        "2",
-    ],
-    "maporl": lambda tmp: [
-        "--data.env_options",
-        json.dumps(
-            {"dataset": seven(tmp), "agents": 2, "train_split": "0:4", "eval_split": "0:4", "stop_on_consensus": False}
-        ),
-        "--model.agents",
-        '[{choices: ["7", "3"]}, {choices: ["7", "3"]}]',
-        *SAMPLE_THE_POLICY_ARGS,
-        "--model.per_turn",
-        "true",
         "--data.batch_size",
         "2",
     ],

@@ -11,8 +11,9 @@ that are not a single ``require`` next to an option:
   "LOCAL_RANK: ...") and transformers' progress bars are not shown at all: a log holds collab's own lines;
 - :mod:`collab.cli.parser_errors`: jsonargparse's multi-line reports (a value of the wrong type, a Union that
   does not validate, malformed YAML) as one line that keeps the reason;
-- :mod:`collab.cli.trainer`: ``CheckedCLI``, the ``LightningCLI`` checks of the trainer options (``max_steps``, an
-  accelerator the machine lacks) before the Trainer is built, and Lightning's own configuration errors as one line;
+- :mod:`collab.cli.trainer`: ``CollabCLI``, ``collab.fit``'s ``LightningCLI``: its options, the checks of the
+  trainer options (``max_steps``, an accelerator the machine lacks) before the Trainer is built, and Lightning's own
+  configuration errors as one line;
 - :mod:`collab.cli.options`: where a run's logs go (``--trainer.default_root_dir``), which options were given,
   the valid option names (the algorithms' own vocabulary and their envs: :mod:`collab.algos.options`);
 - :mod:`collab.cli.checkpoint`: a checkpoint that is missing, truncated, random bytes, not collab's, or of

@@ -69,21 +69,39 @@ from collab.runtime.threads import usable_cores
 
 def run(argv: list[str]) -> int:
     options, overrides = parser().parse_known_args(argv)
+    settings, cells = plan_runs(options, overrides)
+    out = Path(options.output)
+    with tempfile.TemporaryDirectory() as tmp:  # every run built (not run) before the first starts
+        extra = checks.check_cells(cells, settings, Path(tmp))
+    from collab.cli.output import release_logs
+
+    release_logs(show=False)  # the builds' Lightning messages: not this command's
+    progress = open_output(options, cells, settings, out)
+    records = {c: read_record(out, c) for c in cells}
+    for record in records.values():
+        if record:
+            progress.add(record)
+    todo = [c for c in cells if records[c] is None or (options.retry_failed and records[c]["returncode"] != 0)]
+    progress.line(
+        f"grid: {len(cells)} runs ({len(cells) - len(todo)} done before), budget {settings.budget()}, output {out}"
+    )
+    queue = runs_to_start(cells, records, todo, options.max_runs, progress)
+    run_queue(queue, cells, records, todo, settings, out, extra, options.jobs, progress)
+    if len(todo) > 0 and options.max_runs is not None:
+        progress.line(f"stopped after {len(queue)} runs (--max_runs); {len(todo)} left: start again to finish")
+    write_outputs(out, [r for r in (records[c] for c in cells) if r], settings)
+    failed = [c.name for c in cells if records[c] and records[c]["returncode"] != 0]
+    return 1 if failed else 0
+
+
+GRID_OPTIONS = ("envs", "rollouts", "tokens", "controls", "eval_samples", "eval_tasks", "tasks_per_batch", "score")
+"""The options of a grid at one budget, which ``--defaults`` (each main job as it is) refuses."""
+
+
+def plan_runs(options, overrides: list[str]) -> tuple[Settings, list[Cell]]:
+    """The settings and runs of the grid (or of ``--defaults``), every name and option checked."""
     if options.defaults:
-        given = [
-            f"--{name}"
-            for name in (
-                "envs",
-                "rollouts",
-                "tokens",
-                "controls",
-                "eval_samples",
-                "eval_tasks",
-                "tasks_per_batch",
-                "score",
-            )
-            if getattr(options, name) is not None
-        ]
+        given = [f"--{name}" for name in GRID_OPTIONS if getattr(options, name) is not None]
         if given:
             raise UserError(
                 f"--defaults runs each main job as it is (its own env, budget and held-out evaluation): "
@@ -110,13 +128,13 @@ def run(argv: list[str]) -> int:
         raise UserError(f"--max_runs must be >= 0, got {options.max_runs}")
     if options.jobs < 1:
         raise UserError(f"--jobs must be >= 1 (runs at once), got {options.jobs}")
-    out = Path(options.output)
-    with tempfile.TemporaryDirectory() as tmp:  # every run built (not run) before the first starts
-        extra = checks.check_cells(cells, settings, Path(tmp))
-    from collab.cli.output import release_logs
+    return settings, cells
 
-    release_logs(show=False)  # the builds' Lightning messages: not this command's
-    if options.restore is not None:  # read and checked before anything is written
+
+def open_output(options, cells: list[Cell], settings: Settings, out: Path) -> Progress:
+    """The output folder checked against an earlier start's settings (and ``--restore``'s runs carried into it,
+    read and checked before anything is written), and the progress lines of this start."""
+    if options.restore is not None:
         from collab.compare import restore
 
         carried = restore.restored(options.restore, cells, settings, out)
@@ -128,15 +146,14 @@ def run(argv: list[str]) -> int:
             f"restored {len(carried)} runs from {options.restore[0]}"
             + (f" (their steps from {options.restore[1]})" if len(options.restore) == 2 else " (no steps)")
         )
-    records = {c: read_record(out, c) for c in cells}
-    for record in records.values():
-        if record:
-            progress.add(record)
-    todo = [c for c in cells if records[c] is None or (options.retry_failed and records[c]["returncode"] != 0)]
-    progress.line(
-        f"grid: {len(cells)} runs ({len(cells) - len(todo)} done before), budget {settings.budget()}, output {out}"
-    )
-    queue = []  # (i, cell) to run now, in grid order
+    return progress
+
+
+def runs_to_start(
+    cells: list[Cell], records: dict, todo: list[Cell], max_runs: int | None, progress: Progress
+) -> list[tuple[int, Cell]]:
+    """(i, cell) of the runs to start now, in grid order (at most ``max_runs``); a line for each run done before."""
+    queue = []
     for i, cell in enumerate(cells, 1):
         if cell not in todo:
             code = records[cell]["returncode"]
@@ -144,10 +161,26 @@ def run(argv: list[str]) -> int:
                 f"run {i} of {len(cells)}: {cell.name} "
                 + ("done before" if code == 0 else f"failed before (exit {code}; --retry_failed runs it again)")
             )
-        elif options.max_runs is None or len(queue) < options.max_runs:
+        elif max_runs is None or len(queue) < max_runs:
             queue.append((i, cell))
-    running = Running(options.jobs)
-    threads = threads_per_run(options.jobs)
+    return queue
+
+
+def run_queue(
+    queue: list[tuple[int, Cell]],
+    cells: list[Cell],
+    records: dict,
+    todo: list[Cell],
+    settings: Settings,
+    out: Path,
+    extra: dict,
+    jobs: int,
+    progress: Progress,
+) -> None:
+    """Run the queued cells, ``jobs`` at once, each record into ``records`` and its line into ``progress``; a cell
+    run leaves ``todo``."""
+    running = Running(jobs)
+    threads = threads_per_run(jobs)
     lock = threading.Lock()
 
     def one(i: int, cell: Cell) -> None:
@@ -170,7 +203,7 @@ def run(argv: list[str]) -> int:
                 f"held-out {_score(record)}; {progress.left(todo)}"
             )
 
-    with ThreadPoolExecutor(options.jobs) as pool:
+    with ThreadPoolExecutor(jobs) as pool:
         futures = [pool.submit(one, i, cell) for i, cell in queue]
         try:
             for future in futures:
@@ -180,11 +213,6 @@ def run(argv: list[str]) -> int:
             for future in futures:
                 future.cancel()
             raise
-    if len(todo) > 0 and options.max_runs is not None:
-        progress.line(f"stopped after {len(queue)} runs (--max_runs); {len(todo)} left: start again to finish")
-    write_outputs(out, [r for r in (records[c] for c in cells) if r], settings)
-    failed = [c.name for c in cells if records[c] and records[c]["returncode"] != 0]
-    return 1 if failed else 0
 
 
 def _score(record: dict) -> str:

@@ -16,7 +16,7 @@ A grid is methods x envs x seeds. A method is
 Seed k is ``--seed_everything k --data.seed k``. Every trained run has the same evaluation: the
 :class:`~collab.training.callbacks.EvaluationCallback` before and after training on the env's eval split
 (``eval_tasks`` tasks x ``eval_samples`` sampled episodes, drawn from seed k: a method and its control are
-scored on the same draws' seeds), and the same budget, enforced by :class:`Budget` (``--trainer.max_steps
+scored on the same draws' seeds), and the same budget, enforced by :class:`StopAtBudget` (``--trainer.max_steps
 -1``): rollouts, or generated tokens. The baselines play the same tasks and samples with ``--seed_everything
 k``. The run's own callbacks list is replaced by the grid's (adapters, reward summary, evaluation, budget;
 no Lightning checkpoint: a killed cell restarts from scratch). How a cell runs and the record it leaves:
@@ -76,7 +76,7 @@ def __getattr__(attr: str):  # collab.compare.grid:SingleAgent_<env>, the grpo c
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-class Budget(L.Callback):
+class StopAtBudget(L.Callback):
     """Stop training after the rollout that reaches ``rollouts`` rollouts or ``tokens`` generated tokens (the
     completion tokens of every agent, ``rollout/tokens`` summed over rollouts and processes); the counts go to
     ``reward_summary.json`` under ``budget``. A token budget overshoots by less than one rollout."""
@@ -209,7 +209,7 @@ def callbacks_config(cell: Cell, settings: Settings) -> dict:
                 {"class_path": "collab.training.callbacks.RewardSummary", "init_args": {"window": 3}},
                 {"class_path": "collab.training.callbacks.EvaluationCallback", "init_args": evaluation},
                 {
-                    "class_path": "collab.compare.grid.Budget",
+                    "class_path": "collab.compare.grid.StopAtBudget",
                     "init_args": {"rollouts": settings.rollouts, "tokens": settings.tokens},
                 },
             ],

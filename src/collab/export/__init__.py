@@ -80,10 +80,8 @@ def export(
     algo: str | None = None,
 ) -> dict:
     """Export a run's team (see the module docstring); the manifest written to ``OUT/team.json``."""
-    import collab
     from collab.config import load_yaml
-    from collab.policy.models import TINY, BaseConfig, model_folder
-    from collab.policy.vllm_engine import export_base
+    from collab.policy.models import BaseConfig
 
     run_dir, out = Path(run_dir), Path(out)
     require(
@@ -105,80 +103,25 @@ def export(
     team.load_adapters(source)  # every agent's adapter, of the team's shapes
     step_match = re.fullmatch(r"step_(\d+)", source.name)
     step = int(step_match.group(1)) if step_match else checkpoint_step(run_dir, team)
+    run = {
+        "algorithm": algo,
+        "env": env.name,
+        "source": {"run_dir": str(run_dir.resolve()), "adapters": source.name, "step": step},
+        "quantization": (model.get("base") or {}).get("quantization", "none"),
+    }
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
-        agents = []
-        for i, (name, spec) in enumerate(zip(team.names, team.specs)):
-            base_name = spec.base or team.base_config.name
-            whole = team.is_full(i)
-            base = None if whole else base_reference(base_name, out, ids)
-            if base_name == TINY and not whole and not (tmp / "base").exists():  # the random model exists nowhere else
-                export_base(team.model_of(i), team.tokenizer_of(i), tmp / "base")
-            if whole:
-                write_full(source / name, tmp / name, spec.sampling)
-            else:
-                lora = write_agent(team, i, source / name, tmp / name, base)
-            folder = base if base_name == TINY else model_folder(base_name)
-            trained_on = None if folder is None else str(Path(folder).resolve()) if Path(folder).exists() else folder
-            agent = {
-                "index": i,
-                "name": name,
-                "role": spec.role,
-                "system_prompt": spec.system_prompt,
-                "folder": name,
-                "finetune": spec.finetune,
-                "model": name if whole else (f"{name}/merged" if merge_agents else None),
-                "base": base,
-                "base_name": base_name,
-                "trained_on": trained_on,
-                "lora": None
-                if whole
-                else {"r": lora["r"], "alpha": lora["lora_alpha"], "target_modules": sorted(lora["target_modules"])},
-                "sampling": asdict(spec.sampling),
-                "choices": spec.choices,
-                "merged": f"{name}/merged" if merge_agents and not whole else None,
-            }
-            (tmp / name / "collab_agent.json").write_text(json.dumps({**agent, "spec": asdict(spec)}, indent=2) + "\n")
-            agents.append(agent)
-        protocol = getattr(module, "protocol", None)
-        manifest = {
-            "format": "collab-team/1",
-            "collab_version": collab.__version__,
-            "algorithm": algo,
-            "env": env.name,
-            "source": {"run_dir": str(run_dir.resolve()), "adapters": source.name, "step": step},
-            "dtype": team.base_config.dtype,
-            "quantization": (model.get("base") or {}).get("quantization", "none"),
-            "policy": "softmax(logits / temperature), over the token ids of `choices` where an agent has them; "
-            "top_p/top_k truncate it when sampling (a temperature of 0 is greedy)",
-            "max_new_tokens": getattr(module, "max_new_tokens", None),
-            "agents": agents,
-            "turn_order": team.turn_agents,
-            "dependency": None
-            if protocol is None
-            else {
-                "option": getattr(module, "dependency", None),
-                "parents_at_step_0": protocol.parents(0),
-                "how": "agent j's last user message gets 'ROLE: ACTION' appended for each parent i, in agent order",
-            },
-            "left_out": left_out(module, team),
-            "serve": serve_commands(agents, out),
-        }
+        agents = [export_agent(team, i, source, tmp, out, ids, merge_agents) for i in range(len(team.names))]
+        manifest = team_manifest(module, run, agents, out)
         for agent in agents:
             (tmp / agent["folder"] / "README.md").write_text(
                 model_card({**agent, "folder": str(out.resolve() / agent["folder"])}, manifest)
             )
         (tmp / "team.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if merge_agents:
-            for i, agent in enumerate(agents):
-                if agent["finetune"] == "full":  # a whole model already
-                    continue
-                config_i = BaseConfig(**{**asdict(team.base_config), "name": agent["base_name"]})
-                merge(
-                    config_i, tmp / agent["folder"], team.tokenizer_of(i), team.specs[i].sampling, tmp / agent["merged"]
-                )
+            merge_into_bases(team, agents, tmp)
         if out.is_dir():
             out.rmdir()  # empty (checked above)
         tmp.rename(out)
@@ -186,6 +129,90 @@ def export(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def export_agent(team, i: int, source: Path, tmp: Path, out: Path, ids, merged: bool) -> dict:
+    """Agent ``i``'s folder under ``tmp`` (its adapter, or its whole model for ``finetune: full``, and
+    ``collab_agent.json``; the random ``tiny`` base's weights in ``tmp/base``, once) and its entry of the manifest."""
+    from collab.policy.models import TINY, model_folder
+    from collab.policy.vllm_engine import export_base
+
+    name, spec = team.names[i], team.specs[i]
+    base_name = spec.base or team.base_config.name
+    whole = team.is_full(i)
+    base = None if whole else base_reference(base_name, out, ids)
+    if base_name == TINY and not whole and not (tmp / "base").exists():  # the random model exists nowhere else
+        export_base(team.model_of(i), team.tokenizer_of(i), tmp / "base")
+    if whole:
+        write_full(source / name, tmp / name, spec.sampling)
+    else:
+        lora = write_agent(team, i, source / name, tmp / name, base)
+    folder = base if base_name == TINY else model_folder(base_name)
+    trained_on = None if folder is None else str(Path(folder).resolve()) if Path(folder).exists() else folder
+    agent = {
+        "index": i,
+        "name": name,
+        "role": spec.role,
+        "system_prompt": spec.system_prompt,
+        "folder": name,
+        "finetune": spec.finetune,
+        "model": name if whole else (f"{name}/merged" if merged else None),
+        "base": base,
+        "base_name": base_name,
+        "trained_on": trained_on,
+        "lora": None
+        if whole
+        else {"r": lora["r"], "alpha": lora["lora_alpha"], "target_modules": sorted(lora["target_modules"])},
+        "sampling": asdict(spec.sampling),
+        "choices": spec.choices,
+        "merged": f"{name}/merged" if merged and not whole else None,
+    }
+    (tmp / name / "collab_agent.json").write_text(json.dumps({**agent, "spec": asdict(spec)}, indent=2) + "\n")
+    return agent
+
+
+def team_manifest(module, run: dict, agents: list[dict], out: Path) -> dict:
+    """``team.json``: the run (``algorithm``, ``env``, ``source``, ``quantization``), the agents, their turn order
+    and dependency, the trained parts left out and the ``vllm serve`` commands."""
+    import collab
+
+    team = module.team
+    protocol = getattr(module, "protocol", None)
+    return {
+        "format": "collab-team/1",
+        "collab_version": collab.__version__,
+        "algorithm": run["algorithm"],
+        "env": run["env"],
+        "source": run["source"],
+        "dtype": team.base_config.dtype,
+        "quantization": run["quantization"],
+        "policy": "softmax(logits / temperature), over the token ids of `choices` where an agent has them; "
+        "top_p/top_k truncate it when sampling (a temperature of 0 is greedy)",
+        "max_new_tokens": getattr(module, "max_new_tokens", None),
+        "agents": agents,
+        "turn_order": team.turn_agents,
+        "dependency": None
+        if protocol is None
+        else {
+            "option": getattr(module, "dependency", None),
+            "parents_at_step_0": protocol.parents(0),
+            "how": "agent j's last user message gets 'ROLE: ACTION' appended for each parent i, in agent order",
+        },
+        "left_out": left_out(module, team),
+        "serve": serve_commands(agents, out),
+    }
+
+
+def merge_into_bases(team, agents: list[dict], tmp: Path) -> None:
+    """``--merge``: each adapter agent merged into its base, in ``agentI/merged`` (a full agent is a whole model
+    already)."""
+    from collab.policy.models import BaseConfig
+
+    for i, agent in enumerate(agents):
+        if agent["finetune"] == "full":
+            continue
+        config_i = BaseConfig(**{**asdict(team.base_config), "name": agent["base_name"]})
+        merge(config_i, tmp / agent["folder"], team.tokenizer_of(i), team.specs[i].sampling, tmp / agent["merged"])
 
 
 def run(argv: list[str]) -> dict:
