@@ -70,20 +70,9 @@ def make(algo: str, seed: int):
             critic_lr=1e-2,
             num_epochs=1,
         )
-    if algo == "marft_a":
+    if algo in ("marft_a", "marft_t"):
         return from_config(
-            "marft_a",
-            agents=None,
-            agent_defaults=SAMPLE_THE_POLICY,
-            base=base,
-            agent_lr=1e-2,
-            critic_lr=1e-2,
-            gamma=1.0,
-            normalize_advantages=True,
-        )
-    if algo == "marft_t":
-        return from_config(
-            "marft_t",
+            algo,
             agents=None,
             agent_defaults=SAMPLE_THE_POLICY,
             base=base,

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from collab.policy.adapters import train_adapters_only
-from collab.policy.models import BaseConfig
+from collab.policy.models import TINY_CONFIG, BaseConfig
 from collab.policy.prefill import PREFILL_CHUNK
 from collab.policy.sampling import GenerationRequest
 from collab.policy.team import AgentSpec, AgentTeam, SamplingSpec
@@ -57,13 +57,7 @@ def model_folder(family: str, root, tokenizer_folder: str) -> str:
     tokenizer = tf.AutoTokenizer.from_pretrained(tokenizer_folder)
     common = dict(
         vocab_size=len(tokenizer) + EXTRA,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
+        **TINY_CONFIG,  # the tiny model's shape, in each family's architecture
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
