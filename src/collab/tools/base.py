@@ -8,6 +8,7 @@ tokens, never the run.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
@@ -59,3 +60,19 @@ class Tool:
         if kind is int and isinstance(value, bool) or not isinstance(value, kind):
             raise ToolError(f"{self.name}'s {key!r} must be a {kind.__name__}, got {type(value).__name__}")
         return value
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one agent's turn may spend on tools (:mod:`collab.tools.turns`; a run's from ``tool_budget``)."""
+
+    calls: int = 4
+    tool_seconds: float = 30.0
+    tokens: int | None = None
+    """The agent's own tokens in the turn (None: its ``max_new_tokens``)."""
+    context: int | None = None
+    """Tokens of prompt and turn together (None: the model's ``max_position_embeddings``, where it says)."""
+    end_after_calls: bool = False
+    """End the turn with the result of its last allowed call (``calls``), the agent writing nothing after it: an
+    agent whose part is to make the call, such as the duo's Reasoner, whose turn is then its call and the result
+    the agents after it read."""

@@ -25,7 +25,8 @@ from typing import Any
 
 from collab.errors import UserError
 from collab.tools import Tool, make_tool, tool_names
-from collab.tools.setup import Budget, ToolSetup
+from collab.tools.base import Budget
+from collab.tools.setup import ToolSetup
 
 
 def tool_setup(options: Mapping[str, Any], n_agents: int, offered: Mapping[str, str]) -> ToolSetup:

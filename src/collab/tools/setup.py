@@ -19,23 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from collab.tools.base import Tool
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What one agent's turn may spend on tools (:mod:`collab.tools.turns`)."""
-
-    calls: int = 4
-    tool_seconds: float = 30.0
-    tokens: int | None = None
-    """The agent's own tokens in the turn (None: its ``max_new_tokens``)."""
-    context: int | None = None
-    """Tokens of prompt and turn together (None: the model's ``max_position_embeddings``, where it says)."""
-    end_after_calls: bool = False
-    """End the turn with the result of its last allowed call (``calls``), the agent writing nothing after it: an
-    agent whose part is to make the call, such as the duo's Reasoner, whose turn is then its call and the result
-    the agents after it read."""
+from collab.tools.base import Budget, Tool
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,8 @@ exactly as with the bare team.
 from __future__ import annotations
 
 from collab.policy.sampling import Completion, GenerationRequest
-from collab.tools.base import Tool
+from collab.tools.base import Budget, Tool
 from collab.tools.calls import encode_with_tools
-from collab.tools.setup import Budget
 from collab.tools.turns import generate_with_tools
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collab.policy.sampling import Completion, GenerationRequest
-from collab.tools.base import Tool
+from collab.tools.base import Budget, Tool
 from collab.tools.calls import (
     CALL_CLOSE,
     RESULT_CLOSE,
@@ -46,7 +46,6 @@ from collab.tools.calls import (
     run_call,
     template_supports_tools,
 )
-from collab.tools.setup import Budget
 
 
 @dataclass
