@@ -246,7 +246,7 @@ def test_teacher_forcing_computes_each_shared_prompt_once_with_the_one_pass_valu
     """K = 4 samples per agent under one long prompt each, as a MAGRPO group: the update's forward takes
     each agent's prompt once (its cache repeated for the K rows) and gives the log-probs and LoRA
     gradients of one left-padded pass over every row; the reference policy too."""
-    import collab.policy.prefill as sharing
+    import collab.policy.prefixes as sharing
 
     team = make_team(0.7, 0.7)
     perturb_lora_b(team, std=0.05)

@@ -289,8 +289,9 @@ class Critics(nn.Module):
     def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
         """Value of each chat under its critic, with gradients (float32, shape ``[len(chats)]``)."""
         from collab.policy.adapters import eval_mode
+        from collab.policy.lora_batch import per_row_forward
         from collab.policy.models import encode_chat
-        from collab.policy.prefill import pad_left, per_row_forward
+        from collab.policy.prefixes import pad_left
 
         device = self.heads[0].linear.weight.device
         if not chats:

@@ -4,7 +4,7 @@ CoLLM's and MAGRPO's setting (CoMLRL's default) trains every weight of each agen
 a LoRA adapter over a base its team shares (:mod:`collab.policy.team`). A full agent is a plain transformers model,
 every parameter trainable, under its own key in the team's ``models`` (``full<i>``, agent i's); it decodes and is
 scored like a base without adapters (a row's adapter name is ignored on a model without adapters:
-:class:`~collab.policy.prefill.AdapterRows`). LoRA agents on the same base name keep sharing one ``PeftModel``; one
+:class:`~collab.policy.lora_batch.AdapterRows`). LoRA agents on the same base name keep sharing one ``PeftModel``; one
 team may mix both. What follows from the choice:
 
 - **Optimizer, DDP**: :meth:`AgentTeam.adapter_parameters` of a full agent is its whole parameter list, so the

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from collab.policy.adapters import adapters_disabled, eval_mode, is_peft
-from collab.policy.prefill import pad_left
+from collab.policy.prefixes import pad_left
 
 HIDDEN = (1024, 512)
 

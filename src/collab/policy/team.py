@@ -28,7 +28,8 @@ from torch import Tensor, nn
 from collab.errors import UserError
 from collab.policy import full
 from collab.policy.adapters import eval_mode, is_peft, recompute_with_forward_adapters, train_adapters_only
-from collab.policy.models import TINY, BaseConfig, encode_chat, load_model, load_tokenizer, model_folder, resolve_device
+from collab.policy.devices import resolve_device
+from collab.policy.models import TINY, BaseConfig, encode_chat, load_model, load_tokenizer, model_folder
 from collab.policy.sampling import Completion, GenerationRequest, decode
 from collab.policy.scoring import logprobs_on_base
 from collab.policy.specs import (
@@ -324,7 +325,8 @@ class AgentTeam(nn.Module):
         """Bytes of KV cache one token takes on base ``key`` (every layer's keys and values), measured once on
         a probe prompt of 8 tokens: exact for any architecture's cache layout and dtype."""
         if key not in self._cache_bytes:
-            from collab.policy.prefill import cache_key, prefill
+            from collab.policy.kv_cache import cache_key
+            from collab.policy.prefill import prefill
 
             model, probe = self.models[key], list(range(10, 18))
             agent = self.base_of.index(key)
