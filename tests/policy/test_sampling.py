@@ -195,7 +195,7 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
     heads = [ids(80), ids(90)]
     prompts = [heads[a] + ids(n) for a in (0, 1) for n in (3, 17, 9)]
     agents = [0, 0, 0, 1, 1, 1]
-    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    model, pad = team.model_of(0), team.tokenizer_of(0).pad_token_id
     names = [team.names[a] for a in agents]
     model.eval()
     with torch.no_grad():
@@ -240,7 +240,7 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
         prompts, agents = [head + ids(5), head + ids(30), head + ids(12)], [0, 0, 0]
     else:
         prompts, agents = [ids(3), ids(95), ids(40), ids(52), ids(57), ids(20)], [0, 1, 0, 0, 1, 0]
-    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    model, pad = team.model_of(0), team.tokenizer_of(0).pad_token_id
     names = [team.names[a] for a in agents]
     model.eval()
     calls = []
@@ -315,7 +315,7 @@ def test_a_kept_cache_resumes_with_the_whole_prompts_logits_and_tokens(one_threa
     g = torch.Generator().manual_seed(3)
     ids = lambda n: torch.randint(5, 500, (n,), generator=g).tolist()  # noqa: E731
     heads, tails, agents = [ids(12), ids(61), ids(30)], [ids(1), ids(7), ids(4)], [0, 1, 1]
-    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    model, pad = team.model_of(0), team.tokenizer_of(0).pad_token_id
     names = [team.names[a] for a in agents]
     model.eval()
     with torch.no_grad():

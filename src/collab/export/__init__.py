@@ -112,7 +112,7 @@ def export(
         agents = []
         for i, (name, spec) in enumerate(zip(team.names, team.specs)):
             base_name = spec.base or team.base_config.name
-            whole = team.is_full(i)
+            whole = team.agents[i].adapter is None
             base = None if whole else base_reference(base_name, out, ids)
             if base_name == TINY and not whole and not (tmp / "base").exists():  # the random model exists nowhere else
                 export_base(team.model_of(i), team.tokenizer_of(i), tmp / "base")

@@ -3,7 +3,7 @@
 The rows of a base go through its model in as few forwards as stay exact: every agent's rows in one forward
 with per-row adapters (:func:`collab.policy.lora_batch.per_row_forward`) when no agent uses dropout and gradient
 checkpointing is off, else one forward per agent; the reference policy is the base with adapters disabled (or the
-frozen copy of a full-parameter agent's base: :meth:`~collab.policy.team.AgentTeam.untrained_model`). A full agent's
+frozen copy of a full-parameter agent's base: :meth:`~collab.policy.pool.Pool.untrained`). A full agent's
 model has no adapters: its rows' adapter names are ignored (:class:`~collab.policy.lora_batch.AdapterRows`).
 Each token's log-prob is taken under its agent's policy (temperature and closed action vocabulary:
 :func:`collab.policy.sampling.policy_logits`), through the output head in chunks of tokens where the model
@@ -28,7 +28,7 @@ from collab.policy.sampling import action_mask, policy_logits
 
 def logprobs_on_base(
     team,
-    key: str,
+    base,
     agents: list[int],
     prompts: list[list[int]],
     completions: list[list[int]],
@@ -36,12 +36,13 @@ def logprobs_on_base(
     entropy: bool = False,
     own: list[list[bool] | None] | None = None,
 ) -> list[tuple[Tensor, Tensor | None]]:
-    """Per-token log-probs (and entropies) of the rows of one base ``key`` of ``team``: ``agents[i]``'s policy (or
-    the reference policy: ``key`` is then an :meth:`~collab.policy.team.AgentTeam.untrained_key`) on ``completions[i]``
-    given ``prompts[i]``; the pairs in the rows' order. ``own[i]``: which of ``completions[i]``'s tokens are the
-    agent's (None: all); a row's tensors then hold its own tokens' values only, in order."""
-    model = team.untrained_model(key) if reference else team.models[key]
-    pad = team.tokenizers[key].pad_token_id
+    """Per-token log-probs (and entropies) of the rows of one :class:`~collab.policy.pool.Base` of ``team``:
+    ``agents[i]``'s policy (or the reference policy: ``base`` is then the agents'
+    :attr:`~collab.policy.pool.Agent.reference`) on ``completions[i]`` given ``prompts[i]``; the pairs in the rows'
+    order. ``own[i]``: which of ``completions[i]``'s tokens are the agent's (None: all); a row's tensors then hold its
+    own tokens' values only, in order."""
+    model = team.pool.untrained(base, team.device) if reference else base.model
+    pad = base.tokenizer.pad_token_id
     # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
     # and gradient checkpointing (active in train mode only) is off.
     mixed = (
