@@ -51,7 +51,7 @@ def measure(model: str, prompt: int, requests: int, new: int, budget_gb: float |
         for r in range(requests)
     ]
     team.decode_memory = None if budget_gb is None else int(budget_gb * 2**30)
-    per_token = team.cache_bytes_per_token(team.base_of[0])
+    per_token = team.agents[0].base.cache_bytes_per_token()
     peak, running = [0], [True]
 
     def sample():

@@ -199,7 +199,8 @@ def random_model(config):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from collab.policy.models import DTYPES, resolve_device
+    from collab.policy.devices import resolve_device
+    from collab.policy.models import DTYPES
 
     if config.quantization != "none":
         raise Unavailable(f"{config.quantization} quantization needs weights on disk ({config.name} has none)")

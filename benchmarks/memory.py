@@ -245,7 +245,7 @@ def build_reference(args, env):
 
     from collab.algos.llm_critics import centralized_input
     from collab.policy.models import BaseConfig, encode_chat, load_model, load_tokenizer
-    from collab.policy.prefill import pad_left
+    from collab.policy.prefixes import pad_left
 
     config = BaseConfig(name=args.model, device=args.device, gradient_checkpointing=args.gradient_checkpointing)
     tokenizer = load_tokenizer(args.model)

@@ -38,10 +38,10 @@ memory
     decoder's linear layers, which LoRA adapts and 4-bit quantization stores; the LoRA adapters at each agent's
     rank), and an activation estimate: collab's own probes of the bytes an update's forward keeps for the backward
     per token (``collab.runtime.memory.bytes_per_token``) and of the KV cache a token takes
-    (``AgentTeam.cache_bytes_per_token``), run on slices of 1 and 2 layers of the model (its width and vocabulary,
-    weights left unset) and extrapolated to its layers, times the preset's tokens (tasks, agents, K, turns, prompt
-    and new tokens). From these, the memory per GPU for 1, 2 and 8 GPUs for LoRA, QLoRA and full fine-tuning under
-    ddp and collab's fsdp (:func:`project`).
+    (``collab.policy.pool.Base.cache_bytes_per_token``), run on slices of 1 and 2 layers of the model (its width and
+    vocabulary, weights left unset) and extrapolated to its layers, times the preset's tokens (tasks, agents, K, turns,
+    prompt and new tokens). From these, the memory per GPU for 1, 2 and 8 GPUs for LoRA, QLoRA and full fine-tuning
+    under ddp and collab's fsdp (:func:`project`).
 
 The runs of the 1.5-4B models take minutes a step on 2 cores: a benchmark, never a test. ``--smoke`` runs the same
 code at a tiny shape of each model's family (hidden 64, 2 layers), short rollouts, so that tests and a laptop check
@@ -662,7 +662,7 @@ def probe(arch: str, opt: Options, finetune: str, checkpointing: bool) -> tuple[
             base = BaseConfig(name=folder, dtype=opt.dtype, device="cpu", gradient_checkpointing=checkpointing)
             team = AgentTeam([AgentSpec(finetune=finetune)], base)
             team.train()
-            figures.append((bytes_per_token(team), team.cache_bytes_per_token(team.base_of[0])))
+            figures.append((bytes_per_token(team), team.agents[0].base.cache_bytes_per_token()))
             del team
     (a1, k1), (a2, k2), (a3, _) = figures
     rows = (config.vocab_size - SLICES[0][1]) / (SLICES[2][1] - SLICES[0][1])

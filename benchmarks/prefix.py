@@ -19,7 +19,7 @@ import time
 
 import torch
 
-import collab.policy.prefill as prefill
+import collab.policy.prefixes as prefixes
 from collab.envs.minecraft.env import MinecraftEnv
 from collab.policy.models import BaseConfig
 from collab.policy.sampling import GenerationRequest
@@ -67,7 +67,7 @@ def main(argv=None) -> None:
         GenerationRequest(i, team.encode(i, s.histories[i]), args.k) for s in states for i in range(env.n_agents)
     ]
     names = [team.names[r.agent] for r in requests]
-    group_of, lengths = prefill.shared_prefixes([r.prompt_ids for r in requests], names)
+    group_of, lengths = prefixes.shared_prefixes([r.prompt_ids for r in requests], names)
     total = sum(len(r.prompt_ids) for r in requests)
     shared = total - sum((group_of.count(g) - 1) * n for g, n in enumerate(lengths))
     print(
@@ -79,17 +79,17 @@ def main(argv=None) -> None:
         f"(longest prompt {max(len(r.prompt_ids) for r in requests)})"
     )
 
-    threshold = prefill.MIN_PREFIX_SAVING
+    threshold = prefixes.MIN_PREFIX_SAVING
     methods = {"shared": threshold, "one pass": 2.0}
 
     def run(method: str, max_new_tokens: int) -> tuple[int, float]:
-        prefill.MIN_PREFIX_SAVING = methods[method]
+        prefixes.MIN_PREFIX_SAVING = methods[method]
         try:
             start = time.perf_counter()
             out = team.generate(requests, max_new_tokens=max_new_tokens)
             return sum(len(c.completion_ids) for group in out for c in group), time.perf_counter() - start
         finally:
-            prefill.MIN_PREFIX_SAVING = threshold
+            prefixes.MIN_PREFIX_SAVING = threshold
 
     for m in methods:
         run(m, 2)

@@ -2,7 +2,7 @@
 
 A MAGRPO update on the writing default: 2 posts x 2 agents x K = 4 samples, completions of 48 (concise)
 and 96 (detailed) tokens after prompts of about 190. ``AgentTeam.logprobs`` runs each agent's prompt
-once and repeats its KV cache for the K rows (``collab.policy.prefill.shared_prefix_forward``);
+once and repeats its KV cache for the K rows (``collab.policy.prefixes.shared_prefix_forward``);
 "one pass" runs every row's whole prompt (``MIN_PREFIX_SAVING`` above 1 turns sharing off). Each
 repeat times one forward + backward of the summed log-probs (the update) and one no-grad forward
 with the adapters off (the reference policy, for the KL); the order alternates across repeats.
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-import collab.policy.prefill as prefill
+import collab.policy.prefixes as prefixes
 from collab.envs.writing import WritingEnv
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, AgentTeam
@@ -50,11 +50,11 @@ def main(argv=None) -> None:
         f"prompt tokens {sum(map(len, prompts))} (longest {max(map(len, prompts))}), "
         f"completion tokens {sum(map(len, completions))}"
     )
-    threshold = prefill.MIN_PREFIX_SAVING
+    threshold = prefixes.MIN_PREFIX_SAVING
     methods = {"shared": threshold, "one pass": 2.0}
 
     def run(method: str) -> tuple[float, float]:
-        prefill.MIN_PREFIX_SAVING = methods[method]
+        prefixes.MIN_PREFIX_SAVING = methods[method]
         try:
             team.zero_grad(set_to_none=True)
             start = time.perf_counter()
@@ -66,7 +66,7 @@ def main(argv=None) -> None:
                 team.logprobs(agents, prompts, completions, reference=True)
             return update, time.perf_counter() - start
         finally:
-            prefill.MIN_PREFIX_SAVING = threshold
+            prefixes.MIN_PREFIX_SAVING = threshold
 
     for m in methods:
         run(m)

@@ -86,7 +86,9 @@ def test_each_agent_reads_and_writes_its_own_tokens(bases):
     module = module_for("marft_a", bases)
     team, env = module.team, module.env
     assert (
-        team.base_of == ["base0", "base1"] and len(team.tokenizer_of(0)) == 49152 and len(team.tokenizer_of(1)) == 2048
+        [a.base.key for a in team.agents] == ["base0", "base1"]
+        and len(team.tokenizer_of(0)) == 49152
+        and len(team.tokenizer_of(1)) == 2048
     )
     episodes = module.rollout(env.tasks("train")).episodes
     assert len(episodes) == 2 and all(len(ep.steps) == 2 for ep in episodes)

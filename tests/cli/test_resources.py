@@ -290,12 +290,12 @@ def test_a_team_too_large_to_build_quickly_shows_its_start_lines_at_once(agents,
 def test_the_cli_refuses_a_team_that_cannot_fit_before_loading_any_model(tmp_path, monkeypatch, capsys):
     from collab.cli import resources
     from collab.fit import main
-    from collab.policy import team
+    from collab.policy import pool
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(team, "load_model", no_loading)
+    monkeypatch.setattr(pool, "load_model", no_loading)
     monkeypatch.setattr(resources, "this_machine", lambda: _machine(0.9))
     monkeypatch.chdir(tmp_path)
     code = main(

@@ -100,7 +100,7 @@ def test_a_full_agents_update_is_a_transformers_model_and_adamw_step():
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     loss.backward()
     trained = team.models["full0"]
-    assert trained is team.model_of(0) and team.is_full(0) and not team.is_full(1)
+    assert trained is team.model_of(0) and team.agents[0].adapter is None and team.agents[1].adapter == "agent1"
     for n, p in model.named_parameters():  # the same gradient (left in .grad by the update), to 1e-5 of its size
         grad = trained.get_parameter(n).grad
         assert float((grad - p.grad).abs().max()) <= 1e-5 * float(p.grad.abs().max()), n
@@ -130,7 +130,9 @@ def test_the_full_agents_update_leaves_the_lora_agent_and_the_shared_base_bitwis
     module, batch, before = trained_once(only_full=True)
     team = module.team
     assert batch.items and {s.agent for s in batch.items} == {0}
-    assert team.untrained_key(0) == "base0" and team.untrained(0) is team.models["base0"] and not team._frozen
+    assert (
+        team.agents[0].reference.key == "base0" and team.untrained(0) is team.models["base0"] and not team.pool.frozen
+    )
     after = dict(team.named_parameters())
     shared = [n for n in before if n.startswith("models.base0.")]
     assert any("lora_" in n for n in shared) and any("lora_" not in n for n in shared)
@@ -154,10 +156,10 @@ def test_the_reference_of_a_full_agent_is_its_untrained_base():
     with torch.no_grad():
         own = team.logprobs([0, 0], [prompt] * 2, completions)
     state = torch.get_rng_state()
-    assert not team._frozen
+    assert not team.pool.frozen
     with torch.no_grad():
         ref = team.logprobs([0, 0], [prompt] * 2, completions, reference=True)
-    assert torch.equal(torch.get_rng_state(), state) and list(team._frozen) == ["tiny"]
+    assert torch.equal(torch.get_rng_state(), state) and list(team.pool.frozen) == ["tiny"]
     for c, a, r in zip(out, own, ref):
         assert float(a.sum()) == pytest.approx(c.logprob, rel=1e-5) and torch.allclose(a, r, rtol=1e-5, atol=1e-6)
     assert sum(p.numel() for p in team.parameters()) == sum(p.numel() for p in team.adapter_parameters(0))
@@ -216,14 +218,13 @@ def test_a_quantized_base_with_a_full_agent_is_refused_in_one_line():
 def test_a_team_larger_than_its_device_is_refused_before_loading(monkeypatch):
     """The estimate: 16 bytes a parameter per full agent in float32 (8 in bfloat16) plus the shared base once, against
     the device's memory, before any weight is loaded; the line names LoRA, QLoRA and the sizes they would take."""
-    from collab.policy import full, models
-    from collab.policy import team as team_module
+    from collab.policy import full, models, pool
 
     params = models.KNOWN_PARAMS["tiny"]
     assert full.team_bytes(full_and_lora(), TINY) == (16 * params, 4 * params, {"tiny": params})
     assert full.team_bytes(full_and_lora(), replace(TINY, dtype="bfloat16"))[0] == 8 * params
     monkeypatch.setattr(full, "device_bytes", lambda device: 19 * params)  # the full agent fits, with the base not
-    for where in (models, team_module):
+    for where in (models, pool):
         monkeypatch.setattr(where, "load_model", lambda config: pytest.fail("loaded before the estimate"))
     with pytest.raises(UserError) as error:
         AgentTeam(full_and_lora(), TINY)

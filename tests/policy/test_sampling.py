@@ -101,7 +101,7 @@ def test_reserved_cache_layer_matches_concatenation():
     inside its reservation and past it."""
     from transformers.cache_utils import DynamicLayer
 
-    from collab.policy.prefill import ReservedLayer
+    from collab.policy.kv_cache import ReservedLayer
 
     torch.manual_seed(0)
     dynamic = DynamicLayer()
@@ -123,7 +123,7 @@ def test_a_layer_reserved_ahead_fills_in_place():
     past the capacity it grows."""
     from transformers.cache_utils import DynamicLayer
 
-    from collab.policy.prefill import ReservedLayer, reserved_cache
+    from collab.policy.kv_cache import ReservedLayer, reserved_cache
 
     torch.manual_seed(0)
     dynamic, reserved = DynamicLayer(), ReservedLayer(capacity=10)
@@ -142,7 +142,7 @@ def test_a_layer_reserved_ahead_fills_in_place():
 
 
 def test_shared_prefixes_by_hand():
-    from collab.policy.prefill import shared_prefixes
+    from collab.policy.prefixes import shared_prefixes
 
     prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9, 9], [1, 2, 3, 4], [1, 2, 7], [8]]
     adapters = ["a", "a", "b", "a", "a"]
@@ -181,8 +181,11 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
     """Tree-like prompts (two agents, each with three histories opening with the same long prompt): the
     prefill that shares each agent's prefix gives the next-token logits of one left-padded pass, and greedy
     decoding the same tokens."""
-    import collab.policy.prefill as sharing
-    from collab.policy.prefill import pad_left, prefill
+    import collab.policy.prefixes as sharing
+    from collab.policy.kv_cache import cache_key
+    from collab.policy.lora_batch import per_row_forward
+    from collab.policy.prefill import prefill
+    from collab.policy.prefixes import pad_left
     from collab.policy.sampling import GenerationRequest
 
     team = greedy_team(6)
@@ -192,7 +195,7 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
     heads = [ids(80), ids(90)]
     prompts = [heads[a] + ids(n) for a in (0, 1) for n in (3, 17, 9)]
     agents = [0, 0, 0, 1, 1, 1]
-    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    model, pad = team.model_of(0), team.tokenizer_of(0).pad_token_id
     names = [team.names[a] for a in agents]
     model.eval()
     with torch.no_grad():
@@ -200,12 +203,12 @@ def test_shared_prefix_prefill_gives_the_one_pass_logits_and_tokens(monkeypatch)
         ids_, mask, positions = pad_left(prompts, pad, team.device)
         from transformers import DynamicCache
 
-        one = sharing.per_row_forward(model)(
+        one = per_row_forward(model)(
             names,
             input_ids=ids_,
             attention_mask=mask,
             position_ids=positions,
-            **{sharing.cache_key(): DynamicCache()},
+            **{cache_key(): DynamicCache()},
             use_cache=True,
             logits_to_keep=1,
         )
@@ -225,6 +228,7 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
     size, and greedy decoding the same tokens; the pieces are real (counted). ``shared``: three prompts open with
     the same 70 tokens, prefilled once: the head in pieces, then the remainders in pieces after it."""
     import collab.policy.prefill as prefill_module
+    from collab.policy.kv_cache import cache_key
     from collab.policy.prefill import prefill
     from collab.policy.sampling import GenerationRequest
 
@@ -236,7 +240,7 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
         prompts, agents = [head + ids(5), head + ids(30), head + ids(12)], [0, 0, 0]
     else:
         prompts, agents = [ids(3), ids(95), ids(40), ids(52), ids(57), ids(20)], [0, 1, 0, 0, 1, 0]
-    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    model, pad = team.model_of(0), team.tokenizer_of(0).pad_token_id
     names = [team.names[a] for a in agents]
     model.eval()
     calls = []
@@ -252,7 +256,7 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
         return call
 
     monkeypatch.setattr(prefill_module, "per_row_forward", counting)
-    key = prefill_module.cache_key()
+    key = cache_key()
     with torch.no_grad():
         one, _, _ = prefill(model, prompts, names, pad, team.device)
         assert calls == ([70, 30] if shared else [95])  # whole: the shared head, then the remainders; one pass
@@ -303,14 +307,15 @@ def test_a_kept_cache_resumes_with_the_whole_prompts_logits_and_tokens(one_threa
     whole prompts, up to float rounding relative to their size, positions continuing each row's own; decoding
     from the kept caches gives the greedy tokens of decoding from the whole prompts; a row's own round keeps its
     cache when it ends at the stop text, with the length of what was fed (the prompt and all tokens but the last)."""
-    from collab.policy.prefill import cache_key, prefill, resume_prefill, row_cache
+    from collab.policy.kv_cache import cache_key, row_cache
+    from collab.policy.prefill import prefill, resume_prefill
     from collab.policy.sampling import GenerationRequest
 
     team = greedy_team(6)
     g = torch.Generator().manual_seed(3)
     ids = lambda n: torch.randint(5, 500, (n,), generator=g).tolist()  # noqa: E731
     heads, tails, agents = [ids(12), ids(61), ids(30)], [ids(1), ids(7), ids(4)], [0, 1, 1]
-    model, pad = team.models[team.base_of[0]], team.tokenizer_of(0).pad_token_id
+    model, pad = team.model_of(0), team.tokenizer_of(0).pad_token_id
     names = [team.names[a] for a in agents]
     model.eval()
     with torch.no_grad():
@@ -344,7 +349,7 @@ def test_a_shared_prefix_gradient_adds_its_rows_in_a_fixed_order():
     one of the prompts scored whole, up to float rounding."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    import collab.policy.prefill as prefill_module
+    import collab.policy.prefixes as prefixes
     from tests.policy.test_team import lora_b_params, make_team, perturb_lora_b, prompt
 
     team = make_team(1.0, 1.0)
@@ -368,18 +373,18 @@ def test_a_shared_prefix_gradient_adds_its_rows_in_a_fixed_order():
         params = lora_b_params(team, 0) + lora_b_params(team, 1)
         for p in params:
             p.grad = None
-        saving = prefill_module.MIN_PREFIX_SAVING
-        prefill_module.MIN_PREFIX_SAVING = saving if share else 2.0  # 2.0: never share
+        saving = prefixes.MIN_PREFIX_SAVING
+        prefixes.MIN_PREFIX_SAVING = saving if share else 2.0  # 2.0: never share
         try:
             with Ops() as ops:
                 scores = team.logprobs(agents, prompts, completions)
                 torch.stack([s.sum() for s in scores]).sum().backward()
         finally:
-            prefill_module.MIN_PREFIX_SAVING = saving
+            prefixes.MIN_PREFIX_SAVING = saving
         assert ops.accumulating == []
         return [p.grad.clone() for p in params]
 
-    assert prefill_module.shared_prefixes(prompts, [team.names[a] for a in agents])[1][0] >= len(head) - 1
+    assert prefixes.shared_prefixes(prompts, [team.names[a] for a in agents])[1][0] >= len(head) - 1
     shared, whole = gradient(True), gradient(False)
     for a, b in zip(shared, whole):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))

@@ -195,7 +195,7 @@ def test_finished_rows_leave_the_batch_and_the_others_sample_as_if_they_were_the
 def test_cache_bytes_per_token_by_hand():
     """The tiny Llama: 2 layers x 2 key/value heads x 16 dimensions (64 / 4 heads), keys and values, float32."""
     team = make_team(1.0)
-    assert team.cache_bytes_per_token(team.base_of[0]) == 2 * 2 * 16 * 2 * 4
+    assert team.agents[0].base.cache_bytes_per_token() == 2 * 2 * 16 * 2 * 4
 
 
 def test_decoding_in_parts_fits_the_budget_and_gives_the_one_batch_tokens(monkeypatch, capsys):
@@ -246,7 +246,7 @@ def test_teacher_forcing_computes_each_shared_prompt_once_with_the_one_pass_valu
     """K = 4 samples per agent under one long prompt each, as a MAGRPO group: the update's forward takes
     each agent's prompt once (its cache repeated for the K rows) and gives the log-probs and LoRA
     gradients of one left-padded pass over every row; the reference policy too."""
-    import collab.policy.prefill as sharing
+    import collab.policy.prefixes as sharing
 
     team = make_team(0.7, 0.7)
     perturb_lora_b(team, std=0.05)
@@ -413,7 +413,7 @@ def test_qlora_4bit_generate_and_train_step():
 def test_agents_on_the_same_base_share_one_model():
     team = AgentTeam([AgentSpec(base="tiny"), AgentSpec()], TINY)
     assert list(team.models) == ["base0"]
-    assert team.base_of == ["base0", "base0"]
+    assert [a.base.key for a in team.agents] == ["base0", "base0"]
     model = team.models["base0"]
     assert {"agent0", "agent1"} <= set(model.peft_config)
     assert team.model_of(0) is team.model_of(1)
@@ -426,7 +426,7 @@ def test_agents_on_the_same_base_share_one_model():
 def test_heterogeneous_team_tiny_and_smollm2():
     team = AgentTeam([AgentSpec(base="tiny"), AgentSpec(base="smollm2-135m-instruct")], TINY)
     assert list(team.models) == ["base0", "base1"]
-    assert team.base_of == ["base0", "base1"]
+    assert [a.base.key for a in team.agents] == ["base0", "base1"]
     assert team.model_of(0) is not team.model_of(1)
     torch.manual_seed(0)
     p0, p1 = prompt(team, 0, "Write a line."), prompt(team, 1, "Write a line.")
@@ -489,7 +489,9 @@ def test_a_full_agent_decodes_beside_lora_agents_as_its_own_model():
         for i in (0, 2):
             for p in lora_b_params(team, i):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-    assert team.base_of == ["base0", "full1", "base0"] and [team.untrained_key(i) for i in range(3)] == ["base0"] * 3
+    assert [a.base.key for a in team.agents] == ["base0", "full1", "base0"] and [
+        a.reference.key for a in team.agents
+    ] == ["base0"] * 3
     with torch.no_grad():
         team.model_of(1).get_input_embeddings().weight.mul_(1.5)
     p = prompt(team, 0, "Write a short story about a lighthouse keeper.")
@@ -505,4 +507,4 @@ def test_a_full_agent_decodes_beside_lora_agents_as_its_own_model():
             == team.generate([GenerationRequest(i, p)], max_new_tokens=6)[0][0].completion_ids
         )
     assert got != together[0][0].completion_ids  # its own weights, not the shared base's
-    assert not team._frozen  # the reference of every agent: the shared base, no copy loaded
+    assert not team.pool.frozen  # the reference of every agent: the shared base, no copy loaded

@@ -312,7 +312,7 @@ def test_updated_adapters_reach_vllm_before_the_next_rollout(team):
     old = engine.synced[0]
     optimizer.step()
     assert engine.sync(team) == [0]
-    llm = engine.llms[team.base_of[0]]
+    llm = engine.llms[team.agents[0].base]
     new = engine.synced[0]
     assert old.lora_id not in llm.llm_engine.list_loras() and not old.folder.exists()
     assert new.version == old.version + 1 and new.lora_id in llm.llm_engine.list_loras()
@@ -483,7 +483,7 @@ def test_an_adapter_missing_from_vllm_is_an_error_never_the_base(agreement_team)
     team, engine = agreement_team, agreement_team.engine
     engine.sync(team)
     held = engine.synced[1]
-    llm = engine.llms[team.base_of[1]].llm_engine
+    llm = engine.llms[team.agents[1].base].llm_engine
     with pytest.raises(UserError, match="names agent 2; the team's agents are 0-1"):
         team.generate([GenerationRequest(2, prompts(team)[0])], max_new_tokens=4)
     engine.auto_sync = False

@@ -37,7 +37,7 @@ def test_bytes_per_token_are_the_activations_saved_for_the_backward(teams):
     assert inputs < plain / 2  # checkpointing saves each layer's input only
     # and its backward holds RECOMPUTE times what a layer's forward saves without checkpoints besides
     team = teams[True]
-    layers = memory.checkpointed_layers(team.models[team.base_of[0]])
+    layers = memory.checkpointed_layers(team.model_of(0))
     weights = {p.untyped_storage().data_ptr() for p in team.parameters()}
     with memory.checkpointing_off(layers):
         whole = saved_only(team)
@@ -217,9 +217,9 @@ def test_a_checkpointed_micro_batch_stays_within_its_budget(wide_model, monkeypa
     completions = [list(range(500 + r, 500 + r + length - length // 2)) for r in range(rows)]
     peak = peak_allocated(lambda: sum(t.sum() for t in team.logprobs(0, prompts, completions)).backward())
     assert peak <= budget, (peak, budget, tokens)
-    layers = memory.checkpointed_layers(team.models[team.base_of[0]])
+    layers = memory.checkpointed_layers(team.model_of(0))
     with memory.checkpointing_off(layers):
-        assert len(memory.checkpointed_layers(team.models[team.base_of[0]])) == 0
-    assert len(memory.checkpointed_layers(team.models[team.base_of[0]])) == len(layers) == 4
+        assert len(memory.checkpointed_layers(team.model_of(0))) == 0
+    assert len(memory.checkpointed_layers(team.model_of(0))) == len(layers) == 4
     # the estimate of the saved inputs alone was more than twice short of the peak
     assert peak / (rows * length) > 2 * saved_only(team) * memory.SAFETY

@@ -36,15 +36,13 @@ base of the critic's own (as with ``CriticSpec.base``), never the agent's traine
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from collab.envs.base import Env, EnvState, Message
 from collab.errors import require
-from collab.policy import full
 from collab.policy.adapters import is_peft, recompute_with_forward_adapters, train_adapters_only
 
 MODES = ("centralized", "decentralized")
@@ -195,8 +193,8 @@ class Critics(nn.Module):
         super().__init__()
         from peft import get_peft_model
 
-        from collab.policy.models import BaseConfig, load_model, load_tokenizer
-        from collab.policy.targets import lora_config, model_layers
+        from collab.policy.pool import Base, load_base
+        from collab.policy.targets import lora_config
 
         spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
@@ -209,43 +207,39 @@ class Critics(nn.Module):
         self.team, self.env, self.mode, self.spec = [team], env, mode, spec  # list: not a registered submodule
         self.roles = [s.role for s in team.specs]
         n = 1 if mode == "centralized" else len(team)
-        self.own = nn.ModuleDict()  # the critics' own bases, when they have one: CriticSpec.base, or a full agent's
-        self.own_names: dict[str, str] = {}  # own key -> its base name
-        self.own_layers: dict[str, Any] = {}
-        self.own_tokenizers: dict[str, Any] = {}
+        self.own = nn.ModuleDict()  # the models of the critics' own bases: CriticSpec.base, or a full agent's
+        self.bases: list[Base] = []  # each critic's base: the agents' (the team's pool) or one of its own
         self.names, self.keys = [], []
 
-        def lora(layers, where: str):  # the critic's LoRA on one base (its target names resolved there)
-            return lora_config(layers, spec.lora, "model.critic_spec.lora.target_modules", where)
+        def lora(base: Base, name: str) -> None:  # the critic's LoRA on ``base`` (its target names resolved there)
+            config = lora_config(base.layers, spec.lora, "model.critic_spec.lora.target_modules", base.name)
+            if is_peft(base.model):
+                base.model.add_adapter(name, config)
+            else:
+                base.model = get_peft_model(base.model, config, adapter_name=name)
 
         for j in range(n):
             agent = 0 if mode == "centralized" else j
             if spec.share_agent_adapter:
                 require(
-                    not team.is_full(j),
+                    team.agents[j].adapter is not None,
                     f"model.critic_spec.share_agent_adapter reads through agent {j}'s LoRA adapter, but agent {j} "
                     "trains its whole base (finetune: full): set share_agent_adapter false",
                 )
-                name, key = team.names[j], team.base_of[j]
+                name, base = team.names[j], team.agents[j].base
             else:
                 name = f"critic{j}"
-                shared = full.lora_key(team, spec.base) if spec.base else team.untrained_key(agent)
-                if shared is not None and is_peft(team.models[shared]):  # one more adapter on the agents' base
-                    key = shared
-                    team.models[key].add_adapter(name, lora(team.layers[key], team.base_names[key]))
-                else:  # a base of its own: CriticSpec.base that no LoRA agent holds, or a full agent's that none shares
-                    base_name = spec.base or team.base_names[shared]
-                    key = "critic_base" if spec.base else f"critic_{shared}"
-                    key = next((k for k, b in self.own_names.items() if b == base_name), key)
-                    if key not in self.own:
-                        model = load_model(BaseConfig(**{**asdict(team.base_config), "name": base_name}))
-                        self.own_layers[key], self.own_names[key] = model_layers(model), base_name
-                        self.own[key] = get_peft_model(model, lora(self.own_layers[key], base_name), adapter_name=name)
-                        self.own_tokenizers[key] = load_tokenizer(base_name)
-                    else:
-                        self.own[key].add_adapter(name, lora(self.own_layers[key], base_name))
+                base = team.pool.lora_base(spec.base) if spec.base else team.agents[agent].reference
+                if base is None or base.full:  # its own: CriticSpec.base that no LoRA agent holds, or a full agent's
+                    base_name, key = (spec.base, "critic_base") if spec.base else (base.name, f"critic_{base.key}")
+                    mine = [b for b in self.bases if b.key in self.own and b.name == base_name]
+                    base = mine[0] if mine else load_base(key, base_name, team.base_config)
+                lora(base, name)  # one more adapter on the agents' base, or on its own
+                if base not in team.pool.bases:
+                    self.own[base.key] = base.model
             self.names.append(name)
-            self.keys.append(key)
+            self.bases.append(base)
+            self.keys.append(base.key)
         for model in list(team.models.values()) + list(self.own.values()):
             train_adapters_only(model)
         if team.base_config.gradient_checkpointing:  # a critic's own base: recomputed with its forward's adapter too
@@ -257,10 +251,10 @@ class Critics(nn.Module):
         return len(self.names)
 
     def model(self, j: int):
-        return self.own[self.keys[j]] if self.keys[j] in self.own else self.team[0].models[self.keys[j]]
+        return self.bases[j].model
 
     def tokenizer(self, j: int):
-        return self.own_tokenizers[self.keys[j]] if self.keys[j] in self.own else self.team[0].tokenizers[self.keys[j]]
+        return self.bases[j].tokenizer
 
     def parameters_of(self, j: int) -> list[nn.Parameter]:
         """Critic j's trainable parameters: its adapter (unless shared with an agent) and its head."""
@@ -289,8 +283,9 @@ class Critics(nn.Module):
     def values(self, critic: Sequence[int], chats: Sequence[Sequence[Message]]) -> Tensor:
         """Value of each chat under its critic, with gradients (float32, shape ``[len(chats)]``)."""
         from collab.policy.adapters import eval_mode
+        from collab.policy.lora_batch import per_row_forward
         from collab.policy.models import encode_chat
-        from collab.policy.prefill import pad_left, per_row_forward
+        from collab.policy.prefixes import pad_left
 
         device = self.heads[0].linear.weight.device
         if not chats:

@@ -73,11 +73,11 @@ class MARFTA(MARFT):
         from collab.policy.models import encode_chat
 
         team, episodes = self.team, experience.episodes
-        name, tokenizer = team.base_names[team.base_of[0]], team.tokenizer_of(0)  # a full agent's base name counts
+        name, tokenizer = team.agents[0].base.name, team.tokenizer_of(0)  # a full agent's base name counts
         out = []
         for tr in experience.items:
             for i, c in enumerate(tr.actions):
-                if team.base_names[team.base_of[i]] == name:
+                if team.agents[i].base.name == name:
                     out.append(list(c.prompt_ids))
                 else:  # another base: the same chat in the critic base's tokens
                     out.append(encode_chat(tokenizer, episodes[tr.episode].observations[tr.turn][i]))

@@ -33,7 +33,7 @@ from collab.rollout.experience import Batch, Experience, Transition
 class MARFTT(MARFT):
     def build_extra(self, env) -> None:
         super().build_extra(env)
-        if len({self.team.base_names[k] for k in self.team.base_of}) > 1:  # the critic's tokens would not line up
+        if len({agent.base.name for agent in self.team.agents}) > 1:  # the critic's tokens would not line up
             names = list(dict.fromkeys(spec.base or self.base.name for spec in self.team.specs))
             raise UserError(
                 f"marft_t values every token of every agent's response with one critic, in the agents' own "

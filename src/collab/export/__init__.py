@@ -139,7 +139,7 @@ def export_agent(team, i: int, source: Path, tmp: Path, out: Path, ids, merged: 
 
     name, spec = team.names[i], team.specs[i]
     base_name = spec.base or team.base_config.name
-    whole = team.is_full(i)
+    whole = team.agents[i].adapter is None
     base = None if whole else base_reference(base_name, out, ids)
     if base_name == TINY and not whole and not (tmp / "base").exists():  # the random model exists nowhere else
         export_base(team.model_of(i), team.tokenizer_of(i), tmp / "base")

@@ -77,13 +77,12 @@ def left_out(module, team) -> list[dict]:
         }
         if critics:  # LLM critics: an adapter (or an agent's) and a value head each, on a base
             entry["critics"] = []
-            for j, (adapter, key) in enumerate(zip(child.names, child.keys)):
-                base = child.own_names[key] if key in child.own else team.base_names[key]
+            for j, (adapter, base) in enumerate(zip(child.names, child.bases)):
                 entry["critics"].append(
                     {
                         "name": f"critic{j}",
                         "mode": child.mode,
-                        "base": base,
+                        "base": base.name,
                         "value_head": f"{name}.heads.{j}",
                         "adapter": f"{adapter} (the agent's own)" if child.spec.share_agent_adapter else adapter,
                     }

@@ -4,7 +4,7 @@ CoLLM's and MAGRPO's setting (CoMLRL's default) trains every weight of each agen
 a LoRA adapter over a base its team shares (:mod:`collab.policy.team`). A full agent is a plain transformers model,
 every parameter trainable, under its own key in the team's ``models`` (``full<i>``, agent i's); it decodes and is
 scored like a base without adapters (a row's adapter name is ignored on a model without adapters:
-:class:`~collab.policy.prefill.AdapterRows`). LoRA agents on the same base name keep sharing one ``PeftModel``; one
+:class:`~collab.policy.lora_batch.AdapterRows`). LoRA agents on the same base name keep sharing one ``PeftModel``; one
 team may mix both. What follows from the choice:
 
 - **Optimizer, DDP**: :meth:`AgentTeam.adapter_parameters` of a full agent is its whole parameter list, so the
@@ -18,9 +18,9 @@ team may mix both. What follows from the choice:
 - **The reference policy** of the KL terms (MAGRPO's ``kl_coef``, MAPoRL's) is the untrained base: the shared base
   with adapters disabled when LoRA agents share the full agent's base name, else a frozen copy of the base, loaded
   the first time a KL term or a critic that reads the frozen base (MARFT's head, MAPoRL's value heads) needs it
-  (:meth:`AgentTeam.untrained_model`; under a forked random state, so that loading it draws nothing from the run's
-  generators and a resumed run stays bitwise the uninterrupted one). An LLM critic (CoLLM, IPPO) puts its adapter on
-  that shared base, or on a base of its own (:class:`~collab.algos.llm_critics.Critics`).
+  (:meth:`~collab.policy.pool.Pool.untrained`; under a forked random state, so that loading it draws nothing from the
+  run's generators and a resumed run stays bitwise the uninterrupted one). An LLM critic (CoLLM, IPPO) puts its
+  adapter on that shared base, or on a base of its own (:class:`~collab.algos.llm_critics.Critics`).
 - **Checkpoints** hold the trainable weights, the full agents' whole models among them, and resume bitwise;
   :meth:`AgentTeam.save_adapters` writes a full agent as a model folder (``save_pretrained``: what
   ``AutoModelForCausalLM.from_pretrained`` loads), and ``collab.export`` copies it (``finetune: full`` in
@@ -43,7 +43,6 @@ from pathlib import Path
 import torch
 
 from collab.errors import UserError, require
-from collab.policy.adapters import is_peft
 
 COPIES = 4
 """Tensors of a parameter's size that a full agent holds while training: the weight, its gradient and AdamW's two
@@ -51,11 +50,6 @@ moments (``exp_avg``, ``exp_avg_sq``, in the parameter's dtype)."""
 QLORA_BYTES = 0.55
 """Bytes a parameter of a 4-bit NF4 base with double-quantized scales (as :mod:`collab.cli.resources` counts)."""
 GB = 1024**3
-
-
-def is_full(model) -> bool:
-    """Whether ``model`` is a full-parameter agent's own copy (marked by :func:`load_full`)."""
-    return bool(getattr(model, "collab_full", False))
 
 
 def load_full(config):
@@ -78,12 +72,6 @@ def load_frozen(config, device: torch.device):
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         return load_model(config)
-
-
-def lora_key(team, name: str) -> str | None:
-    """The key of the ``PeftModel`` that ``team``'s LoRA agents share on base ``name``; None when none is on it. A full
-    agent's reference and a critic naming that base run on it (a second copy of a 4B base: 8 GB in bfloat16)."""
-    return next((k for k, m in team.models.items() if is_peft(m) and team.base_names[k] == name), None)
 
 
 def check_full_agents(agents, base) -> None:
@@ -168,16 +156,15 @@ def memory_line(team) -> str:
     """What each full agent of ``team`` holds, one line for the start of a run ("" without full agents): its
     parameters and the bytes of its weights, gradients and AdamW moments, and their sum against the device's memory."""
     parts, total = [], 0
-    for i, key in enumerate(team.base_of):
-        model = team.models[key]
-        if not is_full(model):
+    for i, agent in enumerate(team.agents):
+        if not agent.base.full:
             continue
+        model = agent.base.model
         params = sum(p.numel() for p in model.parameters())
         width = next(model.parameters()).element_size()
         total += COPIES * width * params
         parts.append(
-            f"{team.names[i]} ({team.base_names[key]}, {params / 1e6:.1f}M parameters) holds "
-            f"{size(COPIES * width * params)}"
+            f"{team.names[i]} ({agent.base.name}, {params / 1e6:.1f}M parameters) holds {size(COPIES * width * params)}"
         )
     if not parts:
         return ""

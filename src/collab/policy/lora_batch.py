@@ -20,6 +20,7 @@ forwards (the prefill, the update's teacher-forced forward) keep the batched rou
 Layers without an adapter for some row contribute nothing for that row. A layer called on the batch's
 tokens flattened to ``(rows * tokens, in)`` (Qwen2-MoE's shared expert) reads them as ``(rows, tokens, in)``.
 DoRA and other LoRA variants are not covered: :func:`supported` tells, and callers fall back to peft's own path.
+:class:`AdapterRows` (and :func:`per_row_forward`) call a model with one adapter per row by whichever path applies.
 """
 
 from __future__ import annotations
@@ -142,3 +143,42 @@ def per_row_adapters(model: nn.Module, row_adapters: list[str]):
     finally:
         for layer in patched:
             del layer.forward
+
+
+def per_row_forward(model):
+    """``forward(row_adapters, **inputs)``: one forward with a per-row adapter choice."""
+
+    def forward(row_adapters, **inputs):
+        step = AdapterRows(model, row_adapters)
+        try:
+            return step(**inputs)
+        finally:
+            step.close()
+
+    return forward
+
+
+class AdapterRows:
+    """``model`` called with one adapter per row (``row_adapters``), the row layout fixed: decoding steps
+    gather the stacked adapter weights once (:mod:`collab.policy.lora_batch`, else peft's ``adapter_names``). A model
+    without adapters (a full-parameter agent's) is called as it is.
+    :meth:`close` when the layout changes or the steps end."""
+
+    def __init__(self, model, row_adapters: list[str]) -> None:
+        self.model, self.row_adapters = model, row_adapters
+        self.plain = not hasattr(model, "peft_config")  # a full agent's model: no adapters, the names are ignored
+        self.ctx = per_row_adapters(model, row_adapters) if supported(model) and not self.plain else None
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __call__(self, **inputs):
+        if self.plain:
+            return self.model(**inputs)
+        if self.ctx is not None:
+            return self.model.get_base_model()(**inputs)
+        return self.model(adapter_names=self.row_adapters, **inputs)
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(None, None, None)
+            self.ctx = None

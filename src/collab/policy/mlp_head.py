@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from collab.policy.adapters import adapters_disabled, eval_mode, is_peft
-from collab.policy.prefill import pad_left
+from collab.policy.prefixes import pad_left
 
 HIDDEN = (1024, 512)
 
@@ -94,9 +94,9 @@ def team_features(
     member's untrained base: :meth:`~collab.policy.team.AgentTeam.untrained`): the hidden state at every position that
     chooses a response token, one batch per distinct base."""
     out: list[Tensor | None] = [None] * len(members)
-    keys = [team.untrained_key(m) for m in members]
-    for key in dict.fromkeys(keys):
-        rows = [k for k, m in enumerate(keys) if m == key]
+    bases = [team.agents[m].reference for m in members]
+    for base in dict.fromkeys(bases):
+        rows = [k for k, b in enumerate(bases) if b is base]
         member = members[rows[0]]
         feats = base_features(
             team.untrained(member),

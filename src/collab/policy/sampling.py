@@ -18,16 +18,10 @@ import torch
 from torch import Tensor
 
 from collab import preemption
-from collab.policy.prefill import (
-    AdapterRows,
-    RowCache,
-    cache_key,
-    prefill,
-    reserve,
-    resume_prefill,
-    row_cache,
-    shares_prefixes,
-)
+from collab.policy.kv_cache import RowCache, cache_key, reserve, row_cache
+from collab.policy.lora_batch import AdapterRows
+from collab.policy.prefill import prefill, resume_prefill
+from collab.policy.prefixes import shares_prefixes
 
 
 @dataclass
@@ -203,49 +197,19 @@ def decode(
     With a ``stop`` text, a row that ends at it keeps its KV cache (``Completion.past``); a next round whose
     requests all carry one (``GenerationRequest.past``) prefills only what follows it
     (:func:`~collab.policy.prefill.resume_prefill`). Models that do not share prefixes (a sliding window:
-    :func:`~collab.policy.prefill.shares_prefixes`) prefill the whole prompt again.
+    :func:`~collab.policy.prefixes.shares_prefixes`) prefill the whole prompt again.
     """
     device = model.get_input_embeddings().weight.device
     pad = tokenizer.pad_token_id
     eos = {tokenizer.eos_token_id, pad} - {None}
-    # each request's new tokens at most (a closed action vocabulary: one), the cache's room after the prompt
-    request_limits = [1 if settings[i][4] is not None else settings[i][3] for i in range(len(rows))]
     keep_caches = bool(stop) and shares_prefixes(model)
-    if keep_caches and rows and all(r.past is not None and r.n == 1 for r in rows):
-        out, mask, positions = resume_prefill(
-            model, [r.past for r in rows], [r.prompt_ids[r.past.length :] for r in rows], adapters, pad, device
-        )
-    else:
-        out, mask, positions = prefill(
-            model, [r.prompt_ids for r in rows], adapters, pad, device, room=max(request_limits)
-        )
-    # Repeat each prompt's cache and last logits for its n samples.
-    index = torch.repeat_interleave(
-        torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device)
-    )
-    cache = out[cache_key()]
-    cache.batch_select_indices(index)
-    logits = out.logits[index, -1].float()
+    cache, logits, index, mask, positions = _prefilled(model, rows, adapters, settings, keep_caches, pad, device)
     rix = index.tolist()
     batch = len(rix)
-    limits = [request_limits[i] for i in rix]
+    limits = [_limit(settings[i]) for i in rix]
     reserve(cache, max(limits))  # a prefill in one pass left dynamic layers; one in pieces reserved the room already
     choices = [settings[i][4] for i in rix]
-    state = {
-        "mask": mask[index],
-        "positions": positions[index, -1:],
-        "temperature": torch.tensor([settings[i][0] for i in rix], device=device, dtype=torch.float),
-        "top_p": torch.tensor([settings[i][1] for i in rix], device=device, dtype=torch.float),
-        "top_k": torch.tensor([settings[i][2] for i in rix], device=device),
-        "allowed": None,
-        "slots": torch.arange(batch, device=device),
-    }
-    if any(c is not None for c in choices):  # closed action vocabularies as a row mask
-        vocab = logits.shape[-1]
-        state["allowed"] = torch.ones(batch, vocab, dtype=torch.bool, device=device)
-        for b, c in enumerate(choices):
-            if c is not None:
-                state["allowed"][b] = action_mask(c, vocab, device)
+    state = _row_state(settings, rix, mask[index], positions[index, -1:], logits.shape[-1], device)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logps: list[list[float]] = [[] for _ in range(batch)]
     running = list(range(batch))  # the original row of each row of the batch
@@ -253,12 +217,9 @@ def decode(
     at_stop: set[int] = set()  # rows whose text ended with the stop text
     pasts: dict[int, RowCache] = {}  # their KV caches, for the round that goes on from them
     step_forward = AdapterRows(model, [adapters[i] for i in rix])
-    for step in range(max(limits)):
+    for _ in range(max(limits)):
         preemption.check()  # a SIGTERM stops a long rollout or evaluation here (collab.preemption)
-        pol = policy_logits(logits, state["temperature"], state["allowed"])
-        logp = pol.log_softmax(-1)
-        sampled = sample_tokens(pol, state["top_p"], state["top_k"], slots=state["slots"], width=batch)
-        nxt = torch.where(state["temperature"] <= 0, pol.argmax(-1), sampled)
+        nxt, logp = _next_tokens(logits, state, batch)
         keep = []
         for i, b in enumerate(running):
             t = int(nxt[i])
@@ -272,7 +233,7 @@ def decode(
                 pasts[b] = row_cache(cache, state["mask"][i], i)
         if not keep:
             break
-        if len(keep) < len(running):
+        if len(keep) < len(running):  # the finished rows leave the batch
             kept = torch.tensor(keep, device=device)
             cache.batch_select_indices(kept)
             state = {k: v if v is None else v[kept] for k, v in state.items()}
@@ -280,17 +241,7 @@ def decode(
             running = [running[i] for i in keep]
             step_forward.close()
             step_forward = AdapterRows(model, [adapters[rix[b]] for b in running])
-        state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], dim=-1)
-        state["positions"] = state["positions"] + 1
-        out = step_forward(
-            input_ids=nxt[:, None],
-            attention_mask=state["mask"],
-            position_ids=state["positions"],
-            **{cache_key(): cache},
-            use_cache=True,
-        )
-        cache = out[cache_key()]
-        logits = out.logits[:, -1].float()
+        cache, logits = _step(step_forward, nxt, state, cache)
     step_forward.close()
     results: list[list[Completion]] = [[] for _ in rows]
     for b, r in enumerate(rix):
@@ -300,3 +251,70 @@ def decode(
             Completion(rows[r].agent, list(rows[r].prompt_ids), tokens[b], text, logps[b], finished, past=pasts.get(b))
         )
     return results
+
+
+def _limit(setting) -> int:
+    """A request's new tokens at most (a closed action vocabulary: one), the cache's room after its prompt."""
+    return 1 if setting[4] is not None else setting[3]
+
+
+def _prefilled(model, rows: list[GenerationRequest], adapters, settings, keep_caches: bool, pad, device):
+    """The requests' prompts prefilled (:func:`~collab.policy.prefill.resume_prefill` when each carries its cache),
+    each prompt's cache and last logits repeated for its n samples: ``(cache, logits, index, mask, positions)``,
+    ``index`` the request of each sample, ``mask`` and ``positions`` per request."""
+    if keep_caches and rows and all(r.past is not None and r.n == 1 for r in rows):
+        out, mask, positions = resume_prefill(
+            model, [r.past for r in rows], [r.prompt_ids[r.past.length :] for r in rows], adapters, pad, device
+        )
+    else:
+        room = max(_limit(s) for s in settings)
+        out, mask, positions = prefill(model, [r.prompt_ids for r in rows], adapters, pad, device, room=room)
+    index = torch.repeat_interleave(
+        torch.arange(len(rows), device=device), torch.tensor([r.n for r in rows], device=device)
+    )
+    cache = out[cache_key()]
+    cache.batch_select_indices(index)
+    return cache, out.logits[index, -1].float(), index, mask, positions
+
+
+def _row_state(settings, rix: list[int], mask: Tensor, positions: Tensor, vocab: int, device) -> dict:
+    """The per-row tensors of a decoding batch (row ``b`` samples for request ``rix[b]``): attention mask, last
+    position, sampling settings, closed action vocabulary (``allowed``, None without one) and place in the batch."""
+    state = {
+        "mask": mask,
+        "positions": positions,
+        "temperature": torch.tensor([settings[i][0] for i in rix], device=device, dtype=torch.float),
+        "top_p": torch.tensor([settings[i][1] for i in rix], device=device, dtype=torch.float),
+        "top_k": torch.tensor([settings[i][2] for i in rix], device=device),
+        "allowed": None,
+        "slots": torch.arange(len(rix), device=device),
+    }
+    choices = [settings[i][4] for i in rix]
+    if any(c is not None for c in choices):  # closed action vocabularies as a row mask
+        state["allowed"] = torch.ones(len(rix), vocab, dtype=torch.bool, device=device)
+        for b, c in enumerate(choices):
+            if c is not None:
+                state["allowed"][b] = action_mask(c, vocab, device)
+    return state
+
+
+def _next_tokens(logits: Tensor, state: dict, width: int) -> tuple[Tensor, Tensor]:
+    """Each running row's next token (greedy at temperature 0) and its policy's log-probs."""
+    pol = policy_logits(logits, state["temperature"], state["allowed"])
+    logp = pol.log_softmax(-1)
+    sampled = sample_tokens(pol, state["top_p"], state["top_k"], slots=state["slots"], width=width)
+    return torch.where(state["temperature"] <= 0, pol.argmax(-1), sampled), logp
+
+
+def _step(step_forward, nxt: Tensor, state: dict, cache):
+    """Feed each running row its token ``nxt``: ``(cache, next logits)``; ``state``'s mask and positions advance."""
+    state["mask"] = torch.cat([state["mask"], torch.ones_like(state["mask"][:, :1])], dim=-1)
+    state["positions"] = state["positions"] + 1
+    out = step_forward(
+        input_ids=nxt[:, None],
+        attention_mask=state["mask"],
+        position_ids=state["positions"],
+        **{cache_key(): cache},
+        use_cache=True,
+    )
+    return out[cache_key()], out.logits[:, -1].float()

@@ -1,10 +1,10 @@
 """Teacher-forced log-probs of a team's completions on one base: the forward of the update.
 
 The rows of a base go through its model in as few forwards as stay exact: every agent's rows in one forward
-with per-row adapters (:func:`collab.policy.prefill.per_row_forward`) when no agent uses dropout and gradient
+with per-row adapters (:func:`collab.policy.lora_batch.per_row_forward`) when no agent uses dropout and gradient
 checkpointing is off, else one forward per agent; the reference policy is the base with adapters disabled (or the
-frozen copy of a full-parameter agent's base: :meth:`~collab.policy.team.AgentTeam.untrained_model`). A full agent's
-model has no adapters: its rows' adapter names are ignored (:class:`~collab.policy.prefill.AdapterRows`).
+frozen copy of a full-parameter agent's base: :meth:`~collab.policy.pool.Pool.untrained`). A full agent's
+model has no adapters: its rows' adapter names are ignored (:class:`~collab.policy.lora_batch.AdapterRows`).
 Each token's log-prob is taken under its agent's policy (temperature and closed action vocabulary:
 :func:`collab.policy.sampling.policy_logits`), through the output head in chunks of tokens where the model
 allows it (:mod:`collab.policy.head`). A completion may hold tokens its agent did not write (a tool's result that
@@ -21,13 +21,14 @@ from torch import Tensor
 
 from collab.policy.adapters import adapters_disabled, eval_mode, is_peft, train_adapters_only
 from collab.policy.head import token_logprobs, vocab_size
-from collab.policy.prefill import pad_left, per_row_forward, shared_prefix_forward, shares_prefixes
+from collab.policy.lora_batch import per_row_forward
+from collab.policy.prefixes import pad_left, shared_prefix_forward, shares_prefixes
 from collab.policy.sampling import action_mask, policy_logits
 
 
 def logprobs_on_base(
     team,
-    key: str,
+    base,
     agents: list[int],
     prompts: list[list[int]],
     completions: list[list[int]],
@@ -35,13 +36,13 @@ def logprobs_on_base(
     entropy: bool = False,
     own: list[list[bool] | None] | None = None,
 ) -> list[tuple[Tensor, Tensor | None]]:
-    """Per-token log-probs (and entropies) of the rows of one base ``key`` of ``team``: ``agents[i]``'s policy (or
-    the reference policy: ``key`` is then an :meth:`~collab.policy.team.AgentTeam.untrained_key`) on ``completions[i]``
-    given ``prompts[i]``; the pairs in the rows' order. ``own[i]``: which of ``completions[i]``'s tokens are the
-    agent's (None: all); a row's tensors then hold its own tokens' values only, in order."""
-    model = team.untrained_model(key) if reference else team.models[key]
-    pad = team.tokenizers[key].pad_token_id
-    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+    """Per-token log-probs (and entropies) of the rows of one :class:`~collab.policy.pool.Base` of ``team``:
+    ``agents[i]``'s policy (or the reference policy: ``base`` is then the agents'
+    :attr:`~collab.policy.pool.Agent.reference`) on ``completions[i]`` given ``prompts[i]``; the pairs in the rows'
+    order. ``own[i]``: which of ``completions[i]``'s tokens are the agent's (None: all); a row's tensors then hold its
+    own tokens' values only, in order."""
+    model = team.pool.untrained(base, team.device) if reference else base.model
+    pad = base.tokenizer.pad_token_id
     # Mixed-adapter forwards need eval mode (peft); they are exact when no agent uses dropout
     # and gradient checkpointing (active in train mode only) is off.
     mixed = (
@@ -58,63 +59,84 @@ def logprobs_on_base(
     from collab.policy.head import hidden_states, output_head  # looked up at each call: tests patch the head
 
     chunked = output_head(model) is not None  # the head applied in chunks of tokens (collab.policy.head)
-    share = shares_prefixes(model)
     for g in groups:
         # Only the completion positions need logits (the vocabulary projection dominates).
         keep = max(len(completions[i]) for i in g) + 1
         with hidden_states(model) if chunked else nullcontext() as head:  # chunked: logits are the hidden states
-            if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
-                with adapters_disabled(model):
-                    logits = shared_prefix_forward(
-                        lambda _, **inputs: model(**inputs),
-                        prompts,
-                        completions,
-                        ["reference"] * len(g),
-                        pad,
-                        team.device,
-                        share=share,
-                        logits_to_keep=keep,
-                    )[0].logits
-            elif mixed:
-                with eval_mode(model):
-                    logits = shared_prefix_forward(
-                        per_row_forward(model),
-                        prompts,
-                        completions,
-                        [team.names[a] for a in agents],
-                        pad,
-                        team.device,
-                        share=share,
-                        logits_to_keep=keep,
-                    )[0].logits
-            else:
-                input_ids, mask, positions = pad_left([seqs[i] for i in g], pad, team.device)
-                if is_peft(model):
-                    model.set_adapter(team.names[agents[g[0]]])
-                logits = model(
-                    input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
-                ).logits
+            logits = _forward(team, model, g, agents, prompts, completions, pad, keep, reference, mixed)
         if chunked:
             score_hidden(team, logits, head, g, agents, completions, entropy, result, own)
-            continue
-        for j, i in enumerate(g):
-            n = len(completions[i])
-            a = agents[i]
-            step_logits = logits[j, -n - 1 : -1].float()
-            allowed = action_mask(team.choice_ids[a], step_logits.shape[-1], step_logits.device)
-            lp = policy_logits(step_logits, team.specs[a].sampling.temperature, allowed).log_softmax(-1)
-            target = torch.as_tensor(completions[i], device=lp.device)
-            # -sum p log p over the allowed tokens (masked ones have log p = -inf, p = 0: left out,
-            # so that neither the value nor its gradient sees 0 * inf)
-            ent = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(-1) if entropy else None
-            mine = own[i] if own is not None else None
-            if mine is not None:
-                keep_rows = torch.as_tensor(mine, dtype=torch.bool, device=lp.device)
-                lp, target, ent = lp[keep_rows], target[keep_rows], None if ent is None else ent[keep_rows]
-            result[i] = (lp.gather(-1, target[:, None]).squeeze(-1), ent)
+        else:
+            score_logits(team, logits, g, agents, completions, entropy, result, own)
     if not (mixed or reference):
         train_adapters_only(model)  # set_adapter() left only the last active adapter trainable
     return result  # type: ignore[return-value]
+
+
+def _forward(team, model, group, agents, prompts, completions, pad, keep: int, reference: bool, mixed: bool) -> Tensor:
+    """The logits (or, under :func:`~collab.policy.head.hidden_states`, the final hidden states) of the group's rows,
+    their last ``keep`` positions: the reference policy (adapters disabled) and a mixed-adapter forward take each
+    shared prompt start once (:func:`~collab.policy.prefixes.shared_prefix_forward`; all rows are then one group); an
+    agent's own group (dropout, or gradient checkpointing) runs one left-padded pass with its adapter set."""
+    share = shares_prefixes(model)
+    if reference:  # the K samples' prompt (and a tree's common history) goes through the model once
+        with adapters_disabled(model):
+            return shared_prefix_forward(
+                lambda _, **inputs: model(**inputs),
+                prompts,
+                completions,
+                ["reference"] * len(group),
+                pad,
+                team.device,
+                share=share,
+                logits_to_keep=keep,
+            )[0].logits
+    if mixed:
+        with eval_mode(model):
+            return shared_prefix_forward(
+                per_row_forward(model),
+                prompts,
+                completions,
+                [team.names[a] for a in agents],
+                pad,
+                team.device,
+                share=share,
+                logits_to_keep=keep,
+            )[0].logits
+    seqs = [list(prompts[i]) + list(completions[i]) for i in group]
+    input_ids, mask, positions = pad_left(seqs, pad, team.device)
+    if is_peft(model):
+        model.set_adapter(team.names[agents[group[0]]])
+    return model(input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+
+
+def score_logits(
+    team,
+    logits: Tensor,
+    group: list[int],
+    agents: list[int],
+    completions: list[list[int]],
+    entropy: bool,
+    result: list,
+    own: list[list[bool] | None] | None = None,
+) -> None:
+    """The group's per-token log-probs (and entropies) from its logits (row j of ``logits`` is item ``group[j]``),
+    each under its agent's policy; only the agent's own tokens (``own``) are kept."""
+    for j, i in enumerate(group):
+        n = len(completions[i])
+        a = agents[i]
+        step_logits = logits[j, -n - 1 : -1].float()
+        allowed = action_mask(team.choice_ids[a], step_logits.shape[-1], step_logits.device)
+        lp = policy_logits(step_logits, team.specs[a].sampling.temperature, allowed).log_softmax(-1)
+        target = torch.as_tensor(completions[i], device=lp.device)
+        # -sum p log p over the allowed tokens (masked ones have log p = -inf, p = 0: left out,
+        # so that neither the value nor its gradient sees 0 * inf)
+        ent = -(lp.exp() * lp.masked_fill(~torch.isfinite(lp), 0.0)).sum(-1) if entropy else None
+        mine = own[i] if own is not None else None
+        if mine is not None:
+            keep_rows = torch.as_tensor(mine, dtype=torch.bool, device=lp.device)
+            lp, target, ent = lp[keep_rows], target[keep_rows], None if ent is None else ent[keep_rows]
+        result[i] = (lp.gather(-1, target[:, None]).squeeze(-1), ent)
 
 
 def score_hidden(

@@ -172,10 +172,11 @@ def targets_report(team) -> str:
     from peft.tuners.lora import LoraLayer
 
     lines = []
-    for key, model in team.models.items():
-        if not hasattr(model, "peft_config"):  # a full-parameter agent's model: no LoRA (collab.policy.full)
+    for base in team.pool.bases:
+        if base.full:  # a full-parameter agent's model: no LoRA (collab.policy.full)
             continue
-        agents = [i for i in range(len(team)) if team.base_of[i] == key]
+        model = base.model
+        agents = [i for i, agent in enumerate(team.agents) if agent.base is base]
         adapted: dict[tuple[str, ...], list[int]] = {}
         for i in agents:
             paths = [
@@ -192,9 +193,9 @@ def targets_report(team) -> str:
                 per_layer[block] = per_layer.get(block, 0) + 1
             counts = set(per_layer.values())
             size = f"{len(per_layer)} layers x {counts.pop()}" if len(counts) == 1 else f"{len(paths)} modules"
-            label = key + ("" if len(adapted) == 1 else ", " + " ".join(team.names[i] for i in who))
+            label = base.key + ("" if len(adapted) == 1 else ", " + " ".join(team.names[i] for i in who))
             line = f"LoRA targets ({label}, {type(model.get_base_model()).__name__}): {' '.join(names)} ({size})"
-            layers = team.layers[key]
+            layers = base.layers
             if layers.experts:
                 routers = " ".join(dict.fromkeys(in_layer(p) for p in layers.routers))
                 experts = " ".join(dict.fromkeys(in_layer(p) for p in layers.experts))

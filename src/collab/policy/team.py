@@ -4,7 +4,8 @@ Each agent is a named peft LoRA adapter (``agent0``, ``agent1``, ...). Agents wh
 base share one copy of its weights (one ``PeftModel`` holding all their adapters); a heterogeneous team
 has one ``PeftModel`` per distinct base. The reference policy of every agent is its base with adapters
 disabled, so a KL penalty needs no extra model. An agent with ``finetune: full`` owns a trainable copy of its
-whole base instead (:mod:`collab.policy.full`: its reference, memory, saving and what it does not support).
+whole base instead (:mod:`collab.policy.full`: its reference, memory, saving and what it does not support). The
+bases and the agents on them: :mod:`collab.policy.pool` (``team.agents[i].base``, ``team.pool.bases``).
 
 The policy of agent ``i`` is ``softmax(logits / temperature_i)``, restricted to the agent's closed action
 vocabulary when its environment role has one (``choices``). Behaviour log-probs returned by
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -28,7 +28,9 @@ from torch import Tensor, nn
 from collab.errors import UserError
 from collab.policy import full
 from collab.policy.adapters import eval_mode, is_peft, recompute_with_forward_adapters, train_adapters_only
-from collab.policy.models import TINY, BaseConfig, encode_chat, load_model, load_tokenizer, model_folder, resolve_device
+from collab.policy.devices import resolve_device
+from collab.policy.models import TINY, BaseConfig, encode_chat, model_folder
+from collab.policy.pool import Agent, Base, Pool, load_base
 from collab.policy.sampling import Completion, GenerationRequest, decode
 from collab.policy.scoring import logprobs_on_base
 from collab.policy.specs import (
@@ -43,7 +45,7 @@ from collab.policy.specs import (
     packaged_defaults,
     with_defaults,
 )
-from collab.policy.targets import Layers, lora_config, model_layers, targets_report
+from collab.policy.targets import lora_config, targets_report
 
 __all__ = [
     "AgentDefaults",
@@ -79,41 +81,37 @@ class AgentTeam(nn.Module):
         self.specs = list(agents)
         self.base_config = base
         self.names = [f"agent{i}" for i in range(len(agents))]
-        self.base_of: list[str] = []  # agent -> key into self.models
-        self.models = nn.ModuleDict()
-        self.tokenizers: dict[str, Any] = {}
-        self.base_names: dict[str, str] = {}
-        """Each base's name (``model.base.name`` or an agent's ``base``)."""
-        self.layers: dict[str, Layers] = {}
-        """Each base's linear layers by role (:func:`model_layers`), as loaded (before any adapter)."""
-        self._frozen: dict[str, nn.Module] = {}  # base name -> the untrained copy of full agents (not a submodule)
-        bases: dict[str, str] = {}
+        self.pool = Pool(base)
+        self.models = self.pool.models  # the checkpoint's names: team.models.<key>.…
+        self.agents: list[Agent] = []
+        shared: dict[str, Base] = {}  # base name -> the base its LoRA agents share
         for i, (name, spec) in enumerate(zip(self.names, self.specs)):
-            base_name, model = spec.base or base.name, None
-            owned = spec.finetune == "full"  # a full agent: a copy of its own, models["full<i>"]
-            key = f"full{i}" if owned else bases.setdefault(base_name, f"base{len(bases)}")
-            if key not in self.base_names:  # a base to load (a full agent's copy, or the first agent on it)
-                config = BaseConfig(**{**asdict(base), "name": base_name})
-                model = full.load_full(config) if owned else load_model(config)
-                self.base_names[key], self.tokenizers[key] = base_name, load_tokenizer(base_name)
-                self.layers[key] = model_layers(model)
-            self.base_of.append(key)
-            if owned:
-                self.models[key] = model
+            base_name = spec.base or base.name
+            if spec.finetune == "full":  # a copy of its own
+                own = self.pool.add(load_base(f"full{i}", base_name, base, full_copy=True))
+                self.agents.append(Agent(name, own, own))
                 continue
-            option, where = f"model.agents[{i}].lora.target_modules", f"{base_name} ({self._architecture(key, model)})"
-            lora = lora_config(self.layers[key], spec.lora, option, where)
+            new = base_name not in shared  # the first agent on it: its base to load
+            if new:
+                shared[base_name] = load_base(f"base{len(shared)}", base_name, base)
+            on = shared[base_name]
+            self.agents.append(Agent(name, on, on))
+            option, where = f"model.agents[{i}].lora.target_modules", f"{base_name} ({on.architecture})"
+            lora = lora_config(on.layers, spec.lora, option, where)
             try:
-                if model is not None:
-                    self.models[key] = get_peft_model(model, lora, adapter_name=name)
+                if new:
+                    on.model = get_peft_model(on.model, lora, adapter_name=name)
+                    self.pool.add(on)
                 else:
-                    self.models[key].add_adapter(name, lora)
+                    on.model.add_adapter(name, lora)
             except ValueError as e:  # a name peft cannot adapt (a norm, a whole block)
-                layers = self.layers[key]
                 raise UserError(
                     f"{option}: {str(e).splitlines()[0]}; the linear layers of {where}: "
-                    f"{' '.join(layers.names(layers.linear + layers.head))}"
+                    f"{' '.join(on.layers.names(on.layers.linear + on.layers.head))}"
                 ) from None
+        for agent in self.agents:  # a full agent's reference: the LoRA agents' base on its base name, when any
+            if agent.base.full:
+                agent.reference = self.pool.lora_base(agent.base.name) or agent.base
         for model in self.models.values():
             train_adapters_only(model)
             if base.gradient_checkpointing and is_peft(model):
@@ -127,10 +125,9 @@ class AgentTeam(nn.Module):
         row); ``None``: agent i plays role i at every turn."""
         self.decode_memory: int | None = None
         """Bytes of KV cache one decoding batch may hold (rows x (longest prompt + longest response) tokens, at
-        the bytes a token takes on its base: :meth:`cache_bytes_per_token`); the requests of a :meth:`generate`
+        the bytes a token takes on its base: :meth:`Base.cache_bytes_per_token`); the requests of a :meth:`generate`
         call that need more are decoded in consecutive parts, each at most this size (a request's n samples
         stay together). ``None``: one batch per base. Set from ``--model.decode_memory_gb``."""
-        self._cache_bytes: dict[str, float] = {}
         self.decode_parts_seen = 0
         """Generate calls decoded in more than one part so far (the first prints a line saying so)."""
 
@@ -148,50 +145,20 @@ class AgentTeam(nn.Module):
             return role
         return self.turn_agents[min(turn, len(self.turn_agents) - 1)][role]
 
-    def _architecture(self, key: str, model=None) -> str:
-        """The class name of base ``key``'s transformers model (``LlamaForCausalLM``)."""
-        model = model if model is not None else self.models[key]
-        return type(model.get_base_model() if is_peft(model) else model).__name__
-
     def targets_report(self) -> str:
         """What LoRA adapts on each base, one line per base (:func:`~collab.policy.targets.targets_report`), and what
         each full agent holds (:func:`~collab.policy.full.memory_line`); printed once at the start of a run."""
         return "\n".join(line for line in (targets_report(self), full.memory_line(self)) if line)
 
-    def is_full(self, agent: int) -> bool:
-        """Whether ``agent`` trains a copy of its whole base (``finetune: full``) rather than a LoRA adapter."""
-        return full.is_full(self.model_of(agent))
-
-    def untrained_key(self, agent: int) -> str:
-        """The key of the model that holds ``agent``'s untrained base: its own base (a LoRA agent), the base of the
-        LoRA agents on the same base name (a full agent), else the full agent's own key (its base's frozen copy:
-        :meth:`untrained_model`)."""
-        key = self.base_of[agent]
-        if not self.is_full(agent):
-            return key
-        return full.lora_key(self, self.base_names[key]) or key
-
-    def untrained_model(self, key: str) -> nn.Module:
-        """The untrained base under ``key`` (of :meth:`untrained_key`): the ``PeftModel`` (to run with its adapters
-        disabled), or the frozen copy of a full agent's base, loaded once per base name on first use
-        (:func:`~collab.policy.full.load_frozen`)."""
-        model = self.models[key]
-        if not full.is_full(model):
-            return model
-        name = self.base_names[key]
-        if name not in self._frozen:
-            self._frozen[name] = full.load_frozen(BaseConfig(**{**asdict(self.base_config), "name": name}), self.device)
-        return self._frozen[name]
-
     def untrained(self, agent: int) -> nn.Module:
         """``agent``'s base before any training: the reference policy, and what frozen-base critics read."""
-        return self.untrained_model(self.untrained_key(agent))
+        return self.pool.untrained(self.agents[agent].reference, self.device)
 
     def model_of(self, agent: int):
-        return self.models[self.base_of[agent]]
+        return self.agents[agent].base.model
 
     def tokenizer_of(self, agent: int):
-        return self.tokenizers[self.base_of[agent]]
+        return self.agents[agent].base.tokenizer
 
     def freeze(self, agents: list[int]) -> None:
         """Keep the adapters (full agents: the models) of ``agents`` as they are: no gradient, whatever adapter
@@ -208,10 +175,7 @@ class AgentTeam(nn.Module):
 
     def adapter_parameters(self, agent: int) -> list[nn.Parameter]:
         """The trainable parameters of one agent: its LoRA adapter's, or every parameter of a full agent's model."""
-        if self.is_full(agent):
-            return list(self.model_of(agent).parameters())
-        tag = f".{self.names[agent]}."
-        return [p for n, p in self.model_of(agent).named_parameters() if "lora_" in n and tag in n]
+        return self.agents[agent].parameters()
 
     def _choice_ids(self, agent: int) -> Tensor | None:
         choices = self.specs[agent].choices
@@ -250,8 +214,8 @@ class AgentTeam(nn.Module):
         if self.engine is not None:
             return self.engine.generate(self, requests, max_new_tokens, stop)
         results: list[list[Completion] | None] = [None] * len(requests)
-        for key, model in self.models.items():
-            mine = [i for i, r in enumerate(requests) if self.base_of[r.agent] == key]
+        for base in self.pool.bases:
+            mine = [i for i, r in enumerate(requests) if self.agents[r.agent].base is base]
             if not mine:
                 continue
             rows = [requests[i] for i in mine]
@@ -267,11 +231,11 @@ class AgentTeam(nn.Module):
                         self.choice_ids[r.agent],
                     )
                 )
-            with eval_mode(model):
-                for part in self.decode_parts(key, rows, settings):
+            with eval_mode(base.model):
+                for part in self.decode_parts(base, rows, settings):
                     outs = decode(
-                        model,
-                        self.tokenizers[key],
+                        base.model,
+                        base.tokenizer,
                         [rows[j] for j in part],
                         [self.names[rows[j].agent] for j in part],
                         [settings[j] for j in part],
@@ -281,8 +245,8 @@ class AgentTeam(nn.Module):
                         results[mine[j]] = out
         return results  # type: ignore[return-value]
 
-    def decode_parts(self, key: str, rows: list[GenerationRequest], settings) -> list[list[int]]:
-        """The requests ``rows`` on base ``key`` (positions in ``rows``) in parts whose KV cache fits
+    def decode_parts(self, base: Base, rows: list[GenerationRequest], settings) -> list[list[int]]:
+        """The requests ``rows`` on ``base`` (positions in ``rows``) in parts whose KV cache fits
         :attr:`decode_memory`: one part, in order, when they all fit.
 
         A part's cache holds its samples (each request's ``n``) x (its longest prompt + its longest response
@@ -297,7 +261,7 @@ class AgentTeam(nn.Module):
         from collab.runtime.memory import token_budget_chunks
 
         lengths = [len(r.prompt_ids) + (1 if s[4] is not None else s[3]) for r, s in zip(rows, settings)]
-        budget = max(1, int(self.decode_memory // self.cache_bytes_per_token(key)))
+        budget = max(1, int(self.decode_memory // base.cache_bytes_per_token()))
         need = sum(r.n for r in rows) * max(lengths, default=0)  # the padded tokens of one batch
         if need <= budget:
             return [list(range(len(rows)))] if rows else []
@@ -312,33 +276,13 @@ class AgentTeam(nn.Module):
 
                 print(
                     f"decoding in parts: {sum(r.n for r in rows)} samples x {max(lengths)} tokens of KV cache "
-                    f"({need * self.cache_bytes_per_token(key) / 2**30:.2f} GiB) is over --model.decode_memory_gb "
+                    f"({need * base.cache_bytes_per_token() / 2**30:.2f} GiB) is over --model.decode_memory_gb "
                     f"({self.decode_memory / 2**30:.2f} GiB): {len(parts)} parts",
                     file=sys.stderr,
                     flush=True,
                 )
             self.decode_parts_seen += 1
         return parts
-
-    def cache_bytes_per_token(self, key: str) -> float:
-        """Bytes of KV cache one token takes on base ``key`` (every layer's keys and values), measured once on
-        a probe prompt of 8 tokens: exact for any architecture's cache layout and dtype."""
-        if key not in self._cache_bytes:
-            from collab.policy.prefill import cache_key, prefill
-
-            model, probe = self.models[key], list(range(10, 18))
-            agent = self.base_of.index(key)
-            with eval_mode(model), torch.no_grad():
-                out, _, _ = prefill(
-                    model,
-                    [probe],
-                    [self.names[agent]],
-                    self.tokenizers[key].pad_token_id,
-                    model.get_input_embeddings().weight.device,
-                )
-            layers = [layer for layer in out[cache_key()].layers if getattr(layer, "keys", None) is not None]
-            self._cache_bytes[key] = sum(layer.keys.nbytes + layer.values.nbytes for layer in layers) / len(probe)
-        return self._cache_bytes[key]
 
     # -- learning ----------------------------------------------------------------------------------
     def logprobs(
@@ -362,13 +306,13 @@ class AgentTeam(nn.Module):
         agents = [agent] * len(prompt_ids) if isinstance(agent, int) else list(agent)
         out: list[Tensor | None] = [None] * len(agents)
         ent: list[Tensor | None] = [None] * len(agents)
-        keys = [self.untrained_key(a) if reference else self.base_of[a] for a in agents]
-        for key in self.models:
-            idx = [i for i, k in enumerate(keys) if k == key]
+        bases = [self.agents[a].reference if reference else self.agents[a].base for a in agents]
+        for base in self.pool.bases:
+            idx = [i for i, b in enumerate(bases) if b is base]
             if idx:
                 res = logprobs_on_base(
                     self,
-                    key,
+                    base,
                     [agents[i] for i in idx],
                     [prompt_ids[i] for i in idx],
                     [completion_ids[i] for i in idx],
@@ -398,15 +342,16 @@ class AgentTeam(nn.Module):
         from safetensors.torch import save_file
 
         out = Path(out)
-        name, model = self.names[agent], self.model_of(agent)
+        name, base = self.names[agent], self.agents[agent].base
+        model = base.model
         out.mkdir(parents=True, exist_ok=True)
         (out / "agent.json").write_text(json.dumps(asdict(self.specs[agent]), indent=2))
-        if self.is_full(agent):
-            return full.save_full(model, self.tokenizer_of(agent), out)
+        if base.full:
+            return full.save_full(model, base.tokenizer, out)
         state = get_peft_model_state_dict(model, adapter_name=name)
         save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, out / "adapter_model.safetensors")
         config = copy.copy(model.peft_config[name])
-        config.base_model_name_or_path = base_location(self.base_names[self.base_of[agent]])
+        config.base_model_name_or_path = base_location(base.name)
         config.save_pretrained(out)
 
     def load_adapters(self, folder: str | Path) -> None:
@@ -416,18 +361,18 @@ class AgentTeam(nn.Module):
 
         folder = Path(folder)
         paths = [
-            folder / name / ("config.json" if self.is_full(i) else "adapter_model.safetensors")
-            for i, name in enumerate(self.names)
+            folder / agent.name / ("config.json" if agent.base.full else "adapter_model.safetensors")
+            for agent in self.agents
         ]
-        for i, (name, path) in enumerate(zip(self.names, paths)):  # all or nothing
+        for agent, path in zip(self.agents, paths):  # all or nothing
             if not path.is_file():
-                kind = "model (finetune: full)" if self.is_full(i) else "adapter"
-                raise UserError(f"no {kind} for {name} in {folder} (expected {path})")
-        for i, (name, path) in enumerate(zip(self.names, paths)):
-            if self.is_full(i):
-                full.load_full_state(self.model_of(i), path.parent, name)
+                kind = "model (finetune: full)" if agent.base.full else "adapter"
+                raise UserError(f"no {kind} for {agent.name} in {folder} (expected {path})")
+        for agent, path in zip(self.agents, paths):
+            if agent.base.full:
+                full.load_full_state(agent.base.model, path.parent, agent.name)
             else:
-                set_peft_model_state_dict(self.model_of(i), load_file(path), adapter_name=name)
+                set_peft_model_state_dict(agent.base.model, load_file(path), adapter_name=agent.name)
 
 
 def base_location(name: str) -> str | None:

@@ -165,11 +165,11 @@ class VllmEngine:
         """Adapters written to the engine so far."""
         self.sync_seconds = 0.0
         """Seconds spent writing and registering them."""
-        for key, model in team.models.items():
-            agents = [i for i in range(len(team)) if team.base_of[i] == key]
+        for base in team.pool.bases:
+            agents = [i for i, agent in enumerate(team.agents) if agent.base is base]
             with process_state_kept():
-                self.llms[key] = LLM(
-                    model=self._base_folder(team, key),
+                self.llms[base] = LLM(
+                    model=self._base_folder(base),
                     enable_lora=True,
                     max_loras=len(agents),
                     max_lora_rank=max(_lora_rank(team.specs[i].lora.r) for i in agents),
@@ -184,15 +184,14 @@ class VllmEngine:
                     # generator's offset, which CPU generators lack (RuntimeError); whole prefills avoid it
                     **({"enable_chunked_prefill": False} if team.device.type == "cpu" else {}),
                 )
-            _ALIVE.append(self.llms[key])
+            _ALIVE.append(self.llms[base])
 
-    def _base_folder(self, team, key: str) -> str:
+    def _base_folder(self, base) -> str:
         from collab.policy.models import TINY, model_folder
 
-        name = next(team.specs[i].base or team.base_config.name for i in range(len(team)) if team.base_of[i] == key)
-        if name == TINY:
-            return str(export_base(team.models[key], team.tokenizers[key], self.folder / key))
-        return model_folder(name)
+        if base.name == TINY:
+            return str(export_base(base.model, base.tokenizer, self.folder / base.key))
+        return model_folder(base.name)
 
     # -- adapters ----------------------------------------------------------------------------------
     @staticmethod
@@ -216,19 +215,19 @@ class VllmEngine:
         from vllm.lora.request import LoRARequest
 
         start = time.perf_counter()
-        loaded = {key: llm.llm_engine.list_loras() for key, llm in self.llms.items()}
+        loaded = {base: llm.llm_engine.list_loras() for base, llm in self.llms.items()}
         changed = []
         for agent in range(len(team)):
             state = states[agent] if states else self.state(team, agent)
             previous = self.synced.get(agent)
-            if previous is not None and previous.state == state and previous.lora_id in loaded[team.base_of[agent]]:
+            if previous is not None and previous.state == state and previous.lora_id in loaded[team.agents[agent].base]:
                 continue
             version = 0 if previous is None else previous.version + 1
             name = f"{team.names[agent]}-v{version}"
             lora_id = 1 + agent + version * len(team)  # unique per (agent, version): vLLM never reuses a cached copy
             folder = self.folder / name
             team.save_adapter(agent, folder)
-            engine = self.llms[team.base_of[agent]].llm_engine
+            engine = self.llms[team.agents[agent].base].llm_engine
             if previous is not None:  # first: the engine has one slot per agent
                 del self.synced[agent], self.requests[agent]
                 engine.remove_lora(previous.lora_id)
@@ -248,7 +247,7 @@ class VllmEngine:
 
     def check(self, team, agents, states: dict[int, tuple] | None = None) -> None:
         """Raise unless vLLM holds, for each of ``agents``, the adapter version exported from its current weights."""
-        loaded = {key: llm.llm_engine.list_loras() for key, llm in self.llms.items()}
+        loaded = {base: llm.llm_engine.list_loras() for base, llm in self.llms.items()}
         for agent in sorted(set(agents)):
             name, held = team.names[agent], self.synced.get(agent)
             if held is None:
@@ -261,7 +260,7 @@ class VllmEngine:
                     f"vLLM holds version {held.version} of {name}'s adapter, but {name}'s weights "
                     "changed since: call VllmEngine.sync(team) before generating (auto_sync is off)"
                 )
-            if held.lora_id not in loaded[team.base_of[agent]]:
+            if held.lora_id not in loaded[team.agents[agent].base]:
                 raise RuntimeError(
                     f"vLLM no longer holds version {held.version} of {name}'s adapter "
                     f"(LoRA id {held.lora_id}); call VllmEngine.sync(team) again"
@@ -296,11 +295,11 @@ class VllmEngine:
             self.sync(team, states)
         self.check(team, [r.agent for r in requests], states)
         results: list[list[Completion] | None] = [None] * len(requests)
-        for key, llm in self.llms.items():
-            mine = [i for i, r in enumerate(requests) if team.base_of[r.agent] == key]
+        for base, llm in self.llms.items():
+            mine = [i for i, r in enumerate(requests) if team.agents[r.agent].base is base]
             if not mine:
                 continue
-            tokenizer = team.tokenizers[key]
+            tokenizer = base.tokenizer
             stop = sorted({tokenizer.eos_token_id, tokenizer.pad_token_id} - {None})
             params = []
             for i in mine:

@@ -199,13 +199,13 @@ def bytes_per_token(team) -> float:
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
     weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
     per_base = []
-    for key in dict.fromkeys(team.base_of):
-        mine = [i for i, k in enumerate(team.base_of) if k == key]
+    for base in dict.fromkeys(agent.base for agent in team.agents):
+        mine = [i for i, agent in enumerate(team.agents) if agent.base is base]
         agent = next((i for i in mine if not team.is_frozen(i)), mine[0])
         probe = lambda: team.logprobs(agent, [prompt], [completion])  # noqa: E731
         seen, _ = saved_for_backward(probe)
         per_token = sum(n for ptr, n in seen.items() if ptr not in weights) / PROBE_TOKENS
-        layers = checkpointed_layers(team.models[key])
+        layers = checkpointed_layers(base.model)
         if layers:
             with checkpointing_off(layers):
                 per_token += RECOMPUTE * max(saved_in_layers(probe, layers, weights)) / PROBE_TOKENS

@@ -145,7 +145,7 @@ def lora_parameters(shape: Shape, rank: int, targets: Sequence[str]) -> int:
 
 def kv_bytes_per_token(shape: Shape, width: int) -> int:
     """Bytes of KV cache a token takes: every layer's keys and values at ``width`` bytes a value (SmolLM2-135M in
-    float32: 45 KiB, as ``AgentTeam.cache_bytes_per_token`` measures)."""
+    float32: 45 KiB, as ``collab.policy.pool.Base.cache_bytes_per_token`` measures)."""
     return 2 * shape.layers * shape.kv_width * width
 
 

@@ -125,7 +125,7 @@ class LearnedVerifier(Verifier):
     @torch.no_grad()
     def features(self, questions: Sequence[str], answers: Sequence[str]) -> Tensor:
         """``[N, hidden]`` last-token hidden states of the frozen model (float32, on its device)."""
-        from collab.policy.prefill import pad_left
+        from collab.policy.prefixes import pad_left
 
         seqs = [self.encode(q, a) for q, a in zip(questions, answers, strict=True)]
         model = self.model

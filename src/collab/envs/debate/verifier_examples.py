@@ -54,7 +54,7 @@ def sample_examples(
     """Sample ``samples`` turn-1 answers per task with ``model`` (the env's first prompt, chat template) and label
     them with the rule verifier (:func:`label_examples`)."""
     from collab.policy.models import encode_chat
-    from collab.policy.prefill import pad_left
+    from collab.policy.prefixes import pad_left
 
     torch.manual_seed(seed)
     device = model.get_input_embeddings().weight.device
