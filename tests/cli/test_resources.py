@@ -230,7 +230,7 @@ def test_a_large_team_that_fits_says_its_projection(monkeypatch):
     step's projected time at the (faked) matmul rate; two agents say nothing, unless their step is long."""
     import torch
 
-    from collab.cli import resources
+    from collab.cli import resources, team_lines
     from collab.envs import make_env
     from collab.runtime.projection import step_flops
 
@@ -243,7 +243,7 @@ def test_a_large_team_that_fits_says_its_projection(monkeypatch):
     assert line.startswith(
         f"team: 3 agents, projected {projection.total / GB:.2f} GiB a process of 64.00 GiB available"
     )
-    assert f"a step projected at about {resources.duration(seconds)} (" in line and "at 1 GFLOP/s" in line
+    assert f"a step projected at about {team_lines.duration(seconds)} (" in line and "at 1 GFLOP/s" in line
     assert f"{sum(work.rows(t) for t in range(work.turns)):,} responses" in line and "\n" not in line
     pair = make_env("debate", agents=2)
     assert resources.check_team(_trainer(), module, pair, 2) is None
