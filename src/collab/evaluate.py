@@ -106,14 +106,10 @@ def team_model(team) -> str:
     return "+".join(dict.fromkeys(spec.base or team.base_config.name for spec in team.specs))
 
 
-def run(argv: list[str]) -> dict[str, float]:
-    from collab.config import read_command_line
-    from collab.evaluation.baselines import BASELINES, Protocol, prepare
-    from collab.evaluation.comparison import make_row, score_columns, update_table
+def check_options(options) -> None:
+    """Each option in range and each named file there, before anything is built (one line each)."""
+    from collab.evaluation.baselines import BASELINES
 
-    line = read_command_line(argv)
-    algo, rest = line.algo, line.args
-    options, overrides = _parser().parse_known_args(rest)
     require(options.num_samples >= 1, f"--num_samples must be >= 1, got {options.num_samples}")
     require(all(k >= 1 for k in options.k), f"--k values must be >= 1, got {options.k}")
     require(options.max_tasks is None or options.max_tasks >= 1, f"--max_tasks must be >= 1, got {options.max_tasks}")
@@ -139,7 +135,10 @@ def run(argv: list[str]) -> dict[str, float]:
         f"--table must name a .csv file (the markdown table is written next to it), got {options.table}",
     )
     require(options.method is None or bool(options.method.strip()), "--method must not be empty")
-    from collab.evaluation.heldout import evaluate, format_metrics  # after the checks: bad input fails fast
+
+
+def built_team(algo: str, options, overrides: list[str]):
+    """The module (its team with the given weights) and env that ``collab.fit`` would build."""
     from collab.fit import build_cli
 
     cli = build_cli(algo, overrides)
@@ -149,16 +148,30 @@ def run(argv: list[str]) -> dict[str, float]:
         load_weights(model, options.ckpt_path)
     elif options.adapters:
         model.team.load_adapters(options.adapters)
+    return model, env
+
+
+def run(argv: list[str]) -> dict[str, float]:
+    import torch
+
+    from collab.cli.output import release_logs
+    from collab.config import read_command_line
+    from collab.evaluation.baselines import Protocol, prepare
+    from collab.evaluation.comparison import make_row
+
+    line = read_command_line(argv)
+    algo, rest = line.algo, line.args
+    options, overrides = _parser().parse_known_args(rest)
+    check_options(options)
+    from collab.evaluation.heldout import evaluate  # after the checks: bad input fails fast
+
+    model, env = built_team(algo, options, overrides)
     tasks = list(env.tasks(options.split))[: options.max_tasks]
     require(len(tasks) > 0, f"split {options.split!r} of env {env.name!r} has no tasks")
     weights = options.ckpt_path or options.adapters or "untrained"
     protocol = prepare(options.baseline, env) if options.baseline else Protocol(algo, env, model.protocol)
     method = options.method or method_name(algo, options.baseline, options.ckpt_path or options.adapters)
     model.eval()
-    import torch
-
-    from collab.cli.output import release_logs
-
     release_logs()  # Lightning's start-up messages, held until now (collab.cli.output)
     start = time.perf_counter()
     with torch.no_grad(), protocol.applied(model.team, model.max_new_tokens):
@@ -174,22 +187,19 @@ def run(argv: list[str]) -> dict[str, float]:
             protocol.dependency,
         )
     seconds = time.perf_counter() - start
-    row = make_row(
-        method,
-        options.task or env.name,
-        env,
-        metrics,
-        seconds,
-        episodes,
-        team_model(model.team),
-        options.split,
-        weights,
-    )
+    task, model_name = options.task or env.name, team_model(model.team)
+    row = make_row(method, task, env, metrics, seconds, episodes, model_name, options.split, weights)
+    report(algo, options, env, len(tasks), weights, metrics, row, method)
+    return metrics
+
+
+def report(algo: str, options, env, tasks: int, weights: str, metrics: dict, row: dict, method: str) -> None:
+    """The run's lines, and its row in ``--table`` and metrics in ``--output`` where given."""
+    from collab.evaluation.comparison import score_columns, update_table
+    from collab.evaluation.heldout import format_metrics
+
     label = f"{options.baseline} baseline ({algo} team)" if options.baseline else algo
-    print(
-        f"{label} on {env.name} ({options.split}: {len(tasks)} tasks x {options.num_samples} samples; "
-        f"weights: {weights})"
-    )
+    print(f"{label} on {env.name} ({options.split}: {tasks} tasks x {options.num_samples} samples; weights: {weights})")
     print(format_metrics(metrics))
     scores = "  ".join(f"{c.title} {row[c.key] or 'n/a'}" for c in score_columns(env.name))
     print(f"time {row['time_s'] or 'n/a'} s/episode  cost {row['cost_tokens'] or 'n/a'} tokens/agent/turn  {scores}")
@@ -199,7 +209,6 @@ def run(argv: list[str]) -> dict[str, float]:
     if options.output:
         Path(options.output).parent.mkdir(parents=True, exist_ok=True)
         Path(options.output).write_text(json.dumps(metrics, indent=2))
-    return metrics
 
 
 def main(argv: list[str] | None = None) -> int:
