@@ -125,14 +125,15 @@ class MARFT(CentralCritic, CollabModule):
 
     # -- update ------------------------------------------------------------------------------------
     def normalizers(self, minibatch: list[Transition], batch: Batch[Transition], index: int) -> Normalizers:
-        """The global transition count and each transition's advantages of the trained agents (concatenated in agent
-        order), normalized over the trained agents' decisions of all ranks' minibatches with
-        ``normalize_advantages``."""
+        """The global transition count and each transition's advantages, one tensor per trained agent, normalized over
+        the trained agents' decisions of all ranks' minibatches with ``normalize_advantages``."""
         count, agents = global_count(self, len(minibatch)), batch.agents
         if not agents:
             return Normalizers(count, agents=agents)
-        advantages = [self.advantages_of(tr, agents) for tr in minibatch]
-        advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
+        advantages = [[self.agent_advantages(tr, i) for i in agents] for tr in minibatch]
+        if self.normalize_advantages:
+            normalized = iter(normalize_pieces(self, [a for per_agent in advantages for a in per_agent]))
+            advantages = [[next(normalized) for _ in agents] for _ in minibatch]
         return Normalizers(count, advantages=advantages, agents=agents)
 
     summed_stats = ("train/tokens",)  # statistics that count (summed over the agents' terms), not average
@@ -144,11 +145,7 @@ class MARFT(CentralCritic, CollabModule):
         agents' samples (MARFT-A: responses, MARFT-T: tokens): agent i's term and statistics (but counts) are weighted
         by its share of them."""
         weight, agents = len(micro) / scale.count, scale.agents or []
-        split = [
-            adv.split([len(self.agent_advantages(tr, i)) for i in agents])  # a transition's, agent by agent
-            for tr, adv in zip(micro, scale.advantages or [])
-        ]
-        advantages = [torch.cat(pieces) for pieces in zip(*split)]  # each trained agent's, transition by transition
+        advantages = [torch.cat([adv[k] for adv in scale.advantages]) for k in range(len(agents))]  # transition order
         samples = [len(a) for a in advantages]
 
         def critic() -> tuple[torch.Tensor, dict[str, float]]:
@@ -176,15 +173,12 @@ class MARFT(CentralCritic, CollabModule):
         """Agent ``agent``'s advantages in ``tr``: one for its action (MARFT-T: one per token of its response)."""
         return tr.advantages[agent : agent + 1]
 
-    def advantages_of(self, tr: Transition, agents: list[int]) -> torch.Tensor:
-        """``agents``' advantages in ``tr``, concatenated in agent order (what ``actor_loss`` weighs them by)."""
-        return torch.cat([self.agent_advantages(tr, i) for i in agents])
-
     def actor_loss(
         self, minibatch: list[Transition], agents: list[int], advantages: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """The variant's clipped policy loss of ``agents``' responses, mean entropy and stats (``train/approx_kl``
-        among them); ``advantages``: theirs, transition by transition, agent by agent, concatenated."""
+        among them); ``advantages``: theirs, transition by transition, agent by agent, concatenated
+        (:meth:`agent_advantages`)."""
         raise NotImplementedError
 
     def policy_forward(self, rows: list[tuple[Transition, int]]):
