@@ -49,7 +49,7 @@ def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
 
     from collab.algos import algo_registry
     from collab.algos.base import CollabModule
-    from collab.algos.options import check_env_pair, check_old_names
+    from collab.algos.options import check_env_pair
     from collab.cli.options import RUNS, given_options, option_names, place_runs
     from collab.cli.output import hold_logs, note
     from collab.cli.parser_errors import parser_error
@@ -69,7 +69,6 @@ def build_cli(algo: str, argv: list[str], line: CommandLine | None = None):
     env = line.env()
     if not is_class_path(algo):
         check_env_pair(algo, env)
-    check_old_names([name for name, _ in line.pairs()], {path: line.document(path) for path in line.configs})
     layers = packaged_layers(algo, env)
     from collab.training.sharding import alias
 
