@@ -136,7 +136,7 @@ def one_pass(module, micro, scale):
 
     team, weight = module.team, len(micro) / scale.count
     if isinstance(module, MARFT):
-        critic, _ = module.critic_loss(micro)
+        critic, _ = module.critic.loss(micro)
         advantages = torch.cat([a for per_agent in scale.advantages for a in per_agent])  # transition by transition
         actor, entropy, _ = module.actor_loss(micro, scale.agents, advantages)
         return (module.value_coef * critic + actor - module.entropy_coef * entropy) * weight

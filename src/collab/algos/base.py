@@ -27,19 +27,18 @@ agents it advises), so that one LLM forward's activations are alive at a time: t
 
 What flows between the steps is typed (:mod:`collab.rollout.experience`):
 :class:`~collab.rollout.experience.Experience`, :class:`~collab.rollout.experience.Batch`,
-:class:`~collab.rollout.experience.Normalizers`. The dataloader
-yields tasks only and the rollout is played here, with the current weights (no prefetching: on-policy). An
-algorithm's file holds only its paper's parts: ``rollout``, ``prepare``, ``terms`` (and ``normalizers``
-where its loss divides by counts or normalizes advantages over the minibatch). Lightning's
-``global_step`` counts optimizer updates, as ``trainer.max_steps`` does; :mod:`collab.runtime.collectives`
-makes each update the same on every rank.
+:class:`~collab.rollout.experience.Normalizers`. The dataloader yields tasks only and the rollout is played here,
+with the current weights (no prefetching: on-policy). An algorithm's file holds only its paper's parts: ``rollout``,
+``prepare``, ``terms`` (and ``normalizers`` where its loss divides by counts or normalizes advantages over the
+minibatch). Lightning's ``global_step`` counts optimizer updates, as ``trainer.max_steps`` does;
+:mod:`collab.runtime.collectives` makes each update the same on every rank.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open; a full-parameter agent's group is its whole model
 (:mod:`collab.policy.full`). Checkpoints hold only trainable weights (adapters and heads, full agents' models), not
-the frozen bases, and what makes a resumed run repeat the
-uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.runtime.rank_state`;
-:mod:`collab.training.resume` says when they are saved and restored).
+the frozen bases, and what makes a resumed run repeat the uninterrupted one bitwise: ``rollouts`` and every
+process's random state (:mod:`collab.runtime.rank_state`; :mod:`collab.training.resume` says when they are saved
+and restored).
 """
 
 from __future__ import annotations
@@ -70,13 +69,7 @@ from collab.policy.team import (
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.runtime import sharded
-from collab.runtime.collectives import (
-    backward_passes,
-    global_count,
-    minibatch_schedule,
-    reached_max_steps,
-    steps_note,
-)
+from collab.runtime.collectives import backward_passes, global_count, minibatch_schedule, reached_max_steps, steps_note
 from collab.runtime.memory import budget_bytes, release, release_above, resident_bytes, token_budget_chunks
 from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
 
