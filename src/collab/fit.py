@@ -107,14 +107,13 @@ def algo_class(algo: str, registry: dict[str, type]) -> type:
 def composed_args(algo: str, line: CommandLine) -> list[str]:
     """The parser's arguments: the packaged configs of ``algo`` on the run's env composed, then the command line;
     the env pair, old option names and the strategy checked first, and the files read said once."""
-    from collab.algos.options import check_env_pair, check_old_names
+    from collab.algos.options import check_env_pair
     from collab.cli.output import note
     from collab.training.sharding import alias
 
     env = line.env()
     if not is_class_path(algo):
         check_env_pair(algo, env)
-    check_old_names([name for name, _ in line.pairs()], {path: line.document(path) for path in line.configs})
     layers = packaged_layers(algo, env)
     line.args = alias(line.args)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
     check_strategy((line.values("--trainer.strategy") or [""])[-1])  # before Lightning's "fsdp requires a GPU"

@@ -19,7 +19,7 @@ from collab.policy.models import BaseConfig
 from collab.policy.sampling import Completion
 from collab.rollout.episodes import Episode, play
 from collab.rollout.experience import Batch, Experience, epochs, minibatches, transitions
-from tests.support import SAMPLE_THE_POLICY, TwoTurnEnv, prob_of_first_option, train
+from tests.support import SAMPLE_THE_POLICY, TwoTurnEnv, backward_passes, prob_of_first_option, train
 
 TINY = BaseConfig(name="tiny", device="cpu")
 
@@ -398,7 +398,7 @@ def test_separate_terms_give_the_gradient_of_the_one_pass_loss_with_one_forward_
     loss.backward()
     whole = grads()
     part_stats: dict[str, float] = {}
-    parts = module.parts(batch.items, scale, part_stats)
+    parts = backward_passes(module, batch.items, scale, part_stats)
     critics = 1 if marft else len(module.critics)
     assert len(parts) == critics + len(module.team)  # critic 0 [, its agents], critic 1 ...
     part_bytes = []

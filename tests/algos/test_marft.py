@@ -151,13 +151,13 @@ def test_marft_a_actor_loss_is_eq2_mean_over_agents_and_steps():
             c.logprobs = [lp - math.log(r)]
         tr.advantages = torch.tensor([adv, adv])
     loss, entropy, stats = module.actor_loss(
-        items, [0, 1], torch.cat([module.advantages_of(tr, [0, 1]) for tr in items])
+        items, [0, 1], torch.cat([module.agent_advantages(tr, i) for tr in items for i in (0, 1)])
     )
     assert float(loss.detach()) == pytest.approx(-0.375, abs=1e-5)
     assert stats["train/clip_frac"] == pytest.approx(1.0)  # every ratio is outside [0.8, 1.2]
     assert 0 < float(entropy.detach()) <= math.log(2) + 1e-6  # two allowed tokens
     # one agent at a time: agent 1's rows only, (-1.4 + 1.5) / 2
-    loss1, _, _ = module.actor_loss(items, [1], torch.cat([module.advantages_of(tr, [1]) for tr in items]))
+    loss1, _, _ = module.actor_loss(items, [1], torch.cat([module.agent_advantages(tr, 1) for tr in items]))
     assert float(loss1.detach()) == pytest.approx(0.05, abs=1e-5)
 
 

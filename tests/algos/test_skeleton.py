@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.algos.test_known_optimum import make
-from tests.support import EarlySolveEnv, minibatch_gradient
+from tests.support import EarlySolveEnv, backward_passes, minibatch_gradient
 from tests.support.algos import algos, settings
 
 ALGOS = [algo for algo in algos() if settings(algo).micro_batches]
@@ -87,8 +87,8 @@ def test_every_algorithm_has_the_one_contract():
         for hook in hooks:
             ours = list(inspect.signature(getattr(cls, hook)).parameters)
             assert ours == list(inspect.signature(getattr(CollabModule, hook)).parameters), (name, hook, ours)
-        assert not any(hasattr(cls, old) for old in ("losses", "begin_update", "accumulate", "optimizer_update")), name
-        assert cls.loss is CollabModule.loss and cls.parts is CollabModule.parts, name
+        assert not any(hasattr(cls, old) for old in ("losses", "begin_update", "accumulate", "parts")), name
+        assert cls.loss is CollabModule.loss and cls.update is CollabModule.update, name
 
 
 def test_the_dataloader_yields_this_ranks_tasks_only():
@@ -126,8 +126,9 @@ def one_pass(module, micro, scale):
 
     team, weight = module.team, len(micro) / scale.count
     if isinstance(module, MARFT):
-        critic, _ = module.critic_loss(micro)
-        actor, entropy, _ = module.actor_loss(micro, scale.agents, torch.cat(scale.advantages))
+        critic, _ = module.critic.loss(micro)
+        advantages = torch.cat([a for per_agent in scale.advantages for a in per_agent])  # transition by transition
+        actor, entropy, _ = module.actor_loss(micro, scale.agents, advantages)
         return (module.value_coef * critic + actor - module.entropy_coef * entropy) * weight
     if isinstance(module, ActorCritic):
         loss = 0.0
@@ -223,7 +224,7 @@ def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path
 
     stats: dict[str, float] = {}
     split, order = [torch.zeros_like(p) for p in params], []
-    for part in module.parts(items, scale, stats):  # as the update runs them: what each backward pass moves
+    for part in backward_passes(module, items, scale, stats):  # as the update runs them: what each backward pass moves
         part().backward()
         order.append(
             [g["name"] for g in groups if any(p.grad is not None and p.grad.abs().sum() > 0 for p in g["params"])]

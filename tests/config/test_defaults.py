@@ -63,8 +63,6 @@ def test_print_config_is_what_the_module_uses(algo, tmp_path, monkeypatch):
 def test_from_config_overrides_and_refuses():
     module = from_config("magrpo", base={"name": "tiny"}, agents=None, clip=0.1)
     assert module.clip == 0.1 and module.agent_specs is None and module.base.name == "tiny"
-    with pytest.raises(UserError, match=r"model.advantage_clip was renamed model.clip"):
-        from_config("magrpo", advantage_clip=0.1)
     with pytest.raises(UserError, match=r"model.clipp is not an option of --algo magrpo; valid: .*clip"):
         from_config("magrpo", clipp=0.1)
 

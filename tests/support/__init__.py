@@ -124,13 +124,27 @@ def train(
     return returns, dm.env
 
 
+def backward_passes(module, minibatch, scale, stats: dict[str, float]) -> list:
+    """The minibatch's backward passes as ``CollabModule.update`` runs them: each micro-batch's terms, each adding its
+    statistics to ``stats`` weighted by its micro-batch's share of the minibatch; each returns its loss."""
+    from functools import partial
+
+    from collab.algos.base import run_term
+
+    passes = []
+    for positions in module.micro_batches(minibatch):
+        micro, share = [minibatch[i] for i in positions], len(positions) / len(minibatch)
+        passes += [partial(run_term, term, stats, share) for term in module.terms(micro, scale.select(positions))]
+    return passes
+
+
 def minibatch_gradient(module, batch, index: int = 0) -> dict[str, float]:
     """One process's gradient of the loss of one minibatch (all of ``batch.items``), accumulated into the
-    parameters' ``.grad`` through the update's own pieces (``normalizers``, then ``parts``: one backward per
-    micro-batch), without the optimizer; returns the minibatch's statistics."""
+    parameters' ``.grad`` through the update's own pieces (``normalizers``, then each micro-batch's terms: one
+    backward each), without the optimizer; returns the minibatch's statistics."""
     stats: dict[str, float] = {}
-    for part in module.parts(batch.items, module.normalizers(batch.items, batch, index), stats):
-        part().backward()
+    for backward_pass in backward_passes(module, batch.items, module.normalizers(batch.items, batch, index), stats):
+        backward_pass().backward()
     return stats
 
 

@@ -13,6 +13,7 @@ update's statistics (:mod:`collab.algos.logs`).
                                                       # (``objectives``); the items, metrics, who learns
     for index, minibatch in enumerate(epochs(batch.items, num_epochs, minibatch_size)):  # same count on every rank
         scale = normalizers(minibatch, batch, index)  # global: counts, normalized advantages (one per item)
+        optimizer.zero_grad()
         for positions in micro_batches(minibatch):    # at most ``micro_batch_tokens`` padded tokens each
             micro = [minibatch[i] for i in positions]
             for term in terms(micro, scale.select(positions)):  # the micro-batch's loss is the sum of its terms
@@ -26,19 +27,18 @@ agents it advises), so that one LLM forward's activations are alive at a time: t
 
 What flows between the steps is typed (:mod:`collab.rollout.experience`):
 :class:`~collab.rollout.experience.Experience`, :class:`~collab.rollout.experience.Batch`,
-:class:`~collab.rollout.experience.Normalizers`. The dataloader
-yields tasks only and the rollout is played here, with the current weights (no prefetching: on-policy). An
-algorithm's file holds only its paper's parts: ``rollout``, ``prepare``, ``terms`` (and ``normalizers``
-where its loss divides by counts or normalizes advantages over the minibatch). Lightning's
-``global_step`` counts optimizer updates, as ``trainer.max_steps`` does; :mod:`collab.runtime.collectives`
-makes each update the same on every rank.
+:class:`~collab.rollout.experience.Normalizers`. The dataloader yields tasks only and the rollout is played here,
+with the current weights (no prefetching: on-policy). An algorithm's file holds only its paper's parts: ``rollout``,
+``prepare``, ``terms`` (and ``normalizers`` where its loss divides by counts or normalizes advantages over the
+minibatch). Lightning's ``global_step`` counts optimizer updates, as ``trainer.max_steps`` does;
+:mod:`collab.runtime.collectives` makes each update the same on every rank.
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open; a full-parameter agent's group is its whole model
 (:mod:`collab.policy.full`). Checkpoints hold only trainable weights (adapters and heads, full agents' models), not
-the frozen bases, and what makes a resumed run repeat the
-uninterrupted one bitwise: ``rollouts`` and every process's random state (:mod:`collab.runtime.rank_state`;
-:mod:`collab.training.resume` says when they are saved and restored).
+the frozen bases, and what makes a resumed run repeat the uninterrupted one bitwise: ``rollouts`` and every
+process's random state (:mod:`collab.runtime.rank_state`; :mod:`collab.training.resume` says when they are saved
+and restored).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from collab.policy.team import (
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
 from collab.runtime import sharded
-from collab.runtime.collectives import global_count, minibatch_schedule, optimizer_step, reached_max_steps, steps_note
+from collab.runtime.collectives import backward_passes, global_count, minibatch_schedule, reached_max_steps, steps_note
 from collab.runtime.memory import budget_bytes, release, release_above, resident_bytes, token_budget_chunks
 from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
 
@@ -283,36 +283,46 @@ class CollabModule(L.LightningModule):
         preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """Epochs of minibatches of the batch's items, one optimizer step each (the module docstring's loop).
+        """PPO's update loop, as CleanRL's ppo.py: epochs of minibatches, each minibatch's gradient accumulated over
+        its micro-batches and their terms (one backward pass each), then one optimizer step.
 
         Every rank takes the same number of steps (:func:`~collab.runtime.collectives.minibatch_schedule` pads with
-        empty minibatches) and of backward passes (:func:`~collab.runtime.collectives.optimizer_step`); when no rank
+        empty minibatches) and of backward passes (:func:`~collab.runtime.collectives.backward_passes`); when no rank
         has anything to train on, every rank takes one empty step (:meth:`skip_update`). The minibatches'
         order is drawn from a generator seeded by the rollout count, the same on every rank.
         """
-        metrics: dict[str, float] = {}
         generator = torch.Generator().manual_seed(self.rollouts)
         schedule = minibatch_schedule(self, list(epochs(batch.items, self.num_epochs, self.minibatch_size, generator)))
         if not schedule:
             self.skip_update()
-            return metrics
-        totals: dict[str, list[float]] = {}
+            return {}
         # the heap given back after a backward pass that left more than the update's start and a micro-batch's
         # budget; under gradient checkpointing after every pass: each runs the layers again at its own shape, and
         # the fragments grow several times faster (runtime.memory.release_above)
         checkpointed = self.team.base_config.gradient_checkpointing
         headroom = 0 if checkpointed else budget_bytes(self.team.device, self.micro_batch_memory_gb)
         after_backward = partial(release_above, resident_bytes() + headroom)
-        for index, minibatch in enumerate(schedule):
+        optimizer, metrics, totals = self.optimizers(), {}, {}
+        for index, minibatch in enumerate(schedule):  # epochs x minibatches
             if index and reached_max_steps(self):  # max_steps inside a rollout's updates: the run ends there
                 break
+            scale = self.normalizers(minibatch, batch, index)  # global: counts, normalized advantages
             stats: dict[str, float] = {}
-            scale = self.normalizers(minibatch, batch, index)
-            parts = self.parts(minibatch, scale, stats)
-            accept = partial(self.accept, stats, len(minibatch), scale)
-            if not optimizer_step(self, parts, accept=accept, after_backward=after_backward):
+            passes = []  # the minibatch's loss: the sum of its micro-batches' terms, one backward pass each
+            for positions in self.micro_batches(minibatch):
+                micro, share = [minibatch[i] for i in positions], len(positions) / len(minibatch)
+                for term in self.terms(micro, scale.select(positions)):
+                    passes.append(partial(run_term, term, stats, share))
+            optimizer.zero_grad()
+            if not backward_passes(self, passes, after_backward):  # no rank has anything to learn: an empty step
+                self.skip_update()
+                continue
+            if not self.accept(stats, len(minibatch), scale):  # refused (MARFT's target_kl): the rollout's updates end
+                optimizer.zero_grad()
                 metrics["train/early_stop"] = 1.0
                 break
+            preemption.check()
+            self.optimizer_step()
             for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
         return {**metrics, **{key: sum(v) / len(v) for key, v in totals.items()}}
@@ -357,16 +367,6 @@ class CollabModule(L.LightningModule):
         update logs them (to inspect a loss: the update runs each term's backward pass on its own)."""
         stats: dict[str, float] = {}
         return sum(run_term(term, stats, 1.0) for term in self.terms(micro, scale)), stats
-
-    def parts(self, minibatch: list, scale: Normalizers, stats: dict[str, float]) -> list[Callable[[], torch.Tensor]]:
-        """The minibatch's backward passes (what :func:`~collab.runtime.collectives.optimizer_step` runs): every
-        micro-batch's :meth:`terms`, each adding its statistics to ``stats`` weighted by its micro-batch's share of
-        the minibatch (``train/loss``: the terms' sum, the minibatch's loss)."""
-        parts = []
-        for positions in self.micro_batches(minibatch):
-            micro, share = [minibatch[i] for i in positions], len(positions) / len(minibatch)
-            parts += [partial(run_term, term, stats, share) for term in self.terms(micro, scale.select(positions))]
-        return parts
 
     def accept(self, stats: dict[str, float], count: int, scale: Normalizers) -> bool:
         """Whether to apply the update whose gradient was just accumulated over a minibatch of ``count`` items

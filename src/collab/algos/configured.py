@@ -77,14 +77,12 @@ def from_config(algo: str, **overrides: Any):
     """The LightningModule of ``--algo algo`` with its composed config's model options, ``overrides`` replacing
     some of them (``base={"name": "tiny"}``, ``agents=None``, ``agent_lr=1e-2``...)."""
     from collab.algos import algo_registry
-    from collab.algos.options import check_old_names
     from collab.config import packaged_config
     from collab.errors import unknown
 
     registry = algo_registry()
     if algo not in registry:
         raise unknown("algo", algo, registry)
-    check_old_names(given=overrides)
     cls = registry[algo]
     names = init_names(cls)
     bad = sorted(set(overrides) - set(names))

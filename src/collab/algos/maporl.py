@@ -12,7 +12,7 @@ sampled debate) is
 
 Prepare. Per-token rewards (Section 3.2) r(q, s_ta^{1:x}) = 1(x = |s_ta|) R(q, s_ta) - lambda_KL KL_x
 (:func:`collab.objectives.token_rewards`, which says which KL estimate and why). Each team member has a
-value head V(i^x_ta; theta_vta) on its frozen base (:mod:`collab.algos.maporl_team`), computed once per rollout.
+value head V(i^x_ta; theta_vta) on its frozen base (:class:`ValueHeads`), computed once per rollout.
 GAE (``token_gamma``, ``gae_lambda``) runs over each response's tokens, terminal at its last token: R
 already holds the future turns, so one (turn, agent) response is one PPO episode, as the paper's V_ta.
 
@@ -21,7 +21,14 @@ L = L_surrogate(theta_ta) + value_coef * L_value(theta_vta) - entropy_coef * H: 
 surrogate and the squared error against V_target = V_old + A, means over the minibatch's tokens.
 
 An early stop on consensus (``stop_on_consensus``) is an absorbing state (:func:`~collab.objectives.episode_rewards`
-says how the reference code differs); ``format_penalty``, the reference code's: :mod:`collab.algos.maporl_rewards`.
+says how the reference code differs); ``format_penalty``, the reference code's: :func:`answer_rewards`.
+
+Team. One adapter per agent, shared by its turns (theta_a), or with ``per_turn`` one per (turn, agent), the paper's
+theta_ta: role a at turn t is member t*A + a. Each member's value head is an MLP
+(:class:`~collab.policy.mlp_head.CriticHead`) on its frozen base's last hidden state (adapters off) at every
+position that chooses a response token (in a team of several bases, on the member's own base, in its own
+tokens: :func:`~collab.policy.mlp_head.team_features`). The per-turn members of the turns before
+``train_from_turn`` keep their initial adapters and heads.
 
 Where the paper is silent: gamma (Definition 1) defaults to 0.5; the incentives default to 0 (pure
 Definition 1); the value heads read the frozen base rather than a LoRA-shared trunk (cheaper, and the
@@ -30,24 +37,35 @@ value loss never moves the policy); advantages are normalized over each minibatc
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from functools import partial
 
 import torch
 from torch import Tensor, nn
 
+from collab.algos.agents import resolve_agents
 from collab.algos.base import CollabModule, Term
-from collab.algos.maporl_rewards import answer_rewards
-from collab.algos.maporl_team import MAPoRLTeam
-from collab.errors import require_ranges
-from collab.objectives import clipped_surrogate, explained_variance, gae, ratio_stats, token_rewards, value_loss
-from collab.policy.mlp_head import team_features
+from collab.envs.debate.penalties import penalise
+from collab.errors import UserError, require_ranges
+from collab.objectives import (
+    clipped_surrogate,
+    episode_rewards,
+    explained_variance,
+    gae,
+    ratio_stats,
+    token_rewards,
+    value_loss,
+)
+from collab.policy.mlp_head import CriticHead, team_features
 from collab.policy.sampling import own_rows
+from collab.policy.team import AgentSpec
 from collab.rollout.episodes import Episode, play_once
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers, decisions, turn_means
 from collab.runtime.collectives import global_count, normalize_pieces
 
 
-class MAPoRL(MAPoRLTeam, CollabModule):
+class MAPoRL(CollabModule):
     def __init__(
         self,
         *,
@@ -119,7 +137,40 @@ class MAPoRL(MAPoRLTeam, CollabModule):
         self.num_epochs, self.minibatch_size, self.critic_hidden = num_epochs, minibatch_size, list(critic_hidden)
         self.value_coef, self.critic_lr, self.entropy_coef = value_coef, critic_lr, entropy_coef
         self.per_turn, self.train_from_turn, self.normalize_advantages = per_turn, train_from_turn, normalize_advantages
-        self.value_heads: nn.ModuleList | None = None
+        self.value_heads: ValueHeads | None = None
+
+    # -- the team: its members theta_ta and their value heads theta_vta ----------------------------
+    def team_specs(self, env) -> list[AgentSpec]:
+        specs = resolve_agents(env, self.agent_specs, self.agent_defaults)
+        return [copy.deepcopy(spec) for _ in range(env.horizon) for spec in specs] if self.per_turn else specs
+
+    def build_extra(self, env) -> None:
+        if not hasattr(env, "grade_answers"):
+            raise UserError(f"MAPoRL trains a debate; env {env.name!r} is not one (use --data.env debate)")
+        if self.per_turn:
+            self.team.turn_agents = [[t * env.n_agents + a for a in range(env.n_agents)] for t in range(env.horizon)]
+        heads = [
+            CriticHead(self.team.model_of(m).config.hidden_size, self.critic_hidden) for m in range(len(self.team))
+        ]
+        self.value_heads = ValueHeads(heads).to(self.team.device)
+        frozen = self.untrained_members(env)  # no gradient to synchronise under DDP, nothing in the optimizer
+        self.team.freeze(frozen)
+        for m in frozen:
+            self.value_heads[m].requires_grad_(False)
+
+    def untrained_members(self, env) -> list[int]:
+        """The per-turn members of the turns before ``train_from_turn`` (theta_ta of the untrained turns: Experiment 1's
+        turn-1 debaters), acting with their initial adapter (LoRA B = 0: the base policy), frozen at build. Shared
+        adapters (``per_turn`` false) are trained at the later turns: none is frozen."""
+        if not self.per_turn:
+            return []
+        return [
+            t * env.n_agents + a for t in range(min(self.train_from_turn - 1, env.horizon)) for a in range(env.n_agents)
+        ]
+
+    def param_groups(self):
+        heads = [p for p in self.value_heads.parameters() if p.requires_grad]  # the frozen members' heads left out
+        return super().param_groups() + [{"params": heads, "lr": self.critic_lr, "name": "value_heads"}]
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
@@ -133,7 +184,7 @@ class MAPoRL(MAPoRLTeam, CollabModule):
     def responses(self, episodes: list[Episode]) -> tuple[list[Decision], list[Tensor], float]:
         """Every trained answer with its reward R(q, s_ta), each episode's ``[T, A]`` rewards (rows past an early stop:
         absorbing turns, not answers: no reward logged), and the share of malformed answers (0 without
-        ``format_penalty``): :func:`~collab.algos.maporl_rewards.answer_rewards`."""
+        ``format_penalty``): :func:`answer_rewards`."""
         decode = lambda t, a, ids: self.team.tokenizer_of(self.team.acting(t, a)).decode(ids)  # noqa: E731
         penalty = self.format_penalty, self.min_response_tokens, self.max_repeats
         rewards, malformed = answer_rewards(episodes, decode, self.gamma, self.incentives, *penalty)
@@ -187,16 +238,63 @@ class MAPoRL(MAPoRLTeam, CollabModule):
         old_logprobs = torch.cat([r.old_logprobs for r in micro]).to(logprobs)
         actor = clipped_surrogate(logprobs, old_logprobs, advantages.to(logprobs), self.clip).mean()
         entropy = torch.cat(entropies).mean()
-        values = torch.cat([self.value_heads[r.member](r.features.to(self.team.device)) for r in micro])
-        returns = torch.cat([r.returns for r in micro]).to(values)
-        critic = value_loss(values, returns)
+        critic, critic_stats = self.value_heads.loss(micro)
         stats = {
             "train/actor_loss": float(actor.detach()),
             "train/entropy": float(entropy.detach()),
             **ratio_stats(logprobs, old_logprobs, self.clip),
-            "train/value_loss": float(critic.detach()),
+            **critic_stats,
+        }
+        return (advantages.numel() / count) * (actor + self.value_coef * critic - self.entropy_coef * entropy), stats
+
+
+class ValueHeads(nn.ModuleList):
+    """One value head V(i^x_ta; theta_vta) per team member, on the member's frozen base's features."""
+
+    def loss(self, micro: list[Decision]) -> tuple[Tensor, dict[str, float]]:
+        """L_value: the squared error of the answers' token values against V_target = V_old + A (their mean over the
+        micro-batch's tokens), and its statistics."""
+        device = next(self.parameters()).device
+        values = torch.cat([self[r.member](r.features.to(device)) for r in micro])
+        returns = torch.cat([r.returns for r in micro]).to(values)
+        loss = value_loss(values, returns)
+        return loss, {
+            "train/value_loss": float(loss.detach()),
             "train/value_mean": float(values.detach().mean()),
             "train/return_mean": float(returns.mean()),
             "train/explained_variance": explained_variance(values, returns),
         }
-        return (advantages.numel() / count) * (actor + self.value_coef * critic - self.entropy_coef * entropy), stats
+
+
+def answer_rewards(
+    episodes: list[Episode],
+    decode: Callable[[int, int, list[int]], str],
+    gamma: float,
+    incentives: dict[str, float],
+    format_penalty: float | None,
+    min_response_tokens: int,
+    max_repeats: int | None,
+) -> tuple[list[Tensor], float]:
+    """Each episode's ``[T, A]`` rewards R(q, s_ta) (rows past an early stop: absorbing turns, not answers) and the
+    share of malformed answers (0 without ``format_penalty``). ``decode(t, a, ids)``: the text of tokens of the
+    agent acting as role a at turn t (the repetition check exempts runs that decode to digits).
+
+    The verifier's score of each answer, replaced by ``format_penalty`` where the answer is malformed (the
+    reference code's rule: :mod:`collab.envs.debate.penalties`), then Definition 1 on the penalised scores plus
+    the incentives of Tables 1 and 2 (:func:`collab.objectives.episode_rewards`), the expectation estimated by
+    the one sampled debate. Penalising before Definition 1 also lowers the earlier answers' influence terms, as
+    in the reference code."""
+    all_rewards, flagged = [], []
+    for ep in episodes:
+        memory = ep.state.memory
+        scores = torch.tensor(memory["scores"], dtype=torch.float32)
+        if format_penalty is not None:
+            scores, flags = penalise(
+                scores, memory["answers"], ep.completions, format_penalty, min_response_tokens, max_repeats, decode
+            )
+            flagged.append(flags.flatten())
+        all_rewards.append(
+            episode_rewards(scores, memory["answers"], memory["correct"], ep.steps[-1].turns_left, gamma, **incentives)
+        )
+    malformed = float(torch.cat(flagged).float().mean()) if flagged else 0.0
+    return all_rewards, malformed

@@ -3,7 +3,7 @@
 Rollout (Algorithm 1, lines 3-11): each task is played once under the Flex-MG dependency D
 (``dependency``; default the chain: agent i acts on s_t and its predecessors' actions a_t^{1:i-1});
 every turn is a transition. ``prepare`` (line 12) computes the central critic's features and V_old once
-(:mod:`collab.algos.marft_critic`), and the variant's advantages and value targets by GAE along
+(:class:`CentralCritic`), and the variant's advantages and value targets by GAE along
 the episode's decision chain. Update (lines 13-17, the skeleton of :mod:`collab.algos.base`): one
 optimizer step per minibatch on
 
@@ -12,9 +12,17 @@ optimizer step per minibatch on
 (the variant's PPO-clip loss, the mean entropy of the agents' policies on their own responses, the optionally
 clipped, optionally Huber value loss of the central head; means over the minibatch; its terms: :meth:`MARFT.terms`).
 
-Options where the paper is silent or gives a choice: ``critic_warmup``, ``agent_schedule`` and ``target_kl``
-(:mod:`collab.algos.marft_schedule`); ``normalize_advantages``: off by default (the reference code does not
-normalize); rewards in [0, 1].
+Options where the paper is silent or gives a choice: ``normalize_advantages``: off by default (the reference code
+does not normalize); rewards in [0, 1]; and
+
+- ``critic_warmup``: the first N rollouts train the critic only (the actors stay fixed while the
+  head learns the return scale; Section 5.3.1 notes the high early value loss);
+- ``agent_schedule``: ``all`` (every agent every update, Eq. 2) or ``round_robin`` (one agent per
+  rollout, in order: HAPPO's sequential updates, which the paper cites for monotonic improvement);
+- ``target_kl`` (:meth:`MARFT.accept`): stop a rollout's remaining minibatches once the
+  approximate KL between the behaviour and current policies (k3 estimator, mean over the minibatch's decisions)
+  exceeds it; the minibatch that crossed it is not applied. A rollout's first minibatch is on-policy, so every
+  rollout makes at least one update.
 """
 
 from __future__ import annotations
@@ -25,17 +33,51 @@ from typing import Union
 import torch
 
 from collab.algos.base import CollabModule, Term
-from collab.algos.marft_critic import CentralCritic
-from collab.algos.marft_schedule import SCHEDULES, scheduled_agents
 from collab.errors import require_ranges
-from collab.policy.mlp_head import CriticHead
+from collab.objectives import explained_variance, value_loss
+from collab.policy.mlp_head import CriticHead, base_features
 from collab.rollout.episodes import play_once
 from collab.rollout.experience import Batch, Experience, Normalizers, Transition, transitions
 from collab.rollout.protocol import Dependency
 from collab.runtime.collectives import global_count, global_mean, normalize_pieces
 
+SCHEDULES = ("all", "round_robin")
 
-class MARFT(CentralCritic, CollabModule):
+
+def scheduled_agents(rollout: int, n: int, critic_warmup: int, schedule: str) -> list[int]:
+    """The agents of a team of ``n`` that rollout number ``rollout`` (counted from 1) trains: all, one in turn
+    (``round_robin``), none in the critic's warm-up."""
+    after_warmup = rollout - 1 - critic_warmup  # this rollout's place (< 0: in the warm-up)
+    return [] if after_warmup < 0 else list(range(n)) if schedule == "all" else [after_warmup % n]
+
+
+class CentralCritic(CriticHead):
+    """MARFT's central critic (Section 4, Algorithm 1, lines 12 and 15): an MLP value head on the last hidden state of
+    agent 0's frozen base (adapters off, :meth:`MARFT.features`, computed once per rollout in ``prepare``): MARFT-A
+    values every decision point V(s_t, a_t^{1:i-1}), MARFT-T every token-level state."""
+
+    def __init__(self, hidden_size: int, widths: list[int], value_clip: float | None, huber_delta: float | None):
+        super().__init__(hidden_size, widths)
+        self.value_clip, self.huber_delta = value_clip, huber_delta
+
+    def loss(self, minibatch: list[Transition]) -> tuple[torch.Tensor, dict[str, float]]:
+        """L_critic (line 15): the value loss against the GAE returns, optionally clipped around V_old, optionally
+        Huber, and its statistics."""
+        device = self.net[0].weight.device
+        features = torch.cat([tr.features for tr in minibatch]).to(device)
+        returns = torch.cat([tr.returns for tr in minibatch]).to(device)
+        old_values = torch.cat([tr.values for tr in minibatch]).to(device)
+        values = self(features)
+        loss = value_loss(values, returns, old_values if self.value_clip else None, self.value_clip, self.huber_delta)
+        return loss, {
+            "train/critic_loss": float(loss.detach()),
+            "train/value_mean": float(values.detach().mean()),
+            "train/return_mean": float(returns.mean()),
+            "train/explained_variance": explained_variance(values, returns),
+        }
+
+
+class MARFT(CollabModule):
     def __init__(
         self,
         *,
@@ -95,15 +137,32 @@ class MARFT(CentralCritic, CollabModule):
         self.huber_delta, self.entropy_coef, self.critic_warmup = huber_delta, entropy_coef, critic_warmup
         self.agent_schedule, self.target_kl = agent_schedule, target_kl
         self.normalize_advantages, self.optim_eps = normalize_advantages, optim_eps
-        self.critic: CriticHead | None = None
+        self.critic: CentralCritic | None = None
 
     # -- construction ------------------------------------------------------------------------------
     def build_extra(self, env) -> None:
         self.protocol = Dependency(self.dependency, len(self.team))
-        self.build_critic()
+        hidden = self.team.model_of(0).config.hidden_size  # the untrained base's: loaded when first read, if apart
+        widths, clip = self.critic_hidden, self.value_clip
+        self.critic = CentralCritic(hidden, widths, clip, self.huber_delta).to(self.team.device)
 
     def param_groups(self):
-        return super().param_groups() + [self.critic_group()]
+        return super().param_groups() + [
+            {"params": list(self.critic.parameters()), "lr": self.critic_lr, "name": "critic"}
+        ]
+
+    @property
+    def critic_model(self):
+        """The frozen base the critic reads, agent 0's untrained base (a full-parameter agent 0's too:
+        :meth:`~collab.policy.team.AgentTeam.untrained`), in a team of several bases too (every decision point valued in
+        one feature space): MARFT-A re-encodes the others' observations from their text in its tokens and chat template
+        (:meth:`~collab.algos.marft_a.MARFTA.observation_ids`); MARFT-T, valuing each token of a response, refuses
+        it."""
+        return self.team.untrained(0)
+
+    def features(self, prompts, completions=None):
+        """:func:`base_features` of rows already in the critic base's tokens (agent 0's tokenizer: its pad id)."""
+        return base_features(self.critic_model, self.team.tokenizer_of(0).pad_token_id, prompts, completions)
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.param_groups(), weight_decay=0.0, eps=self.optim_eps)
@@ -116,20 +175,21 @@ class MARFT(CentralCritic, CollabModule):
 
     def scheduled(self, experience: Experience[Transition]) -> Batch[Transition]:
         """What the variant's ``prepare`` returns: the transitions, their values, advantages and returns fixed (its GAE,
-        line 12), and the agents this rollout trains (:func:`~collab.algos.marft_schedule.scheduled_agents`)."""
+        line 12), and the agents this rollout trains (:func:`scheduled_agents`)."""
         agents = scheduled_agents(self.rollouts, len(self.team), self.critic_warmup, self.agent_schedule)
         return Batch(experience.items, {"train/early_stop": 0.0, "train/actors_updated": float(len(agents))}, agents)
 
     # -- update ------------------------------------------------------------------------------------
     def normalizers(self, minibatch: list[Transition], batch: Batch[Transition], index: int) -> Normalizers:
-        """The global transition count and each transition's advantages of the trained agents (concatenated in agent
-        order), normalized over the trained agents' decisions of all ranks' minibatches with
-        ``normalize_advantages``."""
+        """The global transition count and each transition's advantages, one tensor per trained agent, normalized over
+        the trained agents' decisions of all ranks' minibatches with ``normalize_advantages``."""
         count, agents = global_count(self, len(minibatch)), batch.agents
         if not agents:
             return Normalizers(count, agents=agents)
-        advantages = [self.advantages_of(tr, agents) for tr in minibatch]
-        advantages = normalize_pieces(self, advantages) if self.normalize_advantages else advantages
+        advantages = [[self.agent_advantages(tr, i) for i in agents] for tr in minibatch]
+        if self.normalize_advantages:
+            normalized = iter(normalize_pieces(self, [a for per_agent in advantages for a in per_agent]))
+            advantages = [[next(normalized) for _ in agents] for _ in minibatch]
         return Normalizers(count, advantages=advantages, agents=agents)
 
     summed_stats = ("train/tokens",)  # statistics that count (summed over the agents' terms), not average
@@ -141,15 +201,11 @@ class MARFT(CentralCritic, CollabModule):
         agents' samples (MARFT-A: responses, MARFT-T: tokens): agent i's term and statistics (but counts) are weighted
         by its share of them."""
         weight, agents = len(micro) / scale.count, scale.agents or []
-        split = [
-            adv.split([len(self.agent_advantages(tr, i)) for i in agents])  # a transition's, agent by agent
-            for tr, adv in zip(micro, scale.advantages or [])
-        ]
-        advantages = [torch.cat(pieces) for pieces in zip(*split)]  # each trained agent's, transition by transition
+        advantages = [torch.cat([adv[k] for adv in scale.advantages]) for k in range(len(agents))]  # transition order
         samples = [len(a) for a in advantages]
 
         def critic() -> tuple[torch.Tensor, dict[str, float]]:
-            loss, stats = self.critic_loss(micro)
+            loss, stats = self.critic.loss(micro)
             if agents and not any(samples):  # no response token to train (MARFT-T): the early stop reads a KL of 0
                 stats["train/approx_kl"] = 0.0
             return self.value_coef * loss * weight, stats
@@ -173,15 +229,12 @@ class MARFT(CentralCritic, CollabModule):
         """Agent ``agent``'s advantages in ``tr``: one for its action (MARFT-T: one per token of its response)."""
         return tr.advantages[agent : agent + 1]
 
-    def advantages_of(self, tr: Transition, agents: list[int]) -> torch.Tensor:
-        """``agents``' advantages in ``tr``, concatenated in agent order (what ``actor_loss`` weighs them by)."""
-        return torch.cat([self.agent_advantages(tr, i) for i in agents])
-
     def actor_loss(
         self, minibatch: list[Transition], agents: list[int], advantages: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """The variant's clipped policy loss of ``agents``' responses, mean entropy and stats (``train/approx_kl``
-        among them); ``advantages``: theirs, transition by transition, agent by agent, concatenated."""
+        among them); ``advantages``: theirs, transition by transition, agent by agent, concatenated
+        (:meth:`agent_advantages`)."""
         raise NotImplementedError
 
     def policy_forward(self, rows: list[tuple[Transition, int]]):

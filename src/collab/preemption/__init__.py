@@ -4,7 +4,7 @@ whole steps (a rollout of minutes, the first evaluation more); here the run also
 
 - **Check points.** :func:`check` runs at every decoding step (:func:`collab.policy.sampling.decode`), every eval
   batch (:func:`collab.evaluation.heldout.play_records`), before every micro-batch and optimizer step of an update
-  (:func:`collab.runtime.collectives.optimizer_step`) and between vLLM engine calls; :func:`phase` names the part of
+  (:func:`collab.runtime.collectives.backward_passes`) and between vLLM engine calls; :func:`phase` names the part of
   the run around them (``evaluation``, ``rollout``, ``update``). A step does not start once a SIGTERM came
   (:func:`check_step`).
 - **Grace.** For ``grace`` seconds after the signal (10; env ``COLLAB_SIGTERM_GRACE``) the checks let the current

@@ -188,10 +188,10 @@ class Normalizers:
     """The loss's denominator: the minibatch's items (MAPoRL: answer tokens) over every rank."""
     per_agent: list[float] | None = None
     """Each agent's items in the minibatch over every rank (MAGRPO: an agent's loss is the mean over its samples)."""
-    advantages: list[Tensor] | None = None
-    """One tensor per item, aligned with the items by position: the advantages its actor loss weighs (normalized
-    over every rank's minibatch where the algorithm does; MARFT: its trained agents' in agent order). None:
-    the loss computes them (CoLLM's TD errors)."""
+    advantages: list[Tensor] | list[list[Tensor]] | None = None
+    """Per item, aligned with the items by position: the advantages its actor loss weighs (normalized over every
+    rank's minibatch where the algorithm does): a tensor, or for MARFT a list with one tensor per trained agent, in
+    agent order (each agent's kept apart for its own term). None: the loss computes them (CoLLM's TD errors)."""
     agents: list[int] | None = None
     """The agents whose actor loss is taken (MARFT: the batch's ``agents``); None: every agent."""
     with_kl: bool = False

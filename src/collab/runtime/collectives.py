@@ -4,7 +4,7 @@ Each rank rolls out its own, disjoint share of the step's tasks (:class:`~collab
 shards the global batch by rank), so ranks hold different numbers of samples, of micro-batches and,
 after filtering, possibly none at all. DDP all-reduces gradients inside ``backward`` and hangs or
 fails when ranks disagree on how many backward passes they run or on which parameters receive
-gradients. :func:`optimizer_step` makes one update safe whatever the data:
+gradients. :func:`backward_passes` makes one update's backward passes safe whatever the data:
 
 - every rank runs the same number of backward passes: the largest count over the ranks (one
   all-reduce); a rank with fewer parts runs zero-weight passes;
@@ -122,33 +122,21 @@ def _touch(module) -> Tensor:
     return sum((p.sum() * 0.0 for p in params), torch.zeros((), device=params[0].device if params else "cpu"))
 
 
-def optimizer_step(
-    module,
-    parts: Sequence[Callable[[], Tensor]],
-    accept: Callable[[], bool] | None = None,
-    after_backward: Callable[[], object] | None = None,
+def backward_passes(
+    module, passes: Sequence[Callable[[], Tensor]], after_backward: Callable[[], object] | None = None
 ) -> bool:
-    """One optimizer step of ``module`` on the sum of ``parts`` (each a callable returning one term's loss,
-    already divided by the global normaliser: a micro-batch's loss is the sum of its terms,
-    :meth:`collab.algos.base.CollabModule.terms`), one backward pass each: the same number of passes
-    and of steps on every rank, with one gradient synchronisation (see the module docstring).
-
-    ``accept`` (called on every rank after the backward passes, before the step; it may run collectives)
-    can refuse the update: the gradients are dropped and ``False`` returned (MARFT's ``target_kl``).
-    ``after_backward`` runs after each backward pass (the update's heap check,
-    :func:`collab.runtime.memory.release_above`)."""
+    """The backward pass of each of ``passes`` (a callable returning one term's loss, already divided by the global
+    normaliser: :meth:`collab.algos.base.CollabModule.update`), accumulated into the gradients: the same number of
+    passes on every rank, with one gradient synchronisation (see the module docstring). ``after_backward`` runs after
+    each pass (the update's heap check, :func:`collab.runtime.memory.release_above`). False: no rank had any pass
+    (nothing was run; the ranks take an empty step together)."""
     world = world_size(module)
-    opt = module.optimizers()
-    n = global_max(module, len(parts))
-    if n == 0:  # nothing to learn anywhere: every rank takes the same empty step
-        module.skip_update()
-        return True
-    opt.zero_grad()
+    n = global_max(module, len(passes))
     strategy = module.trainer.strategy if world > 1 else None
     shards = sharded.active()
     for j in range(n):
         preemption.check()  # a SIGTERM stops inside an update (collab.preemption): nothing of this step is saved
-        loss = parts[j]() if j < len(parts) else None
+        loss = passes[j]() if j < len(passes) else None
         if world > 1:
             loss = _touch(module) + (loss if loss is not None else 0.0)
             sync = nullcontext() if j == n - 1 and shards is None else strategy.block_backward_sync()
@@ -160,12 +148,7 @@ def optimizer_step(
             after_backward()
     if shards is not None:  # a sharded base: the ranks' backward passes gather layers in rounds of their own, so the
         average_gradients(module)  # gradients are averaged after them, not inside DDP's backward (it could wait there)
-    if accept is not None and not accept():
-        opt.zero_grad()
-        return False
-    preemption.check()
-    module.optimizer_step()
-    return True
+    return n > 0
 
 
 def average_gradients(module) -> None:
