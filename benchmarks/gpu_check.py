@@ -6,7 +6,7 @@ alone. Nothing is downloaded: the base is ``Qwen2ForCausalLM`` built from a conf
 its weights drawn by the class's own initialisation on the device. The tokenizer is made here too: a byte-level
 BPE trained on collab's writing corpus, ChatML-style chat template, its vocabulary padded with unused tokens to
 the model's. The folder the team loads holds that config and tokenizer and no weights; while this script runs,
-``collab.policy.team.load_model`` builds such a folder's model with random weights (:func:`random_weights`: the
+``collab.policy.pool.load_model`` builds such a folder's model with random weights (:func:`random_weights`: the
 module tree ``from_pretrained`` would give, so every forward does the same work); a folder with weights loads
 as usual. The QLoRA and vLLM parts need weights on disk, so they write the random model once (3 GiB).
 
@@ -214,16 +214,16 @@ def random_model(config):
 @contextlib.contextmanager
 def random_weights():
     """Within: a team whose base folder holds no weights gets :func:`random_model` (others load as usual)."""
-    import collab.policy.team as team_module
+    import collab.policy.pool as pool
 
-    load = team_module.load_model
-    team_module.load_model = lambda config: (
+    load = pool.load_model
+    pool.load_model = lambda config: (
         random_model(config) if Path(config.name).is_dir() and not has_weights(config.name) else load(config)
     )
     try:
         yield
     finally:
-        team_module.load_model = load
+        pool.load_model = load
 
 
 # -- measuring ---------------------------------------------------------------------------------------------

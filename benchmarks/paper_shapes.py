@@ -518,8 +518,8 @@ class PhaseClock:
         module.manual_backward = self.timed("backward", module.manual_backward)
         module.optimizer_step = self.timed("optimizer", module.optimizer_step)
         module.skip_update = self.timed("optimizer", module.skip_update)
-        parts = module.parts
-        module.parts = lambda *a, **k: [self.timed("loss forwards", p) for p in parts(*a, **k)]
+        terms = module.terms
+        module.terms = lambda *a, **k: [self.timed("loss forwards", t) for t in terms(*a, **k)]
         self.no_grad = lambda: not torch.is_grad_enabled()
 
 
