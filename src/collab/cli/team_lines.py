@@ -5,12 +5,7 @@ its projected memory and a step's projected time. Text only: every figure comes 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collab.runtime.projection import Projection, Workload
-
-if TYPE_CHECKING:
-    from collab.cli.resources import Machine
 
 GB = 1024**3
 
@@ -37,9 +32,10 @@ def parts(p: Projection) -> str:
     )
 
 
-def shortage(p: Projection, processes: int, machine: Machine, accelerator: str) -> str | None:
-    """What the projection does not fit on this machine (None: it fits): each GPU's free memory for what lives
-    there and the host's for the rest, or on a CPU the host's for everything, for every process of the node."""
+def shortage(p: Projection, processes: int, machine, accelerator: str) -> str | None:
+    """What the projection does not fit on ``machine`` (a ``resources.Machine``; None: it fits): each GPU's free
+    memory for what lives there and the host's for the rest, or on a CPU the host's for everything, for every
+    process of the node."""
     per = f" a process, {processes} processes" if processes > 1 else ""
     if accelerator == "gpu" and machine.gpu_memory is not None:
         if p.device > machine.gpu_memory:
@@ -90,7 +86,7 @@ def duration(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
-def start_line(p: Projection, work: Workload, flops: int, rate: float, machine: Machine, accelerator: str) -> str:
+def start_line(p: Projection, work: Workload, flops: int, rate: float, machine, accelerator: str) -> str:
     """A large team's start line: its projected memory and a step's projected time."""
     if accelerator == "gpu" and machine.gpu_memory is not None:
         memory = f"{_gib(p.device)} on each GPU of {_gib(machine.gpu_memory)} free, {_gib(p.host)} of host memory"
