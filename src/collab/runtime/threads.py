@@ -3,9 +3,8 @@
 - **Cores** (:func:`usable_cores`): the CPUs this process may run on (its affinity: ``taskset``, a container's
   cpuset, SLURM's ``--cpus-per-task``), fewer when a CPU quota allows less (cgroup v2 ``cpu.max``, v1
   ``cpu.cfs_quota_us``, of this process's cgroup or an ancestor): the quota rounded up, since a thread throttled
-  for part of each period still does more than no thread. Measured on 2 cores, the quick start's step under a
-  quota of 1.95 CPUs took 22.9 s with 2 threads and 37.1 s with 1; under 1.5 CPUs 34.7 s and 40.0 s
-  (``benchmarks/step_phases.py``; docs/measurements.md). Lightning counts the affinity alone.
+  for part of each period still does more than no thread (``benchmarks/step_phases.py`` in such cgroups:
+  docs/measurements.md). Lightning counts the affinity alone.
 - **Threads** (:func:`choose_threads`): torch's intra-op threads are those cores divided among the node's
   training processes, unless ``OMP_NUM_THREADS`` says otherwise; set before Lightning starts the processes,
   which inherit it.
