@@ -32,22 +32,19 @@ class ToolSetup:
     choice: Mapping[int, str] = field(default_factory=dict)
     """The tool whose call opens an agent's turn, by agent (none: the agent decides)."""
     call_penalty: float = 0.0
-    _acting: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __bool__(self) -> bool:
         """Whether any agent has a tool: without one, the rollout plays and scores exactly as without tools."""
         return bool(self.by_agent)
 
     def acting(self, team) -> Any:
-        """The team a rollout plays: ``team`` itself without tools, else one :class:`~collab.tools.team.ToolTeam`
-        over it, built at its first rollout and reused by every later one."""
+        """The team a rollout plays: ``team`` itself without tools, else a :class:`~collab.tools.team.ToolTeam` over
+        it (a view holding references only, so one per rollout costs nothing)."""
         if not self:
             return team
-        if not self._acting or self._acting[0].team is not team:
-            from collab.tools.team import ToolTeam
+        from collab.tools.team import ToolTeam
 
-            self._acting[:] = [ToolTeam(team, self.by_agent, self.budget, self.choice)]
-        return self._acting[0]
+        return ToolTeam(team, self.by_agent, self.budget, self.choice)
 
     def charge(self, step, joint: Sequence, env, task: Mapping[str, Any]):
         """``step`` (a :class:`~collab.envs.base.StepResult`) with the calls of ``joint`` (the turn's completions on
