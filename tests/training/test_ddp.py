@@ -148,6 +148,9 @@ def fit(
         return subprocess.run(
             [sys.executable, *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600
         )
+    if launcher == "nodes":  # two machines of one process each, on this one: Lightning reads NODE_RANK
+        cluster = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        return both_ranks(fit_args, tmp, [{**env, **cluster, "NODE_RANK": str(r)} for r in (0, 1)])
     slurm = {
         "SLURM_NTASKS": "2",
         "SLURM_NTASKS_PER_NODE": "2",
@@ -157,16 +160,19 @@ def fit(
         "SLURM_JOB_NAME": "collab",
         "MASTER_PORT": str(free_port()),
     }
+    return both_ranks(
+        fit_args, tmp, [{**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)} for r in (0, 1)]
+    )
+
+
+def both_ranks(fit_args: list[str], tmp: Path, envs: list[dict]) -> subprocess.CompletedProcess:
+    """One process per environment in ``envs``, started together as a cluster's launcher would; stdout is the
+    first's, stderr both."""
     ranks = [
         subprocess.Popen(
-            [sys.executable, *fit_args],
-            cwd=tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+            [sys.executable, *fit_args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
-        for r in (0, 1)
+        for env in envs
     ]
     outs = [p.communicate(timeout=600) for p in ranks]
     return subprocess.CompletedProcess(

@@ -8,12 +8,29 @@ import sys
 
 import pytest
 
-from tests.training.test_ddp import AGENTS, CASES, HALF, ROOT, RUNS, lockstep
+from tests.training.test_ddp import AGENTS, CASES, HALF, ROOT, RUNS, fit, lockstep
 
 
 @pytest.mark.parametrize("case", CASES[HALF:])
 def test_two_processes_train_in_lockstep_and_resume_on_one(case, tmp_path, monkeypatch, one_thread):
     lockstep(case, tmp_path, monkeypatch)
+
+
+def test_two_machines_of_one_process_each_train_a_step(tmp_path):
+    """Several machines as docs/distributed.md starts them, simulated here: the same command on each, with
+    ``--trainer.num_nodes 2 --trainer.devices 1`` and the cluster's ``MASTER_ADDR``, ``MASTER_PORT`` and
+    ``NODE_RANK`` (0 and 1). The two form one world of two ranks: disjoint shares of the step's tasks, one
+    synchronised update (bitwise the same weights after it, moved by rank 0's signal), one checkpoint."""
+    extra = ["--trainer.strategy", "ddp", "--trainer.num_nodes", "2", "--trainer.devices", "1"]
+    run = fit("magrpo", tmp_path, [*extra, "--trainer.max_steps", "1"], "nodes", COLLAB_DDP_SIGNAL_RANKS="0")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr.count("config: ") == 1
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["step"] == ranks[1]["step"] == 1
+    assert ranks[0]["digests"] == ranks[1]["digests"] and ranks[0]["start"] != ranks[0]["digests"][0]
+    (a, b) = (ranks[0]["tasks"][0], ranks[1]["tasks"][0])
+    assert len(a) == len(b) == 2 and not set(a) & set(b)
+    assert [c.name for c in (tmp_path / "runs").rglob("*.ckpt")] == ["last.ckpt"]
 
 
 def test_a_stalled_rank_ends_the_run_at_the_timeout_in_one_line(tmp_path):
