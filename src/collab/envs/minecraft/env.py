@@ -19,74 +19,10 @@ and :mod:`collab.evaluation.comparison` scales ``eval/env/hp`` by 100 like ``iou
 ``penalty``, ``spiders``, ``killed``, ``commands`` (accepted, all players) and ``rejected`` (lines).
 :meth:`MinecraftEnv.voxels` gives an episode's built and target voxels to the evaluation's IoU.
 
-Reward modes (``reward_mode``; ``--data.env_options '{reward_mode: reference}'``)
--------------------------------------------------------------------------------
-``paper`` (the default, described above) is collab's reading of CoLLM (E.3 prompt, F.3 reward).
-``reference`` reproduces the reward of the authors' code (OpenMLRL/LLM_Collab_Minecraft, ``house_build``
-with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference`). Point by point
-(paper | reference), with why collab's default differs:
-
-1. Reward: ``coverage - 0.5 * redundancy - penalty`` | ``score - penalty``, score = positions holding
-   their target block, AIR INCLUDED, over all bbox positions (``score`` info). F.3 names coverage and
-   redundancy; the score pays 0.41 for building nothing on the reference's first house (122 of its 294
-   positions are air). The reference's logged IoU ignores block types; collab's ``iou`` info and
-   evaluation IoU match types in both modes.
-2. World: persists across turns (the feedback asks for what is still missing) | every turn is scored
-   on that turn's commands alone, built on an EMPTY bbox, so a player must resend the whole house each
-   turn, and the agents are not told so. CoLLM Section 5.1's "instructions for incomplete building"
-   imply a persistent build.
-3. Spiders: drawn per task and turn (``min_spiders..max_spiders``, default 0..3), fought command by
-   command, health carried over turns | ``max_spiders`` (default 3) spiders with attacks uniform in
-   ``1..spider_atk`` drawn ONCE from ``random.Random(seed)``, the same for every task and turn; no fight
-   and no health loss: the penalty ``min(1, total_attack / player_hp) * spider_penalty`` applies at
-   every turn unless any accepted command of any player is a ``/kill`` (with any arguments), which
-   cancels it whole; no penalty when ``player_hp <= 0`` (paper: the whole weight) and none in a single
-   agent's reward (the reference's one-agent reward has no spider term, though its feedback shows
-   one). The ``hp`` info is that turn's ``1 - damage / player_hp``. E.3 describes per-spider attacks
-   and health, which collab simulates.
-4. Defaults: ``player_hp`` 20 | 5, ``spider_penalty`` 0.2 (F.3) | 0.1, ``max_commands`` per player
-   32 | 300 (the reference's 600 split over two players; 600 for one), ``max_new_tokens`` 256 | 512
-   (C.3 says 512). collab's world persists, so 32 commands a turn over 4 turns cover any house (the
-   prompts list at most 47 rectangles for the shipped houses, 39 for the paper's), and shorter
-   responses keep its 4-turn rollout trees cheap.
-5. Commands: ``/fill``, ``/kill`` (spider selectors only, one spider each) and E.3's ``/damage`` |
-   ``fill`` and ``kill`` only, the ``/`` optional and the name case-insensitive (``FILL``, ``/ fill``),
-   ``kill`` with ANY arguments (``/kill @p``); ``/damage`` is an unknown command. E.3 allows
-   ``/fill`` and ``/kill`` and prints the ``/damage`` attack in its threat check.
-6. Lines: every non-blank line must be a command (fence lines are rejected, lines between fences read) |
-   only the FIRST fenced block is read when the text has two fences (a one-word first line inside, e.g.
-   ``bash`` or a bare ``kill``, is dropped as a language tag; text outside the block is ignored), else
-   the whole text, fence lines included (rejected); one list marker (``-``, ``*``, ``1.``, ``2)``) is
-   stripped from each line. E.3 asks for commands only, no markdown; collab reports each stray line instead of guessing.
-7. Coordinates: decimal integers | Python integers (``+3``, ``1_0`` = 10); ``~`` / ``^`` rejected in
-   both; both corners inside the bbox in both, any corner order.
-8. Blocks: legend names matched case-insensitively, with block states (``[facing=north]``) and the
-   ``minecraft:`` prefix dropped; a legend letter gets a hint | the exact legend name (or ``air``),
-   only the ``minecraft:`` prefix dropped (``Stone`` and ``stone_stairs[facing=north]`` are rejected).
-   The reference config's per-agent block lists equal the legend of every reference task, so collab
-   uses the task's legend in both modes.
-9. Check order: any invalid line is rejected with its reason | the cap is checked first (a line past
-   it is rejected unread), then command, length, coordinates, block, bbox, fill modes, budget.
-10. Budgets: none | with ``limited_resource`` (default on in reference mode, as in its config; an error in
-    paper mode), a player's fills of block ``b`` in one turn may total at most
-    ``ceil(c / n) + floor(c / (2 n))`` blocks (``c``: ``b``'s target positions, ``n``: players), a fill
-    being charged its whole box volume; air is free; a fill over budget is rejected and charges nothing.
-    The paper has no budgets.
-11. Order of writes: the same in both: player 1's accepted fills in order, then player 2's.
-12. Feedback: the turn's IoU, coverage, redundancy, missing and wrong blocks, rejected lines and threat |
-    the coming turn's number and the last reward to 4 decimals, nothing else (the reference's
-    ``score_feedback`` mode); the reference's next prompt repeats the first prompt and the player's last
-    commands, which the default ``history_window`` of 1 keeps in the history.
-13. Prompt: E.3 with the ``/damage`` attack | the same sections with a ``/kill`` threat check, no
-    ``/damage``, and each block's budget. The reference also sends a system message repeating the
-    commands-only rule, which E.3's first line already states.
-14. Stop rules and scaling: neither mode ends an episode early. The reference's trainer shifts every
-    reward by -1 (scale 1) and stops expanding a rollout-tree node once its samples' mean shifted
-    reward exceeds -0.1 (raw > 0.9). Both are trainer settings, not the env's: in collab pass
-    ``reward_shift: -1.0`` in ``env_options`` and MAGRPO's ``termination_threshold: -0.1`` with
-    ``termination: node`` (the node-mean rule; the threshold sees the shifted rewards).
-15. Records: a layer's ``y`` is an offset from ``bbox.from`` and missing layers are air in both modes
-    (the reference reads ``y`` as a world y and refuses missing layers; its records start at y=0).
+Reward modes (``reward_mode``): ``paper`` (the default, described above) is collab's reading of CoLLM (E.3
+prompt, F.3 reward); ``reference`` reproduces the reward of the authors' code (OpenMLRL/LLM_Collab_Minecraft,
+``house_build`` with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference`). Every
+difference, and why collab's default differs: docs/fidelity.md.
 """
 
 from __future__ import annotations
@@ -159,7 +95,7 @@ class MinecraftEnv(Env):
             redundancy_weight, spider_penalty: Weights in the reward (``spider_penalty`` ``None``: 0.2 as
                 in F.3; reference: 0.1).
             max_new_tokens: Suggested response length per player (``None``: 256; reference: 512).
-            reward_mode: ``paper`` or ``reference`` (the module docstring lists every difference).
+            reward_mode: ``paper`` or ``reference`` (every difference: docs/fidelity.md).
             limited_resource: Reference mode's per-turn block budgets (``None``: on, as its config).
             history_window: Turns of dialog a player keeps after the E.3 prompt (CoLLM's C; ``None``: all).
                 1 suffices: the feedback restates all that is missing, the HP and the threat, and the 4th

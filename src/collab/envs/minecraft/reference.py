@@ -1,7 +1,7 @@
 """HouseBuild's reward as the authors' code computes it (``MinecraftEnv(reward_mode="reference")``).
 
 Every rule here restates a rule of the reference implementation (OpenMLRL/LLM_Collab_Minecraft,
-``house_build``, run with its MAGRPO config); :mod:`collab.envs.minecraft.env` lists them all, with
+``house_build``, run with its MAGRPO config); docs/fidelity.md lists them all, with
 the points where collab's default (``reward_mode="paper"``) differs and why. In short:
 
 - :func:`command_lines`: the text inside the first fenced block if there is one (a one-word first
