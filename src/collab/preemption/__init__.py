@@ -20,8 +20,9 @@ batches, which for collab are whole steps (a rollout of minutes), so the run als
   write the wall time to ``COLLAB_SIGTERM_FILE`` (when set) and send SIGTERM to the run's launching process.
 
 Before Lightning registers its handlers (while the model loads) SIGTERM keeps its default action. The parts:
-:mod:`~collab.preemption.state` (what a SIGTERM left in this process, :class:`Preempted`), :mod:`~collab.preemption.line`
-(the one line), :mod:`~collab.preemption.watchdog` (the reader thread, the forwarding and the hard exit).
+:mod:`~collab.preemption.state` (what a SIGTERM left in this process, :class:`Preempted`),
+:mod:`~collab.preemption.line` (the one line), :mod:`~collab.preemption.watchdog` (the reader thread, the
+forwarding and the hard exit).
 """
 
 from __future__ import annotations
