@@ -9,17 +9,12 @@ position that differs from the target carries a mark:
 - **wrong block**: both have a block, of different types (``x``, on the built block's colour);
 - **extra**: the build has a block where the target has air (``+``).
 
-A summary line gives Table 1's two HouseBuild scores, the IoU over non-air blocks (Section 5.1;
-:func:`collab.envs.minecraft.scoring.voxel_iou`) and the remaining health (HP), in percent, with the reward's
-coverage and redundancy rates (Appendix F.3; :mod:`~collab.envs.minecraft.scoring`) and the counts.
+A summary line gives Table 1's two HouseBuild scores (IoU over non-air blocks, remaining HP, in percent) with the
+reward's coverage and redundancy (F.3; :mod:`~collab.envs.minecraft.scoring`) and the counts.
 
-Voxels are ``(X, Y, Z)`` grids of palette ids, 0 = air: what :meth:`MinecraftEnv.voxels
-<collab.envs.minecraft.env.MinecraftEnv.voxels>` returns (tensors or arrays). The functions are
-pure and build a :class:`matplotlib.figure.Figure` without pyplot, so they work under any backend
-(Agg in tests, the inline backend in notebooks: a figure returned by a cell is displayed).
-
-:func:`partial_build` and :func:`play_commands` make a hand-written example build, so that a
-figure is worth looking at even without a trained team.
+Voxels are ``(X, Y, Z)`` grids of palette ids, 0 = air, as :meth:`MinecraftEnv.voxels
+<collab.envs.minecraft.env.MinecraftEnv.voxels>` returns them. The figures are built without pyplot, so they
+work under any backend; :func:`partial_build` and :func:`play_commands` make a hand-written example build.
 """
 
 from __future__ import annotations
@@ -178,11 +173,9 @@ def draw_layers(
         cell: Inches per voxel; ``None``: 0.26, less for a layer wider than 8 blocks (panels of 2 inches at most).
 
     Returns:
-        A :class:`~matplotlib.figure.Figure` with one axes per (grid, layer), labelled
-        ``"target:y=N"`` / ``"NAME:y=N"`` (local ``y``; see ``Axes.get_label``) and titled
-        ``"target  y=WORLD_Y"`` / ``"NAME  −missing ×wrong +extra"`` (``"NAME  exact"`` for a right
-        layer), plus blank axes filling the last row when ``Y`` is not a multiple of ``columns``;
-        a legend of the blocks present and of the marks at the bottom.
+        A :class:`~matplotlib.figure.Figure`, one axes per (grid, layer) labelled ``"target:y=N"`` /
+        ``"NAME:y=N"`` (local ``y``) and titled ``"target  y=WORLD_Y"`` / ``"NAME  −missing ×wrong +extra"``
+        (``"NAME  exact"``), blank axes filling the last row, a legend of the blocks and marks at the bottom.
     """
     from matplotlib.figure import Figure
 
