@@ -1,49 +1,11 @@
 """``python -m collab.compare --algos A [B ...] --rollouts N | --tokens N [options] [config overrides]``.
 
-A grid of algorithms x envs x seeds trained at one budget, with the controls on the same eval split: the
-single-agent GRPO control (``grpo``: MAGRPO with one agent doing every role, the same budget) and the prompt
-baselines (``single``, ``parallel``, ``pipeline``, ``discussion``; untrained). Each run is one subprocess
-(:mod:`collab.compare.grid`: ``collab.fit``, or ``collab.evaluate --baseline``; :mod:`collab.compare.running`)
-with seed k as ``--seed_everything k --data.seed k``; the overrides (``--model.base.name tiny --config
-small.yaml``) go to every run.
+A grid of algorithms x envs x seeds trained at one budget, with the controls on the same eval split (the
+single-agent ``grpo`` and the untrained prompt baselines), or with ``--defaults`` each algorithm's main job as
+it is; each run is one subprocess (:mod:`collab.compare.grid`, :mod:`collab.compare.running`). The options, the
+outputs under ``--output``, resuming and the exit codes: docs/evaluation.md (``python -m collab.compare``).
 
     python -m collab.compare --algos magrpo ippo --envs writing --seeds 0 1 2 --rollouts 10
-    python -m collab.compare --algos magrpo --envs writing coding --seeds 0 1 --tokens 200000 --controls grpo single
-
-Options: ``--algos``, ``--envs`` (default writing), ``--seeds`` (default 0 1 2), ``--rollouts N`` or ``--tokens
-N`` (the budget of every training run: rollouts, or generated tokens), ``--controls`` (default all five;
-``--controls`` alone: none), ``--eval_samples`` (sampled episodes per eval task, default 2), ``--eval_tasks``
-(the first N eval tasks; default all), ``--tasks_per_batch`` (default 4), ``--output`` (default
-``runs/compare``), ``--max_runs N`` (run at most N more runs now, then write the outputs and stop),
-``--retry_failed`` (run the failed runs again), ``--restore RESULTS [STEPS]`` (the finished runs of an
-earlier start on another machine, from its ``results.csv`` and ``steps.csv``: :mod:`collab.compare.restore`),
-``--jobs N`` (N runs at once, default 1; each gets ``OMP_NUM_THREADS`` = cores / N unless set, the cores this process
-may use: :func:`collab.runtime.threads.usable_cores`: their wall times
-then share the machine, which the table says), ``--score KEY`` (the
-held-out score: an info key of the env's last step, e.g. ``majority@2`` on debate, checked on every env of the grid
-before anything runs; default: accuracy where the env reports ``solved``, else the episode return).
-
-It writes under ``--output``: ``results.csv`` (one row per run: held-out score before and after, gain, budget
-used, wall time, generated tokens, peak memory), ``steps.csv`` (every logged metric of every trained run, per
-step and rollout), ``comparison.md`` (mean ± SE over seeds, the paired difference against ``grpo`` with a 95%
-confidence interval, wall time, tokens, peak memory; the budget stated), ``curves.png`` (the training reward
-against rollouts, mean and 95% band over seeds, one panel per env), ``compare.log`` (one plain line per run),
-``records/`` (a run's record: its presence means done) and ``cells/`` (each run's folder and log).
-
-``--defaults`` (with ``--algos`` and ``--seeds``; no budget, env, control or evaluation option) runs each
-algorithm's main job as it is instead: ``python -m collab.fit --algo A --seed_everything k --data.seed k`` with
-the overrides and nothing else, on the env, budget and held-out evaluation of its own config, and writes, per
-algorithm, every seed's held-out score before and after training with the paired gain, then the mean gain over
-seeds with its SE and how many seeds gained (the 5-seed tables of docs/measurements.md):
-
-    python -m collab.compare --defaults --algos collm_cc ippo --seeds 0 1 2 3 4 --jobs 2 --output runs/defaults
-
-Resumable: started again with the same options it skips every run with a record and runs the rest (a run
-killed midway restarts from scratch); more algos, envs or seeds extend the grid, other settings (budget,
-evaluation, overrides) are refused. Progress: ``run i of N`` with the time left, redrawn on a terminal, plain
-lines otherwise (and always in ``compare.log``). A bad grid (unknown algorithm or env, an algorithm that
-does not train on an env, a bad override) ends in one ``error:`` line, exit code 2, before any run starts.
-Exit code 1 when a run failed (its log named).
 """
 
 from __future__ import annotations

@@ -1,43 +1,28 @@
 """Preemption: a SIGTERM (a scheduler's notice before SIGKILL) is honoured within 30 seconds wherever the run is,
-in one line on stderr and exit status 143. Lightning looks at SIGTERM between batches, which for collab are
-whole steps (a rollout of minutes, the first evaluation more); here the run also stops inside:
+in one line on stderr and exit status 143 (what a user sees: docs/resume.md). Lightning looks at SIGTERM between
+batches, which for collab are whole steps (a rollout of minutes), so the run also stops inside them:
 
-- **Check points.** :func:`check` runs at every decoding step (:func:`collab.policy.sampling.decode`), every eval
-  batch (:func:`collab.evaluation.heldout.play_records`), before every micro-batch and optimizer step of an update
-  (:func:`collab.runtime.collectives.backward_passes`) and between vLLM engine calls; :func:`phase` names the part of
-  the run around them (``evaluation``, ``rollout``, ``update``). A step does not start once a SIGTERM came
-  (:func:`check_step`).
-- **Grace.** For ``grace`` seconds after the signal (10; env ``COLLAB_SIGTERM_GRACE``) the checks let the current
-  step go on: a step that ends in time stops at its end as before (:mod:`collab.training.resume`: ``last.ckpt`` of
-  that step, "stopped by SIGTERM at step k; saved ..."). Past it the next check raises :class:`Preempted`. The
-  evaluation before the first step has no step to reach: it stops at once.
-- **Consistency.** :class:`Preempted` means a step (or an evaluation) did not complete: the callbacks save nothing
-  of it (:func:`mid_step`): no checkpoint of half-updated weights or of a half-drawn random state, no adapters, and
-  no collective. The step before it is saved if its end wrote no checkpoint (rank 0 writes ``last.ckpt`` from the
-  snapshot that end kept: ``collab.training.resume.Snapshot``). The resume point is named in the line: ``stopped by
-  SIGTERM inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)`` (or ``no
-  checkpoint yet``). ``reward_summary.json`` is already whole: it is rewritten after every rollout.
-- **DDP.** Rank 0 (the launched process) forwards the signal to the ranks it started. Ranks meet the check points at
-  different moments, so they agree only on the step end: one all-reduce of "a SIGTERM came" per step (:func:`agree`)
-  makes every rank stop there together and save (collectives that match). A rank that stops inside a step runs no
-  collective and destroys its process group (a peer inside a gloo all-reduce then fails in milliseconds; one entering
-  a barrier afterwards does not notice); any error after a SIGTERM is read as the stop (exit 143, no traceback). Rank
-  0 waits for its children (:data:`CHILDREN_S` after a stop inside a step, else until 2 s before the hard exit), then
-  kills them: none is left orphaned.
+- **Check points.** :func:`check` runs at every decoding step, eval batch, micro-batch and optimizer step and
+  between vLLM calls; :func:`phase` names the part of the run around them; :func:`check_step` starts no step
+  after a SIGTERM. For ``grace`` seconds (10; ``COLLAB_SIGTERM_GRACE``) the checks let the current step end
+  (and save as usual); past it the next check raises :class:`Preempted`.
+- **Consistency.** :class:`Preempted` means a step did not complete: the callbacks save nothing of it
+  (:func:`mid_step`), no half-updated weights or half-drawn random state; the step before it is saved from its
+  snapshot (``collab.training.resume.Snapshot``).
+- **DDP.** Rank 0 forwards the signal to the ranks it started. Ranks meet the check points at different moments,
+  so they agree only on the step end (one all-reduce per step, :func:`agree`) and save together there. A rank
+  that stops inside a step runs no collective and destroys its process group; any error after a SIGTERM is read
+  as the stop. Rank 0 waits for its children (:data:`CHILDREN_S`), then kills them: none is left orphaned.
 - **Hard exit.** Python runs signal handlers only between bytecodes, not while the main thread waits in a gloo
-  collective or a vLLM call: a thread reads the signal from ``signal.set_wakeup_fd`` (written by the C-level handler
-  at once), forwards it and arms a watchdog that, ``hard_exit`` seconds after the signal (20; env
-  ``COLLAB_SIGTERM_HARD_EXIT``), prints the line (rank 0, "forced"), kills the children and exits with 143
-  (``os._exit``; files written before are whole: :mod:`collab.training.resume`).
-- **Test hook.** ``COLLAB_SIGTERM_AT=<phase>[@<n>]`` (n: the n-th time the phase begins, 1 by default) makes the
-  first :func:`check` inside it write the wall time to ``COLLAB_SIGTERM_FILE`` (when set) and send SIGTERM to the
-  run's launching process (rank 0; torchrun's agent under torchrun), as a scheduler would.
+  collective or a vLLM call: a thread reads the signal from ``signal.set_wakeup_fd``, forwards it and arms a
+  watchdog that exits with 143 ``hard_exit`` seconds after it (20; ``COLLAB_SIGTERM_HARD_EXIT``).
+- **Test hook.** ``COLLAB_SIGTERM_AT=<phase>[@<n>]`` makes the first :func:`check` inside the n-th such phase
+  write the wall time to ``COLLAB_SIGTERM_FILE`` (when set) and send SIGTERM to the run's launching process.
 
-Before Lightning registers its handlers (while the model loads) SIGTERM keeps its default action.
-
-Here: what the run calls. The parts: :mod:`~collab.preemption.state` (what a SIGTERM left in this process, and
-:class:`Preempted`), :mod:`~collab.preemption.line` (the one line), :mod:`~collab.preemption.watchdog` (the
-signal's reader thread, the forwarding to the ranks and the hard exit).
+Before Lightning registers its handlers (while the model loads) SIGTERM keeps its default action. The parts:
+:mod:`~collab.preemption.state` (what a SIGTERM left in this process, :class:`Preempted`),
+:mod:`~collab.preemption.line` (the one line), :mod:`~collab.preemption.watchdog` (the reader thread, the
+forwarding and the hard exit).
 """
 
 from __future__ import annotations

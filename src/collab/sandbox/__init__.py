@@ -121,34 +121,11 @@ def run(code: str, stdin: str = "", limits: Limits | None = None) -> Result:
     proc = uid = slot = cgroup = None
     bufs = {"stdout": bytearray(), "stderr": bytearray()}
     timed_out = truncated = setup_failed = False
-    ooms = 0
     try:
         if os.geteuid() == 0:
             uid, slot = claim_uid()
             cgroup = cgroups.acquire(limits.memory_mb, *_cgroup_parents())
-        with open(os.path.join(workdir, "prog.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        args = [
-            -1 if uid is None else uid,
-            limits.max_file_mb,
-            limits.memory_mb,
-            *rlimits(limits, uid is not None, cgroup is not None),
-        ]
-        args.append(f"{cgroup.name}:{len(cgroup.procs)}" if cgroup is not None else ":")
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
-        python = limits.python or interpreter()
-        proc = subprocess.Popen(
-            [python, "-I", "-S", "-B", "-c", _launcher_source(), *map(str, args)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = _start(code, workdir, uid, cgroup, limits)
         if cgroup is not None:  # while the interpreter starts (moving a process waits for an RCU grace period)
             try:
                 cgroup.join(proc.pid)
@@ -161,46 +138,89 @@ def run(code: str, stdin: str = "", limits: Limits | None = None) -> Result:
             timed_out = time.monotonic() > deadline
             time.sleep(0.002)
     finally:
-        if proc is not None:
-            killpg(proc.pid)  # the leader is not reaped yet, so its group id cannot have been reused
-        reuse = True
-        if cgroup is not None:  # every process of the run is in it (the launcher joins it first)
-            try:
-                reuse = cgroup.kill()
-            except OSError:
-                reuse = False
-            if not reuse:
-                kill_uid(uid)
-            ooms = cgroup.oom_kills()
-        elif uid is not None:
-            kill_uid(uid)
-        if proc is not None:
-            proc.wait()
-            for pipe in (proc.stdout, proc.stderr):
-                pipe.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-        if cgroup is not None:
-            cgroups.release(cgroup, reuse)
-        if slot is not None:
-            release_uid(slot)
+        ooms = _clean_up(proc, workdir, uid, slot, cgroup)
     rc = proc.returncode
     stdout = bufs["stdout"].decode("utf-8", "replace")
     stderr = bufs["stderr"].decode("utf-8", "replace")
-    killed_by = None
-    if timed_out:
-        killed_by = "timeout"
-    elif truncated:
-        killed_by = "output"
-    elif rc == -signal.SIGXCPU:
-        killed_by = "cpu"
-    elif rc != 0 and (ooms or "MemoryError" in stderr[-2000:]):
-        killed_by = "memory"
-    elif setup_failed or rc == 125 and stderr.startswith("collab sandbox: setup failed"):
-        killed_by = "setup"
-    elif rc is not None and rc < 0:
-        killed_by = f"signal {signal.Signals(-rc).name}"
+    killed_by = _killed_by(rc, timed_out, truncated, setup_failed, ooms, stderr)
     ok = rc == 0 and not timed_out
     return Result(ok, rc, stdout, stderr, timed_out, killed_by, time.monotonic() - start, truncated)
+
+
+def _start(code: str, workdir: str, uid: int | None, cgroup: cgroups.Cgroup | None, limits: Limits) -> subprocess.Popen:
+    """The launcher started on ``code``, in its own session, with a clean environment."""
+    with open(os.path.join(workdir, "prog.py"), "w", encoding="utf-8") as f:
+        f.write(code)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    args = [
+        -1 if uid is None else uid,
+        limits.max_file_mb,
+        limits.memory_mb,
+        *rlimits(limits, uid is not None, cgroup is not None),
+    ]
+    args.append(f"{cgroup.name}:{len(cgroup.procs)}" if cgroup is not None else ":")
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
+    python = limits.python or interpreter()
+    return subprocess.Popen(
+        [python, "-I", "-S", "-B", "-c", _launcher_source(), *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _clean_up(
+    proc: subprocess.Popen | None, workdir: str, uid: int | None, slot: int | None, cgroup: cgroups.Cgroup | None
+) -> int:
+    """Kill everything the run left, free its uid, cgroup and folder; returns the cgroup's OOM kills."""
+    ooms = 0
+    if proc is not None:
+        killpg(proc.pid)  # the leader is not reaped yet, so its group id cannot have been reused
+    reuse = True
+    if cgroup is not None:  # every process of the run is in it (the launcher joins it first)
+        try:
+            reuse = cgroup.kill()
+        except OSError:
+            reuse = False
+        if not reuse:
+            kill_uid(uid)
+        ooms = cgroup.oom_kills()
+    elif uid is not None:
+        kill_uid(uid)
+    if proc is not None:
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+    if cgroup is not None:
+        cgroups.release(cgroup, reuse)
+    if slot is not None:
+        release_uid(slot)
+    return ooms
+
+
+def _killed_by(
+    rc: int | None, timed_out: bool, truncated: bool, setup_failed: bool, ooms: int, stderr: str
+) -> str | None:
+    """What ended the run, or ``None`` when it ended by itself."""
+    if timed_out:
+        return "timeout"
+    if truncated:
+        return "output"
+    if rc == -signal.SIGXCPU:
+        return "cpu"
+    if rc != 0 and (ooms or "MemoryError" in stderr[-2000:]):
+        return "memory"
+    if setup_failed or rc == 125 and stderr.startswith("collab sandbox: setup failed"):
+        return "setup"
+    if rc is not None and rc < 0:
+        return f"signal {signal.Signals(-rc).name}"
+    return None
 
 
 class Pool:

@@ -41,51 +41,57 @@ def _mount(libc, src, dst, fstype, flags, data=None):
         raise OSError(err, "mount %s: %s" % (dst, os.strerror(err)))
 
 
-def _jail(libc, uid, file_mb, source):
-    """``pivot_root`` into a fresh tmpfs holding what the program may see (the list: :mod:`collab.sandbox`)."""
-    import ctypes
+# mount(2) flags
+RO, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, MOVE, REC = 1, 2, 4, 8, 32, 4096, 8192, 16384
+
+
+def _mkpoint(root, path, isdir):
     import os
-    import sys
 
-    RO, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, MOVE, REC = 1, 2, 4, 8, 32, 4096, 8192, 16384
-    workdir = new = os.getcwd()
-    _mount(libc, "tmpfs", new, "tmpfs", NOSUID | NODEV, "size=1m,mode=755")
-    bound, masked = [], []
+    if isdir:
+        os.makedirs(root + path, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(root + path), exist_ok=True)
+        open(root + path, "a").close()
 
-    def mkpoint(path, isdir):
-        if isdir:
-            os.makedirs(new + path, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(new + path), exist_ok=True)
-            open(new + path, "a").close()
+
+def _expose(libc, root, path, bound, masked):
+    """``path`` read-only at the same place under ``root`` (a link as a link), unless already there."""
+    import os
 
     def under(path, dirs):
         return any(path == d or path.startswith(d + "/") for d in dirs)
 
-    def expose(path):
-        if under(path, bound) and not under(path, masked) or os.path.lexists(new + path):
-            return
-        if os.path.islink(path):
-            mkpoint(os.path.dirname(path), True)
-            os.symlink(os.readlink(path), new + path)
-        elif os.path.exists(path):
-            mkpoint(path, os.path.isdir(path))
-            _mount(libc, path, new + path, None, BIND | REC)
-            _mount(libc, None, new + path, None, REMOUNT | BIND | RO | NOSUID | NODEV)
-            bound.append(path)
+    if under(path, bound) and not under(path, masked) or os.path.lexists(root + path):
+        return
+    if os.path.islink(path):
+        _mkpoint(root, os.path.dirname(path), True)
+        os.symlink(os.readlink(path), root + path)
+    elif os.path.exists(path):
+        _mkpoint(root, path, os.path.isdir(path))
+        _mount(libc, path, root + path, None, BIND | REC)
+        _mount(libc, None, root + path, None, REMOUNT | BIND | RO | NOSUID | NODEV)
+        bound.append(path)
 
+
+def _expose_host(libc, root):
+    """What the program may read of the host: ``/usr``, the interpreter's files, a few of ``/etc``."""
+    import os
+    import sys
+
+    bound, masked = [], []
     for d in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        expose(d)
+        _expose(libc, root, d, bound, masked)
     if os.path.isdir("/usr/local"):  # local installs and tools: hidden, but for the interpreter's files
-        _mount(libc, "tmpfs", new + "/usr/local", "tmpfs", NOSUID | NODEV, "size=64k,mode=755")
+        _mount(libc, "tmpfs", root + "/usr/local", "tmpfs", NOSUID | NODEV, "size=64k,mode=755")
         masked.append("/usr/local")
-    expose(sys.executable)
+    _expose(libc, root, sys.executable, bound, masked)
     for p in sys.path:
-        expose(os.path.realpath(p))
+        _expose(libc, root, os.path.realpath(p), bound, masked)
     with open("/proc/self/maps") as f:  # libpython and friends, wherever they are
         for lib in {line.split(None, 5)[5].strip() for line in f if "/" in line}:
             if lib.startswith("/") and not lib.endswith("(deleted)"):
-                expose(os.path.realpath(lib))
+                _expose(libc, root, os.path.realpath(lib), bound, masked)
     for name in (
         "ld.so.cache",
         "ld.so.conf",
@@ -98,32 +104,49 @@ def _jail(libc, uid, file_mb, source):
         "os-release",
         "mime.types",
     ):
-        expose("/etc/" + name)
-    mkpoint("/etc", True)
-    with open(new + "/etc/passwd", "w") as f:
+        _expose(libc, root, "/etc/" + name, bound, masked)
+
+
+def _private(libc, root, uid, file_mb, workdir):
+    """The jail's own files: ``passwd`` and ``group``, ``/dev``, the writable tmpfs mounts and ``/proc``."""
+    import os
+
+    _mkpoint(root, "/etc", True)
+    with open(root + "/etc/passwd", "w") as f:
         f.write("root:x:0:0::/:/usr/sbin/nologin\n")
         f.write("sandbox:x:%d:%d::%s:/usr/sbin/nologin\n" % (uid, uid, workdir))
-    with open(new + "/etc/group", "w") as f:
+    with open(root + "/etc/group", "w") as f:
         f.write("root:x:0:\nsandbox:x:%d:\n" % uid)
-    mkpoint("/dev", True)
-    _mount(libc, "tmpfs", new + "/dev", "tmpfs", NOSUID | NOEXEC, "size=64k,mode=755")
+    _mkpoint(root, "/dev", True)
+    _mount(libc, "tmpfs", root + "/dev", "tmpfs", NOSUID | NOEXEC, "size=64k,mode=755")
     for name in ("null", "zero", "full", "random", "urandom"):
-        mkpoint("/dev/" + name, False)
-        _mount(libc, "/dev/" + name, new + "/dev/" + name, None, BIND)
+        _mkpoint(root, "/dev/" + name, False)
+        _mount(libc, "/dev/" + name, root + "/dev/" + name, None, BIND)
     for i, name in enumerate(("stdin", "stdout", "stderr")):
-        os.symlink("/proc/self/fd/%d" % i, new + "/dev/" + name)
-    os.symlink("/proc/self/fd", new + "/dev/fd")
+        os.symlink("/proc/self/fd/%d" % i, root + "/dev/" + name)
+    os.symlink("/proc/self/fd", root + "/dev/fd")
     for d in ("/tmp", "/var/tmp", "/dev/shm"):
-        mkpoint(d, True)
-        _mount(libc, "tmpfs", new + d, "tmpfs", NOSUID | NODEV, "size=%dm,mode=1777" % file_mb)
-    mkpoint(workdir, True)
+        _mkpoint(root, d, True)
+        _mount(libc, "tmpfs", root + d, "tmpfs", NOSUID | NODEV, "size=%dm,mode=1777" % file_mb)
+    _mkpoint(root, workdir, True)
     opts = "size=%dm,mode=700,uid=%d,gid=%d" % (4 * file_mb, uid, uid)
-    _mount(libc, "tmpfs", new + workdir, "tmpfs", NOSUID | NODEV, opts)
-    mkpoint("/proc", True)
+    _mount(libc, "tmpfs", root + workdir, "tmpfs", NOSUID | NODEV, opts)
+    _mkpoint(root, "/proc", True)
     release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
     # per-mount proc options since 5.8; before, hidepid would change the host's /proc as well
     opts = "hidepid=invisible" if release >= (5, 8) else None
-    _mount(libc, "proc", new + "/proc", "proc", NOSUID | NODEV | NOEXEC, opts)
+    _mount(libc, "proc", root + "/proc", "proc", NOSUID | NODEV | NOEXEC, opts)
+
+
+def _jail(libc, uid, file_mb, source):
+    """``pivot_root`` into a fresh tmpfs holding what the program may see (the list: :mod:`collab.sandbox`)."""
+    import ctypes
+    import os
+
+    workdir = new = os.getcwd()
+    _mount(libc, "tmpfs", new, "tmpfs", NOSUID | NODEV, "size=1m,mode=755")
+    _expose_host(libc, new)
+    _private(libc, new, uid, file_mb, workdir)
     os.chdir(new)
     nr = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)  # SYS_pivot_root
     if nr is not None and libc.syscall(nr, b".", b".") == 0:

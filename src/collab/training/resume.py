@@ -1,51 +1,16 @@
-"""Resumable runs: a resumed run repeats the uninterrupted one bitwise.
+"""Resumable runs: a resumed run repeats the uninterrupted one bitwise (docs/resume.md: what a checkpoint
+holds, SIGTERM and SIGKILL, other world sizes).
 
-A checkpoint (``checkpoints/last.ckpt``) holds everything the next rollout depends on:
+Besides Lightning's weights, optimizer and loop state, a checkpoint holds under ``collab`` the module's
+counters and every process's random state (:func:`collab.runtime.rank_state.rng_state`). The random state is
+taken when the checkpoint is written and put back just before the first rollout of the resumed run
+(``CollabModule.training_step``), not when the checkpoint loads: between the two, Lightning starts the
+dataloader's iterator, which draws from torch's generator (an uninterrupted run drew it once, at its start).
 
-- the trainable weights (adapters, critics, value heads) and the optimizer state (Lightning);
-- the loop state: ``global_step``, batches, logger step (Lightning);
-- the module's counters (``rollouts``: minibatch order, critic warm-up, round-robin schedule) and the
-  random state of every process (:func:`collab.runtime.rank_state.rng_state`: torch's CPU and accelerator
-  generators, which sampling and dropout draw from, python's ``random`` and numpy's), under ``collab``;
-- the task stream (the datamodule's ``state_dict``: the shuffle's random state and the pass's
-  remaining order);
-- the callbacks' state: the rewards of every rollout so far (:class:`collab.training.callbacks.RewardSummary`),
-  the checkpoint callback's paths.
-
-The random state is taken when the checkpoint is written (after the rollout's update and the callbacks
-of its end, evaluation included) and put back just before the first rollout of the resumed run
-(``CollabModule.training_step``), not when the checkpoint loads: between the two, Lightning starts
-the dataloader's iterator, which draws from torch's generator (an uninterrupted run drew it once, at
-its start).
-
-With another number of processes (docs/resume.md, "Across world sizes"), the weights, optimizer state
-and task position (global) load on every rank; rank r takes rank r's random state and a rank the
-checkpoint had no process for seeds as at a fresh start (:meth:`CollabModule.on_train_start`).
-
-A resumed run logs to a new ``version_N`` folder (TensorBoard reads both; the steps continue), and its
-``reward_summary.json`` continues the checkpoint's list: it covers every rollout from the first.
-
-:class:`ModelCheckpoint` makes ``last.ckpt`` hold the step a run ends at (max_steps, a stop, or
-SIGTERM), so that ``--ckpt_path .../last.ckpt`` continues from there. On SIGTERM
-(:mod:`collab.preemption`) the run has 10 s of grace to reach the end of the current step:
-then Lightning's loop stops there with ``SIGTERMException`` (under DDP on every rank at once, agreed at
-the step's end), the callbacks save (checkpoint, adapters, reward summary) in ``on_exception`` and
-``collab.fit`` prints "stopped by SIGTERM at step k; saved PATH (resume with --ckpt_path PATH)" and exits
-with 143 (128 + SIGTERM, the status of a process ended by SIGTERM, which schedulers read as
-"interrupted"). Past the grace, the next check point (a decoding step, an eval batch, a micro-batch or
-optimizer step of an update) stops the run inside the step with :class:`~collab.preemption.Preempted`:
-nothing of that step is saved (the weights may be half-updated, the random state and the task stream are
-mid-step). The last completed step is: ``last.ckpt`` is written then from the step's snapshot
-(:class:`Snapshot`, taken at the end of every step that wrote no checkpoint), so that a stop inside step
-k + 1 resumes from step k whatever ``every_n_train_steps`` is. The line names it: "stopped by SIGTERM
-inside the update of step 3; last checkpoint: step 2 PATH (resume with --ckpt_path PATH)" ("no checkpoint
-yet" inside the first step). Resuming from it repeats the uninterrupted run from that step, bitwise as above.
-Whatever happens, the process ends 20 s after the signal at the latest (a watchdog), within the 30 s a
-scheduler usually leaves before SIGKILL.
-
-Files written at the end of a run are replaced whole (:mod:`collab.runtime.files`): a run killed while
-writing (SIGKILL) leaves the previous version, never a truncated one. Lightning writes checkpoints the
-same way (``_atomic_save``: a temporary file, then a move).
+:class:`ModelCheckpoint` makes ``last.ckpt`` hold the step a run ends at (max_steps, a stop, or SIGTERM); a
+stop inside a step writes it from the last completed step's :class:`Snapshot`, so that a stop inside step
+k + 1 resumes from step k whatever ``every_n_train_steps`` is. Files a run writes at its end are replaced whole
+(:mod:`collab.runtime.files`), as Lightning writes checkpoints: a SIGKILL leaves the previous version.
 """
 
 from __future__ import annotations

@@ -15,39 +15,7 @@ Reward modes (``reward_mode=``, e.g. ``--data.env_options '{reward_mode: referen
 default) reads CoLLM F.2 with ``ast`` (:mod:`~collab.envs.coding.static`,
 :mod:`~collab.envs.coding.reward`); ``reference`` reproduces the reference code's reward, quirks
 included, to compare with published curves (:mod:`~collab.envs.coding.reference`, rules R1-R14 there).
-The weights and the maximum (4.0) are the same; the two differ in (paper / reference, and why paper):
-
-1. What is kept of a response: imports and every top-level function / only ``aux`` from aux's reply
-   and only the entry point from main's (helpers and imports the agents wrote are dropped, R2-R3).
-   A correct main that uses its own helper or import should not fail its tests.
-2. Broken code: never cut, only prose lines around it, so it fails the syntax level / sentence-like
-   lines are deleted even inside a function (``Returns the value.`` vanishes and the code compiles), and
-   a nested ``def`` cuts its enclosing function short (R2). F.2's syntax level is about the code written.
-3. "Defined with a return": the function's own ``return <value>`` (``ast``; for code that does not parse,
-   from the text) / the regex ``return\s+`` anywhere in it (``# return x`` counts, ``return(x)`` does not).
-4. Imports for the tests: the prompt's top-level imports (``ast``) plus the agents' / the prompt's lines
-   that look like imports (regex). Prompt helpers (HumanEval/32's ``poly``): defined / absent.
-5. Tests: every top-level statement of ``check`` holding an assert, with the setup before it and the
-   test file's module code / only one-line asserts starting ``assert `` and mentioning ``candidate``
-   (a loop's assert fails, ``assert(...)`` is skipped, ``candidate`` renamed inside strings too, R6).
-   F.2 scores "the proportion of unit tests": the dataset's tests as written.
-6. Running: each test in its own sandboxed process, a fresh module namespace, the function called once
-   / all tests in one sandboxed program and one namespace holding ``math`` (no import needed), state
-   shared between tests, and ``f(args) == expected`` asserts calling ``f`` twice (R7-R8). Tests should
-   not depend on each other, and code that forgot ``import math`` is wrong.
-7. Timeouts: 8 s per test (F.2), every test runs / 10 s, and after 3 timeouts the rest count as failed
-   (R9).
-8. Cooperation bonus gate: aux defined with a return / any extracted ``aux`` (R11).
-9. "Main calls aux": an ``ast`` call anywhere in main / the text ``aux(`` anywhere, comments and strings
-   included (R12).
-10. Thin wrapper: ``return aux(a, b)`` or ``r = aux(a, b); return r`` with plain arguments / any
-    single ``return`` line mentioning aux (``return aux(n) + 1``), the two-line form, and every main
-    whose docstring's closing triple quote stands alone on its line (R13). Adding logic should earn the bonus.
-11. Discarded value: a call that is a statement or bound to a name never read / only a line
-    ``aux (x)`` (a space, a one-character argument, R14), so ``aux(n)`` as a statement costs nothing.
-    F.2 penalises main calling aux "but discards its return value".
-12. Unreproducible: ``exit()`` in the code crashes the reference's training; here the test fails.
-    MBPP's test file is built from ``test_list`` in the reference's check(candidate) format.
+Every difference, and why collab's default differs: docs/fidelity.md.
 
 Both modes give a reply without code (``I cannot help with that.``) no function: aux missing, not a
 broken team program. The E.2 diagnostics have the same layout in both modes, filled from the mode's

@@ -5,7 +5,7 @@ The reference is OpenMLRL/LLM_Collab_Code_Generation, ``rewards/code_rewards.py`
 and ``rewards/code_utils.py``. Everything here restates its rules, text and regex quirks included, so
 that rewards can be compared with published curves; collab's own reading of CoLLM F.2 is
 :mod:`~collab.envs.coding.static` + :mod:`~collab.envs.coding.reward` (``reward_mode: paper``), and
-:mod:`collab.envs.coding.env` lists where the two differ. The tests still run in collab's sandbox
+docs/fidelity.md lists where the two differ. The tests still run in collab's sandbox
 (R7-R9: :mod:`~collab.envs.coding.reference_sandbox`).
 
 Rules, in the order the reference applies them (R1-R14):

@@ -79,6 +79,7 @@ from collab.envs.debate.datasets import NLI, is_nli, load_nli
 from collab.envs.debate.prompts import agent_name, debate_prompt, first_prompt, system_prompt
 from collab.envs.debate.verifier import RuleVerifier, Verifier, grade_answer
 from collab.envs.math.datasets import DATASETS, is_path
+from collab.envs.math.env import MathEnv
 from collab.envs.math.published import known
 from collab.envs.records import select
 from collab.errors import UserError, require
@@ -130,6 +131,31 @@ def valid_datasets() -> str:
     )
 
 
+def _kind(dataset: str, eval_dataset: str | None) -> str:
+    """``nli`` or ``math``: the kind of both datasets, or one line on a dataset unknown or of the other kind."""
+    kind = "nli" if is_nli(dataset) else "math"
+    for name in (dataset, eval_dataset or dataset):
+        if ("nli" if is_nli(name) else "math") != kind or (kind == "math" and not known(name)):
+            raise UserError(f"unknown {kind} debate dataset {name!r}; valid: {valid_datasets()}")
+        if name.startswith("anli:"):
+            source = name.removeprefix("anli:")
+            require(
+                is_path(source) or "@" in source,
+                f"bad ANLI source {name!r}: {source!r} is not a .json/.jsonl/.parquet "
+                "file; expected anli:PATH or anli:HUB_ID@SPLIT",
+            )
+    return kind
+
+
+def _verifier(verifier: str | Verifier, fallback: bool) -> Verifier:
+    if not isinstance(verifier, Verifier) and verifier != "rule":
+        raise UserError(
+            f"unknown verifier {verifier!r}; valid: rule, a Verifier object, or on the command line "
+            "the folder of a learned verifier (python -m collab.envs.debate.learned_verifier)"
+        )
+    return verifier if isinstance(verifier, Verifier) else RuleVerifier(fallback)
+
+
 class DebateEnv(Env):
     """A agents debate a question for T turns; each answer is scored by a verifier (MAPoRL)."""
 
@@ -157,22 +183,18 @@ class DebateEnv(Env):
     ) -> None:
         """
         Args:
-            dataset: A math dataset of the ``math`` env (``addition`` default, ``arithmetic``, ``gsm_symbolic``,
-                ``gsm8k``, ``math``, ``math500``, ``aime``, a .json/.jsonl path, a publisher's file as
-                ``tinygsm:PATH``, ``gsm8k:PATH``...: :mod:`collab.envs.math.published`) or NLI: ``cb``, ``rte``,
-                ``anli:PATH`` (the hub's ``facebook/anli`` parquet, or the original release's jsonl),
-                ``anli:HUB_ID@SPLIT``.
+            dataset: A dataset of the ``math`` env (:class:`~collab.envs.math.env.MathEnv`; ``addition`` by
+                default) or NLI: ``cb``, ``rte``, ``anli:PATH`` (the hub's ``facebook/anli`` parquet, or the
+                original release's jsonl), ``anli:HUB_ID@SPLIT``.
             eval_dataset: Where the eval split comes from instead (the same forms, of the same kind; MAPoRL
                 trains on TinyGSM and evaluates on GSM8K's test set, ANLI's train_r3 and test_r3); each split
                 then defaults to all of its records.
             agents: A, the number of debating agents (1: self-correction).
             horizon: T, the number of turns; every episode runs all of them unless ``stop_on_consensus``.
-            verifier: ``rule`` (1 for a correct answer, else 0) or a Verifier object, e.g. a learned verifier
-                (:func:`collab.envs.debate.learned_verifier.load_verifier`; on the command line the rollout data module
-                loads the folder named by ``verifier``, on ``verifier_device``).
+            verifier: ``rule`` (1 for a correct answer, else 0) or a Verifier object, e.g. a learned one
+                (:func:`~collab.envs.debate.learned_verifier.load_verifier`; a folder on the command line).
             train_split, eval_split: Slices (``"[:100]"``) of each split (module docstring).
-            num_train, num_eval: Generated training / eval problems; ``num_eval`` also sizes the default eval sample
-                of a fixed dataset.
+            num_train, num_eval: Generated training / eval problems (``num_eval``: a fixed dataset's eval sample).
             fallback: Grade unboxed answers (math: last "answer is X" phrase or number; NLI: last label word).
             seed: Seed of the generated training problems.
             max_new_tokens: Suggested response length; ``None``: 300 for math, 250 for NLI (MAPoRL, Section 4.2).
@@ -193,39 +215,19 @@ class DebateEnv(Env):
             f"consensus_score must be in [0, 1) or null, got {consensus_score}",
         )
         self.dataset, self.agents, self.fallback, self.seed = dataset, agents, fallback, seed
-        self.stop_on_consensus, self.consensus_share, self.consensus_score = (
-            stop_on_consensus,
-            consensus_share,
-            consensus_score,
-        )
-        self.kind = "nli" if is_nli(dataset) else "math"
+        self.stop_on_consensus = stop_on_consensus
+        self.consensus_share, self.consensus_score = consensus_share, consensus_score
+        self.kind = _kind(dataset, eval_dataset)
         self.eval_dataset = eval_dataset
-        for name in (dataset, eval_dataset or dataset):
-            if ("nli" if is_nli(name) else "math") != self.kind or (self.kind == "math" and not known(name)):
-                raise UserError(f"unknown {self.kind} debate dataset {name!r}; valid: {valid_datasets()}")
-            if name.startswith("anli:"):
-                source = name.removeprefix("anli:")
-                require(
-                    is_path(source) or "@" in source,
-                    f"bad ANLI source {name!r}: {source!r} is not a .json/.jsonl/.parquet "
-                    "file; expected anli:PATH or anli:HUB_ID@SPLIT",
-                )
         for spec in (train_split, eval_split):
             select([], spec)  # a malformed slice fails here
         self.num_train, self.num_eval = num_train, num_eval
         self.split_specs = {"train": train_split, "eval": eval_split}
         tokens = max_new_tokens or MAX_NEW_TOKENS[self.kind]
         self.roles = tuple(AgentRole(agent_name(i), system_prompt(i, agents), tokens) for i in range(agents))
-        if not isinstance(verifier, Verifier) and verifier != "rule":
-            raise UserError(
-                f"unknown verifier {verifier!r}; valid: rule, a Verifier object, or on the command line "
-                "the folder of a learned verifier (python -m collab.envs.debate.learned_verifier)"
-            )
-        self.verifier = verifier if isinstance(verifier, Verifier) else RuleVerifier(fallback)
+        self.verifier = _verifier(verifier, fallback)
         self._math = None
         if self.kind == "math":
-            from collab.envs.math.env import MathEnv
-
             self._math = MathEnv(
                 dataset=dataset,
                 profile="solo",

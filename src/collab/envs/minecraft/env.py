@@ -19,74 +19,10 @@ and :mod:`collab.evaluation.comparison` scales ``eval/env/hp`` by 100 like ``iou
 ``penalty``, ``spiders``, ``killed``, ``commands`` (accepted, all players) and ``rejected`` (lines).
 :meth:`MinecraftEnv.voxels` gives an episode's built and target voxels to the evaluation's IoU.
 
-Reward modes (``reward_mode``; ``--data.env_options '{reward_mode: reference}'``)
--------------------------------------------------------------------------------
-``paper`` (the default, described above) is collab's reading of CoLLM (E.3 prompt, F.3 reward).
-``reference`` reproduces the reward of the authors' code (OpenMLRL/LLM_Collab_Minecraft, ``house_build``
-with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference`). Point by point
-(paper | reference), with why collab's default differs:
-
-1. Reward: ``coverage - 0.5 * redundancy - penalty`` | ``score - penalty``, score = positions holding
-   their target block, AIR INCLUDED, over all bbox positions (``score`` info). F.3 names coverage and
-   redundancy; the score pays 0.41 for building nothing on the reference's first house (122 of its 294
-   positions are air). The reference's logged IoU ignores block types; collab's ``iou`` info and
-   evaluation IoU match types in both modes.
-2. World: persists across turns (the feedback asks for what is still missing) | every turn is scored
-   on that turn's commands alone, built on an EMPTY bbox, so a player must resend the whole house each
-   turn, and the agents are not told so. CoLLM Section 5.1's "instructions for incomplete building"
-   imply a persistent build.
-3. Spiders: drawn per task and turn (``min_spiders..max_spiders``, default 0..3), fought command by
-   command, health carried over turns | ``max_spiders`` (default 3) spiders with attacks uniform in
-   ``1..spider_atk`` drawn ONCE from ``random.Random(seed)``, the same for every task and turn; no fight
-   and no health loss: the penalty ``min(1, total_attack / player_hp) * spider_penalty`` applies at
-   every turn unless any accepted command of any player is a ``/kill`` (with any arguments), which
-   cancels it whole; no penalty when ``player_hp <= 0`` (paper: the whole weight) and none in a single
-   agent's reward (the reference's one-agent reward has no spider term, though its feedback shows
-   one). The ``hp`` info is that turn's ``1 - damage / player_hp``. E.3 describes per-spider attacks
-   and health, which collab simulates.
-4. Defaults: ``player_hp`` 20 | 5, ``spider_penalty`` 0.2 (F.3) | 0.1, ``max_commands`` per player
-   32 | 300 (the reference's 600 split over two players; 600 for one), ``max_new_tokens`` 256 | 512
-   (C.3 says 512). collab's world persists, so 32 commands a turn over 4 turns cover any house (the
-   prompts list at most 47 rectangles for the shipped houses, 39 for the paper's), and shorter
-   responses keep its 4-turn rollout trees cheap.
-5. Commands: ``/fill``, ``/kill`` (spider selectors only, one spider each) and E.3's ``/damage`` |
-   ``fill`` and ``kill`` only, the ``/`` optional and the name case-insensitive (``FILL``, ``/ fill``),
-   ``kill`` with ANY arguments (``/kill @p``); ``/damage`` is an unknown command. E.3 allows
-   ``/fill`` and ``/kill`` and prints the ``/damage`` attack in its threat check.
-6. Lines: every non-blank line must be a command (fence lines are rejected, lines between fences read) |
-   only the FIRST fenced block is read when the text has two fences (a one-word first line inside, e.g.
-   ``bash`` or a bare ``kill``, is dropped as a language tag; text outside the block is ignored), else
-   the whole text, fence lines included (rejected); one list marker (``-``, ``*``, ``1.``, ``2)``) is
-   stripped from each line. E.3 asks for commands only, no markdown; collab reports each stray line instead of guessing.
-7. Coordinates: decimal integers | Python integers (``+3``, ``1_0`` = 10); ``~`` / ``^`` rejected in
-   both; both corners inside the bbox in both, any corner order.
-8. Blocks: legend names matched case-insensitively, with block states (``[facing=north]``) and the
-   ``minecraft:`` prefix dropped; a legend letter gets a hint | the exact legend name (or ``air``),
-   only the ``minecraft:`` prefix dropped (``Stone`` and ``stone_stairs[facing=north]`` are rejected).
-   The reference config's per-agent block lists equal the legend of every reference task, so collab
-   uses the task's legend in both modes.
-9. Check order: any invalid line is rejected with its reason | the cap is checked first (a line past
-   it is rejected unread), then command, length, coordinates, block, bbox, fill modes, budget.
-10. Budgets: none | with ``limited_resource`` (default on in reference mode, as in its config; an error in
-    paper mode), a player's fills of block ``b`` in one turn may total at most
-    ``ceil(c / n) + floor(c / (2 n))`` blocks (``c``: ``b``'s target positions, ``n``: players), a fill
-    being charged its whole box volume; air is free; a fill over budget is rejected and charges nothing.
-    The paper has no budgets.
-11. Order of writes: the same in both: player 1's accepted fills in order, then player 2's.
-12. Feedback: the turn's IoU, coverage, redundancy, missing and wrong blocks, rejected lines and threat |
-    the coming turn's number and the last reward to 4 decimals, nothing else (the reference's
-    ``score_feedback`` mode); the reference's next prompt repeats the first prompt and the player's last
-    commands, which the default ``history_window`` of 1 keeps in the history.
-13. Prompt: E.3 with the ``/damage`` attack | the same sections with a ``/kill`` threat check, no
-    ``/damage``, and each block's budget. The reference also sends a system message repeating the
-    commands-only rule, which E.3's first line already states.
-14. Stop rules and scaling: neither mode ends an episode early. The reference's trainer shifts every
-    reward by -1 (scale 1) and stops expanding a rollout-tree node once its samples' mean shifted
-    reward exceeds -0.1 (raw > 0.9). Both are trainer settings, not the env's: in collab pass
-    ``reward_shift: -1.0`` in ``env_options`` and MAGRPO's ``termination_threshold: -0.1`` with
-    ``termination: node`` (the node-mean rule; the threshold sees the shifted rewards).
-15. Records: a layer's ``y`` is an offset from ``bbox.from`` and missing layers are air in both modes
-    (the reference reads ``y`` as a world y and refuses missing layers; its records start at y=0).
+Reward modes (``reward_mode``): ``paper`` (the default, described above) is collab's reading of CoLLM (E.3
+prompt, F.3 reward); ``reference`` reproduces the reward of the authors' code (OpenMLRL/LLM_Collab_Minecraft,
+``house_build`` with its MAGRPO config), quirks included (:mod:`~collab.envs.minecraft.reference`). Every
+difference, and why collab's default differs: docs/fidelity.md.
 """
 
 from __future__ import annotations
@@ -100,14 +36,7 @@ from collab.envs.base import AgentRole, Env, EnvState, Score
 from collab.envs.minecraft import reference as ref
 from collab.envs.minecraft.prompts import feedback_text, first_prompt, reference_feedback, reference_prompt
 from collab.envs.minecraft.scoring import REDUNDANCY_WEIGHT, as_tensor
-from collab.envs.minecraft.tasks import (
-    SHIPPED_SPLITS,
-    default_splits,
-    house_from_record,
-    load_houses,
-    shipped_path,
-    split_houses,
-)
+from collab.envs.minecraft.tasks import house_from_record, split_houses
 from collab.envs.minecraft.threats import PENALTY, Spiders, spawn
 from collab.envs.minecraft.turn import Outcome, paper_turn, reference_turn
 from collab.envs.minecraft.world import House, empty_world
@@ -158,26 +87,19 @@ class MinecraftEnv(Env):
             n_agents: Players (2 in the paper).
             max_commands: Accepted commands per player and turn; later lines are rejected (``None``: 32;
                 reference: 600 // n_agents, i.e. 300 each for two players).
-            min_spiders, max_spiders, spider_atk, spider_hp: Spiders per turn are uniform in
-                ``min_spiders..max_spiders`` (``None``: 0..3), each with an attack uniform in ``1..spider_atk``
-                and ``spider_hp`` health (``max_spiders=0``: no threat). Reference: ``max_spiders`` spiders
-                (``None``: 3; ``min_spiders`` defaults to it and must equal it) drawn once per run.
-            player_hp, player_atk: The player's starting health (``None``: 20; reference: 5) and the most
-                damage of one attack.
+            min_spiders, max_spiders, spider_atk, spider_hp: Spiders per turn, uniform in
+                ``min_spiders..max_spiders`` (``None``: 0..3), each attacking with ``1..spider_atk`` and of
+                ``spider_hp`` health. Reference: ``max_spiders`` (``None``: 3) spiders drawn once per run.
+            player_hp, player_atk: A player's starting health (``None``: 20; reference: 5), its most damage.
             seed: Seed of the spiders (with the task id and the turn; reference: the seed alone).
-            redundancy_weight: Weight of the redundancy rate in the reward (paper mode).
-            spider_penalty: Weight of the spider penalty (``None``: 0.2 as in F.3; reference: 0.1).
+            redundancy_weight, spider_penalty: Weights in the reward (``spider_penalty`` ``None``: 0.2 as
+                in F.3; reference: 0.1).
             max_new_tokens: Suggested response length per player (``None``: 256; reference: 512).
-            reward_mode: ``paper`` (collab's reading of CoLLM) or ``reference`` (the authors' code's
-                reward, quirks included); the module docstring lists every difference.
-            limited_resource: Reference mode only: each player's per-turn block budgets (``None``: on, as
-                in the reference config).
-            history_window: Turns of dialog a player keeps after the E.3 prompt (CoLLM, 4.1's C;
-                :func:`collab.envs.base.window`). The default, 1, keeps the player's last commands and
-                the feedback on them: the feedback restates everything still missing or wrong, the
-                player's HP and the coming threat, so older turns add no information about the
-                build, only prompt length (the 4th turn's prompt is ~1,900 tokens instead of ~3,000
-                for SmolLM2's tokenizer). ``None`` keeps the whole dialog.
+            reward_mode: ``paper`` or ``reference`` (every difference: docs/fidelity.md).
+            limited_resource: Reference mode's per-turn block budgets (``None``: on, as its config).
+            history_window: Turns of dialog a player keeps after the E.3 prompt (CoLLM's C; ``None``: all).
+                1 suffices: the feedback restates all that is missing, the HP and the threat, and the 4th
+                turn's prompt is ~1,900 tokens instead of ~3,000.
         """
         super().__init__(horizon)
         if reward_mode not in REWARD_MODES:
@@ -191,17 +113,9 @@ class MinecraftEnv(Env):
         require(reference or not limited_resource, "limited_resource applies to reward_mode reference only")
         require(not reference or n_agents in (1, 2), f"reward_mode reference takes 1 or 2 agents, got {n_agents}")
         if reference:
-            max_commands = ref.TOTAL_COMMANDS // max(1, n_agents) if max_commands is None else max_commands
-            max_spiders = ref.SPIDERS if max_spiders is None else max_spiders
-            min_spiders = max_spiders if min_spiders is None else min_spiders
-            require(
-                min_spiders == max_spiders,
-                "reward_mode reference meets a fixed number of spiders: "
-                f"set min_spiders == max_spiders, got {min_spiders}, {max_spiders}",
+            max_commands, min_spiders, max_spiders, player_hp, spider_penalty, max_new_tokens = ref.defaults(
+                n_agents, max_commands, min_spiders, max_spiders, player_hp, spider_penalty, max_new_tokens
             )
-            player_hp = ref.PLAYER_HP if player_hp is None else player_hp
-            spider_penalty = ref.PENALTY if spider_penalty is None else spider_penalty
-            max_new_tokens = ref.MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
         max_commands = 32 if max_commands is None else max_commands
         min_spiders = 0 if min_spiders is None else min_spiders
         max_spiders = 3 if max_spiders is None else max_spiders
@@ -209,38 +123,37 @@ class MinecraftEnv(Env):
         spider_penalty = PENALTY if spider_penalty is None else spider_penalty
         max_new_tokens = 256 if max_new_tokens is None else max_new_tokens
         self.limited_resource = reference and limited_resource is not False
-        require(n_agents >= 1, f"n_agents must be >= 1, got {n_agents}")
-        require(max_commands >= 1, f"max_commands must be >= 1, got {max_commands}")
-        require(
-            history_window is None or history_window >= 1, f"history_window must be >= 1 or null, got {history_window}"
-        )
-        require(
-            0 <= min_spiders <= max_spiders and spider_atk >= 1,
-            f"need 0 <= min_spiders <= max_spiders and spider_atk >= 1, got {min_spiders}, {max_spiders}, {spider_atk}",
-        )
-        require(
-            spider_hp > 0 and player_hp > 0 and player_atk > 0,
-            f"spider_hp, player_hp and player_atk must be > 0, got {spider_hp}, {player_hp}, {player_atk}",
-        )
-        require(
-            redundancy_weight >= 0 and spider_penalty >= 0,
-            f"redundancy_weight and spider_penalty must be >= 0, got {redundancy_weight}, {spider_penalty}",
-        )
         self.roles = tuple(AgentRole(f"player{i + 1}", max_new_tokens=max_new_tokens) for i in range(n_agents))
         self.max_commands, self.seed, self.redundancy_weight = max_commands, seed, redundancy_weight
-        self.history_window = history_window
-        self.spider_penalty = spider_penalty
+        self.history_window, self.spider_penalty = history_window, spider_penalty
         self.spider_range, self.spider_atk, self.spider_hp = (min_spiders, max_spiders), spider_atk, spider_hp
         self.player_hp, self.player_atk = player_hp, player_atk
+        self._check(n_agents)
         self.reference_spiders = (
             Spiders(ref.spider_attacks(seed, max_spiders, spider_atk), spider_hp) if reference else None
         )
-        if dataset is None:
-            records, defaults = load_houses(shipped_path()), SHIPPED_SPLITS
-        else:
-            records = load_houses(dataset)
-            defaults = default_splits(len(records))
-        self.splits = split_houses(records, train_split, eval_split, defaults)
+        self.splits = split_houses(dataset, train_split, eval_split)
+
+    def _check(self, n_agents: int) -> None:
+        """Refuse options out of range, one line each."""
+        (lo, hi), atk = self.spider_range, self.spider_atk
+        require(n_agents >= 1, f"n_agents must be >= 1, got {n_agents}")
+        require(self.max_commands >= 1, f"max_commands must be >= 1, got {self.max_commands}")
+        window = self.history_window
+        require(window is None or window >= 1, f"history_window must be >= 1 or null, got {window}")
+        require(
+            0 <= lo <= hi and atk >= 1,
+            f"need 0 <= min_spiders <= max_spiders and spider_atk >= 1, got {lo}, {hi}, {atk}",
+        )
+        require(
+            self.spider_hp > 0 and self.player_hp > 0 and self.player_atk > 0,
+            "spider_hp, player_hp and player_atk must be > 0, "
+            f"got {self.spider_hp}, {self.player_hp}, {self.player_atk}",
+        )
+        require(
+            self.redundancy_weight >= 0 and self.spider_penalty >= 0,
+            f"redundancy_weight and spider_penalty must be >= 0, got {self.redundancy_weight}, {self.spider_penalty}",
+        )
 
     # -- tasks and prompts ---------------------------------------------------------------------------
     def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:

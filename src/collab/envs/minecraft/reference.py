@@ -1,7 +1,7 @@
 """HouseBuild's reward as the authors' code computes it (``MinecraftEnv(reward_mode="reference")``).
 
 Every rule here restates a rule of the reference implementation (OpenMLRL/LLM_Collab_Minecraft,
-``house_build``, run with its MAGRPO config); :mod:`collab.envs.minecraft.env` lists them all, with
+``house_build``, run with its MAGRPO config); docs/fidelity.md lists them all, with
 the points where collab's default (``reward_mode="paper"``) differs and why. In short:
 
 - :func:`command_lines`: the text inside the first fenced block if there is one (a one-word first
@@ -33,6 +33,7 @@ from typing import Any
 
 from collab.envs.minecraft.commands import Attack, Fill, Parsed, Rejected, Rejection
 from collab.envs.minecraft.world import AIR, House, fill
+from collab.errors import require
 
 TOTAL_COMMANDS = 600
 """The reference config's command cap for the whole team (``task.max_commands``), split evenly: 300 per agent."""
@@ -201,6 +202,30 @@ def to_house_ids(task: RefTask, world: bytes) -> bytes:
     """``world`` with :attr:`House.palette` ids (for collab's measures and IoU)."""
     ids = [task.house.block_id(name) or 0 for name in task.palette]
     return bytes(ids[b] for b in world)
+
+
+def defaults(
+    n_agents: int,
+    max_commands: int | None,
+    min_spiders: int | None,
+    max_spiders: int | None,
+    player_hp: int | None,
+    spider_penalty: float | None,
+    max_new_tokens: int | None,
+) -> tuple[int, int, int, int, float, int]:
+    """The options left ``None`` as the reference config sets them; its spiders are a fixed number."""
+    max_commands = TOTAL_COMMANDS // max(1, n_agents) if max_commands is None else max_commands
+    max_spiders = SPIDERS if max_spiders is None else max_spiders
+    min_spiders = max_spiders if min_spiders is None else min_spiders
+    require(
+        min_spiders == max_spiders,
+        "reward_mode reference meets a fixed number of spiders: "
+        f"set min_spiders == max_spiders, got {min_spiders}, {max_spiders}",
+    )
+    player_hp = PLAYER_HP if player_hp is None else player_hp
+    spider_penalty = PENALTY if spider_penalty is None else spider_penalty
+    max_new_tokens = MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
+    return max_commands, min_spiders, max_spiders, player_hp, spider_penalty, max_new_tokens
 
 
 def spider_attacks(seed: int, num: int, atk: int) -> tuple[int, ...]:

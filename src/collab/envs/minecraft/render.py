@@ -9,17 +9,12 @@ position that differs from the target carries a mark:
 - **wrong block**: both have a block, of different types (``x``, on the built block's colour);
 - **extra**: the build has a block where the target has air (``+``).
 
-A summary line gives Table 1's two HouseBuild scores, the IoU over non-air blocks (Section 5.1;
-:func:`collab.envs.minecraft.scoring.voxel_iou`) and the remaining health (HP), in percent, with the reward's
-coverage and redundancy rates (Appendix F.3; :mod:`~collab.envs.minecraft.scoring`) and the counts.
+A summary line gives Table 1's two HouseBuild scores (IoU over non-air blocks, remaining HP, in percent) with the
+reward's coverage and redundancy (F.3; :mod:`~collab.envs.minecraft.scoring`) and the counts.
 
-Voxels are ``(X, Y, Z)`` grids of palette ids, 0 = air: what :meth:`MinecraftEnv.voxels
-<collab.envs.minecraft.env.MinecraftEnv.voxels>` returns (tensors or arrays). The functions are
-pure and build a :class:`matplotlib.figure.Figure` without pyplot, so they work under any backend
-(Agg in tests, the inline backend in notebooks: a figure returned by a cell is displayed).
-
-:func:`partial_build` and :func:`play_commands` make a hand-written example build, so that a
-figure is worth looking at even without a trained team.
+Voxels are ``(X, Y, Z)`` grids of palette ids, 0 = air, as :meth:`MinecraftEnv.voxels
+<collab.envs.minecraft.env.MinecraftEnv.voxels>` returns them. The figures are built without pyplot, so they
+work under any backend; :func:`partial_build` and :func:`play_commands` make a hand-written example build.
 """
 
 from __future__ import annotations
@@ -178,15 +173,11 @@ def draw_layers(
         cell: Inches per voxel; ``None``: 0.26, less for a layer wider than 8 blocks (panels of 2 inches at most).
 
     Returns:
-        A :class:`~matplotlib.figure.Figure` with one axes per (grid, layer), labelled
-        ``"target:y=N"`` / ``"NAME:y=N"`` (local ``y``; see ``Axes.get_label``) and titled
-        ``"target  y=WORLD_Y"`` / ``"NAME  −missing ×wrong +extra"`` (``"NAME  exact"`` for a right
-        layer), plus blank axes filling the last row when ``Y`` is not a multiple of ``columns``;
-        a legend of the blocks present and of the marks at the bottom.
+        A :class:`~matplotlib.figure.Figure`, one axes per (grid, layer) labelled ``"target:y=N"`` /
+        ``"NAME:y=N"`` (local ``y``) and titled ``"target  y=WORLD_Y"`` / ``"NAME  −missing ×wrong +extra"``
+        (``"NAME  exact"``), blank axes filling the last row, a legend of the blocks and marks at the bottom.
     """
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     named = dict(builds) if isinstance(builds, Mapping) else {"built": builds}
     require(len(named) > 0, "draw_layers needs at least one build")
@@ -197,7 +188,7 @@ def draw_layers(
     sx, sy, sz = t.shape
     cell = min(0.26, 2.0 / max(sx, sz)) if cell is None else cell
     require(columns >= 1 and cell > 0, f"columns must be >= 1 and cell > 0, got {columns}, {cell}")
-    ox, oy, oz = origin
+    oy = origin[1]
     colours = block_colours(palette)
     codes = {name: classify(grid, t) for name, grid in grids.items()}
 
@@ -211,46 +202,73 @@ def draw_layers(
         layout="constrained",
     )
     axes = fig.subplots(rows, per_row, squeeze=False)
-    extent = (ox - 0.5, ox + sx - 0.5, oz + sz - 0.5, oz - 0.5)
-
-    def panel(ax, image: np.ndarray, label: str, heading: str) -> None:
-        ax.set_facecolor(AIR_FACE)
-        ax.imshow(image, extent=extent, interpolation="nearest", origin="upper")
-        ax.set_xticks(np.arange(ox - 0.5, ox + sx, 1), minor=True)
-        ax.set_yticks(np.arange(oz - 0.5, oz + sz, 1), minor=True)
-        ax.grid(which="minor", color="white", linewidth=0.6)
-        ax.tick_params(which="both", length=0, labelbottom=False, labelleft=False)
-        ax.set_label(label)
-        ax.set_title(heading, fontsize=8, pad=2)
-
     for y in range(sy):
         band, col = divmod(y, per_row)
         first = band * (1 + len(grids))
         layer_t = t[:, y, :].T  # [z][x], as the rows of the data format
-        panel(axes[first][col], colours[layer_t], f"target:y={y}", f"target  y={oy + y}")
+        _panel(axes[first][col], colours[layer_t], origin, t.shape, f"target:y={y}", f"target  y={oy + y}")
         for k, (name, grid) in enumerate(grids.items(), start=1):
-            ax = axes[first + k][col]
-            layer_b, layer_c = grid[:, y, :].T, codes[name][:, y, :].T
-            image = colours[layer_b].copy()
-            ghost = layer_c == MISSING
-            image[ghost] = colours[layer_t[ghost]] * [1, 1, 1, 0.3]
-            c = count(grid, t, y)
-            marks = f"\u2212{c.missing} \u00d7{c.wrong} +{c.extra}" if c.missing + c.wrong + c.extra else "exact"
-            panel(ax, image, f"{name}:y={y}", f"{name}  {marks}")
-            for code, (marker, _) in MARKS.items():
-                zs, xs = np.nonzero(layer_c == code)
-                if len(xs):
-                    _mark(ax, ox + xs, oz + zs, marker, cell)
+            _build_panel(axes[first + k][col], name, y, grid, t, codes[name], colours, origin, cell)
         if col == 0:
             for k, name in enumerate(["target", *grids]):
                 axes[first + k][0].set_ylabel(name, fontsize=8)
     for col in range(sy - (bands - 1) * per_row, per_row):  # the empty cells of the last band
         for k in range(1 + len(grids)):
             axes[(bands - 1) * (1 + len(grids)) + k][col].set_axis_off()
+    _legend(fig, palette, colours, [t, *grids.values()])
+    lines = ([title] if title else []) + [f"{name}: {text}" for name, text in (summaries or {}).items()]
+    if lines:
+        fig.suptitle("\n".join(lines), fontsize=9)
+    return fig
 
-    used = sorted(set(np.unique(t).tolist()).union(*(np.unique(g).tolist() for g in grids.values())) - {AIR_ID})
+
+def _panel(ax, image: np.ndarray, origin: Sequence[int], shape: Sequence[int], label: str, heading: str) -> None:
+    """One layer seen from above, its axes spanning world ``x`` and ``z``."""
+    (ox, _, oz), (sx, _, sz) = origin, shape
+    ax.set_facecolor(AIR_FACE)
+    ax.imshow(image, extent=(ox - 0.5, ox + sx - 0.5, oz + sz - 0.5, oz - 0.5), interpolation="nearest", origin="upper")
+    ax.set_xticks(np.arange(ox - 0.5, ox + sx, 1), minor=True)
+    ax.set_yticks(np.arange(oz - 0.5, oz + sz, 1), minor=True)
+    ax.grid(which="minor", color="white", linewidth=0.6)
+    ax.tick_params(which="both", length=0, labelbottom=False, labelleft=False)
+    ax.set_label(label)
+    ax.set_title(heading, fontsize=8, pad=2)
+
+
+def _build_panel(
+    ax,
+    name: str,
+    y: int,
+    grid: np.ndarray,
+    t: np.ndarray,
+    codes: np.ndarray,
+    colours: np.ndarray,
+    origin: Sequence[int],
+    cell: float,
+) -> None:
+    """Layer ``y`` of one build, a missing block shown faded and every mismatch marked."""
+    layer_t, layer_b, layer_c = t[:, y, :].T, grid[:, y, :].T, codes[:, y, :].T
+    image = colours[layer_b].copy()
+    ghost = layer_c == MISSING
+    image[ghost] = colours[layer_t[ghost]] * [1, 1, 1, 0.3]
+    c = count(grid, t, y)
+    marks = f"\u2212{c.missing} \u00d7{c.wrong} +{c.extra}" if c.missing + c.wrong + c.extra else "exact"
+    _panel(ax, image, origin, t.shape, f"{name}:y={y}", f"{name}  {marks}")
+    for code, (marker, _) in MARKS.items():
+        zs, xs = np.nonzero(layer_c == code)
+        if len(xs):
+            _mark(ax, origin[0] + xs, origin[2] + zs, marker, cell)
+
+
+def _legend(fig, palette: Sequence[str], colours: np.ndarray, grids: Sequence[np.ndarray]) -> None:
+    """The blocks present in any grid and the marks, under the panels."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    used = sorted(set(np.unique(grids[0]).tolist()).union(*(np.unique(g).tolist() for g in grids[1:])) - {AIR_ID})
     handles: list[Any] = [Patch(facecolor=colours[i], edgecolor="0.4", label=palette[i]) for i in used]
     for code, (marker, what) in MARKS.items():
+        size = 4 if code == MISSING else 7
         handles.append(
             Line2D(
                 [],
@@ -259,15 +277,11 @@ def draw_layers(
                 marker=marker,
                 color="black",
                 markerfacecolor="none",
-                markersize=4 if code == MISSING else 7,
+                markersize=size,
                 label=what,
             )
         )
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=8, frameon=False)
-    lines = ([title] if title else []) + [f"{name}: {text}" for name, text in (summaries or {}).items()]
-    if lines:
-        fig.suptitle("\n".join(lines), fontsize=9)
-    return fig
 
 
 def _mark(ax, xs: np.ndarray, zs: np.ndarray, marker: str, cell: float) -> None:

@@ -159,9 +159,12 @@ def default_splits(n: int) -> tuple[str, str]:
 
 
 def split_houses(
-    records: Sequence[dict[str, Any]], train_split: str | None, eval_split: str | None, defaults: tuple[str, str]
+    dataset: str | None, train_split: str | None, eval_split: str | None
 ) -> dict[str, list[dict[str, Any]]]:
-    """``{"train": ..., "eval": ...}`` by slice strings (``"[0:8]"``); an empty split is a UserError."""
+    """``{"train": ..., "eval": ...}`` of ``dataset`` (``None``: the shipped houses) by slice strings (``"[0:8]"``);
+    an empty split is a UserError."""
+    records = load_houses(shipped_path() if dataset is None else dataset)
+    defaults = SHIPPED_SPLITS if dataset is None else default_splits(len(records))
     out = {"train": select(records, train_split or defaults[0]), "eval": select(records, eval_split or defaults[1])}
     for name, spec in (("train", train_split or defaults[0]), ("eval", eval_split or defaults[1])):
         if not out[name]:

@@ -23,23 +23,7 @@ reference implementation (OpenMLRL/LLM_Collab_Writing, ``rewards/arxiv_rewards.p
   paper mode measures (:mod:`collab.envs.writing.env`).
 - ``reference``: exactly what ``arxiv_combined_reward`` computes today, quirks included.
 
-Both modes share the token count (whitespace tokens, the unit the dataset's ``token_count`` field counts
-abstracts in), the uniqueness band, T, the Jaccard cap and weights, the stop rules (a ratio exactly at a
-band's outer end earns 0 there and goes on), the info keys, and the arithmetic of the linear bands (the
-reference's, so reference mode agrees to the last bit). They differ:
-
-1. length band: paper full in 1.0-1.3, linear over 0.8-1.0 and 1.3-1.5 (the reference's docstring and
-   logger, and its code until the bands were moved without them); reference full in 1.3-1.6, linear over
-   0.8-1.3 and 1.6-2.0. Paper: the stated rule, the one the paper's runs most likely used.
-2. length ratio: paper strips surrounding whitespace, reference counts every character.
-3. unique-word ratio: paper counts non-stopword words, as the reference's docstring says ("excluding
-   stopwords"); the reference code keeps stopwords.
-4. words, stopwords, transition categories and Jaccard of two empty vocabularies: paper as the TLDR paper
-   mode (``[a-z']+`` words, collab's stopwords, its 12 categories matched as whole words, Jaccard 0.0);
-   reference as its TLDR reward (``\w+`` words, its 106 stopwords, its 12 categories found as substrings,
-   Jaccard 1.0); :mod:`collab.envs.writing.env` items 4-7 and 10 say why.
-5. transition text: both search the two completions together; the reference concatenates them with nothing
-   between (the last word of one and the first of the other can make a match), paper with a newline.
+Where the two modes differ, and why collab's default does: docs/fidelity.md.
 """
 
 from __future__ import annotations

@@ -21,41 +21,7 @@ in stages; a pair out of band at a stage ends the episode with the reward earned
   ``rewards/tldr_rewards.py``; its TLDR config applies scale 1.0 and shift 0.0), to compare with
   published curves.
 
-Both modes share the thresholds (8-256; 1.6-3.2 full, 1.1-5.0 linear; >= 2.0 full, 1.3-2.0 linear;
-Jaccard cap 0.03; weights 0.4 / 0.6), the stop rules (out of band at a stage stops with the reward so
-far; a ratio exactly at 1.1 or 1.3 earns 0 there and goes on; a concise text with no characters or no
-words counts as out of band), the info keys, and no rounding and no shift or scale of the sum. They differ:
-
-1. word count (structure): paper counts ``[a-z']+`` words; reference counts whitespace-separated
-   tokens, so "--" or "3" is a token and "well-known" one token. Paper: punctuation is no word.
-2. length ratio: paper strips surrounding whitespace; reference counts every character, so
-   trailing newlines move the ratio. Paper: whitespace a model emits around its text carries no content.
-3. unique-word ratio: paper counts non-stopword words, as F.1 and the reference's own docstring say;
-   the reference code keeps stopwords. Paper follows the stated rule.
-4. word pattern (uniqueness and Jaccard): paper ``[a-z']+``; reference ``\w+`` on lowercased text,
-   so digits and underscores make words and an apostrophe splits one ("don't" -> "don", "t").
-   Paper: numbers are not vocabulary; contractions stay whole.
-5. stopwords: different lists; the reference's 106 words add "also", "first", "good", "great", "new",
-   "right", "must", "us"... and lack "about", "after", "she", "while", "don't"... Paper: a list of
-   function words only; adjectives such as "good" are content shared between summaries.
-6. transition words: different 12 categories (paper: addition, contrast, cause, effect, example,
-   emphasis, sequence, comparison, conclusion, condition, concession, clarification; reference:
-   elaboration, examples, explanation, cause_effect, contrast, sequence, emphasis, summary, comparison,
-   concession, condition, time, several words listed under two or three of them, e.g. "indeed",
-   "however", "although", "while").
-7. transition matching: paper matches whole words and phrases, any case and any whitespace between
-   phrase words; reference finds each phrase as a substring of the lowercased text, inside other words
-   too ("so" in "also", "as" in "was", "if" in "life") and only with single spaces ("for\nexample"
-   does not match). Paper mode matches whole words; substrings reward words that are no transitions.
-8. transition text: paper searches the combined text (F.1: "in the combined text"); reference the
-   detailed completion only.
-9. coherence T: paper min(0.6 ln(k + 1), 1) (F.1), full at 5 categories; reference 0 for k = 0, else
-   min(0.4 + min(0.05 (k - 1), 0.6), 1), at most 0.95 at 12 categories, so its reachable maximum is
-   2.98, not 3.0 (``reward_max`` stays the stated 3.0 in both modes). Paper follows F.1.
-10. Jaccard of two empty vocabularies: paper 0.0 (nothing shared); reference 1.0.
-11. float arithmetic of the linear bands: reference divides by the spans written as differences
-    (1.6 - 1.1, 5.0 - 3.2, 2.0 - 1.3) and computes 1 - (r - 3.2) / 1.8; reference mode does the same so
-    values agree to the last bit; paper mode's equivalent forms differ by ~1e-16.
+Where the two modes differ, and why collab's default does: docs/fidelity.md.
 """
 
 from __future__ import annotations
