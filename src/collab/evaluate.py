@@ -1,30 +1,10 @@
 """``python -m collab.evaluate --algo NAME [--ckpt_path CKPT | --adapters DIR] [options] [config overrides]``.
 
-Builds the team and environment exactly as ``collab.fit`` would (the same packaged configs, same
-``--config`` and dotted overrides, e.g. ``--data.env coding``), loads trained weights if given, and
-runs :func:`collab.evaluation.heldout.evaluate` on a split: pass@k / acc@k for coding, the mean return and the
-mean env info (reward components, cooperation schemes) for every environment. Without weights it
-evaluates the untrained team (the base models with fresh, zero-effect LoRA adapters).
-
-Options of this command: ``--ckpt_path`` (a Lightning checkpoint written by ``collab.fit``),
-``--adapters`` (a folder of peft adapters, e.g. ``runs/magrpo/version_0/adapters/last``),
-``--num_samples`` (episodes per task, default 10), ``--k`` (default 1 3 5 10), ``--split`` (default
-eval), ``--max_tasks``, ``--tasks_per_batch`` (tasks decoded together, default 4) and ``--output``
-(write the metrics as JSON). Bad input: one line, exit 2.
-
-Comparisons (CoLLM, §5.2 and Table 1):
-
-- ``--baseline single|parallel|pipeline|discussion`` plays the team under a prompt-based baseline's
-  protocol (:mod:`collab.evaluation.baselines`) instead of the algorithm's own. It combines with
-  ``--adapters``/``--ckpt_path`` (the baseline's protocol with trained weights; the row is named
-  ``BASELINE+ALGO``); without ``--baseline`` the trained (or untrained) team plays its algorithm's
-  protocol and the row is named by the algo (``ALGO (untrained)`` without weights).
-- every run prints the time (seconds per episode) and cost (generated tokens per agent per turn)
-  and the task's Table 1 scores (not in ``--output``, which stays the evaluation's metrics: a wall
-  time differs between two runs of the same weights);
-- ``--table PATH.csv`` upserts the run's row (:mod:`collab.evaluation.comparison`) into the csv and rewrites the
-  markdown table ``PATH.md`` next to it; ``--method`` names the row, ``--task`` its column group
-  (default: the env's name, e.g. ``writing``).
+Builds the team and environment exactly as ``collab.fit`` would, loads trained weights if given, and runs
+:func:`collab.evaluation.heldout.evaluate` on a split; ``--baseline`` plays a CoLLM 5.2 baseline's protocol
+(:mod:`collab.evaluation.baselines`) and ``--table`` upserts a Table 1 row (:mod:`collab.evaluation.comparison`).
+Options, row names and examples: docs/evaluation.md. Time and cost are printed, not written to ``--output``,
+which stays the evaluation's metrics (a wall time differs between two runs of the same weights).
 """
 
 from __future__ import annotations

@@ -4,33 +4,20 @@ Every episode is a full (possibly multi-turn) rollout with the team's sampling s
 turn the ``num_samples`` episodes of a task share one prompt (one prefill, ``n`` samples), later turns
 continue each episode on its own history. What counts is the episode's last step:
 
-- ``eval/return``: the mean undiscounted return of an episode;
-- ``eval/env/<key>``: the mean of each env info value at the last step (reward components, the
-  cooperation-scheme one-hots ``scheme/<name>`` of the coding env, ...);
-- for environments reporting ``solved`` (coding, math, competitive coding): ``eval/pass@k`` (unbiased
-  estimator, :class:`~collab.evaluation.metrics.PassAtK`; pass@1 is a math team's accuracy) and, where they also
-  report ``pass_rate``, ``eval/acc@k`` (:class:`~collab.evaluation.metrics.AccuracyAtK`) for every
-  ``k <= num_samples``, as in CoLLM's Table 2;
-- for environments exposing an episode's voxels (``env.voxels(state) -> (built, target)``, the
-  Minecraft HouseBuild env): ``eval/iou``, the mean voxel IoU of the episodes' final worlds
-  (:class:`~collab.evaluation.metrics.IoU`; CoLLM, Table 1);
-- for environments exposing each turn's votes (``env.votes(state) -> (answers[t][a], correct[t][a])``,
-  the debate env): ``eval/majority@t`` for every turn t (1-based), the accuracy of the agents'
-  majority vote at that turn with ties scored in expectation
-  (:class:`~collab.evaluation.metrics.MajorityVoteAccuracy`; MAPoRL, Section 4.1).
+``eval/return``, ``eval/env/<key>`` (each info value), ``eval/pass@k`` / ``eval/acc@k`` (envs reporting
+``solved`` / ``pass_rate``; CoLLM Table 2), ``eval/iou`` (envs with ``voxels(state)``; CoLLM Table 1) and
+``eval/majority@t`` (envs with ``votes(state)``; MAPoRL 4.1): docs/evaluation.md, metrics in
+:mod:`collab.evaluation.metrics`.
 
 Under DDP each process plays a share of fixed batches of tasks (:func:`play_records`; the batch is
 the unit of seeding), every task's :class:`TaskRecord` is gathered to every process and every process
 computes the metrics over all tasks, each scored once, without a collective: the same figures at any
 world size.
 
-Per-problem scores (:func:`task_scores`: each task's mean ``solved`` or return over its samples) and
-:class:`MeanSE` (their mean and standard error, reduced across processes the same way) give the
-held-out figures of :class:`~collab.training.callbacks.EvaluationCallback`'s before/after comparison: the SE of
-a mean is the per-problem one, ``s / sqrt(n)`` with ``s`` the sample standard deviation (n - 1) of the
-per-problem scores (for 0/1 scores ``sqrt(p (1 - p) / (n - 1))``), and the gain's SE is that of the
-paired per-problem differences after - before. With one task there is no standard error (``se`` is nan:
-:func:`format_se` writes why instead of ``± nan``).
+Per-problem scores (:func:`task_scores`) and :class:`MeanSE` give the before/after figures of
+:class:`~collab.training.callbacks.EvaluationCallback`: the SE of a mean is ``s / sqrt(n)`` over the
+per-problem scores (sample SD, n - 1), the gain's SE that of the paired differences; one task has no SE (nan,
+which :func:`format_se` explains).
 """
 
 from __future__ import annotations

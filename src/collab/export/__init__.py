@@ -1,34 +1,14 @@
 """``python -m collab.export RUN_DIR OUT [--adapters last|step_N] [--merge] [--base-id [BASE=]HUB_ID] [--algo NAME]``.
 
-Turns a trained run (``runs/ALGO/version_N``) into folders that plain transformers, peft and vLLM load
-without collab (docs/export.md):
+Turns a trained run into folders that plain transformers, peft and vLLM load without collab: ``OUT/agentI/``
+(adapter, tokenizer, ``collab_agent.json``, model card; a full-parameter agent's whole model), ``OUT/team.json``
+(the manifest), ``OUT/agentI/merged/`` with ``--merge``, ``OUT/base/`` for the ``tiny`` test base. Layout, the
+manifest's fields and which base an adapter names: docs/export.md.
 
-- ``OUT/agentI/``: agent I as a standalone peft adapter (``adapter_model.safetensors`` copied byte for byte,
-  ``adapter_config.json`` whose ``base_model_name_or_path`` names the base, see below), the tokenizer collab
-  used (its chat template included), ``collab_agent.json`` (role, system prompt, sampling settings, closed
-  action vocabulary) and a ``README.md`` model card;
-- ``OUT/team.json``: the manifest: algorithm, env, the agents in order with their bases and folders, turn
-  order and dependency where the algorithm has them, the trained parts that were left out (critics, value
-  heads: they live in ``checkpoints/last.ckpt``), the source run and step, and a ``vllm serve`` command per base;
-- with ``--merge``, ``OUT/agentI/merged/``: the agent merged into its base (peft ``merge_and_unload`` on a fresh
-  copy, in the run's dtype) with its tokenizer, a model folder ``AutoModelForCausalLM.from_pretrained`` loads alone;
-- a full-parameter agent (``finetune: full``, :mod:`collab.policy.full`) is a whole model already: ``OUT/agentI/`` is
-  its transformers folder (config, safetensors, generation config with its sampling settings, tokenizer) that
-  ``AutoModelForCausalLM.from_pretrained`` loads, with ``collab_agent.json`` and a model card; ``team.json`` gives it
-  ``finetune: full``, ``model`` (that folder), no ``lora`` and no base, and a ``vllm serve`` command of its own.
-
-The base an adapter names: the embedded default ``smollm2-135m-instruct`` is the hub's
-``HuggingFaceTB/SmolLM2-135M-Instruct`` (collab trained on its Q4_1 GGUF dequantized; the merged folders are
-made from those weights, the ones the adapters were trained on); a hub id stays itself; a local folder is named
-by its absolute path unless ``--base-id`` gives its hub id; the random ``tiny`` test model has neither, so its
-weights are written to ``OUT/base/`` and the adapters point there.
-
-The team is rebuilt from the run's ``config.yaml`` as ``collab.fit`` built it (as ``collab.evaluate`` does; on the
-CPU, unquantized, with collab's own decoding engine): the roles and prompts are those of the run, and the
-adapters are loaded into it, which checks that they are the team's. Bad input (no run folder, no adapters, an
-``OUT`` that holds files) ends in one ``error:`` line and exit code 2 before anything is loaded or written.
-Everything is written into a hidden folder next to ``OUT`` and renamed to ``OUT`` at the end: an export that
-fails leaves no half-written ``OUT``.
+The team is rebuilt from the run's ``config.yaml`` as ``collab.fit`` built it (on the CPU, unquantized, collab's
+own engine) and the adapters loaded into it, which checks that they are the team's. Bad input ends in one
+``error:`` line, exit 2, before anything is loaded or written; everything is written into a hidden folder next
+to ``OUT`` and renamed at the end, so a failed export leaves no half-written ``OUT``.
 """
 
 from __future__ import annotations

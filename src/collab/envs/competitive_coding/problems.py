@@ -6,31 +6,9 @@ dataset) and rewards "the test case pass rate". Every loader here returns the sa
     {"id", "source", "statement", "tests": [{"input", "output"}, ...], "time_limit", "memory_limit",
      "checker", "title", "rating", "solution"}
 
-``statement`` is what the agents read, in the layout of MARFT E.2::
-
-    Execution time limit: 1.0 seconds
-    Memory limit: 256.0 MB
-
-    # Problem
-
-    <description>
-
-    ## Input Format
-    ...
-    ## Output Format
-    ...
-    ## Examples
-
-    ```input
-    ...
-    ```
-
-    ```output
-    ...
-    ```
-
-    ## Note
-    ...
+``statement`` is what the agents read, in MARFT E.2's layout: the time and memory limits, then ``# Problem``,
+``## Input Format``, ``## Output Format``, ``## Examples`` (```` ```input ```` / ```` ```output ```` blocks)
+and ``## Note``.
 
 **Accepted records** (a ``.json`` list or ``.jsonl``, optionally gzipped; ``codeforces:PATH``: the hub's
 parquet files, e.g. ``data/train-*.parquet``):

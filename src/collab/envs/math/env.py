@@ -11,22 +11,12 @@ with ``fallback=True`` (the default) an unboxed output is graded by its last "an
 its last number, since small models rarely box; ``fallback=False`` grades boxed answers only, as the
 paper does. Each grade logs ``correct``, ``answered`` (an answer was found) and ``boxed``.
 
-**Tools** (``tools``, ``tool_budget``, ``tool_choice``, ``call_penalty``: :mod:`collab.tools.options`). The
-calculator's task is ``large_arithmetic``; its cells (``conf/compare/math_tools.yaml``) give the Reasoner the
-calculator, open its turn with a call (the embedded model never calls on its own) and allow one call a turn. The
-reward stays the graded answer's (1 or 0), less ``call_penalty`` a call (0 by default); a call whose result equals
-the problem's answer is counted as ``tool_right`` (:meth:`MathEnv.right_call`).
+Tools (:mod:`collab.tools.options`): a call whose result equals the problem's answer counts as ``tool_right``
+(:meth:`MathEnv.right_call`); the calculator's task: docs/environments.md#tools-within-a-turn.
 
-**Splits.** Generated datasets (``gsm_symbolic``, ``arithmetic``, ``addition``, ``small_addition``,
-``large_arithmetic``) have a
-fixed eval set of ``num_eval`` problems (its seed does not change with ``seed``, so every run evaluates on
-the same problems) and ``num_train`` training problems drawn with ``seed``, skipping any whose text is in
-the eval set (``small_addition``, ``large_arithmetic``: any with the operands of an eval problem).
-Fixed datasets (GSM8K, MATH, MATH-500, AIME, a local file) default to a fixed random sample of
-``num_eval`` records for eval and the remaining records, in file order, for train. ``train_split``
-/ ``eval_split`` (slices such as ``"[:100]"``) select from the generated sets, or from the fixed
-dataset in file order; a split left at ``None`` on a fixed dataset takes every record that is not in
-the other split.
+**Splits** (docs/environments.md#math-datasets): a generated dataset's eval set is fixed (its seed ignores
+``seed``) and training problems skip any eval text (``small_addition``, ``large_arithmetic``: any eval
+operands); a fixed dataset's eval set is a fixed random sample of ``num_eval``, train the rest in file order.
 """
 
 from __future__ import annotations

@@ -13,15 +13,9 @@ in stages; a pair out of band at a stage ends the episode with the reward earned
 4. style: 0.4*T + 0.6*J with T = min(0.6 ln(#categories + 1), 1) over 12 transition-word categories
    in the combined text and J = min(Jaccard of non-stopword vocabularies, 0.03) / 0.03.
 
-``reward_mode`` (``--data.env_options '{reward_mode: reference}'``) picks how the reward is computed
-(:mod:`collab.envs.writing.reward`):
-
-- ``paper`` (default): the rules above, as CoLLM F.1 states them, transition words matched as whole words.
-- ``reference``: exactly what the reference implementation computes (OpenMLRL/LLM_Collab_Writing,
-  ``rewards/tldr_rewards.py``; its TLDR config applies scale 1.0 and shift 0.0), to compare with
-  published curves.
-
-Where the two modes differ, and why collab's default does: docs/fidelity.md.
+``reward_mode`` (:mod:`collab.envs.writing.reward`): ``paper`` (default) the rules above as CoLLM F.1 states
+them; ``reference`` what OpenMLRL/LLM_Collab_Writing's ``rewards/tldr_rewards.py`` computes (its TLDR config: scale
+1.0, shift 0.0). Where they differ and why: docs/fidelity.md.
 """
 
 from __future__ import annotations
