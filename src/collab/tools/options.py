@@ -2,19 +2,8 @@
 :class:`~collab.tools.setup.ToolSetup` (:func:`tool_setup`): ``tools``, ``tool_budget``, ``tool_choice`` and
 ``call_penalty`` (:mod:`collab.tools.setup`).
 
-``tools``: a list of tools for every agent, or a mapping from an agent's index to its own list; a tool is its name
-or a mapping of its name and options::
-
-    --data.env_options '{tools: [calculator]}'
-    --data.env_options '{tools: {1: [calculator, {name: search, corpus: docs.jsonl}]}}'     # agent 1 only
-
-``tool_budget``: :class:`~collab.tools.turns.Budget`'s fields (``{calls: 2, tool_seconds: 10}``), each checked
-against its range (:data:`BUDGET_RANGES`): ``calls`` an integer >= 0, ``tool_seconds`` a number > 0, ``tokens`` and
-``context`` an integer >= 1 or null, ``end_after_calls`` true or false.
-
-``tool_choice``: ``auto`` (the default: an agent calls when it writes a call), one of the agents' tools by name
-(every agent that has it opens its turn with a call to it: :mod:`collab.tools.turns`), or a mapping from an agent's
-index to a tool's name. A bad name, option or field ends in one line naming what is valid.
+Their forms, ranges (:data:`BUDGET_RANGES`) and examples: docs/environments.md#tools-within-a-turn. A bad name,
+option or field ends in one line naming what is valid.
 """
 
 from __future__ import annotations

@@ -4,13 +4,9 @@
 :mod:`collab.rollout.tree`) is its only user: it plays the team :meth:`ToolSetup.acting` gives and charges each
 turn's calls with :meth:`ToolSetup.charge`; an algorithm never sees it.
 
-What a turn's calls do to its step: every step's info gains ``tool_calls`` (the calls of the turn, all agents) and
-``tool_errors`` (those whose result was an ``error: ...``: a malformed call, an unknown tool, a refused argument, a
-failed program), so that a run logs them as ``env/tool_calls`` and ``env/tool_errors``; an env that can tell a right
-call (a ``right_call(task, use)`` method: the math env's, a result equal to the problem's answer) adds
-``tool_right``, the calls it judged right (``tool_right / tool_calls``: the fraction of right calls).
-``call_penalty`` (0 by default) is subtracted from the rewards for each call: from every agent's reward for each of
-the team's calls under a joint reward (the team pays together), from the caller's own under per-agent rewards.
+Each step's info gains ``tool_calls`` and ``tool_errors`` (results that were ``error: ...``), and ``tool_right``
+where the env has a ``right_call(task, use)`` method (the math env's); ``call_penalty`` is taken a call from every
+agent's reward under a joint reward, from the caller's own otherwise (docs/environments.md#tools-within-a-turn).
 """
 
 from __future__ import annotations

@@ -11,21 +11,13 @@ only the inserted result and the last sampled token are prefilled (the vLLM engi
 aside); rows that answered are done. A :class:`Completion` of a turn holds every token after
 the prompt, its ``own`` mask (True: the agent's; the inserted results are not), the agent's tokens' behaviour
 log-probs only, its text, and its calls with their results (``tool_calls``: the trajectory records them, so a
-resumed run does not run a tool again). The text is the turn as a transcript: what the agent wrote, its calls
-included, each call followed by its result as ``<tool_response>\nRESULT\n</tool_response>`` (whatever the template
-renders around it). The env grades this text and the agents after it in the turn, and in later turns, read it: a
-result is something the team has seen, not only the caller (a chat template's headers are left out).
+resumed run does not run a tool again). The text is the turn as a transcript (each call followed by ``<tool_response>\nRESULT\n</tool_response>``,
+the template's headers left out): what the env grades and the other agents read.
 
-A forced call (``choice[agent]``, the env option ``tool_choice``: OpenAI's ``tool_choice`` naming a function) opens
-the agent's turn with the start of a call to that tool up to its first argument's value
-(:func:`~collab.tools.calls.call_opening`): the agent writes the arguments and closes the call. Those opening
-tokens are inserted, not the agent's own (they are not in the loss), like a result.
-
-Budgets (:class:`Budget`) end a turn cleanly, the reason in ``Completion.stop_reason``: ``calls`` (calls per turn;
-a call past it is not run), ``tool_seconds`` (the tools' wall time in the turn), ``tokens`` (the agent's own tokens
-in the turn: each round's length is what is left of it) and the model's context window (prompt and every token of
-the turn; a result that would overflow it is not inserted). With ``end_after_calls`` the result of the last allowed
-call ends the turn, as an answer would.
+A forced call (``choice[agent]``, the env option ``tool_choice``) opens the turn with the start of a call
+(:func:`~collab.tools.calls.call_opening`); those tokens are inserted, not the agent's (not in the loss).
+Budgets (:class:`Budget`; docs/environments.md#tools-within-a-turn) end a turn cleanly, the reason in
+``Completion.stop_reason``; a result that would overflow the context window is not inserted.
 """
 
 from __future__ import annotations

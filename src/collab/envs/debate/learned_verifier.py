@@ -11,20 +11,10 @@ trains its verifiers on a separate part of the data (GSM8K train, the first 10,0
 examples) from the one MAPoRL trains on. The environment takes a verifier object and never imports
 this module.
 
-Training a learned verifier with collab: sample answers with the base model, label them with the
-rule verifier (:mod:`collab.envs.debate.verifier_examples`) and fit the head (:func:`main`)::
-
-    python -m collab.envs.debate.learned_verifier --dataset gsm_symbolic --model smollm2-135m-instruct \
-        --out runs/verifier --problems 256 --samples 4 --seed 1 --epochs 50
-
-``--seed 1`` draws the verifier's problems of a generated dataset from another stream than the
-debate's training problems (``seed=0``); for a fixed dataset pass ``--train-split`` (e.g.
-``"[:500]"``) and give the debate env a disjoint ``train_split``. The folder holds
-``verifier.json`` (base model, head sizes) and ``head.pt``; use it with
-``DebateEnv(verifier=load_verifier("runs/verifier"))``, or on the command line
-``--data.env_options '{verifier: runs/verifier}'`` (the rollout data module loads the folder, with the
-base model named in ``verifier.json``; ``verifier_device`` picks its device). The env's rewards are
-then the head's scores, while ``memory["correct"]`` stays the rule verdict.
+Training one (:func:`main`: sample answers with the base model, label them with the rule verifier,
+:mod:`collab.envs.debate.verifier_examples`, fit the head), the folder it writes and how the env loads it:
+docs/environments.md#debate-maporl. Under a learned verifier the env's rewards are the head's scores, while
+``memory["correct"]`` stays the rule verdict.
 """
 
 from __future__ import annotations
