@@ -19,31 +19,18 @@ class EvaluationCallback(L.Callback):
     """Evaluate the team on the environment's eval split: before training (``at_start``), every
     ``every_n_steps`` optimizer updates and when training ends (``at_end``, unless it just ran).
 
-    Plays ``num_samples`` episodes per eval task (:func:`collab.evaluation.heldout.evaluate`) and logs
-    ``eval/pass@k`` and ``eval/acc@k`` for each k (coding), ``eval/return`` and the mean of every env
-    info value at the episodes' last step (``eval/env/scheme/<name>``: the cooperation-scheme
-    distribution) to the trainer's logger (TensorBoard) at the current ``global_step``, and
-    ``eval/score`` / ``eval/score_se``: the mean per-problem score and its standard error. The score
-    (``score``) is ``solved`` (accuracy) where the env reports it, else the return; a problem's score
-    is the mean over its samples and the SE is the per-problem one, ``s / sqrt(n)`` over the n problems
-    (``s``: the sample standard deviation; :class:`collab.evaluation.heldout.MeanSE`).
+    Plays ``num_samples`` episodes per eval task (:func:`collab.evaluation.heldout.evaluate`) and logs the
+    ``eval/...`` metrics at the current ``global_step``, with ``eval/score`` / ``eval/score_se`` (``solved``
+    where the env reports it, else the return; :class:`collab.evaluation.heldout.MeanSE`). With ``at_start``
+    the end of training prints the held-out before/after comparison, also written to ``reward_summary.json``
+    under ``held_out`` (what is logged and printed: docs/evaluation.md#held-out-evaluation-during-training).
 
-    With ``at_start``, the end of training prints the held-out comparison, e.g.
-    ``held-out accuracy (128 eval problems, greedy): before 0.1250 ± 0.0292, after 0.3047 ± 0.0407,
-    gain 0.1797 ± 0.0390 (4.6 SE)``: the gain's SE is that of the mean of the paired per-problem
-    differences (after - before), and ``(z SE)`` is gain / SE. The figures also go to
-    ``reward_summary.json`` under ``held_out``.
-
-    ``greedy`` decodes every agent at temperature 0 for the evaluation; ``seed`` (sampled evaluation)
-    draws each batch's samples from a generator seeded from (``seed``, the batch's index), the same draws
-    at every evaluation and at any world size; with ``seed: null`` a sampled evaluation draws from the
-    training's random stream and is not reproducible across world sizes. Either way (seed or greedy) the
-    training's random stream is left as it was. ``max_tasks`` caps the eval tasks (None: all);
-    ``tasks_per_batch`` consecutive tasks are decoded together (bounds memory) and form the unit of
-    seeding. Under DDP process r plays the batches b with ``b % world_size == r``, every task's record is
-    gathered to every process and each computes the figures over all tasks, each task scored once
-    (:func:`collab.evaluation.heldout.play_records`): the same figures as on one process. With one eval
-    task there is no standard error: the lines say so instead of ``± nan``.
+    ``greedy`` decodes at temperature 0; ``seed`` draws each batch's samples from a generator seeded from
+    (``seed``, batch index), the same draws at every evaluation and any world size; ``seed: null`` draws from
+    the training's stream (not reproducible across world sizes). Either way the training's stream is left as
+    it was. ``tasks_per_batch`` consecutive tasks decode together and are the unit of seeding; under DDP the
+    batches are dealt round-robin and every process scores all tasks
+    (:func:`collab.evaluation.heldout.play_records`).
     """
 
     def __init__(

@@ -2,21 +2,11 @@
 
 A run is a folder ``<root>/<name>/version_N/`` written by ``python -m collab.fit`` (TensorBoard events,
 LightningCLI's ``config.yaml``, ``hparams.yaml``, ``reward_summary.json``). Import every name from here
-(``from collab.evaluation import analysis``); they live in three files:
-
-- :mod:`~collab.evaluation.analysis.runs`: :func:`list_runs` / :func:`run_info`: each run's algo, env,
-  seed and base model (:class:`RunInfo`); :func:`reward_summaries` its ``reward_summary.json``;
-  :func:`tag_table`: one tag across runs as tidy rows; :func:`last_values`: a few tags' last values per
-  run; :func:`read_table`: a comparison table (csv, e.g. ``collab.evaluate --table``); :func:`as_frame`
-  shows rows as a DataFrame when pandas is installed, else as :class:`Rows`; :func:`runs_root` is
-  ``$COLLAB_RUNS`` or ``runs``.
-- :mod:`~collab.evaluation.analysis.curves`: :func:`curves_by` and :func:`mean_curve`: a tag's curves
-  grouped (by algo...) and averaged over seeds with a 95% confidence band (Student t); :func:`smooth`: a
-  trailing moving average; :func:`scheme_steps`, :func:`scheme_table`, :func:`scheme_history`: the
-  cooperation-scheme distribution of coding runs (``eval/env/scheme/*``, ``env/scheme/*``).
-- :mod:`~collab.evaluation.analysis.figures`: :func:`curves_figure`, :func:`schemes_figure` and the
-  ``plot_*`` helpers (matplotlib, imported when called); :func:`save_figure` saves under
-  ``$COLLAB_FIGURES`` (:func:`figures_dir`).
+(``from collab.evaluation import analysis``); they live in :mod:`~collab.evaluation.analysis.runs` (runs, their
+info, tags, summaries, comparison tables; :func:`runs_root`: ``$COLLAB_RUNS`` or ``runs``),
+:mod:`~collab.evaluation.analysis.curves` (curves grouped and averaged over seeds with a 95% Student-t band,
+smoothing, cooperation-scheme distributions) and :mod:`~collab.evaluation.analysis.figures` (matplotlib, imported
+when called; saved under ``$COLLAB_FIGURES``). Notebooks: docs/evaluation.md#analysis-and-notebooks.
 
 Nothing here needs numpy or pandas.
 """
