@@ -11,8 +11,9 @@ only the inserted result and the last sampled token are prefilled (the vLLM engi
 aside); rows that answered are done. A :class:`Completion` of a turn holds every token after
 the prompt, its ``own`` mask (True: the agent's; the inserted results are not), the agent's tokens' behaviour
 log-probs only, its text, and its calls with their results (``tool_calls``: the trajectory records them, so a
-resumed run does not run a tool again). The text is the turn as a transcript (each call followed by ``<tool_response>\nRESULT\n</tool_response>``,
-the template's headers left out): what the env grades and the other agents read.
+resumed run does not run a tool again). The text is the turn as a transcript (each call followed by
+``<tool_response>\nRESULT\n</tool_response>``, the template's headers left out): what the env grades and the
+other agents read.
 
 A forced call (``choice[agent]``, the env option ``tool_choice``) opens the turn with the start of a call
 (:func:`~collab.tools.calls.call_opening`); those tokens are inserted, not the agent's (not in the loss).
