@@ -240,6 +240,3 @@ def test_bad_finetune_values_and_unsupported_settings_are_one_line():
 
     with pytest.raises(UserError, match=r"model.agents\[1\].finetune must be one of lora, full"):
         check_agents([AgentSpec(), AgentSpec(finetune="qlora")])
-    with pytest.raises(UserError) as error:
-        from_config("magrpo", agents=full_and_lora(), base=TINY, engine="vllm")
-    assert "--model.engine torch" in one_line(error)

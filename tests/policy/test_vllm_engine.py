@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -521,6 +522,96 @@ def test_rollouts_record_the_adapter_version_that_sampled_them(agreement_team):
     assert {(d.member, d.adapter_version) for d in experience.items} == {(0, versions[0]), (1, versions[1] + 1)}
 
 
+# -- full agents: their own engine, their trained weights loaded in place ---------------------------------------
+
+GREEDY = SamplingSpec(max_new_tokens=6, temperature=0.0, top_p=1.0)
+
+
+@pytest.fixture(scope="module")
+def full_team(engine_model):
+    """Agent 0 trains whole (finetune: full), agent 1 is a LoRA agent on the same base, both greedy; a vLLM engine
+    (two: the full agent's own and the base's). The forcing model ties its output layer to the embedding, which
+    the CPU build packs separately: an update that moves the embedding must reach the head too."""
+    team = team_of(engine_model, [AgentSpec(finetune="full", sampling=GREEDY), AgentSpec(sampling=GREEDY)])
+    team.engine = VllmEngine(team, VllmOptions(max_model_len=512))
+    yield team
+    team.engine.close()
+
+
+def greedy_tokens(team, engine: bool) -> tuple[list[list[int]], set]:
+    """Each agent's greedy response to each prompt, from vLLM or collab's loop, and the versions that sampled them."""
+    saved, team.engine = team.engine, (team.engine if engine else None)
+    try:
+        reqs = [GenerationRequest(agent, p, 1) for p in prompts(team) for agent in (0, 1)]
+        cs = flat(team.generate(reqs, max_new_tokens=6))
+    finally:
+        team.engine = saved
+    return [c.completion_ids for c in cs], {(c.agent, c.adapter_version) for c in cs}
+
+
+def first_token_logprobs(team, prompt: list[int]) -> tuple[dict[int, float], dict[int, float]]:
+    """The 20 likeliest first tokens of agent 0 (the full agent) after ``prompt`` with their log-probs, from its vLLM
+    engine, and the trainer's log-probs of the same tokens."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    team.engine.sync(team)
+    llm = team.engine.llms[team.agents[0].base]
+    params = SamplingParams(temperature=1.0, max_tokens=1, logprobs=20, seed=0)
+    (out,) = llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
+    engine = {t: lp.logprob for t, lp in out.outputs[0].logprobs[0].items()}
+    with torch.no_grad():
+        logps = team.model_of(0)(torch.tensor([prompt])).logits[0, -1].float().log_softmax(-1)
+    return engine, {t: float(logps[t]) for t in engine}
+
+
+def test_a_full_agents_engine_samples_its_trained_weights_after_each_update(full_team):
+    """Greedy tokens, and the first token's log-probs after a prompt whose first blocks vLLM's prefix cache holds
+    from before the update (stale blocks, or the CPU build's stale packed copy of the tied head, would show there)."""
+    team, engine = full_team, full_team.engine
+    long = team.encode(0, [{"role": "user", "content": "Count the words in this sentence. " * 40}])
+    assert len(long) > 2 * engine.llms[team.agents[0].base].llm_engine.vllm_config.cache_config.block_size
+    before, versions = greedy_tokens(team, True)
+    assert before == greedy_tokens(team, False)[0]
+    vllm_lp, trainer_lp = first_token_logprobs(team, long)
+    assert max(abs(vllm_lp[t] - trainer_lp[t]) for t in vllm_lp) < 1e-3
+    assert versions == {(0, 0), (1, 0)} and engine.weight_syncs == 1  # the first rollout loads the weights
+    assert FORCED not in before[0] + before[2]
+    # a few SGD steps on every weight of agent 0 that make FORCED its greedy token (the tied embedding moves too)
+    optimizer = torch.optim.SGD(team.adapter_parameters(0), lr=0.1)
+    for _ in range(3):
+        lps = team.logprobs([0, 0], prompts(team), [[FORCED] * 3] * 2)
+        (-torch.stack([lp.sum() for lp in lps]).mean()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    after, versions = greedy_tokens(team, True)  # the same prompts: their cached prefixes were computed before
+    assert after == greedy_tokens(team, False)[0]
+    assert after[0] == after[2] == [FORCED] * 6 and after[1::2] == before[1::2]  # agent 1's adapter did not move
+    assert versions == {(0, 1), (1, 0)}
+    vllm_lp, trainer_lp = first_token_logprobs(team, long)
+    assert max(abs(vllm_lp[t] - trainer_lp[t]) for t in vllm_lp) < 1e-3
+    metrics = engine.metrics()
+    assert metrics["engine/weights_version/agent0"] == 1 and metrics["engine/adapter_version/agent1"] == 0
+    assert metrics["engine/weight_syncs"] == 2 and metrics["engine/adapter_syncs"] == 1
+    assert engine.sync(team) == []  # nothing changed since: nothing loaded
+
+
+def test_stale_full_weights_are_an_error_until_they_are_loaded(full_team):
+    team, engine = full_team, full_team.engine
+    engine.sync(team)
+    held = engine.synced[0].version
+    engine.auto_sync = False
+    try:
+        with torch.no_grad():
+            team.adapter_parameters(0)[-1].data.mul_(1.5)  # a write the version counters miss: the norms see it
+        with pytest.raises(RuntimeError, match=f"vLLM holds version {held} of agent0's weights, but agent0's weights"):
+            team.generate([GenerationRequest(0, prompts(team)[0])], max_new_tokens=4)
+        assert engine.sync(team) == [0] and engine.synced[0].version == held + 1
+        assert greedy_tokens(team, True)[0] == greedy_tokens(team, False)[0]
+    finally:
+        engine.auto_sync = True
+
+
 def fit_args(tmp: Path, algo: str, extra: list[str]) -> list[str]:
     return [
         "--algo",
@@ -555,8 +646,8 @@ CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoin
 
 
 # One process (MARFT-A, in this process, as a notebook calls it) and two (MAGRPO under DDP, a command: an engine per
-# process, gloo); each run's second rollout follows an update. MAGRPO on one process asserts nothing the DDP run
-# does not.
+# process, gloo, and a team of a full agent and a LoRA agent); each run's second rollout follows an update. MAGRPO on
+# one process asserts nothing the DDP run does not.
 RUNS = {
     "marft_a": [
         "--data.env",
@@ -579,6 +670,8 @@ RUNS = {
         "ddp",
         "--trainer.devices",
         "2",
+        "--model.agents",  # agent 0 trains whole: its own engine, its weights loaded in place after each update
+        json.dumps([{"finetune": "full"}, {}]),
     ],
 }
 
@@ -597,10 +690,11 @@ def ddp_run(eager_sampler, sampling_model, tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
     command = [sys.executable, "-m", "collab.fit", *run_argv("magrpo_ddp", sampling_model, tmp)]
     with open(tmp / "stdout.txt", "w") as out, open(tmp / "stderr.txt", "w") as err:
-        proc = subprocess.Popen(command, cwd=tmp, env=env, stdout=out, stderr=err)
+        # its own process group: Lightning starts rank 1 as a child, which killing the launcher alone would orphan
+        proc = subprocess.Popen(command, cwd=tmp, env=env, stdout=out, stderr=err, start_new_session=True)
     yield tmp, proc
     if proc.poll() is None:  # its test did not wait for it (deselected)
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
@@ -620,12 +714,17 @@ def test_two_agent_runs_train_with_the_vllm_engine(case, ddp_run, sampling_model
     assert (run / "checkpoints" / "last.ckpt").is_file()
     s = scalars(run)
     assert len(s["reward/return"]) >= 2
-    # the first rollout exported both adapters; each later rollout re-exported those the updates changed
-    assert s["engine/adapter_syncs"][0] == 2
-    assert s["engine/adapter_syncs"][-1] > 2
-    # each agent's adapter version: 0 at the first rollout, bumped by the syncs after updates
-    assert s["engine/adapter_version/agent0"][0] == s["engine/adapter_version/agent1"][0] == 0
-    assert s["engine/adapter_version/agent0"][-1] + s["engine/adapter_version/agent1"][-1] >= 1
+    if algo == "marft_a":
+        # the first rollout exported both adapters; each later rollout re-exported those the updates changed
+        assert s["engine/adapter_syncs"][0] == 2
+        assert s["engine/adapter_syncs"][-1] > 2
+        # each agent's adapter version: 0 at the first rollout, bumped by the syncs after updates
+        assert s["engine/adapter_version/agent0"][0] == s["engine/adapter_version/agent1"][0] == 0
+        assert s["engine/adapter_version/agent0"][-1] + s["engine/adapter_version/agent1"][-1] >= 1
+    else:  # the full agent's weights: version 0 at the first rollout, loaded again after the update; the adapter too
+        assert s["engine/weights_version/agent0"] == [0.0, 1.0] and s["engine/weight_syncs"] == [1.0, 2.0]
+        assert s["engine/adapter_version/agent1"] == [0.0, 1.0] and s["engine/adapter_syncs"] == [1.0, 2.0]
+        assert "engine/adapter_version/agent0" not in s
     # untruncated agents (marft_a's here): vLLM's log-probs agreed with the trainer's at every rollout; top-p 0.9
     # (magrpo's config): not comparable, not logged
     if algo == "marft_a":

@@ -165,12 +165,6 @@ class CollabModule(L.LightningModule):
         agents = None if agents is None else [with_defaults(spec, agent_defaults) for spec in agents]
         listed = agents or [with_defaults(AgentSpec(), agent_defaults)]  # null: every role is the block
         check_full_agents(listed, base)
-        whole = [i for i, spec in enumerate(listed) if spec.finetune == "full"]
-        require(
-            engine != "vllm" or not whole,
-            f"model.agents[{whole[0] if whole else 0}].finetune full: --model.engine {engine} serves LoRA adapters "
-            "over one base and cannot follow a model that trains whole; use --model.engine torch",
-        )
         require(engine in ENGINES, f"model.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         require(
             engine == "vllm" or not engine_options,

@@ -31,8 +31,10 @@ team may mix both. What follows from the choice:
   :func:`check_fits` estimates the team before anything is loaded and refuses, in one line, a team larger than its
   device; :func:`memory_line` says at the start of a run what each full agent holds. A quantized base cannot
   train whole: refused in one line (:func:`check_full_agents`).
-- **Not supported** (one line each): ``--model.engine vllm`` (its engines serve LoRA adapters over one base) and
-  ``critic_spec.share_agent_adapter`` with a full agent (the critic would read through the agent's adapter).
+- **vLLM** (``--model.engine vllm``): a full agent gets an engine of its own, which takes its trained weights in
+  place before each rollout that follows an update (:mod:`collab.policy.vllm_weights`).
+- **Not supported** (one line): ``critic_spec.share_agent_adapter`` with a full agent (the critic would read through
+  the agent's adapter).
 """
 
 from __future__ import annotations

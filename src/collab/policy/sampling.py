@@ -62,9 +62,9 @@ class Completion:
     stop_reason: str | None = None
     """Why a tool-using turn ended before its answer (a budget, the context window); None otherwise."""
     adapter_version: int | None = None
-    """The version of the agent's adapter that sampled it (``--model.engine vllm``: bumped at each export of
-    changed weights, :mod:`collab.policy.vllm_engine`); ``None``: collab's own loop, which samples from the
-    live weights."""
+    """The version of the agent's adapter (a full agent: of its weights) that sampled it (``--model.engine vllm``:
+    bumped at each export or load of changed weights, :mod:`collab.policy.vllm_engine`); ``None``: collab's own
+    loop, which samples from the live weights."""
     past: RowCache | None = field(default=None, repr=False, compare=False)
     """A response that ended at ``decode``'s stop text (a tool call): the KV cache of its prompt and its tokens but
     the last (which was sampled, not yet fed), for the round that goes on from it; None otherwise."""

