@@ -25,11 +25,20 @@ def make_team(env: Env, seed: int = 0) -> AgentTeam:
     )
 
 
+def critic_spec(**changes) -> CriticSpec:
+    """conf/'s critics (``model.critic_spec`` of conf/algo/collm_cc.yaml) with ``changes``."""
+    from collab.algos.llm_critics import CriticLora
+    from collab.config import packaged_config
+
+    spec = {**packaged_config("collm_cc")["model"]["critic_spec"], **changes}
+    return CriticSpec(**{**spec, "lora": CriticLora(**spec["lora"])})
+
+
 def make_critics(env: Env, mode: str, seed: int = 0, **spec) -> Critics:
     """Critics on a fresh team (a team holds one set of critic adapters)."""
     team = make_team(env, seed)
     torch.manual_seed(seed)
-    return Critics(team, env, mode, CriticSpec(**spec))
+    return Critics(team, env, mode, critic_spec(**spec))
 
 
 def states(env: Env, actions=("A", "B")) -> tuple[EnvState, EnvState]:
@@ -275,5 +284,5 @@ def test_a_critic_on_a_base_that_lora_agents_hold_joins_their_model(mode):
     torch.manual_seed(0)
     specs = [AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=list(r.choices)) for r in env.roles]
     full = AgentTeam([AgentSpec(**{**vars(s), "finetune": "full"}) for s in specs], TINY)
-    alone = Critics(full, env, mode, CriticSpec(base="tiny"))
+    alone = Critics(full, env, mode, critic_spec(base="tiny"))
     assert list(alone.own) == ["critic_base"] and alone.keys == ["critic_base"] * n
