@@ -167,12 +167,12 @@ def test_one_optimizer_moves_agents_and_critics_at_their_own_rates(critic, spec,
     module.build(TwoTurnEnv())
     groups = module.param_groups()
     assert [g["name"] for g in groups] == names
-    assert [g["lr"] for g in groups] == [0.1, 0.1] + [spec.lr or 0.2] * (len(names) - 2)
+    assert [g["lr"] for g in groups] == [0.1, 0.1] + [spec.get("lr") or 0.2] * (len(names) - 2)
     ids = [id(p) for g in groups for p in g["params"]]
     assert len(ids) == len(set(ids))  # no parameter in two groups
     trainable = {id(p) for p in module.parameters() if p.requires_grad}
     assert set(ids) == trainable  # every trainable parameter (adapters, heads) is optimized
-    if spec.share_agent_adapter:
+    if spec.get("share_agent_adapter"):
         assert all(len(g["params"]) == 2 for g in groups[2:])  # a head: weight and bias
     module.configure_optimizers()  # AdamW accepts the groups
 

@@ -77,6 +77,15 @@ class CriticSpec:
     context: int | None
 
 
+def packaged_spec(**changes) -> CriticSpec:
+    """``conf/algo/collm_cc.yaml``'s critics (``model.critic_spec``) with ``changes``: the spec of critics built
+    without a run's config (a test, a benchmark)."""
+    from collab.config import packaged_config
+
+    spec = {**packaged_config("collm_cc")["model"]["critic_spec"], **changes}
+    return CriticSpec(**{**spec, "lora": CriticLora(**spec["lora"])})
+
+
 def check_critic_spec(spec: CriticSpec, option: str = "model.critic_spec") -> None:
     """The critics' settings in range (a UserError naming the option)."""
     from collab.policy.models import check_name
@@ -181,14 +190,13 @@ class ValueHead(nn.Module):
 class Critics(nn.Module):
     """One centralized critic or one critic per agent, over the team's base(s)."""
 
-    def __init__(self, team, env: Env, mode: str = "centralized", spec: CriticSpec | None = None) -> None:
+    def __init__(self, team, env: Env, mode: str, spec: CriticSpec) -> None:
         super().__init__()
         from peft import get_peft_model
 
         from collab.policy.pool import Base, load_base
         from collab.policy.targets import lora_config
 
-        spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
         check_critic_spec(spec)
         require(
