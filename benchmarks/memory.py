@@ -2,8 +2,8 @@
 
 collab
     one ``AgentTeam`` of ``--agents`` ``AgentSpec``s over one shared base (each agent a LoRA adapter,
-    r=8 on every linear layer) and ``Critics(team, env, mode="centralized")`` (one more LoRA adapter on
-    the same base plus a linear value head); one ``torch.optim.AdamW`` over
+    r=8 on every linear layer) and ``Critics(team, env, "centralized", packaged_spec(context=None))`` (one more
+    LoRA adapter on the same base plus a linear value head); one ``torch.optim.AdamW`` over
     ``team.adapter_parameters(i)`` of every agent and ``critics.parameters_of(0)``. The base weights
     are frozen and held once.
 reference design
@@ -207,7 +207,7 @@ class SavedBytes:
 def build_collab(args, env):
     import torch
 
-    from collab.algos.llm_critics import Critics
+    from collab.algos.llm_critics import Critics, packaged_spec
     from collab.policy.models import BaseConfig
     from collab.policy.team import AgentSpec, AgentTeam
 
@@ -215,7 +215,7 @@ def build_collab(args, env):
     team = AgentTeam(
         specs, BaseConfig(name=args.model, device=args.device, gradient_checkpointing=args.gradient_checkpointing)
     )
-    critics = Critics(team, env, mode="centralized")
+    critics = Critics(team, env, "centralized", packaged_spec(context=None))  # the whole input, as the full models
     critics.to(team.device)
     team.train()  # as Lightning's fit does (checkpointing applies in train mode only)
     critics.train()

@@ -774,7 +774,7 @@ def critic_parameters(kind: str, counts: dict, module) -> int:
 
     if kind == "adapter":
         return counts["lora"][module.critic_spec.lora.r] + counts["hidden"] + 1
-    return sum(p.numel() for p in CriticHead(counts["hidden"], module.critic_hidden).parameters())
+    return sum(p.numel() for p in CriticHead(counts["hidden"], module.value_head.hidden).parameters())
 
 
 def per_token(arch: str, opt: Options) -> dict:

@@ -176,15 +176,20 @@ def peak_rss_gb() -> float:
 
 # -- collab -----------------------------------------------------------------------------------------------
 def collab_options(pairs: list[str]) -> dict:
-    """``--collab-options KEY=VALUE ...`` as the options they set, each VALUE read as YAML (``false``, ``null``, 2)."""
+    """``--collab-options KEY=VALUE ...`` as the options they set, each VALUE read as YAML (``false``, ``null``, 2); a
+    dotted KEY sets a member of its group (``ppo.num_epochs=2``)."""
     import yaml
 
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            sys.exit(f"--collab-options: KEY=VALUE pairs, e.g. log_kl_every=0 micro_batch_tokens=null; got {pair!r}")
-        options[key] = yaml.safe_load(value)
+            sys.exit(f"--collab-options: KEY=VALUE pairs, e.g. log_kl_every=0 ppo.clip=0.1; got {pair!r}")
+        *groups, name = key.split(".")
+        into = options
+        for group in groups:
+            into = into.setdefault(group, {})
+        into[name] = yaml.safe_load(value)
     return options
 
 
@@ -200,7 +205,7 @@ def run_collab(comparison: str, cfg: dict, args) -> list[float]:
     ]
     options = dict(num_generations=cfg["k"], agent_lr=cfg["lr"])
     if comparison == "grpo":  # grpo_vs_trl.py's settings; magrpo keeps magrpo.yaml's defaults
-        options.update(num_epochs=1, kl_coef=0.0, log_kl_every=0, normalize_std=True)
+        options.update(ppo={"num_epochs": 1}, kl_coef=0.0, log_kl_every=0, normalize_std=True)
     else:
         options.update(collab_options(args.collab_options))
     return collab_times(

@@ -90,9 +90,10 @@ def run_collab(algo: str, p: dict, args, full: bool) -> list[float]:
     lora = LoraSpec(r=8, alpha=16, dropout=0.0, target_modules=list(peers.LORA["target_modules"]))
     sampling = SamplingSpec(**SAMPLING, max_new_tokens=p["length"])
     specs = [AgentSpec(finetune="full" if full else "lora", lora=lora, sampling=sampling) for _ in range(n)]
-    options = dict(num_generations=p["k"], agent_lr=FULL_LR if full else LR, num_epochs=1, kl_coef=0.0, log_kl_every=0)
+    options = dict(num_generations=p["k"], agent_lr=FULL_LR if full else LR, kl_coef=0.0, log_kl_every=0)
     if algo != "magrpo":  # CoLLM-CC: one sample per agent and task, its critic
-        options = dict(agent_lr=FULL_LR if full else LR, num_epochs=1)
+        options = dict(agent_lr=FULL_LR if full else LR)
+    options["ppo"] = {"num_epochs": 1}
     tasks = [[prompt(i, post) for i in range(n)] for post in peers.posts(PROMPTS)]
     names = [f"writer{i + 1}" for i in range(n)]
     return peers.collab_times(

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from collab.algos import from_config
-from collab.algos.llm_critics import CriticSpec
 from collab.envs.base import Score
 from collab.errors import UserError
 from collab.policy.models import BaseConfig
@@ -155,9 +154,9 @@ def test_minibatches_cover_every_transition_once_per_pass():
 @pytest.mark.parametrize(
     "critic,spec,names",
     [
-        ("centralized", CriticSpec(), ["agent0", "agent1", "critic0"]),
-        ("decentralized", CriticSpec(lr=0.3), ["agent0", "agent1", "critic0", "critic1"]),
-        ("decentralized", CriticSpec(share_agent_adapter=True), ["agent0", "agent1", "critic0", "critic1"]),
+        ("centralized", {}, ["agent0", "agent1", "critic0"]),
+        ("decentralized", {"lr": 0.3}, ["agent0", "agent1", "critic0", "critic1"]),
+        ("decentralized", {"share_agent_adapter": True}, ["agent0", "agent1", "critic0", "critic1"]),
     ],
 )
 def test_one_optimizer_moves_agents_and_critics_at_their_own_rates(critic, spec, names):
@@ -168,12 +167,12 @@ def test_one_optimizer_moves_agents_and_critics_at_their_own_rates(critic, spec,
     module.build(TwoTurnEnv())
     groups = module.param_groups()
     assert [g["name"] for g in groups] == names
-    assert [g["lr"] for g in groups] == [0.1, 0.1] + [spec.lr or 0.2] * (len(names) - 2)
+    assert [g["lr"] for g in groups] == [0.1, 0.1] + [spec.get("lr") or 0.2] * (len(names) - 2)
     ids = [id(p) for g in groups for p in g["params"]]
     assert len(ids) == len(set(ids))  # no parameter in two groups
     trainable = {id(p) for p in module.parameters() if p.requires_grad}
     assert set(ids) == trainable  # every trainable parameter (adapters, heads) is optimized
-    if spec.share_agent_adapter:
+    if spec.get("share_agent_adapter"):
         assert all(len(g["params"]) == 2 for g in groups[2:])  # a head: weight and bias
     module.configure_optimizers()  # AdamW accepts the groups
 
@@ -211,7 +210,7 @@ def test_collm_cc_actor_and_critic_use_td0_targets_of_the_team_reward():
     Every agent's actor is weighted by the team's delta: actor loss = -2 delta at rho = 1."""
     env = FixedRewardEnv()
     module = with_constant_critics(
-        from_config("collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA), env
+        from_config("collm_cc", agents=None, base=TINY, critic="centralized", ppo={"gamma": GAMMA}), env
     )
     tr0, tr1 = one_episode(module, env)
     c = C[0]
@@ -234,7 +233,7 @@ def test_collm_dc_critic_i_uses_agent_is_reward_and_weighs_agent_i():
     turn 1: delta = (2 - 1.5, 6 + 0.5) = (0.5, 6.5). Actor loss = -(delta_1 + delta_2) at rho = 1."""
     env = FixedRewardEnv()
     module = with_constant_critics(
-        from_config("collm_dc", agents=None, base=TINY, critic="decentralized", gamma=GAMMA), env
+        from_config("collm_dc", agents=None, base=TINY, critic="decentralized", ppo={"gamma": GAMMA}), env
     )
     tr0, tr1 = one_episode(module, env)
     for tr, deltas in ((tr0, (0.85, 3.05)), (tr1, (0.5, 6.5))):
@@ -250,7 +249,12 @@ def test_collm_q_critic_bootstraps_from_the_next_joint_action_and_weighs_actors_
     env = FixedRewardEnv()
     module = with_constant_critics(
         from_config(
-            "collm_cc", agents=None, base=TINY, critic="centralized", gamma=GAMMA, critic_spec=CriticSpec(kind="q")
+            "collm_cc",
+            agents=None,
+            base=TINY,
+            critic="centralized",
+            ppo={"gamma": GAMMA},
+            critic_spec={"kind": "q"},
         ),
         env,
     )
@@ -269,7 +273,9 @@ def test_ippo_gae_advantages_and_returns_by_hand():
     agent 2: delta = (2.5 - 0.45 + 0.5, 5 + 0.5) = (2.55, 5.5);    A = (2.55 + 0.72*5.5, 5.5) = (6.51, 5.5)
     returns = A + V. Two episodes: each gets its own GAE (nothing leaks across the episode boundary)."""
     env = FixedRewardEnv()
-    module = with_constant_critics(from_config("ippo", agents=None, base=TINY, gamma=GAMMA, gae_lambda=0.8), env)
+    module = with_constant_critics(
+        from_config("ippo", agents=None, base=TINY, ppo={"gamma": GAMMA}, gae_lambda=0.8), env
+    )
     items = one_episode(module, env, count=2)
     assert len(items) == 4
     module.prepare(Experience(items))
@@ -288,15 +294,15 @@ def test_ippo_gae_advantages_and_returns_by_hand():
 def test_ippo_refuses_a_q_critic():
     """IPPO's GAE needs state values V(h_{i,t}); a Q-critic would be read without its actions."""
     with pytest.raises(UserError, match="kind"):
-        from_config("ippo", agents=None, base=TINY, critic_spec=CriticSpec(kind="q"))
+        from_config("ippo", agents=None, base=TINY, critic_spec={"kind": "q"})
 
 
 # -- learning ------------------------------------------------------------------------------------------
 
 
 # Hyper-parameters of the learning tests (tiny model): one rollout of ``batch_size`` episodes, then
-# ``num_epochs`` full-buffer updates (so max_steps = rollouts x epochs).
-HP = dict(agent_lr=1e-2, critic_lr=5e-2, num_epochs=2, agent_defaults=SAMPLE_THE_POLICY)
+# ``ppo.num_epochs`` full-buffer updates (so max_steps = rollouts x epochs).
+HP = dict(agent_lr=1e-2, critic_lr=5e-2, ppo={"num_epochs": 2}, agent_defaults=SAMPLE_THE_POLICY)
 """The learning tests' options: their probabilities are the policies' own, sampled at temperature 1."""
 
 
@@ -351,8 +357,7 @@ def test_collm_cc_learns_a_sparse_terminal_reward_through_its_critic():
         agents=None,
         base=BaseConfig(name="tiny", device="cpu", seed=0),
         critic="centralized",
-        gamma=1.0,
-        **HP,
+        **{**HP, "ppo": {"num_epochs": 2, "gamma": 1.0}},
     )
     returns, env = train(module, env=env, seed=0, steps=60, batch_size=8)
     first, last = statistics.mean(returns[:5]), statistics.mean(returns[-5:])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from collab.algos.llm_critics import Critics, CriticSpec, global_info
+from collab.algos.llm_critics import Critics, global_info, packaged_spec
 from collab.envs.base import Env, EnvState
 from collab.errors import UserError
 from collab.objectives import value_loss
@@ -29,7 +29,7 @@ def make_critics(env: Env, mode: str, seed: int = 0, **spec) -> Critics:
     """Critics on a fresh team (a team holds one set of critic adapters)."""
     team = make_team(env, seed)
     torch.manual_seed(seed)
-    return Critics(team, env, mode, CriticSpec(**spec))
+    return Critics(team, env, mode, packaged_spec(**{"context": None, **spec}))  # the whole input
 
 
 def states(env: Env, actions=("A", "B")) -> tuple[EnvState, EnvState]:
@@ -239,7 +239,7 @@ def test_critics_of_full_agents_read_the_untrained_base(finetune):
         ],
         TINY,
     )
-    critics = Critics(team, env, "decentralized")
+    critics = Critics(team, env, "decentralized", packaged_spec(context=None))
     shared = finetune[1] == "lora"
     assert critics.keys == (["base0", "base0"] if shared else ["critic_full0", "critic_full0"])
     assert list(critics.own) == ([] if shared else ["critic_full0"]) and critics.model(0) is critics.model(1)
@@ -275,5 +275,5 @@ def test_a_critic_on_a_base_that_lora_agents_hold_joins_their_model(mode):
     torch.manual_seed(0)
     specs = [AgentSpec(role=r.name, system_prompt=r.system_prompt, choices=list(r.choices)) for r in env.roles]
     full = AgentTeam([AgentSpec(**{**vars(s), "finetune": "full"}) for s in specs], TINY)
-    alone = Critics(full, env, mode, CriticSpec(base="tiny"))
+    alone = Critics(full, env, mode, packaged_spec(base="tiny", context=None))
     assert list(alone.own) == ["critic_base"] and alone.keys == ["critic_base"] * n

@@ -45,7 +45,7 @@ def make(algo: str, seed: int):
             base=base,
             agent_lr=1e-2,
             num_generations=4,
-            num_epochs=1,
+            ppo={"num_epochs": 1},
             log_kl_every=0,
             normalize_std=True,
         )
@@ -58,7 +58,7 @@ def make(algo: str, seed: int):
             agent_lr=1e-2,
             critic="centralized" if algo == "collm_cc" else "decentralized",
             critic_lr=1e-2,
-            num_epochs=1,
+            ppo={"num_epochs": 1},
         )
     if algo == "ippo":
         return from_config(
@@ -68,7 +68,7 @@ def make(algo: str, seed: int):
             base=base,
             agent_lr=1e-2,
             critic_lr=1e-2,
-            num_epochs=1,
+            ppo={"num_epochs": 1},
         )
     if algo in ("marft_a", "marft_t"):
         return from_config(
@@ -77,8 +77,8 @@ def make(algo: str, seed: int):
             agent_defaults=SAMPLE_THE_POLICY,
             base=base,
             agent_lr=1e-2,
-            critic_lr=1e-2,
-            gamma=1.0,
+            value_head={"lr": 1e-2},
+            ppo={"gamma": 1.0},
             normalize_advantages=True,
         )
     raise ValueError(algo)

@@ -169,7 +169,9 @@ def test_per_turn_parameters_and_training_from_turn_2(seven):
 
 def test_kl_to_the_reference_grows_once_the_adapters_move(seven):
     env = seven_env(seven)
-    module = from_config("maporl", base=TINY, agents=one_token(2), agent_lr=5e-2, num_epochs=2, train_from_turn=1)
+    module = from_config(
+        "maporl", base=TINY, agents=one_token(2), agent_lr=5e-2, ppo={"num_epochs": 2}, train_from_turn=1
+    )
     module.build(env)
     logged = []
     original = module.prepare
@@ -189,8 +191,8 @@ def test_maporl_needs_a_debate():
 
 
 def test_bad_options_are_one_line_errors():
-    with pytest.raises(UserError, match="model.gamma must be in"):
-        from_config("maporl", agents=None, base=TINY, gamma=1.5)
+    with pytest.raises(UserError, match="model.ppo.gamma must be in"):
+        from_config("maporl", agents=None, base=TINY, ppo={"gamma": 1.5})
     with pytest.raises(UserError, match="model.train_from_turn must be >= 1"):
         from_config("maporl", agents=None, base=TINY, train_from_turn=0)
     with pytest.raises(UserError, match="model.alpha1 must be >= 0"):
@@ -208,7 +210,7 @@ def test_maporl_debaters_learn_the_right_answer(seven):
         base=BaseConfig(name="tiny", device="cpu", seed=0),
         agents=one_token(2),
         agent_lr=2e-2,
-        num_epochs=2,
+        ppo={"num_epochs": 2},
         kl_coef=0.0,
         per_turn=False,
         train_from_turn=1,

@@ -121,14 +121,12 @@ def test_maporl_learns_to_agree_on_the_right_answer_at_turn_1(seven, one_thread)
         "maporl",
         base=BaseConfig(name="tiny", device="cpu", seed=0),
         agents=agents,
-        gamma=GAMMA,
+        ppo={"gamma": GAMMA, "num_epochs": 2},
         per_turn=True,
         train_from_turn=1,
         agent_lr=2e-2,
-        num_epochs=2,
         kl_coef=0.0,
-        critic_hidden=[32],
-        critic_lr=1e-2,
+        value_head={"hidden": [32], "lr": 1e-2},
     )
     module.build(env)
     before = p_right_at_turn_1(module, env)

@@ -57,7 +57,7 @@ def test_gae_along_the_chain_of_three_agents_over_two_steps():
 
 def test_marft_a_prepare_runs_gae_across_agents_and_steps():
     """MARFTA.prepare on a played 2-agent, 2-turn episode equals gae() on the hand-built chain."""
-    module = from_config("marft_a", agents=None, base=TINY, gamma=0.9, gae_lambda=0.5)
+    module = from_config("marft_a", agents=None, base=TINY, ppo={"gamma": 0.9}, gae_lambda=0.5)
     env = TwoTurnEnv()
     module.build(env)
     torch.manual_seed(0)
@@ -100,7 +100,7 @@ def test_marft_t_with_one_token_actions_is_marft_a():
     env = TwoTurnEnv()
     results, values, head = [], [], None
     for algo in ("marft_a", "marft_t"):
-        module = from_config(algo, agents=None, base=TINY, gamma=0.9, gae_lambda=0.7)
+        module = from_config(algo, agents=None, base=TINY, ppo={"gamma": 0.9}, gae_lambda=0.7)
         module.build(env)
         if head is None:
             with torch.no_grad():
@@ -282,7 +282,13 @@ def changed(before, module, i):
 def test_critic_warmup_round_robin_and_early_stop():
     env = TwoTurnEnv()
     module = from_config(
-        "marft_a", agents=None, base=TINY, critic_warmup=1, agent_schedule="round_robin", agent_lr=1e-2, critic_lr=1e-2
+        "marft_a",
+        agents=None,
+        base=TINY,
+        critic_warmup=1,
+        agent_schedule="round_robin",
+        agent_lr=1e-2,
+        value_head={"lr": 1e-2},
     )
     train_steps = []
 
@@ -305,7 +311,7 @@ def test_critic_warmup_round_robin_and_early_stop():
     assert train_steps == [([False, False], True), ([True, False], True), ([False, True], True)]
 
     stopper = from_config(
-        "marft_a", agents=None, base=TINY, target_kl=1e-9, num_epochs=3, minibatch_size=1, agent_lr=5e-2
+        "marft_a", agents=None, base=TINY, target_kl=1e-9, ppo={"num_epochs": 3, "minibatch_size": 1}, agent_lr=5e-2
     )
     logged = []
     original_stop = stopper.update
@@ -357,9 +363,8 @@ def test_marft_a_credits_the_first_agent_through_the_chain():
         agents=None,
         base=BaseConfig(name="tiny", device="cpu", seed=0),
         agent_lr=1e-2,
-        critic_lr=3e-3,
-        num_epochs=2,
-        gamma=1.0,
+        value_head={"lr": 3e-3},
+        ppo={"num_epochs": 2, "gamma": 1.0},
         gae_lambda=0.0,
         entropy_coef=0.0,
     )

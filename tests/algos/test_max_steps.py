@@ -33,12 +33,23 @@ def test_a_run_ends_at_max_steps_inside_a_rollout(tmp_path, monkeypatch, capsys,
 
     monkeypatch.chdir(tmp_path)
     argv = ["--algo", "magrpo", "--model.base.name", "tiny", "--trainer.accelerator", "cpu"]
-    argv += ["--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "1", "--model.num_epochs", "2"]
+    argv += [
+        "--data.env",
+        "matrix",
+        "--data.env_options",
+        "{}",
+        "--data.batch_size",
+        "1",
+        "--model.ppo.num_epochs",
+        "2",
+    ]
     argv += ["--model.agent_lr", "1e-2", "--model.kl_coef", "0.01", "--trainer.max_steps", "3"]
     callbacks = [{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}]
     assert main([*argv, "--trainer.callbacks", json.dumps(callbacks)]) == 0
     out = capsys.readouterr().out
-    note = "--trainer.max_steps 3 is not a whole number of rollouts of 2 updates (model.num_epochs): the run makes 2"
+    note = (
+        "--trainer.max_steps 3 is not a whole number of rollouts of 2 updates (model.ppo.num_epochs): the run makes 2"
+    )
     assert out.count(note) == 1, out
     assert "step 3/3" in out and "step 4/3" not in out, out
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")

@@ -59,7 +59,7 @@ def test_a_refused_update_moves_nothing_and_ends_the_rollout(one_thread):
 
     env = EarlySolveEnv(n_agents=2, horizon=2)
     module = make("marft_a", seed=0)
-    module.num_epochs, module.minibatch_size = 3, 2
+    module.ppo.num_epochs, module.ppo.minibatch_size = 3, 2
     module.target_kl = 1e-3
     calls = []
     accept = module.accept
@@ -116,10 +116,10 @@ def surrogate(logprobs, old_logprobs, advantages):
 
 def one_pass(module, micro, scale):
     """The micro-batch's loss as one expression, from each paper's definition (its share of the minibatch:
-    ``len(micro) / scale.count``, MAPoRL's of its tokens). MARFT: value_coef L_critic + L_actor - entropy_coef H,
+    ``len(micro) / scale.count``, MAPoRL's of its tokens). MARFT: value_head.coef L_critic + L_actor - entropy_coef H,
     the actor loss and entropy means over every trained agent's samples at once; CoLLM and IPPO: the critics' mean
     value loss plus every agent's policy loss, weighted by its critic's advantages; MAGRPO: each agent's mean of
-    -rho A over its samples, summed; MAPoRL: Section 3.2's token means, -rho A + value_coef (V - V_target)^2."""
+    -rho A over its samples, summed; MAPoRL: Section 3.2's token means, -rho A + value_head.coef (V - V_target)^2."""
     from collab.algos.actor_critic import ActorCritic
     from collab.algos.maporl import MAPoRL
     from collab.algos.marft import MARFT
@@ -129,7 +129,7 @@ def one_pass(module, micro, scale):
         critic, _ = module.critic.loss(micro)
         advantages = torch.cat([a for per_agent in scale.advantages for a in per_agent])  # transition by transition
         actor, entropy, _ = module.actor_loss(micro, scale.agents, advantages)
-        return (module.value_coef * critic + actor - module.entropy_coef * entropy) * weight
+        return (module.value_head.coef * critic + actor - module.entropy_coef * entropy) * weight
     if isinstance(module, ActorCritic):
         loss = 0.0
         for j in range(len(module.critics)):
@@ -154,7 +154,11 @@ def one_pass(module, micro, scale):
         actor = surrogate(torch.cat(team.logprobs(*rows)), torch.cat([r.old_logprobs for r in micro]), advantages)
         values = torch.cat([module.value_heads[r.member](r.features) for r in micro])
         returns = torch.cat([r.returns for r in micro]).to(values)
-        return advantages.numel() / scale.count * (actor.mean() + module.value_coef * ((values - returns) ** 2).mean())
+        return (
+            advantages.numel()
+            / scale.count
+            * (actor.mean() + module.value_head.coef * ((values - returns) ** 2).mean())
+        )
     logprobs = torch.stack([t.sum() for t in team.logprobs(*rows)])
     per_agent = torch.tensor([scale.per_agent[s.agent] for s in micro])
     return (
@@ -279,7 +283,7 @@ def test_the_update_gives_the_heap_back_after_a_backward_that_left_more_than_a_m
         base=BaseConfig(name="tiny", seed=0, gradient_checkpointing=checkpointing),
         agent_lr=1e-2,
         num_generations=4,
-        num_epochs=1,
+        ppo={"num_epochs": 1},
         log_kl_every=0,
         micro_batch_memory_gb=1 / 1024,  # a budget of 1 MiB
     )

@@ -30,8 +30,8 @@ def test_collab_runs_beside_each_named_peer_once_per_comparison():
 
 def test_collab_options_are_yaml_values_and_a_malformed_pair_ends_in_one_line():
     peers = load("peers")
-    got = peers.collab_options(["log_kl_every=0", "micro_batch_tokens=null", "num_epochs=2", "clip=0.1"])
-    assert got == {"log_kl_every": 0, "micro_batch_tokens": None, "num_epochs": 2, "clip": 0.1}
+    got = peers.collab_options(["log_kl_every=0", "micro_batch_tokens=null", "ppo.num_epochs=2", "ppo.clip=0.1"])
+    assert got == {"log_kl_every": 0, "micro_batch_tokens": None, "ppo": {"num_epochs": 2, "clip": 0.1}}
     assert peers.collab_options([]) == {}
     with pytest.raises(SystemExit, match="KEY=VALUE pairs.*got 'log_kl_every'"):
         peers.collab_options(["log_kl_every"])

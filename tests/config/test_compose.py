@@ -114,7 +114,7 @@ def test_the_algorithm_files_hold_under_40_lines_of_keys():
 def test_the_command_line_read_once():
     line = read_command_line(
         [
-            "--model.clip",
+            "--model.ppo.clip",
             "0.1",
             "--algo=ippo",
             "--config",
@@ -127,7 +127,7 @@ def test_the_command_line_read_once():
     )
     assert line.algo == "ippo" and line.explain and line.print_config
     assert line.args == [
-        "--model.clip",
+        "--model.ppo.clip",
         "0.1",
         "--config",
         "a.yaml",
@@ -174,14 +174,16 @@ def test_explain_names_the_file_of_every_value(capsys, tmp_path):
     from collab.fit import main
 
     own = tmp_path / "own.yaml"
-    own.write_text("model:\n  clip: 0.3\n")
-    assert main(["--algo", "collm_dc", "--config", str(own), "--model.gamma", "0.9", "--explain"]) == 0
+    own.write_text("model:\n  ppo: {clip: 0.3}\n")
+    assert main(["--algo", "collm_dc", "--config", str(own), "--model.ppo.gamma", "0.9", "--explain"]) == 0
     lines = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
     assert lines["model.critic"] == "decentralized  # algo/collm_dc.yaml"
     assert lines["model.critic_lr"] == "0.0001  # env/math.yaml algos.collm_dc"
     assert lines["model.agents[1].lr"] == "0.0003  # env/math.yaml"
     assert lines["model.agent_lr"] == "0.001  # base.yaml"
-    assert lines["model.clip"] == f"0.3  # --config {own}" and lines["model.gamma"] == "0.9  # --model.gamma"
+    assert (
+        lines["model.ppo.clip"] == f"0.3  # --config {own}" and lines["model.ppo.gamma"] == "0.9  # --model.ppo.gamma"
+    )
     assert lines["trainer.logger.init_args.name"] == "collm_dc  # the run's name"
     assert lines["trainer.callbacks[3].init_args.tasks_per_batch"] == "16  # base.yaml"
     assert lines["trainer.max_steps"] == "16  # algo/collm_dc.yaml" and lines["trainer.num_nodes"] == "1  # default"

@@ -61,10 +61,32 @@ def test_print_config_is_what_the_module_uses(algo, tmp_path, monkeypatch):
 
 
 def test_from_config_overrides_and_refuses():
-    module = from_config("magrpo", base={"name": "tiny"}, agents=None, clip=0.1)
-    assert module.clip == 0.1 and module.agent_specs is None and module.base.name == "tiny"
-    with pytest.raises(UserError, match=r"model.clipp is not an option of --algo magrpo; valid: .*clip"):
-        from_config("magrpo", clipp=0.1)
+    module = from_config("magrpo", base={"name": "tiny"}, agents=None, ppo={"clip": 0.1})
+    assert module.ppo.clip == 0.1 and module.agent_specs is None and module.base.name == "tiny"
+    with pytest.raises(UserError, match=r"model.clip is not an option of --algo magrpo; valid: .*ppo"):
+        from_config("magrpo", clip=0.1)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_a_part_of_a_group_keeps_the_rest_from_conf(algo, tmp_path, monkeypatch):
+    """``--model.ppo.clip``, a ``--config`` file that sets one member, ``from_config(ppo={...})``: the other members
+    are conf/'s (the groups' dataclasses have no defaults to fall back on)."""
+    from collab.fit import build_cli
+
+    monkeypatch.chdir(tmp_path)
+    own = tmp_path / "own.yaml"
+    own.write_text("model:\n  ppo: {num_epochs: 3}\n")
+    common = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu", "--trainer.logger", "false"]
+    packaged = from_config(algo, base={"name": "tiny"})
+    for module, changed in (
+        (build_cli(algo, [*common, "--model.ppo.clip", "0.1"]).model, {"clip": 0.1}),
+        (build_cli(algo, [*common, "--config", str(own)]).model, {"num_epochs": 3}),
+        (from_config(algo, base={"name": "tiny"}, ppo={"minibatch_size": 2}), {"minibatch_size": 2}),
+    ):
+        assert dataclasses.asdict(module.ppo) == {**dataclasses.asdict(packaged.ppo), **changed}
+    if hasattr(packaged, "value_head"):
+        module = build_cli(algo, [*common, "--model.value_head.lr", "0.5"]).model
+        assert dataclasses.asdict(module.value_head) == {**dataclasses.asdict(packaged.value_head), "lr": 0.5}
 
 
 TEAM = [{"sampling": {"max_new_tokens": 7}}, {"sampling": {"max_new_tokens": 9}}]
@@ -190,3 +212,82 @@ def test_null_is_a_value_of_an_option_typed_with_several_types_and_none(tmp_path
         build_cli("magrpo", [*common, "--model.micro_batch_tokens", "many"])
     with pytest.raises(UserError, match="micro_batch_tokens"):
         from_config("magrpo", base={"name": "tiny"}, micro_batch_tokens="many")
+
+
+# -- the dataclasses the constructors take --------------------------------------------------------------------------
+UNSET = (None, "")
+"""Defaults that give no value: an agent's field left to ``model.agent_defaults`` (an empty role: the env's)."""
+
+
+def option_dataclasses(hint) -> list[tuple[type, bool]]:
+    """The dataclasses in an option's type hint, each with whether it is the option itself (``ppo: PPOOptions``,
+    ``base: BaseConfig``) rather than an item of it (``agents: list[AgentSpec]``)."""
+    import typing
+
+    if dataclasses.is_dataclass(hint):
+        return [(hint, True)]
+    out = []
+    for arg in typing.get_args(hint):
+        item = typing.get_origin(hint) in (list, tuple)
+        out += [(cls, whole and not item) for cls, whole in option_dataclasses(arg)]
+    return out
+
+
+def disagreements(cls: type, conf, path: str) -> list[str]:
+    """The fields of ``cls`` whose default is a value (not unset) other than ``conf``'s, at any depth (``conf`` None:
+    the option holds items, so a default may only be unset)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        value = conf.get(f.name) if isinstance(conf, dict) else None
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            out += disagreements(type(default), value, f"{path}.{f.name}")
+        elif default is not dataclasses.MISSING and default not in UNSET and default != value:
+            out.append(f"{path}.{f.name}: {default!r} in {cls.__name__}, {value!r} in conf/")
+    return out
+
+
+def test_a_default_against_conf_is_found():
+    @dataclasses.dataclass
+    class Inner:
+        width: int = 3
+        left: str | None = None
+
+    @dataclasses.dataclass
+    class Outer:
+        rate: float
+        inner: Inner = dataclasses.field(default_factory=Inner)
+        flag: bool = False
+
+    assert disagreements(Outer, {"rate": 1.0, "inner": {"width": 3}, "flag": False}, "model.o") == []
+    assert disagreements(Outer, {"inner": {"width": 4}, "flag": True}, "model.o") == [
+        "model.o.inner.width: 3 in Inner, 4 in conf/",
+        "model.o.flag: False in Outer, True in conf/",
+    ]
+    assert disagreements(Outer, None, "model.o") == [
+        "model.o.inner.width: 3 in Inner, None in conf/",
+        "model.o.flag: False in Outer, None in conf/",
+    ]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_no_dataclass_default_disagrees_with_conf(algo):
+    """Every dataclass an algorithm's constructor takes (the option groups, the critics' spec, the base, the agents'
+    specs) has no default, an unset one, or conf/'s value: a class used from Python without conf/ (a test, a
+    notebook) cannot quietly run with another value than the command line."""
+    import typing
+
+    from collab.config import packaged_config
+
+    model = packaged_config(algo)["model"]
+    checked, bad = set(), []
+    for cls in algo_registry()[algo].__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None or not cls.__module__.startswith("collab."):
+            continue
+        for name, hint in typing.get_type_hints(init).items():
+            for option, whole in option_dataclasses(hint):
+                checked.add(option.__name__)
+                bad += disagreements(option, model.get(name) if whole else None, f"model.{name}")
+    assert not bad, bad
+    assert {"BaseConfig", "AgentSpec", "AgentDefaults", "PPOOptions"} <= checked, checked

@@ -20,7 +20,14 @@ DOC = ROOT / "docs" / "presets.md"
 HEADER = ["hyper-parameter", "paper (section/table)", "paper's value", "preset's value", "why they differ"]
 KEY = re.compile(r"^(model|data|trainer|seed_everything)(\.[\w*\[\]-]+)*$")
 SEGMENT = re.compile(r"(\w+)((?:\[[^\]]+\])*)")
-REQUIRED = {"model.base.name", "model.agent_lr", "model.num_epochs", "model.clip", "data.num_turns", "data.batch_size"}
+REQUIRED = {
+    "model.base.name",
+    "model.agent_lr",
+    "model.ppo.num_epochs",
+    "model.ppo.clip",
+    "data.num_turns",
+    "data.batch_size",
+}
 """Rows every table has, whatever the algorithm (the training length besides: ``trainer.max_steps``)."""
 
 

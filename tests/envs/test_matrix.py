@@ -65,7 +65,7 @@ def train_matrix(preset: str, seed: int, steps: int = 10, players: int = 2) -> l
         base=BaseConfig(name="tiny", seed=seed),
         agent_lr=1e-2,
         num_generations=4,
-        num_epochs=1,
+        ppo={"num_epochs": 1},
         log_kl_every=0,
     )
     quiet_fit(module, dm, steps)
@@ -140,7 +140,7 @@ def test_single_agent_grpo_learns_the_rewarded_option():
         base=BaseConfig(name="tiny"),
         agent_lr=1e-2,
         num_generations=4,
-        num_epochs=1,
+        ppo={"num_epochs": 1},
         log_kl_every=0,
     )
     quiet_fit(module, dm, 20)

@@ -200,7 +200,7 @@ def test_greedy_evaluation_on_the_tiny_team_is_repeatable_and_restores_sampling(
 
     env = make_env("math", dataset="addition", profile="duo", horizon=1, num_eval=4)
     agents = [AgentSpec(sampling=SamplingSpec(temperature=1.0, max_new_tokens=6)) for _ in range(2)]
-    module = from_config("marft_a", base=BaseConfig(name="tiny"), agents=agents, critic_lr=1e-3)
+    module = from_config("marft_a", base=BaseConfig(name="tiny"), agents=agents, value_head={"lr": 1e-3})
     module.build(env)
     trainer = SimpleNamespace(global_step=0, loggers=[], callback_metrics={}, is_global_zero=False, log_dir=None)
     callback = EvaluationCallback(num_samples=1, ks=[1], greedy=True)

@@ -89,7 +89,7 @@ def test_a_full_agents_update_is_a_transformers_model_and_adamw_step():
     for n, p in model.named_parameters():
         assert torch.equal(p, before[f"models.full0.{n}"]), n
     reference = copy.deepcopy(model).requires_grad_(False)
-    choices, temperature, clip = team.choice_ids[0], team.specs[0].sampling.temperature, module.clip
+    choices, temperature, clip = team.choice_ids[0], team.specs[0].sampling.temperature, module.ppo.clip
     loss = torch.zeros(())
     for s in mine:
         lp = logprob(model, s, choices, temperature)

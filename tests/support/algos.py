@@ -103,7 +103,7 @@ ALGO_TESTS: dict[str, AlgoTests] = {
     "ippo": AlgoTests(
         ddp=["--data.env", "matrix"],
         eval_tasks=1,
-        resume=lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.num_epochs", "2"],
+        resume=lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.ppo.num_epochs", "2"],
         team=DUO,
         terms=2 + 2,
     ),
@@ -128,7 +128,7 @@ ALGO_TESTS: dict[str, AlgoTests] = {
     "marft_t": AlgoTests(
         ddp=["--data.env", "coding"],
         eval_tasks=3,
-        resume=lambda tmp: [*MATRIX, "--model.agents", "null", *SAMPLE_THE_POLICY_ARGS, "--model.num_epochs", "2"],
+        resume=lambda tmp: [*MATRIX, "--model.agents", "null", *SAMPLE_THE_POLICY_ARGS, "--model.ppo.num_epochs", "2"],
         team=DUO,
         terms=1 + 2,
     ),

@@ -25,7 +25,7 @@ def with_results(completion) -> None:
 
 def test_marft_t_values_and_trains_the_agents_own_tokens(one_thread):
     env = TwoTurnEnv()
-    module = from_config("marft_t", agents=None, base=TINY, gamma=0.9, gae_lambda=0.7)
+    module = from_config("marft_t", agents=None, base=TINY, ppo={"gamma": 0.9}, gae_lambda=0.7)
     module.build(env)
     torch.manual_seed(0)
     episodes = [eps[0] for eps in play(module.team, env, env.tasks("train") * 2, 1, dependency=module.protocol)]

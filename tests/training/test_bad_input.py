@@ -36,7 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ("--model.base.name", "tiny", "--trainer.max_steps", "1")
-MATRIX = ("--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "1", "--model.num_epochs", "1")
+MATRIX = ("--data.env", "matrix", "--data.env_options", "{}", "--data.batch_size", "1", "--model.ppo.num_epochs", "1")
 IN_PROCESS = ("--algo", "magrpo", "--data.env", "matrix", "--model.base.name", "tiny", "--trainer.accelerator", "cpu")
 """The run of the checks below that call ``collab.fit.main`` in this process (each refused before it trains)."""
 HAS_CUDA = torch.cuda.is_available()
@@ -564,7 +564,14 @@ CASES = [
         valid=r"expected a value; .*--model\.agent_lr=-1e-3",
     ),
     fit(
-        "critic_lr_marft", "--algo", "marft_a", *TINY, "--model.critic_lr", "0", option="model.critic_lr", valid=r"> 0"
+        "critic_lr_marft",
+        "--algo",
+        "marft_a",
+        *TINY,
+        "--model.value_head.lr",
+        "0",
+        option="model.value_head.lr",
+        valid=r"> 0",
     ),
     fit(
         "critic_lr_collm",
@@ -577,7 +584,9 @@ CASES = [
         option="model.critic_lr",
         valid=r"> 0",
     ),
-    fit("critic_lr", "--algo", "maporl", *TINY, "--model.critic_lr", "0", option="model.critic_lr", valid=r"> 0"),
+    fit(
+        "critic_lr", "--algo", "maporl", *TINY, "--model.value_head.lr", "0", option="model.value_head.lr", valid=r"> 0"
+    ),
     fit(
         "critic_spec_lr",
         "--algo",
@@ -605,9 +614,9 @@ CASES = [
         "--algo",
         "marft_a",
         *TINY,
-        "--model.critic_hidden",
+        "--model.value_head.hidden",
         "[0]",
-        option="model.critic_hidden",
+        option="model.value_head.hidden",
         valid=r"widths >= 1",
     ),
     fit(
@@ -639,9 +648,9 @@ CASES = [
         "magrpo",
         *TINY,
         *MATRIX,
-        "--model.minibatch_size",
+        "--model.ppo.minibatch_size",
         "0",
-        option="model.minibatch_size",
+        option="model.ppo.minibatch_size",
         valid=r">= 1",
     ),
     fit(
@@ -676,7 +685,16 @@ CASES = [
         option="model.decode_memory_gb",
         valid=r"> 0 \(GiB\) or null",
     ),
-    fit("num_epochs", "--algo", "marft_t", *TINY, "--model.num_epochs", "0", option="model.num_epochs", valid=r">= 1"),
+    fit(
+        "num_epochs",
+        "--algo",
+        "marft_t",
+        *TINY,
+        "--model.ppo.num_epochs",
+        "0",
+        option="model.ppo.num_epochs",
+        valid=r">= 1",
+    ),
     fit(
         "max_new_tokens",
         "--algo",
@@ -688,7 +706,17 @@ CASES = [
         option="model.max_new_tokens",
         valid=r">= 1",
     ),
-    fit("gamma", "--algo", "ippo", *TINY, *MATRIX, "--model.gamma", "1.5", option="model.gamma", valid=r"in \[0, 1\]"),
+    fit(
+        "gamma",
+        "--algo",
+        "ippo",
+        *TINY,
+        *MATRIX,
+        "--model.ppo.gamma",
+        "1.5",
+        option="model.ppo.gamma",
+        valid=r"in \[0, 1\]",
+    ),
     fit("env_pair", "--algo", "maporl", *TINY, "--data.env", "math", option="--algo maporl", valid=r"supports: debate"),
     fit(
         "num_turns",

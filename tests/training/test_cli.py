@@ -67,7 +67,7 @@ def test_fit_writes_logs_and_adapters_and_resumes(tmp_path, monkeypatch):
         "2",
         "--model.agent_lr",
         "1e-2",
-        "--model.num_epochs",
+        "--model.ppo.num_epochs",
         "1",
         *TINY,
     ]

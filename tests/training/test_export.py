@@ -171,7 +171,7 @@ def magrpo(tmp_path_factory):
     from collab.export import export
 
     root = tmp_path_factory.mktemp("magrpo")
-    run = train(root, "magrpo", "--model.base.name", "tiny", "--model.num_epochs", "1", "--trainer.max_steps", "2")
+    run = train(root, "magrpo", "--model.base.name", "tiny", "--model.ppo.num_epochs", "1", "--trainer.max_steps", "2")
     out = root / "exported"
     manifest = export(run, out, merge_agents=True)
     return run, out, manifest

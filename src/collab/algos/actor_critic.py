@@ -2,13 +2,13 @@
 
 Rollout (CoLLM, Algorithm 1, lines 3-15): every task of the step is played once (no tree), each
 agent sampling one response per turn; every turn becomes a :class:`~collab.rollout.experience.Transition`
-with its behaviour log-probs. Update (the skeleton of :mod:`collab.algos.base`): ``num_epochs`` passes
+with its behaviour log-probs. Update (the skeleton of :mod:`collab.algos.base`): ``ppo.num_epochs`` passes
 of minibatches over the transitions; each minibatch computes the algorithm's actor and critic losses
 (means over its transitions) and takes one optimizer step that moves the actors (each agent's learning
 rate) and the critics (``critic_lr``) together: the critic is updated once per minibatch, not once per agent.
 
 The actor loss is the PPO-clipped form of equations 2 and 4 (rho clipped to [1 - eps, 1 + eps] with
-eps = ``clip``), each agent's loss the mean over its samples, summed over agents (as MAGRPO).
+eps = ``ppo.clip``), each agent's loss the mean over its samples, summed over agents (as MAGRPO).
 
 A micro-batch's loss is a list of terms, each a backward pass of its own (:meth:`ActorCritic.terms`): critic j's
 (its values, the TD targets or GAE returns it is fitted to, and the advantages of the agents it advises), then
@@ -25,6 +25,7 @@ from functools import partial
 import torch
 
 from collab.algos.base import CollabModule, Term
+from collab.algos.groups import PPOOptions
 from collab.algos.llm_critics import MODES, Critics, CriticSpec, check_critic_spec
 from collab.errors import require_ranges
 from collab.objectives import clipped_surrogate, ratio_stats
@@ -33,39 +34,15 @@ from collab.rollout.experience import Batch, Experience, Normalizers, Transition
 
 
 class ActorCritic(CollabModule):
-    def __init__(
-        self,
-        *,
-        critic: str,
-        critic_spec: CriticSpec,
-        critic_lr: float,
-        gamma: float,
-        clip: float,
-        num_epochs: int,
-        minibatch_size: int | None,
-        **kwargs,
-    ) -> None:
-        """
-        Args:
-            critic: centralized (one critic on the joint history, CoLLM-CC) | decentralized (one per agent).
-            critic_spec: The critics' base, LoRA, kind (v | q), global information, parameter sharing.
-            critic_lr: Learning rate of the critics' adapters and heads.
-            gamma: Discount of the TD targets.
-            clip: PPO clip range eps of the importance ratio (CoLLM Appendix C's "advantage clip": 0.2).
-            num_epochs: Passes over the rollout's transitions (E).
-            minibatch_size: Transitions per update; None: all of them.
-        """
+    """The options and their meaning: ``conf/algo/collm_cc.yaml``, ``collm_dc.yaml``, ``ippo.yaml``."""
+
+    def __init__(self, *, critic: str, critic_spec: CriticSpec, critic_lr: float, ppo: PPOOptions, **kwargs) -> None:
         super().__init__(**kwargs)
-        require_ranges(
-            locals(),
-            unit=("gamma",),
-            positive=("critic_lr", "clip"),
-            counts=("num_epochs", "minibatch_size"),
-            choices={"critic": MODES},
-        )
+        ppo.check()
+        require_ranges(locals(), positive=("critic_lr",), choices={"critic": MODES})
         self.critic_mode, self.critic_spec, self.critic_lr = critic, critic_spec, critic_lr
         check_critic_spec(self.critic_spec)
-        self.gamma, self.clip, self.num_epochs, self.minibatch_size = gamma, clip, num_epochs, minibatch_size
+        self.ppo = ppo
         self.critics: Critics | None = None
 
     def build_extra(self, env) -> None:
@@ -140,14 +117,16 @@ class ActorCritic(CollabModule):
         )
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old_logprobs = torch.tensor([c.logprob for c in completions], dtype=logprobs.dtype, device=logprobs.device)
-        per_sample = clipped_surrogate(logprobs, old_logprobs, advantages.detach().reshape(-1).to(logprobs), self.clip)
-        return per_sample.mean(), ratio_stats(logprobs, old_logprobs, self.clip)
+        per_sample = clipped_surrogate(
+            logprobs, old_logprobs, advantages.detach().reshape(-1).to(logprobs), self.ppo.clip
+        )
+        return per_sample.mean(), ratio_stats(logprobs, old_logprobs, self.ppo.clip)
 
     def rewards_of(self, minibatch: list[Transition]) -> torch.Tensor:
         """``[B, n_critics]``: each critic's reward; a centralized critic learns the team's mean reward. An
         early end's reward repeats for the turns it skipped (:meth:`Transition.returned_rewards`)."""
         r = torch.tensor(
-            [tr.returned_rewards(self.gamma) for tr in minibatch], dtype=torch.float32, device=self.team.device
+            [tr.returned_rewards(self.ppo.gamma) for tr in minibatch], dtype=torch.float32, device=self.team.device
         )
         return r.mean(-1, keepdim=True) if self.critic_mode == "centralized" else r
 

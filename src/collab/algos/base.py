@@ -11,7 +11,7 @@ update's statistics (:mod:`collab.algos.logs`).
     experience = rollout(tasks)                       # the algorithm's protocol: episodes, or MAGRPO's trees
     batch = prepare(experience)                       # no gradients: advantages, returns, values
                                                       # (``objectives``); the items, metrics, who learns
-    for index, minibatch in enumerate(epochs(batch.items, num_epochs, minibatch_size)):  # same count on every rank
+    for index, minibatch in enumerate(epochs(batch.items, ppo.num_epochs, ppo.minibatch_size)):  # same on every rank
         scale = normalizers(minibatch, batch, index)  # global: counts, normalized advantages (one per item)
         optimizer.zero_grad()
         for positions in micro_batches(minibatch):    # at most ``micro_batch_tokens`` padded tokens each
@@ -53,6 +53,7 @@ import torch
 
 from collab import preemption
 from collab.algos.agents import resolve_agents
+from collab.algos.groups import PPOOptions
 from collab.algos.logs import log_rollout
 from collab.envs import Env
 from collab.errors import require
@@ -94,10 +95,10 @@ class CollabModule(L.LightningModule):
     protocol = None
     """The Flex-MG dependency (:class:`~collab.rollout.protocol.Dependency`) the team acts under;
     ``None``: every agent acts at once (MARFT sets it from its ``dependency`` option)."""
-    num_epochs = 1
-    """Passes over each rollout's experience (the algorithms take it as an option)."""
-    minibatch_size: int | None = None
-    """Items per optimizer update; None: the whole experience."""
+    ppo: PPOOptions | None = None
+    """``model.ppo`` (:class:`~collab.algos.groups.PPOOptions`): its ``num_epochs`` and ``minibatch_size`` shape the
+    update loop; None (an algorithm without the group, as docs/examples/reinforce.py): one update on the whole
+    experience."""
 
     def __init__(
         self,
@@ -115,37 +116,9 @@ class CollabModule(L.LightningModule):
         engine: str,
         engine_options: dict | None,
     ) -> None:
-        """Every option is keyword-only and has no default here: ``conf/algo/NAME.yaml`` holds each value once
-        (``python -m collab.fit`` reads it; :func:`collab.algos.from_config` builds a module from it in Python).
-
-        Args:
-            base: The agents' shared base model.
-            agents: One spec per environment role (LoRA, sampling, learning rate), or None: one per role, each
-                ``agent_defaults``.
-            agent_defaults: What an agent takes for the fine-tuning, LoRA and sampling fields it leaves out, field by
-                field (``conf/base.yaml``'s block, :func:`~collab.policy.specs.with_defaults`).
-            agent_lr: Learning rate of every agent without its own ``lr``.
-            max_new_tokens: Cap on response length when neither the agent nor the environment sets one.
-            max_grad_norm: Gradient-norm clipping of each update (0 or None: off).
-            log_samples_every: Log sample texts to TensorBoard every N rollouts.
-            micro_batch_tokens: Padded tokens (items x largest item's prompt + response tokens) per
-                forward/backward within an update: each minibatch's gradient is accumulated over parts of
-                at most this size (at least one item each), the same gradient in bounded memory. ``auto``: sized
-                once per run from a memory budget (:mod:`collab.runtime.memory`). None: one pass.
-            micro_batch_memory_gb: The budget of ``auto`` micro-batches' activations in GiB; None: 1/16 of the RAM
-                (at most 1 GiB) on a CPU, 1/4 of the GPU's memory on a GPU.
-            decode_memory_gb: The KV cache one decoding batch may hold, in GiB: a rollout's or an evaluation's
-                requests that need more are decoded in consecutive parts (:meth:`AgentTeam.decode_parts`), so
-                long multi-turn prompts (Minecraft's 4-turn tree) do not scale the peak memory with the tree.
-                collab's own decoding loop only: vLLM sizes its cache itself (``engine_options.kv_cache_gb``).
-                None: the default of ``micro_batch_memory_gb`` (1/16 of the RAM, at most 1 GiB, on a CPU; 1/4 of
-                the GPU's memory on a GPU).
-            engine: Who samples the rollouts: ``torch`` (collab's batched multi-LoRA decoding loop) or ``vllm``
-                (one vLLM engine per base, one LoRA adapter per agent, synced after every update; see
-                :mod:`collab.policy.vllm_engine`). Training always runs in PyTorch.
-            engine_options: Settings of the vLLM engine (:class:`~collab.policy.vllm_engine.VllmOptions`:
-                ``max_model_len``, ``gpu_memory_utilization``, ``kv_cache_gb``, ``enforce_eager``, ``adapter_dir``).
-        """
+        """Every option is keyword-only and has no default here: ``conf/base.yaml`` holds each value once, with its
+        meaning in the comment above it (``python -m collab.fit`` reads it; :func:`collab.algos.from_config` builds a
+        module from it in Python)."""
         super().__init__()
         require(agent_lr > 0 and agent_lr != float("inf"), f"model.agent_lr must be > 0, got {agent_lr}")
         require(max_new_tokens >= 1, f"model.max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -249,7 +222,7 @@ class CollabModule(L.LightningModule):
         rank = self.trainer.global_rank
         if rank > 0 and self._resume_rng is None:
             torch.manual_seed(torch.initial_seed() + rank)
-        note = steps_note(self.trainer.max_steps, self.num_epochs, self.minibatch_size)
+        note = steps_note(self.trainer.max_steps, *self.update_shape())
         if note and self.trainer.is_global_zero:
             print(note, flush=True)
 
@@ -286,7 +259,7 @@ class CollabModule(L.LightningModule):
         order is drawn from a generator seeded by the rollout count, the same on every rank.
         """
         generator = torch.Generator().manual_seed(self.rollouts)
-        schedule = minibatch_schedule(self, list(epochs(batch.items, self.num_epochs, self.minibatch_size, generator)))
+        schedule = minibatch_schedule(self, list(epochs(batch.items, *self.update_shape(), generator)))
         if not schedule:
             self.skip_update()
             return {}
@@ -320,6 +293,10 @@ class CollabModule(L.LightningModule):
             for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
         return {**metrics, **{key: sum(v) / len(v) for key, v in totals.items()}}
+
+    def update_shape(self) -> tuple[int, int | None]:
+        """The update loop's passes over a rollout's items and items per minibatch (None: all of them)."""
+        return (self.ppo.num_epochs, self.ppo.minibatch_size) if self.ppo else (1, None)
 
     def normalizers(self, minibatch: list, batch: Batch, index: int) -> Normalizers:
         """What the minibatch's loss divides by, from every rank's minibatch (``index``: its place in the

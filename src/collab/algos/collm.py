@@ -50,7 +50,7 @@ class CoLLM(ActorCritic):
                 )
             next_values[live] = nxt
         rewards = self.rewards_of(micro)[:, j : j + 1]
-        targets = td_targets(rewards, next_values, self.dones(micro, values.device), self.gamma)
+        targets = td_targets(rewards, next_values, self.dones(micro, values.device), self.ppo.gamma)
         deltas = (targets - values).detach()
         weights = values.detach() if q else deltas
         advantages = weights.expand(-1, len(self.advised(j)))

@@ -5,17 +5,17 @@ once, for the command line and for a notebook or a test alike::
 
     from collab.algos import data_from_config, from_config
 
-    module = from_config("magrpo", base={"name": "tiny"}, agent_lr=1e-2)    # the composed config's model
+    module = from_config("magrpo", base={"name": "tiny"}, ppo={"clip": 0.1})  # the composed config's model
     data = data_from_config("magrpo", env="matrix", batch_size=4)          # its data, composed for matrix
 
 The config is composed as for the command line (:func:`collab.config.packaged_config`); an override replaces the
-config's value whole (``agents=None``: one agent per role, each ``model.agent_defaults``; ``base={"name": "tiny"}``:
-a base whose other fields take their defaults), except ``agent_defaults``, merged key by key into the composed
-block as a ``--config`` file's is (``agent_defaults={"sampling": {"temperature": 1.0}}`` keeps its top-p: a part of
-the block is all one ever means). Agents given as :class:`~collab.policy.specs.AgentSpec` take the block's values
-for the fields they leave out, as on the command line. The options are parsed and instantiated by the parser
-``collab.fit`` uses for its ``model`` and ``data`` groups (Lightning's), so a value means the same from both. An
-old option name ends in a UserError naming the new one (``docs/options.md``).
+config's value (``agents=None``: one agent per role, each ``model.agent_defaults``), except a mapping given for a
+group, merged key by key into the composed one as a ``--config`` file's is (``ppo={"clip": 0.1}`` keeps the
+config's discount and epochs, ``base={"name": "tiny"}`` its dtype; ``agent_defaults={"sampling": {"temperature":
+1.0}}`` keeps its top-p: a part of the block is all one ever means); a dataclass instance replaces it whole.
+Agents given as :class:`~collab.policy.specs.AgentSpec` take the block's values for the fields they leave out, as on
+the command line. The options are parsed and instantiated by the parser
+``collab.fit`` uses for its ``model`` and ``data`` groups (Lightning's), so a value means the same from both.
 """
 
 from __future__ import annotations
@@ -92,6 +92,11 @@ def from_config(algo: str, **overrides: Any):
     if "agent_defaults" in overrides:
         block = merged_block(model.get("agent_defaults"), overrides["agent_defaults"])
         overrides = {**overrides, "agent_defaults": block}
+    from collab.config import merge
+
+    for name, value in overrides.items():  # a part of a group (ppo={"clip": 0.1}): the rest from the config
+        if name != "agent_defaults" and isinstance(value, dict) and isinstance(model.get(name), dict):
+            overrides = {**overrides, name: merge(copy.deepcopy(model[name]), value, "from_config", {})}
     return instantiate("model", cls, {**model, **overrides})
 
 

@@ -26,6 +26,8 @@ from collab.runtime.collectives import global_count, normalize_pieces
 
 
 class IPPO(ActorCritic):
+    """The options and their meaning: ``conf/algo/ippo.yaml``."""
+
     def __init__(
         self,
         *,
@@ -35,13 +37,6 @@ class IPPO(ActorCritic):
         normalize_advantages: bool,
         **kwargs,
     ) -> None:
-        """
-        Args:
-            gae_lambda: GAE lambda (1: Monte Carlo returns, 0: TD(0) errors).
-            own_reward_weight: Weight of an agent's own score in its reward; the rest is the team mean.
-            value_clip: PPO value clipping around the rollout-time values (None: off).
-            normalize_advantages: Normalize advantages over each minibatch.
-        """
         require(
             kwargs.get("critic", "decentralized") == "decentralized",
             "IPPO's critics are decentralized (one per agent); model.critic must be decentralized, "
@@ -68,11 +63,11 @@ class IPPO(ActorCritic):
         for steps in episodes.values():
             values = self.critics.state_values([tr.state for tr in steps]).T  # [n, T]
             scores = torch.tensor(
-                [tr.returned_rewards(self.gamma) for tr in steps], dtype=values.dtype, device=values.device
+                [tr.returned_rewards(self.ppo.gamma) for tr in steps], dtype=values.dtype, device=values.device
             )
             rewards = mixed_rewards(scores, self.own_reward_weight).T  # [n, T]
             dones = torch.tensor([float(tr.done) for tr in steps], device=values.device).expand_as(values)
-            advantages, returns = gae(rewards, values, dones, self.gamma, self.gae_lambda)
+            advantages, returns = gae(rewards, values, dones, self.ppo.gamma, self.gae_lambda)
             for t, tr in enumerate(steps):
                 tr.advantages, tr.returns, tr.values = advantages[:, t], returns[:, t], values[:, t]
         return Batch(experience.items)

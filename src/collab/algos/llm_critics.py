@@ -36,7 +36,7 @@ base of the critic's own (as with ``CriticSpec.base``), never the agent's traine
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -58,31 +58,32 @@ GLOBAL_INFO = (
 
 @dataclass
 class CriticLora:
-    r: int = 8
-    alpha: int = 16
-    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    """As an agent's (:class:`collab.policy.specs.LoraSpec`): ``all-linear`` is every linear layer of the decoder."""
+    r: int
+    alpha: int
+    target_modules: list[str]
 
 
 @dataclass
 class CriticSpec:
-    """How the critics are built."""
+    """How the critics are built: ``model.critic_spec``, each field's meaning and value in ``conf/algo/collm_cc.yaml``
+    (no defaults here: a partial ``critic_spec`` keeps the other fields from there)."""
 
-    base: str | None = None
-    """A base model name of its own; ``None`` shares the agents' base (one copy of the weights). A base that LoRA
-    agents hold is shared with them too (CoLLM's HouseBuild critic is its Qwen3-4B agent's model)."""
-    lora: CriticLora = field(default_factory=CriticLora)
-    lr: float | None = None
-    """The critics' learning rate; ``None``: the algorithm's ``critic_lr``."""
-    kind: str = "v"
-    """v: V(h_t) | q: Q(h_t, a_t)."""
-    global_info: bool = True
-    """Append the global information m_t (E.3) to the critic's input."""
-    share_agent_adapter: bool = False
-    """Decentralized only: read through agent i's own adapter (Appendix B's parameter sharing); LoRA agents only."""
-    context: int | None = None
-    """Keep only the last ``context`` tokens of a critic's input (CoLLM 4.1 keeps "the most recent C
-    pairs" of the history in the KV cache); ``None``: the whole input."""
+    base: str | None
+    lora: CriticLora
+    lr: float | None
+    kind: str
+    global_info: bool
+    share_agent_adapter: bool
+    context: int | None
+
+
+def packaged_spec(**changes) -> CriticSpec:
+    """``conf/algo/collm_cc.yaml``'s critics (``model.critic_spec``) with ``changes``: the spec of critics built
+    without a run's config (a test, a benchmark)."""
+    from collab.config import packaged_config
+
+    spec = {**packaged_config("collm_cc")["model"]["critic_spec"], **changes}
+    return CriticSpec(**{**spec, "lora": CriticLora(**spec["lora"])})
 
 
 def check_critic_spec(spec: CriticSpec, option: str = "model.critic_spec") -> None:
@@ -189,14 +190,13 @@ class ValueHead(nn.Module):
 class Critics(nn.Module):
     """One centralized critic or one critic per agent, over the team's base(s)."""
 
-    def __init__(self, team, env: Env, mode: str = "centralized", spec: CriticSpec | None = None) -> None:
+    def __init__(self, team, env: Env, mode: str, spec: CriticSpec) -> None:
         super().__init__()
         from peft import get_peft_model
 
         from collab.policy.pool import Base, load_base
         from collab.policy.targets import lora_config
 
-        spec = spec or CriticSpec()
         require(mode in MODES, f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}")
         check_critic_spec(spec)
         require(

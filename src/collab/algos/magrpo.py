@@ -6,9 +6,9 @@ Per training step:
    responses; children are joint actions; returns are discounted Monte Carlo estimates through the tree.
 2. Group-relative advantages among each agent's K siblings: A = G - b, with b the group mean (MAGRPO),
    the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std.
-3. ``num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, CoLLM Eq. 1:
+3. ``ppo.num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, CoLLM Eq. 1:
    grad = rho_{i,t} grad log pi_i(a_{i,t} | h_{i,t}) (G - b), with rho the sequence-level ratio
-   pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``clip``, Appendix C's
+   pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``ppo.clip``, Appendix C's
    "advantage clip"), an optional KL penalty to the reference (adapters disabled; 0 in the papers).
 
 Each agent's loss is the mean over its own samples in the minibatch; the minibatch loss is the sum over
@@ -28,6 +28,7 @@ from functools import partial
 import torch
 
 from collab.algos.base import CollabModule, Term
+from collab.algos.groups import PPOOptions
 from collab.errors import require, require_ranges
 from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers
@@ -49,6 +50,8 @@ def set_group_advantages(samples: list[Decision], baseline: str = "mean", normal
 
 
 class MAGRPO(CollabModule):
+    """The options and their meaning: ``conf/algo/magrpo.yaml``."""
+
     def __init__(
         self,
         *,
@@ -56,10 +59,7 @@ class MAGRPO(CollabModule):
         joint_mode: str,
         baseline: str,
         normalize_std: bool,
-        gamma: float,
-        clip: float,
-        num_epochs: int,
-        minibatch_size: int | None,
+        ppo: PPOOptions,
         kl_coef: float,
         log_kl_every: int,
         termination_threshold: float | None,
@@ -67,41 +67,15 @@ class MAGRPO(CollabModule):
         cross_reduction: str,
         **kwargs,
     ) -> None:
-        """
-        Args:
-            num_generations: K, responses per agent per history node (>= 2 for a group baseline); None: the
-                environment's ``num_generations`` (CoLLM C.3: 2 for Minecraft, whose tree grows as K^4),
-                else 4.
-            joint_mode: aligned (K joint actions per node) or cross (all K^n combinations).
-            baseline: mean | max | rloo | none.
-            normalize_std: Divide advantages by the group's standard deviation.
-            gamma: Discount of multi-turn returns.
-            clip: PPO clip range eps of the importance ratio (CoLLM Appendix C's "advantage clip": 0.2).
-            num_epochs: Passes over each rollout's samples.
-            minibatch_size: Samples per update; None: all of them.
-            kl_coef: Weight of the KL penalty to the reference policy (adapters disabled).
-            log_kl_every: Log the KL to the reference at the first update of every N-th rollout (the 1st, N+1-th,
-                ...; 0: never): a forward of the update's rows without adapters, which changes no weight when
-                ``kl_coef`` is 0 (with a penalty every update computes it and logs it). TRL computes none when its
-                beta is 0; every 10th rollout keeps a drift curve for a tenth of the forwards.
-            termination_threshold: MAGRPO's early termination threshold (None: off).
-            termination: branch (a child ends when every agent's reward reaches the threshold) | node (all of
-                a node's children end when the mean of their team rewards exceeds it: the reference code's rule).
-            cross_reduction: How ``cross`` mode values an agent's sample from the joint returns it takes part
-                in: mean (default) | sum (the reference code's; K^(n-1) times the mean).
-            **kwargs: The options of :class:`~collab.algos.base.CollabModule`.
-        """
         super().__init__(**kwargs)
         require(
             num_generations is None or num_generations >= 2,
             f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}",
         )
+        ppo.check()
         require_ranges(
             locals(),
-            unit=("gamma",),
-            positive=("clip",),
             non_negative=("kl_coef", "log_kl_every"),
-            counts=("num_epochs", "minibatch_size"),
             choices={
                 "joint_mode": JOINT_MODES,
                 "baseline": BASELINES,
@@ -115,8 +89,7 @@ class MAGRPO(CollabModule):
             baseline,
             normalize_std,
         )
-        self.gamma, self.clip, self.num_epochs = gamma, clip, num_epochs
-        self.minibatch_size, self.kl_coef, self.log_kl_every = minibatch_size, kl_coef, log_kl_every
+        self.ppo, self.kl_coef, self.log_kl_every = ppo, kl_coef, log_kl_every
         self.termination_threshold, self.termination, self.cross_reduction = (
             termination_threshold,
             termination,
@@ -134,7 +107,7 @@ class MAGRPO(CollabModule):
             self.env,
             tasks,
             self.k,
-            self.gamma,
+            self.ppo.gamma,
             self.joint_mode,
             self.termination_threshold,
             self.max_new_tokens,
@@ -196,7 +169,7 @@ class MAGRPO(CollabModule):
         logprobs = torch.stack([t.sum() for t in token_logprobs])
         old_logprobs = torch.tensor([s.old_logprob for s in micro], device=logprobs.device, dtype=logprobs.dtype)
         advantages = torch.tensor([s.advantages for s in micro], device=logprobs.device, dtype=logprobs.dtype)
-        per_sample = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip)
+        per_sample = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip)
         stats: dict[str, float] = {}
         if scale.with_kl:
             ref = team.logprobs(members, prompts, completions, reference=True, own=own)
@@ -207,5 +180,5 @@ class MAGRPO(CollabModule):
         weights = torch.tensor(
             [1.0 / scale.per_agent[s.agent] for s in micro], device=per_sample.device, dtype=per_sample.dtype
         )
-        stats.update(ratio_stats(logprobs, old_logprobs, self.clip))
+        stats.update(ratio_stats(logprobs, old_logprobs, self.ppo.clip))
         return (weights * per_sample).sum(), stats

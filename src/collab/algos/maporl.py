@@ -17,7 +17,7 @@ GAE (``token_gamma``, ``gae_lambda``) runs over each response's tokens, terminal
 already holds the future turns, so one (turn, agent) response is one PPO episode, as the paper's V_ta.
 
 Loss. One optimizer step per minibatch of responses (the skeleton of :mod:`collab.algos.base`) on
-L = L_surrogate(theta_ta) + value_coef * L_value(theta_vta) - entropy_coef * H: the token-level clipped
+L = L_surrogate(theta_ta) + value_head.coef * L_value(theta_vta) - entropy_coef * H: the token-level clipped
 surrogate and the squared error against V_target = V_old + A, means over the minibatch's tokens.
 
 An early stop on consensus (``stop_on_consensus``) is an absorbing state (:func:`~collab.objectives.episode_rewards`
@@ -30,7 +30,7 @@ position that chooses a response token (in a team of several bases, on the membe
 tokens: :func:`~collab.policy.mlp_head.team_features`). The per-turn members of the turns before
 ``train_from_turn`` keep their initial adapters and heads.
 
-Where the paper is silent: gamma (Definition 1) defaults to 0.5; the incentives default to 0 (pure
+Where the paper is silent: ``ppo.gamma`` (Definition 1) defaults to 0.5; the incentives default to 0 (pure
 Definition 1); the value heads read the frozen base rather than a LoRA-shared trunk (cheaper, and the
 value loss never moves the policy); advantages are normalized over each minibatch by default.
 """
@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from collab.algos.agents import resolve_agents
 from collab.algos.base import CollabModule, Term
+from collab.algos.groups import PPOOptions, ValueHeadOptions
 from collab.envs.debate.penalties import penalise
 from collab.errors import UserError, require_ranges
 from collab.objectives import (
@@ -66,10 +67,13 @@ from collab.runtime.collectives import global_count, normalize_pieces
 
 
 class MAPoRL(CollabModule):
+    """The options and their meaning: ``conf/algo/maporl.yaml`` (``ppo.gamma``: Definition 1's discount between
+    turns; ``token_gamma``: GAE's between the tokens of a response)."""
+
     def __init__(
         self,
         *,
-        gamma: float,
+        ppo: PPOOptions,
         alpha0: float,
         alpha1: float,
         beta0: float,
@@ -77,12 +81,7 @@ class MAPoRL(CollabModule):
         kl_coef: float,
         token_gamma: float,
         gae_lambda: float,
-        clip: float,
-        num_epochs: int,
-        minibatch_size: int | None,
-        value_coef: float,
-        critic_lr: float,
-        critic_hidden: list[int],
+        value_head: ValueHeadOptions,
         entropy_coef: float,
         per_turn: bool,
         train_from_turn: int,
@@ -92,50 +91,20 @@ class MAPoRL(CollabModule):
         max_repeats: int | None,
         **kwargs,
     ) -> None:
-        """
-        Args:
-            gamma: Discount of Definition 1 over later turns' verifier scores.
-            alpha0: Table 1: reward for W -> R against a wrong majority (critical reasoning); penalty for R -> W
-                with it.
-            alpha1: Table 1: reward for W -> R with a right majority (being persuaded); penalty for R -> W against it.
-            beta0: Table 2: for a wrong answer at t after which the others' majority turns right (penalty if it
-                turns wrong).
-            beta1: Table 2: for a right answer at t after which the others' majority turns right (penalty if it
-                turns wrong).
-            kl_coef: lambda_KL, the per-token KL penalty to the reference policy (adapters disabled).
-            token_gamma: Discount between the tokens of a response in GAE.
-            gae_lambda: GAE lambda.
-            clip: PPO clip range eps.
-            num_epochs: PPO epochs over each rollout's responses.
-            minibatch_size: Responses per update; None: all of the rollout's.
-            value_coef: lambda_value, the weight of the value loss.
-            critic_lr: Learning rate of the value heads (MAPoRL's critics).
-            critic_hidden: Hidden widths of each value head (reference: [1024, 512]).
-            entropy_coef: Weight of an entropy bonus (0: the paper's loss).
-            per_turn: One adapter and value head per (turn, agent), the paper's theta_ta (role a at turn t is
-                member t*A + a) instead of one per agent shared by its turns (theta_a).
-            train_from_turn: Train the answers of turns >= this (1-based; 2 = the paper's Experiment 1).
-            normalize_advantages: Normalize advantages over each minibatch's tokens.
-            format_penalty: The score of a malformed answer before Definition 1 (reference: -10; None: no penalty).
-            min_response_tokens: With ``format_penalty``: shorter answers are malformed (reference: 50; 0: any length).
-            max_repeats: With ``format_penalty``: more repeats of a 1-20 token run are malformed (reference: 3;
-                None: off).
-        """
         super().__init__(**kwargs)
+        ppo.check()
+        value_head.check()
         require_ranges(
             locals(),
-            unit=("gamma", "token_gamma", "gae_lambda"),
-            positive=("clip", "critic_lr"),
-            non_negative=("alpha0", "alpha1", "beta0", "beta1", "kl_coef", "value_coef", "min_response_tokens"),
-            counts=("num_epochs", "minibatch_size", "train_from_turn", "max_repeats"),
-            widths=("critic_hidden",),
+            unit=("token_gamma", "gae_lambda"),
+            non_negative=("alpha0", "alpha1", "beta0", "beta1", "kl_coef", "min_response_tokens"),
+            counts=("train_from_turn", "max_repeats"),
         )
         self.format_penalty, self.min_response_tokens = format_penalty, min_response_tokens
         self.max_repeats = max_repeats
-        self.gamma, self.incentives = gamma, dict(alpha0=alpha0, alpha1=alpha1, beta0=beta0, beta1=beta1)
-        self.kl_coef, self.token_gamma, self.gae_lambda, self.clip = kl_coef, token_gamma, gae_lambda, clip
-        self.num_epochs, self.minibatch_size, self.critic_hidden = num_epochs, minibatch_size, list(critic_hidden)
-        self.value_coef, self.critic_lr, self.entropy_coef = value_coef, critic_lr, entropy_coef
+        self.ppo, self.incentives = ppo, dict(alpha0=alpha0, alpha1=alpha1, beta0=beta0, beta1=beta1)
+        self.kl_coef, self.token_gamma, self.gae_lambda = kl_coef, token_gamma, gae_lambda
+        self.value_head, self.entropy_coef = value_head, entropy_coef
         self.per_turn, self.train_from_turn, self.normalize_advantages = per_turn, train_from_turn, normalize_advantages
         self.value_heads: ValueHeads | None = None
 
@@ -150,7 +119,7 @@ class MAPoRL(CollabModule):
         if self.per_turn:
             self.team.turn_agents = [[t * env.n_agents + a for a in range(env.n_agents)] for t in range(env.horizon)]
         heads = [
-            CriticHead(self.team.model_of(m).config.hidden_size, self.critic_hidden) for m in range(len(self.team))
+            CriticHead(self.team.model_of(m).config.hidden_size, self.value_head.hidden) for m in range(len(self.team))
         ]
         self.value_heads = ValueHeads(heads).to(self.team.device)
         frozen = self.untrained_members(env)  # no gradient to synchronise under DDP, nothing in the optimizer
@@ -170,7 +139,7 @@ class MAPoRL(CollabModule):
 
     def param_groups(self):
         heads = [p for p in self.value_heads.parameters() if p.requires_grad]  # the frozen members' heads left out
-        return super().param_groups() + [{"params": heads, "lr": self.critic_lr, "name": "value_heads"}]
+        return super().param_groups() + [{"params": heads, "lr": self.value_head.lr, "name": "value_heads"}]
 
     # -- rollout and prepare -----------------------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
@@ -187,7 +156,7 @@ class MAPoRL(CollabModule):
         ``format_penalty``): :func:`answer_rewards`."""
         decode = lambda t, a, ids: self.team.tokenizer_of(self.team.acting(t, a)).decode(ids)  # noqa: E731
         penalty = self.format_penalty, self.min_response_tokens, self.max_repeats
-        rewards, malformed = answer_rewards(episodes, decode, self.gamma, self.incentives, *penalty)
+        rewards, malformed = answer_rewards(episodes, decode, self.ppo.gamma, self.incentives, *penalty)
         return decisions(episodes, rewards, self.team.acting, self.train_from_turn - 1), rewards, malformed
 
     @torch.no_grad()
@@ -236,16 +205,18 @@ class MAPoRL(CollabModule):
         )
         logprobs = torch.cat(logprobs)
         old_logprobs = torch.cat([r.old_logprobs for r in micro]).to(logprobs)
-        actor = clipped_surrogate(logprobs, old_logprobs, advantages.to(logprobs), self.clip).mean()
+        actor = clipped_surrogate(logprobs, old_logprobs, advantages.to(logprobs), self.ppo.clip).mean()
         entropy = torch.cat(entropies).mean()
         critic, critic_stats = self.value_heads.loss(micro)
         stats = {
             "train/actor_loss": float(actor.detach()),
             "train/entropy": float(entropy.detach()),
-            **ratio_stats(logprobs, old_logprobs, self.clip),
+            **ratio_stats(logprobs, old_logprobs, self.ppo.clip),
             **critic_stats,
         }
-        return (advantages.numel() / count) * (actor + self.value_coef * critic - self.entropy_coef * entropy), stats
+        return (advantages.numel() / count) * (
+            actor + self.value_head.coef * critic - self.entropy_coef * entropy
+        ), stats
 
 
 class ValueHeads(nn.ModuleList):

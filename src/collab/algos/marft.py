@@ -7,7 +7,7 @@ every turn is a transition. ``prepare`` (line 12) computes the central critic's 
 the episode's decision chain. Update (lines 13-17, the skeleton of :mod:`collab.algos.base`): one
 optimizer step per minibatch on
 
-    loss = L_actor - entropy_coef * H + value_coef * L_critic
+    loss = L_actor - entropy_coef * H + value_head.coef * L_critic
 
 (the variant's PPO-clip loss, the mean entropy of the agents' policies on their own responses, the optionally
 clipped, optionally Huber value loss of the central head; means over the minibatch; its terms: :meth:`MARFT.terms`).
@@ -33,6 +33,7 @@ from typing import Union
 import torch
 
 from collab.algos.base import CollabModule, Term
+from collab.algos.groups import PPOOptions, ValueHeadOptions
 from collab.errors import require_ranges
 from collab.objectives import explained_variance, value_loss
 from collab.policy.mlp_head import CriticHead, base_features
@@ -78,18 +79,15 @@ class CentralCritic(CriticHead):
 
 
 class MARFT(CollabModule):
+    """The options and their meaning: ``conf/algo/marft_a.yaml``, ``marft_t.yaml``."""
+
     def __init__(
         self,
         *,
         dependency: Union[str, list[list[int]], list[list[list[int]]]],
-        critic_lr: float,
-        critic_hidden: list[int],
-        gamma: float,
+        ppo: PPOOptions,
+        value_head: ValueHeadOptions,
         gae_lambda: float,
-        clip: float,
-        num_epochs: int,
-        minibatch_size: int | None,
-        value_coef: float,
         value_clip: float | None,
         huber_delta: float | None,
         entropy_coef: float,
@@ -100,42 +98,20 @@ class MARFT(CollabModule):
         optim_eps: float,
         **kwargs,
     ) -> None:
-        """
-        Args:
-            dependency: Flex-MG dependency D: chain | none | previous | parent lists per agent (or per step).
-            critic_lr: Learning rate of the central critic head (Tables 5-10: 1e-5 or 3e-5).
-            critic_hidden: Widths of the head's hidden layers (reference: [1024, 512]).
-            gamma: Discount along the decision chain (every agent and, for MARFT-T, every token is one link).
-            gae_lambda: GAE lambda (the tables' "gae gamma").
-            clip: PPO clip range eps of the importance ratio.
-            num_epochs: PPO epochs over each rollout's transitions ("ppo epoch").
-            minibatch_size: Transitions (turns) per update; None: all of them ("num mini-batch" 1).
-            value_coef: Weight of the critic loss ("critic loss coef").
-            value_clip: Clip the new values to V_old +- value_clip in the value loss (None: off).
-            huber_delta: Huber loss with this delta instead of the squared error (None: squared).
-            entropy_coef: Weight of the entropy bonus ("entropy coef").
-            critic_warmup: Rollouts at the start that train the critic head only.
-            agent_schedule: all (every agent every update) | round_robin (one agent per rollout).
-            target_kl: Early-stop a rollout's updates past this approximate KL (None: never).
-            normalize_advantages: Normalize advantages over each minibatch.
-            optim_eps: AdamW epsilon ("optim eps").
-        """
         super().__init__(**kwargs)
+        ppo.check()
+        value_head.check()
         require_ranges(
             locals(),
-            unit=("gamma", "gae_lambda"),
-            positive=("critic_lr", "clip", "optim_eps"),
+            unit=("gae_lambda",),
+            positive=("optim_eps",),
             non_negative=("critic_warmup",),
-            counts=("num_epochs", "minibatch_size"),
             optional_positive=("value_clip", "huber_delta", "target_kl"),
             choices={"agent_schedule": SCHEDULES},
-            widths=("critic_hidden",),
         )
-        self.dependency, self.critic_lr, self.critic_hidden = dependency, critic_lr, list(critic_hidden)
-        self.gamma, self.gae_lambda, self.clip, self.num_epochs = gamma, gae_lambda, clip, num_epochs
-        self.minibatch_size, self.value_coef, self.value_clip = minibatch_size, value_coef, value_clip
-        self.huber_delta, self.entropy_coef, self.critic_warmup = huber_delta, entropy_coef, critic_warmup
-        self.agent_schedule, self.target_kl = agent_schedule, target_kl
+        self.dependency, self.ppo, self.value_head, self.gae_lambda = dependency, ppo, value_head, gae_lambda
+        self.value_clip, self.huber_delta, self.entropy_coef = value_clip, huber_delta, entropy_coef
+        self.critic_warmup, self.agent_schedule, self.target_kl = critic_warmup, agent_schedule, target_kl
         self.normalize_advantages, self.optim_eps = normalize_advantages, optim_eps
         self.critic: CentralCritic | None = None
 
@@ -143,12 +119,12 @@ class MARFT(CollabModule):
     def build_extra(self, env) -> None:
         self.protocol = Dependency(self.dependency, len(self.team))
         hidden = self.team.model_of(0).config.hidden_size  # the untrained base's: loaded when first read, if apart
-        widths, clip = self.critic_hidden, self.value_clip
+        widths, clip = self.value_head.hidden, self.value_clip
         self.critic = CentralCritic(hidden, widths, clip, self.huber_delta).to(self.team.device)
 
     def param_groups(self):
         return super().param_groups() + [
-            {"params": list(self.critic.parameters()), "lr": self.critic_lr, "name": "critic"}
+            {"params": list(self.critic.parameters()), "lr": self.value_head.lr, "name": "critic"}
         ]
 
     @property
@@ -195,8 +171,8 @@ class MARFT(CollabModule):
     summed_stats = ("train/tokens",)  # statistics that count (summed over the agents' terms), not average
 
     def terms(self, micro: list[Transition], scale: Normalizers) -> list[Term]:
-        """The micro-batch's loss, ``value_coef * L_critic + L_actor - entropy_coef * H`` weighted by its share of the
-        minibatch (``len(micro) / scale.count``), as the critic's term, then each trained agent's actor term (a
+        """The micro-batch's loss, ``value_head.coef * L_critic + L_actor - entropy_coef * H`` weighted by its share of
+        the minibatch (``len(micro) / scale.count``), as the critic's term, then each trained agent's actor term (a
         transition holds every agent's response: one agent's forward alive at a time). L_actor and H are means over the
         agents' samples (MARFT-A: responses, MARFT-T: tokens): agent i's term and statistics (but counts) are weighted
         by its share of them."""
@@ -208,7 +184,7 @@ class MARFT(CollabModule):
             loss, stats = self.critic.loss(micro)
             if agents and not any(samples):  # no response token to train (MARFT-T): the early stop reads a KL of 0
                 stats["train/approx_kl"] = 0.0
-            return self.value_coef * loss * weight, stats
+            return self.value_head.coef * loss * weight, stats
 
         def actor(k: int) -> tuple[torch.Tensor, dict[str, float]]:
             loss, entropy, stats = self.actor_loss(micro, [agents[k]], advantages[k])

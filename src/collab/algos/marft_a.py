@@ -29,11 +29,9 @@ REDUCTIONS = ("sum", "mean")
 
 
 class MARFTA(MARFT):
+    """The options and their meaning: ``conf/algo/marft_a.yaml``."""
+
     def __init__(self, *, logprob_reduction: str, **kwargs) -> None:
-        """
-        Args:
-            logprob_reduction: sum (the response's sequence log-prob) | mean (token-normalized).
-        """
         super().__init__(**kwargs)
         require(
             logprob_reduction in REDUCTIONS,
@@ -52,9 +50,9 @@ class MARFTA(MARFT):
         for k, tr in enumerate(items):
             by_episode.setdefault(tr.episode, []).append(k)
         for rows in by_episode.values():
-            step_rewards = torch.tensor([sum(items[k].returned_rewards(self.gamma)) / n for k in rows])
+            step_rewards = torch.tensor([sum(items[k].returned_rewards(self.ppo.gamma)) / n for k in rows])
             rewards, dones = chain(step_rewards, [n] * len(rows), terminated=items[rows[-1]].done)
-            advantages, returns = gae(rewards, values[rows].reshape(-1), dones, self.gamma, self.gae_lambda)
+            advantages, returns = gae(rewards, values[rows].reshape(-1), dones, self.ppo.gamma, self.gae_lambda)
             for j, k in enumerate(rows):
                 span = slice(j * n, (j + 1) * n)
                 tr = items[k]
@@ -95,12 +93,12 @@ class MARFTA(MARFT):
             logprobs
         )
         advantages = advantages.to(logprobs)
-        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip).mean()
+        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip).mean()
         entropy = torch.stack([e.mean() for e in entropies]).mean()
         stats = {
             "train/actor_loss": float(loss.detach()),
             "train/entropy": float(entropy.detach()),
-            **ratio_stats(logprobs, old_logprobs, self.clip),
+            **ratio_stats(logprobs, old_logprobs, self.ppo.clip),
             "train/adv_mean": float(advantages.mean()),
         }
         return loss, entropy, stats

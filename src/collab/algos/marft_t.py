@@ -58,10 +58,10 @@ class MARFTT(MARFT):
             by_episode.setdefault(tr.episode, []).append(k)
         for rows in by_episode.values():
             lengths = [sum(len(features[k * n + i]) for i in range(n)) for k in rows]
-            step_rewards = torch.tensor([sum(items[k].returned_rewards(self.gamma)) / n for k in rows])
+            step_rewards = torch.tensor([sum(items[k].returned_rewards(self.ppo.gamma)) / n for k in rows])
             rewards, dones = chain(step_rewards, lengths, terminated=items[rows[-1]].done)
             flat_values = torch.cat([values[k * n + i] for k in rows for i in range(n)])
-            advantages, returns = gae(rewards, flat_values, dones, self.gamma, self.gae_lambda)
+            advantages, returns = gae(rewards, flat_values, dones, self.ppo.gamma, self.gae_lambda)
             start = 0
             for k, length in zip(rows, lengths):
                 span = slice(start, start + length)
@@ -82,12 +82,12 @@ class MARFTT(MARFT):
         logprobs = torch.cat(token_logprobs)
         old_logprobs = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
         advantages = advantages.to(logprobs)
-        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.clip).mean()
+        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip).mean()
         entropy = torch.cat(entropies).mean()
         stats = {
             "train/actor_loss": float(loss.detach()),
             "train/entropy": float(entropy.detach()),
-            **ratio_stats(logprobs, old_logprobs, self.clip),
+            **ratio_stats(logprobs, old_logprobs, self.ppo.clip),
             "train/adv_mean": float(advantages.mean()),
             "train/tokens": float(len(logprobs)),
         }

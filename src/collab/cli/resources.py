@@ -295,6 +295,7 @@ def plan_team(module, env, tasks: int, device) -> Plan | None:
     decode, micro = budget_bytes(device, module.decode_memory_gb), budget_bytes(device, module.micro_batch_memory_gb)
     new = [1 if spec.choices else spec.sampling.max_new_tokens or module.max_new_tokens for spec in specs]
     new, first = new[: env.n_agents], first_prompt_tokens(env)
+    minibatch = module.update_shape()[1]
 
     def project(agents: int) -> tuple[Projection, Workload, Shape]:
         responses = new[:agents] + new[-1:] * (agents - len(new))
@@ -306,7 +307,7 @@ def plan_team(module, env, tasks: int, device) -> Plan | None:
             adapters=trained * agents // env.n_agents,
             experience=experience_bytes(work),
             rollout=rollout_bytes(work, kv_bytes_per_token(shape, width), shape.vocab, decode),
-            update=update_bytes(work, per_token, module.micro_batch_tokens, micro, module.minibatch_size, CHUNK_BYTES),
+            update=update_bytes(work, per_token, module.micro_batch_tokens, micro, minibatch, CHUNK_BYTES),
             fixed=OVERHEAD_BYTES,
         )
         return projection, work, shape

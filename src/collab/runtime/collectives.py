@@ -177,7 +177,7 @@ def steps_note(max_steps: int | None, num_epochs: int, minibatch_size: int | Non
         return ""
     return (
         f"--trainer.max_steps {max_steps} is not a whole number of rollouts of {num_epochs} updates "
-        f"(model.num_epochs): the run makes {rollouts} rollouts, the last stopped after {last} of its updates"
+        f"(model.ppo.num_epochs): the run makes {rollouts} rollouts, the last stopped after {last} of its updates"
     )
 
 

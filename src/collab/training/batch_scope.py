@@ -3,7 +3,7 @@ as comments on ``--print_config``'s lines (:func:`annotate`), in ``conf/`` and i
 
 - ``data.batch_size`` is **global**: the tasks of one training step over all processes; each of N processes
   plays its own share (every N-th task: ``batch_size / N`` each; :mod:`collab.rollout.datamodule`).
-- ``model.minibatch_size`` is **per process**: items of this process's experience per optimizer update (the
+- ``model.ppo.minibatch_size`` is **per process**: items of this process's experience per optimizer update (the
   update's normalisers are still global: :mod:`collab.runtime.collectives`).
 - ``model.micro_batch_tokens`` is **per process**: the padded tokens of one forward/backward (a memory bound);
   so are ``model.micro_batch_memory_gb`` and ``model.decode_memory_gb`` (one decoding batch's KV cache).
@@ -17,7 +17,7 @@ import re
 
 SCOPES: dict[str, str] = {
     "data.batch_size": "global: tasks per step over all processes (each of N plays batch_size / N)",
-    "model.minibatch_size": "per process: items of this process's share per optimizer update",
+    "model.ppo.minibatch_size": "per process: items of this process's share per optimizer update",
     "model.micro_batch_tokens": "per process: padded tokens per forward/backward",
     "model.micro_batch_memory_gb": "per process: the activations budget of auto micro-batches",
     "model.decode_memory_gb": "per process: the KV cache one decoding batch may hold",
