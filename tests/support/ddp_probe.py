@@ -100,18 +100,19 @@ def live_bytes() -> int:
 
 
 def sharding(pl_module) -> dict | None:
-    """With a sharded base (``--trainer.strategy fsdp``): the bytes this rank keeps and the rounds it took part in."""
-    from collab.runtime import sharded
+    """With sharded models (``--trainer.strategy fsdp``, FSDP2): the bytes of weights this rank keeps (local shards),
+    the whole weights' bytes and the lockstep rounds it took part in."""
+    from collab.runtime import lockstep
 
-    g = sharded.active()
-    if g is None:
+    step = lockstep.active()
+    if step is None:
         return None
+    params = list(pl_module.parameters())
     return {
-        "local": g.local_bytes(),
-        "whole": g.whole_bytes(),
-        "rounds": g.rounds,
-        "gathers": g.gathers,
-        "params": sum(p.numel() * p.element_size() for p in pl_module.parameters()),
+        "local": sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in params),
+        "whole": sum(p.numel() * p.element_size() for p in params),
+        "rounds": step.rounds,
+        "stand_ins": step.stand_ins,
         "live": live_bytes(),
     }
 

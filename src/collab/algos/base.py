@@ -68,7 +68,7 @@ from collab.policy.team import (
 )
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
-from collab.runtime import sharded
+from collab.runtime import lockstep
 from collab.runtime.collectives import backward_passes, global_count, minibatch_schedule, reached_max_steps, steps_note
 from collab.runtime.memory import budget_bytes, release, release_above, resident_bytes, token_budget_chunks
 from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
@@ -202,8 +202,7 @@ class CollabModule(L.LightningModule):
         base = self.base
         if base.device == "auto" and self._trainer is not None:
             strategy = self.trainer.strategy
-            load = getattr(strategy, "load_device", None)  # a sharded base loads on the CPU (collab.training.sharding)
-            base = replace(base, device=load() if load else str(strategy.root_device))
+            base = replace(base, device=str(strategy.root_device))
         self.team = AgentTeam(self.team_specs(env), base)
         self.team.decode_memory = budget_bytes(self.team.device, self.decode_memory_gb)
         report = self.team.targets_report()  # what LoRA adapts on each base, what full agents hold: once per run
@@ -279,7 +278,7 @@ class CollabModule(L.LightningModule):
             metrics = self.update(batch)
             release()
         log_rollout(self, experience, {**batch.metrics, **metrics})
-        sharded.settle()  # a sharded base: every rank's gathers served before the step's last collective
+        lockstep.settle()  # sharded models: every rank's forwards served before the step's last collective
         preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
 
     def update(self, batch: Batch) -> dict[str, float]:
