@@ -49,11 +49,34 @@ def trainable(pl_module) -> dict[str, torch.Tensor]:
     return {name: p for name, p in sorted(pl_module.named_parameters()) if p.requires_grad}
 
 
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """``t`` whole: an FSDP2 shard (a DTensor, ``--trainer.strategy fsdp``) gathered from every process (a collective:
+    every rank calls it on the same tensors in the same order), any other tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def weights(pl_module) -> dict[str, torch.Tensor]:
+    """The trainable weights, whole (detached copies)."""
+    return {n: whole(p.detach()).clone() for n, p in trainable(pl_module).items()}
+
+
+def gradients(pl_module) -> dict[str, torch.Tensor]:
+    """The trainable weights' gradients, whole: a shard's gathered from every process (a missing one as zeros, so
+    that every rank runs the same gathers), another only where this rank has it."""
+    out = {}
+    for n, p in trainable(pl_module).items():
+        if hasattr(p, "full_tensor"):
+            out[n] = whole(p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+        elif p.grad is not None:
+            out[n] = p.grad.detach().clone()
+    return out
+
+
 def digest(pl_module) -> str:
     h = hashlib.sha256()
-    for name, p in trainable(pl_module).items():
+    for name, p in weights(pl_module).items():
         h.update(name.encode())
-        h.update(p.detach().cpu().numpy().tobytes())
+        h.update(p.cpu().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -94,6 +117,7 @@ def live_bytes() -> int:
     seen: dict[int, int] = {}
     for obj in gc.get_objects():
         if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+            obj = obj.to_local() if hasattr(obj, "to_local") else obj  # a DTensor: its local shard
             storage = obj.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
@@ -107,10 +131,20 @@ def sharding(pl_module) -> dict | None:
     step = lockstep.active()
     if step is None:
         return None
-    params = list(pl_module.parameters())
+    params = dict(pl_module.named_parameters())
+    shards = {n: p for n, p in params.items() if hasattr(p, "to_local")}
+    rank, world = step.rank, step.world
+    uneven = []  # the shards whose rows are not this rank's chunk of dim 0 (FSDP2's torch.chunk split)
+    for n, p in shards.items():
+        rows = -(-p.shape[0] // world)
+        if p.to_local().shape != (max(0, min(rows, p.shape[0] - rank * rows)), *p.shape[1:]):
+            uneven.append(n)
     return {
-        "local": sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in params),
-        "whole": sum(p.numel() * p.element_size() for p in params),
+        "local": sum((p.to_local() if n in shards else p).numel() * p.element_size() for n, p in params.items()),
+        "whole": sum(p.numel() * p.element_size() for p in params.values()),
+        "shards": len(shards),
+        "uneven": uneven,
+        "whole_trainable": sorted(n for n, p in params.items() if p.requires_grad and n not in shards),
         "rounds": step.rounds,
         "stand_ins": step.stand_ins,
         "live": live_bytes(),
@@ -170,8 +204,7 @@ class Probe(L.Callback):
         def optimizer_step():  # the synchronised gradient of the captured rollout's first step, before clipping
             if self.capture and self.rollouts == self.capture_at and not self.grads_saved:
                 self.grads_saved = True
-                grads = {n: p.grad.detach().clone() for n, p in trainable(pl_module).items() if p.grad is not None}
-                torch.save(grads, self.out / f"grads{rank}.pt")
+                torch.save(gradients(pl_module), self.out / f"grads{rank}.pt")
             step()
 
         pl_module.optimizer_step = optimizer_step
@@ -180,7 +213,7 @@ class Probe(L.Callback):
         if os.environ.get("COLLAB_DDP_LOADED"):
             torch.save(
                 {
-                    "params": {n: p.detach().clone() for n, p in trainable(pl_module).items()},
+                    "params": weights(pl_module),
                     "optimizer": trainer.optimizers[0].state_dict(),
                     "stream": trainer.datamodule.stream.state_dict(),
                     "rng": pl_module._resume_rng,
@@ -193,10 +226,7 @@ class Probe(L.Callback):
                 for name, p in trainable(pl_module).items():
                     p.copy_(init[name])
         elif self.capture:
-            torch.save(
-                {n: p.detach().clone() for n, p in trainable(pl_module).items()},
-                self.out / f"init{trainer.global_rank}.pt",
-            )
+            torch.save(weights(pl_module), self.out / f"init{trainer.global_rank}.pt")
         self.start = digest(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

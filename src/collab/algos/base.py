@@ -68,7 +68,7 @@ from collab.policy.team import (
 )
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
-from collab.runtime import lockstep
+from collab.runtime import collectives, lockstep
 from collab.runtime.collectives import backward_passes, global_count, minibatch_schedule, reached_max_steps, steps_note
 from collab.runtime.memory import budget_bytes, release, release_above, resident_bytes, token_budget_chunks
 from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
@@ -386,7 +386,7 @@ class CollabModule(L.LightningModule):
         """Clip the accumulated gradients (``max_grad_norm``) and take the optimizer step."""
         opt = self.optimizers()
         if self.max_grad_norm and self.max_grad_norm > 0:
-            self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+            collectives.clip_gradients(self, opt, self.max_grad_norm)  # Lightning's, or FSDP2's shards and heads
         opt.step()
 
     # -- checkpoints -------------------------------------------------------------------------------

@@ -178,6 +178,28 @@ def average_gradients(module) -> None:
         p.grad.copy_(g.view_as(p.grad))
 
 
+def clip_gradients(module, opt, max_norm: float) -> None:
+    """Clip the trainable gradients to a total norm of ``max_norm``: Lightning's ``clip_gradients``, or under FSDP2
+    (sharded models: a lockstep is active) torch's ``clip_grad_norm_`` over DTensor shards and whole tensors (value
+    and critic heads, averaged: the same on every rank) together: the shards' squared norms summed over the ranks,
+    the whole tensors' counted once, every gradient scaled by ``max_norm / (norm + 1e-6)`` when that is below 1."""
+    if lockstep.active() is None:
+        module.clip_gradients(opt, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
+        return
+    grads = [p.grad for p in module.parameters() if p.requires_grad and p.grad is not None]
+    if not grads:
+        return
+    lockstep.settle()
+    squares = torch.zeros((), dtype=torch.float32)
+    for g in grads:  # the same order on every rank: a sharded gradient's norm is a collective
+        norm = torch.linalg.vector_norm(g, 2, dtype=torch.float32)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        squares = squares + norm.to(squares.device) ** 2
+    coef = min(1.0, float(max_norm / (squares.sqrt() + 1e-6)))
+    for g in grads:
+        g.mul_(coef)
+
+
 def steps_note(max_steps: int | None, num_epochs: int, minibatch_size: int | None) -> str:
     """The start line for a ``max_steps`` that is not a whole number of rollouts (``num_epochs`` updates each when
     every update takes the whole rollout; with minibatches of a set size their number depends on each rollout, and
