@@ -14,8 +14,11 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
   in the step's collectives: the run must end at the process group's timeout, in one line naming the rank
   and the step (``collab.training.distributed``).
 * ``COLLAB_DDP_CAPTURE=1``: each rank also saves its first rollout (``rollout<r>.pt``) and prepared batch
-  (``batch<r>.pt``), its weights at the start (``init<r>.pt``) and the gradient of the first optimizer
-  step, synchronised and before clipping (``grads<r>.pt``).
+  (``batch<r>.pt``), its weights at the start (``init<r>.pt``), the gradient of the first optimizer
+  step, synchronised and before clipping (``grads<r>.pt``), and the weights that step made (``after<r>.pt``).
+  Under ``--trainer.strategy fsdp`` the shards are gathered: every file holds whole tensors.
+* ``COLLAB_DDP_RANK_TOKENS="RANK:N"``: that rank's agents write at most N tokens a reply (the others keep their
+  own cap): the processes' rollouts take unequal numbers of decoding steps.
 * ``COLLAB_DDP_REPLAY=DIR``: a 1-process run that starts from ``DIR/init0.pt`` and whose first rollout and
   prepared batch are the unions of both ranks' (``DIR/rollout<r>.pt``, ``DIR/batch<r>.pt``) instead of new
   ones (prepared by each rank: a rank's episode and group numbers index its own items only); with
@@ -171,6 +174,13 @@ class Probe(L.Callback):
 
         def recording(tasks):
             env = pl_module.env
+            cap = os.environ.get("COLLAB_DDP_RANK_TOKENS")
+            if cap and int(cap.split(":")[0]) == rank and not self.tasks:
+                team = pl_module.team
+                for i, spec in enumerate(team.specs):
+                    team.specs[i] = replace(
+                        spec, sampling=replace(spec.sampling, max_new_tokens=int(cap.split(":")[1]))
+                    )
             if not self.tasks:  # the random stream this rank samples its first rollout from
                 self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
             self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
@@ -205,6 +215,9 @@ class Probe(L.Callback):
             if self.capture and self.rollouts == self.capture_at and not self.grads_saved:
                 self.grads_saved = True
                 torch.save(gradients(pl_module), self.out / f"grads{rank}.pt")
+                step()
+                torch.save(weights(pl_module), self.out / f"after{rank}.pt")
+                return
             step()
 
         pl_module.optimizer_step = optimizer_step
