@@ -33,11 +33,6 @@ CASES = {
     "collm_cc-lora": ["--algo", "collm_cc", "--model.agents", json.dumps([LORA, LORA])],
 }
 
-# two sharded models in one backward pass (the full agent's copy and the LoRA agents' base): autograd orders the
-# two models' units by the graph each rank built (a stand-in's is not the real forward's), so the processes' backward
-# gathers and reduce-scatters can pair different units: gloo's "Received data size doesn't match expected size"
-TWO_MODELS = pytest.mark.xfail(strict=True, reason="two sharded models in one backward: collectives out of order")
-
 
 def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
     return [
@@ -65,7 +60,7 @@ def close(a: dict, b: dict, rel: float, floor: float) -> list[str]:
     return [n for n in b if float((a[n] - b[n]).abs().max()) > rel * float(b[n].abs().max()) + floor]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=TWO_MODELS) if "full" in c else c for c in sorted(CASES)])
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_two_sharded_processes_take_one_process_step(case, tmp_path, monkeypatch, one_thread):
     probe = {"COLLAB_DDP_SIGNAL_RANKS": "0,1", "COLLAB_DDP_SIGNAL": "text", "COLLAB_DDP_CAPTURE": "1"}
     env = {

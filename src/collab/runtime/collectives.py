@@ -142,8 +142,11 @@ def backward_passes(
             extra = step.take_pending()
             if extra is not None:
                 loss = extra if loss is None else loss + extra
+            # every rank gathers and reduce-scatters the pass's sharded models in one order, backward or not
             if loss is not None and loss.requires_grad:
-                module.manual_backward(loss * world)  # FSDP2 reduce-scatters each pass's gradients (an average)
+                step.backward(lambda loss=loss: module.manual_backward(loss * world))
+            else:
+                step.backward(lambda: None)
         elif world > 1:
             loss = _touch(module) + (loss if loss is not None else 0.0)
             sync = nullcontext() if j == n - 1 else strategy.block_backward_sync()

@@ -11,8 +11,14 @@ processes that posted it run their forward and the others a stand-in forward of 
 mode), whose output they keep as a zero-weight term (:meth:`Lockstep.pending`) so that their backward, too, runs the
 same collectives. A process with nothing to run (its rollout ended first, it is about to enter another collective)
 serves the others' rounds until every process is idle (:meth:`Lockstep.settle`, called before each of collab's
-own collectives, as transformers' ``generate(synced_gpus=True)`` keeps a finished process stepping). FSDP2 does the
-gathers and the gradients' reduce-scatter; this module only makes their sequence the same on every process.
+own collectives, as transformers' ``generate(synced_gpus=True)`` keeps a finished process stepping).
+
+The backward is not left to FSDP2's hooks: autograd orders each process's backward by the graph that process built
+(a stand-in's is not the real forward's), so with two sharded models in one backward pass the processes' gathers and
+reduce-scatters would pair different units. :meth:`Lockstep.backward` instead gathers, in registration order, every
+root that took part in a round with gradients since the last pass (the same roots on every process), runs the
+backward with no collective inside it (:func:`collab.training.fsdp.shard_models` turns off FSDP2's gradient sync and
+its reshard after backward), then reduce-scatters each unit's gradients and reshards it, in the same order.
 
 With one process nothing here runs (no lockstep is active).
 """
@@ -83,6 +89,7 @@ class Lockstep:
         self._depth = 0  # > 0 inside a root's forward (nested roots run no round of their own) or a stand-in
         self._after: list[int] = []  # the posted codes to serve after this process's own forward
         self._pending: list[Tensor] = []
+        self._used: set[int] = set()  # the roots of the rounds with gradients since the last backward
         self.rounds = self.stand_ins = 0  # counters (tests read them)
 
     def add(self, root: nn.Module, stand_in: Callable[[nn.Module], dict] | None = None) -> int:
@@ -119,6 +126,7 @@ class Lockstep:
                 out = _output_tensor(root(**self.inputs[key](root)))
             if grad:
                 self._pending.append(out.float().sum() * 0.0)
+                self._used.add(key)
         finally:
             self._depth -= 1
         self.stand_ins += 1
@@ -128,6 +136,8 @@ class Lockstep:
         if self._depth > 1:  # a stand-in, or a root inside another root's forward: no round of its own
             return
         code = self._code(key)
+        if code % 2:
+            self._used.add(key)
         codes = self._round(code)
         for other in codes:
             if other < code:
@@ -154,6 +164,52 @@ class Lockstep:
     def take_pending(self) -> Tensor | None:
         out, self._pending = self._pending, []
         return sum(out[1:], out[0]) if out else None
+
+    def backward(self, run: Callable[[], object]) -> None:
+        """One backward pass (``run``: this process's backward, or nothing) with every collective in code order:
+        the roots of the rounds with gradients since the last call (the same on every process: each such round ran
+        a forward with gradients everywhere) all-gathered unit by unit, ``run()``, then each unit's gradients
+        reduce-scattered (averaged; zeros for a parameter this process gave none) and the unit resharded, in the
+        same order. Whole weights of those roots and whole gradients of their trainable weights live until then."""
+        roots = [self.roots[key] for key in sorted(self._used)]
+        self._used.clear()
+        units = [unit for root in roots for unit in _units(root)]
+        for unit in units:
+            unit.unshard()
+        run()
+        for unit in units:
+            _reduce(unit)
+        for unit in units:
+            for group in unit._get_fsdp_state()._fsdp_param_groups:
+                group.finalize_backward()
+        for root in roots:  # FSDP2 keeps each reduce-scatter's input until the backward's end (its final callback)
+            state = root._get_fsdp_state()
+            context = state._comm_ctx
+            for reduced in context.reduce_scatter_states:
+                if reduced.event is not None:
+                    state._device_handle.current_stream().wait_event(reduced.event)
+            context.reduce_scatter_states.clear()
+
+
+def _units(root: nn.Module) -> list[nn.Module]:
+    """The FSDP2 units under ``root`` (itself first), in module order."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in root.modules() if isinstance(m, FSDPModule)]
+
+
+def _reduce(unit) -> None:
+    """FSDP2's post-backward of ``unit`` with its gradient sync and reshard on: the reduce-scatter of the unsharded
+    gradients the backward left (FSDP2's own, as inside a backward), then the reshard; both off again after."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+    for group in unit._get_fsdp_state()._fsdp_param_groups:
+        group.reduce_grads = group.all_reduce_grads = group.reshard_after_backward = True
+        try:
+            group.post_backward()
+        finally:
+            group.reduce_grads = group.all_reduce_grads = group.reshard_after_backward = False
+            group._training_state = TrainingState.IDLE
 
 
 def activate(lockstep: Lockstep | None) -> None:

@@ -98,6 +98,9 @@ def shard_models(root: nn.Module, mesh, device) -> object:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh, reshard_after_forward=True)
         model.set_reduce_scatter_unused_params(True)  # ranks train different agents' adapters
+        # no collective inside autograd's backward: the lockstep gathers before it, reduces after (Lockstep.backward)
+        model.set_requires_gradient_sync(False)
+        model.set_reshard_after_backward(False)
         step.add(model)
     lockstep.activate(step)
     after = sum(_local(p).numel() * p.element_size() for p in root.parameters())
