@@ -5,13 +5,14 @@ Under FSDP2 (``torch.distributed.fsdp.fully_shard``) each decoder layer of a sha
 forward (and again in the backward), a collective: every process must run the same forwards of the same models in
 the same order. collab's processes do not by themselves (each decodes its own tasks to their own lengths, scores its
 own responses in its own number of forwards). Here each forward of a sharded *root* (a model of the pool that
-``fully_shard`` wrapped last: :func:`collab.training.fsdp.shard_model`) is a *round*: every process posts the root it
+``fully_shard`` wrapped last: :func:`collab.training.fsdp.shard_models`) is a *round*: every process posts the root it
 is about to run (or that it is idle), in one small all-gather; then, for every posted root in one order, the
 processes that posted it run their forward and the others a stand-in forward of that root (one token, the same grad
-mode), whose output they keep as a zero-weight term (:meth:`Lockstep.pending`) so that their backward, too, runs the
-same collectives. A process with nothing to run (its rollout ended first, it is about to enter another collective)
-serves the others' rounds until every process is idle (:meth:`Lockstep.settle`, called before each of collab's
-own collectives, as transformers' ``generate(synced_gpus=True)`` keeps a finished process stepping).
+mode), whose output they keep as a zero-weight term of their next backward pass (:meth:`Lockstep.take_pending`: it
+gives the root's weights zero gradients; the backward's collectives are :meth:`Lockstep.backward`'s). A process
+with nothing to run (its rollout ended first, it is about to enter another collective) serves the others' rounds
+until every process is idle (:meth:`Lockstep.settle`, called before each of collab's own collectives, as
+transformers' ``generate(synced_gpus=True)`` keeps a finished process stepping).
 
 The backward is not left to FSDP2's hooks: autograd orders each process's backward by the graph that process built
 (a stand-in's is not the real forward's), so with two sharded models in one backward pass the processes' gathers and
