@@ -109,13 +109,13 @@ def composed_args(algo: str, line: CommandLine) -> list[str]:
     the env pair, old option names and the strategy checked first, and the files read said once."""
     from collab.algos.options import check_env_pair
     from collab.cli.output import note
-    from collab.training.sharding import alias
+    from collab.training.fsdp import alias
 
     env = line.env()
     if not is_class_path(algo):
         check_env_pair(algo, env)
     layers = packaged_layers(algo, env)
-    line.args = alias(line.args)  # --trainer.strategy fsdp: collab's sharded base (collab.training.sharding)
+    line.args = alias(line.args)  # --trainer.strategy fsdp: FSDP2 through Lightning (collab.training.fsdp)
     check_strategy((line.values("--trainer.strategy") or [""])[-1])  # before Lightning's "fsdp requires a GPU"
     note(describe(layers, line))
     return parser_args(compose(layers)[0], line)  # a later model.agents replaces the earlier list whole
@@ -181,14 +181,13 @@ def _single_line(e: BaseException) -> str:
 
 
 def check_strategy(strategy) -> None:
-    """Refuse Lightning's strategies that shard the base per layer (its FSDP, ModelParallel, DeepSpeed): one line,
-    exit 2, pointing to collab's own (``--trainer.strategy fsdp``: :mod:`collab.training.sharding`). ``strategy`` is a
-    Strategy or what ``--trainer.strategy`` says. Their per-layer gathers need every process to run the same
-    forwards in the same order; collab's processes decode and score their own data (docs/distributed.md,
-    "Sharded bases", has the failures reproduced on CPU)."""
-    from collab.training.sharding import NAME, ShardedBaseStrategy
+    """Refuse Lightning's own sharding strategies (its FSDP, ModelParallel, DeepSpeed) as named: one line, exit 2,
+    pointing to collab's (``--trainer.strategy fsdp``: :mod:`collab.training.fsdp`, Lightning's ModelParallel with
+    collab's models sharded and their forwards in lockstep). ``strategy`` is a Strategy or what
+    ``--trainer.strategy`` says."""
+    from collab.training.fsdp import NAME, FSDP2Strategy
 
-    if isinstance(strategy, ShardedBaseStrategy) or strategy == NAME:
+    if isinstance(strategy, FSDP2Strategy) or strategy == NAME:
         return
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
     low = name.lower()
@@ -197,8 +196,8 @@ def check_strategy(strategy) -> None:
     raise UserError(
         f"--trainer.strategy {name} is not supported: Lightning's gathers each layer of the base inside the "
         "layer's forward, which needs every process to run the same forwards, and collab's processes decode "
-        "and score their own data; use --trainer.strategy fsdp (collab's: the frozen base sharded across the "
-        "processes, docs/distributed.md) or ddp (a whole base per process; --model.base.quantization 4bit "
+        "and score their own data; use --trainer.strategy fsdp (collab's: FSDP2 with every process's forwards "
+        "in lockstep, docs/distributed.md) or ddp (a whole base per process; --model.base.quantization 4bit "
         "keeps it small)"
     )
 
@@ -312,9 +311,9 @@ def fit(argv: list[str]) -> None:
         print_config(algo, rest, line)
     cli = build_cli(algo, rest, line)
     check_strategy(cli.trainer.strategy)
-    from collab.training import sharding
+    from collab.training import fsdp
 
-    sharding.check(cli.trainer.strategy, cli.model)
+    fsdp.check(cli.trainer.strategy, cli.model)
     from collab.cli.output import note, restore_on_exit
     from collab.cli.resources import prepare_processes
     from collab.runtime.threads import choose_threads

@@ -186,7 +186,6 @@ def error_lines(capsys) -> list[str]:
     "extra,expected",
     [
         (["--model.base.quantization", "4bit"], "quantization none, or finetune: lora"),
-        (["--trainer.strategy", "fsdp", "--trainer.devices", "2"], "--trainer.strategy ddp (each process holds"),
         (["--model.critic_spec", "{share_agent_adapter: true}", "--model.critic", "decentralized"], "share_agent"),
         ([], "more than the 1.0 MB of cpu: train them as LoRA agents"),  # a device of 1 MB, before loading
     ],

@@ -37,7 +37,7 @@ class AlgoTests:
     """How the 2 processes of its DDP run start: Lightning's launcher, or as a cluster would (``torchrun``, ``srun``:
     docs/distributed.md's launches)."""
     strategy: str = "ddp"
-    """The strategy of its DDP run (``fsdp``: collab's DDP that also shards the frozen base)."""
+    """The strategy of its DDP run (``fsdp``: collab's FSDP2, every model of the team sharded: collab.training.fsdp)."""
     debate: tuple[str, ...] = ()
     """Its options on top of tests/algos/test_one_env_for_all.py's debate of 4 agents."""
     agent_per_turn: bool = False

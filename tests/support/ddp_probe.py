@@ -14,8 +14,11 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
   in the step's collectives: the run must end at the process group's timeout, in one line naming the rank
   and the step (``collab.training.distributed``).
 * ``COLLAB_DDP_CAPTURE=1``: each rank also saves its first rollout (``rollout<r>.pt``) and prepared batch
-  (``batch<r>.pt``), its weights at the start (``init<r>.pt``) and the gradient of the first optimizer
-  step, synchronised and before clipping (``grads<r>.pt``).
+  (``batch<r>.pt``), its weights at the start (``init<r>.pt``), the gradient of the first optimizer
+  step, synchronised and before clipping (``grads<r>.pt``), and the weights that step made (``after<r>.pt``).
+  Under ``--trainer.strategy fsdp`` the shards are gathered: every file holds whole tensors.
+* ``COLLAB_DDP_RANK_TOKENS="RANK:N"``: that rank's agents write at most N tokens a reply (the others keep their
+  own cap): the processes' rollouts take unequal numbers of decoding steps.
 * ``COLLAB_DDP_REPLAY=DIR``: a 1-process run that starts from ``DIR/init0.pt`` and whose first rollout and
   prepared batch are the unions of both ranks' (``DIR/rollout<r>.pt``, ``DIR/batch<r>.pt``) instead of new
   ones (prepared by each rank: a rank's episode and group numbers index its own items only); with
@@ -49,11 +52,34 @@ def trainable(pl_module) -> dict[str, torch.Tensor]:
     return {name: p for name, p in sorted(pl_module.named_parameters()) if p.requires_grad}
 
 
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """``t`` whole: an FSDP2 shard (a DTensor, ``--trainer.strategy fsdp``) gathered from every process (a collective:
+    every rank calls it on the same tensors in the same order), any other tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def weights(pl_module) -> dict[str, torch.Tensor]:
+    """The trainable weights, whole (detached copies)."""
+    return {n: whole(p.detach()).clone() for n, p in trainable(pl_module).items()}
+
+
+def gradients(pl_module) -> dict[str, torch.Tensor]:
+    """The trainable weights' gradients, whole: a shard's gathered from every process (a missing one as zeros, so
+    that every rank runs the same gathers), another only where this rank has it."""
+    out = {}
+    for n, p in trainable(pl_module).items():
+        if hasattr(p, "full_tensor"):
+            out[n] = whole(p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+        elif p.grad is not None:
+            out[n] = p.grad.detach().clone()
+    return out
+
+
 def digest(pl_module) -> str:
     h = hashlib.sha256()
-    for name, p in trainable(pl_module).items():
+    for name, p in weights(pl_module).items():
         h.update(name.encode())
-        h.update(p.detach().cpu().numpy().tobytes())
+        h.update(p.cpu().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -94,24 +120,36 @@ def live_bytes() -> int:
     seen: dict[int, int] = {}
     for obj in gc.get_objects():
         if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+            obj = obj.to_local() if hasattr(obj, "to_local") else obj  # a DTensor: its local shard
             storage = obj.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
 
 
 def sharding(pl_module) -> dict | None:
-    """With a sharded base (``--trainer.strategy fsdp``): the bytes this rank keeps and the rounds it took part in."""
-    from collab.runtime import sharded
+    """With sharded models (``--trainer.strategy fsdp``, FSDP2): the bytes of weights this rank keeps (local shards),
+    the whole weights' bytes and the lockstep rounds it took part in."""
+    from collab.runtime import lockstep
 
-    g = sharded.active()
-    if g is None:
+    step = lockstep.active()
+    if step is None:
         return None
+    params = dict(pl_module.named_parameters())
+    shards = {n: p for n, p in params.items() if hasattr(p, "to_local")}
+    rank, world = step.rank, step.world
+    uneven = []  # the shards whose rows are not this rank's chunk of dim 0 (FSDP2's torch.chunk split)
+    for n, p in shards.items():
+        rows = -(-p.shape[0] // world)
+        if p.to_local().shape != (max(0, min(rows, p.shape[0] - rank * rows)), *p.shape[1:]):
+            uneven.append(n)
     return {
-        "local": g.local_bytes(),
-        "whole": g.whole_bytes(),
-        "rounds": g.rounds,
-        "gathers": g.gathers,
-        "params": sum(p.numel() * p.element_size() for p in pl_module.parameters()),
+        "local": sum((p.to_local() if n in shards else p).numel() * p.element_size() for n, p in params.items()),
+        "whole": sum(p.numel() * p.element_size() for p in params.values()),
+        "shards": len(shards),
+        "uneven": uneven,
+        "whole_trainable": sorted(n for n, p in params.items() if p.requires_grad and n not in shards),
+        "rounds": step.rounds,
+        "stand_ins": step.stand_ins,
         "live": live_bytes(),
     }
 
@@ -136,6 +174,13 @@ class Probe(L.Callback):
 
         def recording(tasks):
             env = pl_module.env
+            cap = os.environ.get("COLLAB_DDP_RANK_TOKENS")
+            if cap and int(cap.split(":")[0]) == rank and not self.tasks:
+                team = pl_module.team
+                for i, spec in enumerate(team.specs):
+                    team.specs[i] = replace(
+                        spec, sampling=replace(spec.sampling, max_new_tokens=int(cap.split(":")[1]))
+                    )
             if not self.tasks:  # the random stream this rank samples its first rollout from
                 self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
             self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
@@ -169,8 +214,10 @@ class Probe(L.Callback):
         def optimizer_step():  # the synchronised gradient of the captured rollout's first step, before clipping
             if self.capture and self.rollouts == self.capture_at and not self.grads_saved:
                 self.grads_saved = True
-                grads = {n: p.grad.detach().clone() for n, p in trainable(pl_module).items() if p.grad is not None}
-                torch.save(grads, self.out / f"grads{rank}.pt")
+                torch.save(gradients(pl_module), self.out / f"grads{rank}.pt")
+                step()
+                torch.save(weights(pl_module), self.out / f"after{rank}.pt")
+                return
             step()
 
         pl_module.optimizer_step = optimizer_step
@@ -179,7 +226,7 @@ class Probe(L.Callback):
         if os.environ.get("COLLAB_DDP_LOADED"):
             torch.save(
                 {
-                    "params": {n: p.detach().clone() for n, p in trainable(pl_module).items()},
+                    "params": weights(pl_module),
                     "optimizer": trainer.optimizers[0].state_dict(),
                     "stream": trainer.datamodule.stream.state_dict(),
                     "rng": pl_module._resume_rng,
@@ -192,10 +239,7 @@ class Probe(L.Callback):
                 for name, p in trainable(pl_module).items():
                     p.copy_(init[name])
         elif self.capture:
-            torch.save(
-                {n: p.detach().clone() for n, p in trainable(pl_module).items()},
-                self.out / f"init{trainer.global_rank}.pt",
-            )
+            torch.save(weights(pl_module), self.out / f"init{trainer.global_rank}.pt")
         self.start = digest(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -1570,18 +1570,18 @@ def test_per_layer_sharding_strategies_are_refused(name):
     """Lightning's FSDP, ModelParallel and DeepSpeed strategies end in one line naming collab's fsdp and ddp."""
     from collab.errors import UserError
     from collab.fit import check_strategy
-    from collab.training.sharding import ShardedBaseStrategy
+    from collab.training.fsdp import FSDP2Strategy
 
     with pytest.raises(UserError, match="use --trainer.strategy fsdp .collab's.* or ddp") as error:
         check_strategy(type(name, (), {})())
     assert "\n" not in str(error.value)
     check_strategy(type("DDPStrategy", (), {})())  # ddp passes
-    check_strategy(ShardedBaseStrategy())  # and collab's sharded base
+    check_strategy(FSDP2Strategy())  # and collab's FSDP2
     check_strategy("collab_fsdp")
 
 
-def test_fsdp_names_collabs_sharded_base():
-    from collab.training.sharding import NAME, alias
+def test_fsdp_names_collabs_fsdp2():
+    from collab.training.fsdp import NAME, alias
 
     assert alias(["--trainer.strategy", "fsdp", "--x", "fsdp"]) == ["--trainer.strategy", NAME, "--x", "fsdp"]
     assert alias(["--trainer.strategy=fsdp"]) == [f"--trainer.strategy={NAME}"]

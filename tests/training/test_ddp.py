@@ -1,5 +1,5 @@
-"""Multi-process training: 2 CPU processes on gloo through Lightning's DDP (CoLLM-CC through collab's fsdp, a DDP
-that also shards the frozen base), every algorithm and env.
+"""Multi-process training: 2 CPU processes on gloo through Lightning's DDP (CoLLM-CC through collab's fsdp: FSDP2,
+every model of the team sharded), every algorithm and env.
 
 Each run checks that the ranks played disjoint shares of every step's tasks, that after every
 optimizer step both ranks hold bitwise the same trainable weights (one gradient synchronisation per
@@ -107,9 +107,9 @@ def args(algo: str, tmp: Path, extra: list[str], evaluate: bool = True) -> list[
 # how each algorithm's 2 processes start (``launcher``): Lightning's own launcher, which starts rank 1 itself, or the
 # launches docs/distributed.md gives for clusters, torchrun and SLURM's srun (emulated: two processes with the
 # SLURM_* variables srun sets, which Lightning's SLURMEnvironment reads; there is no srun here). The cases of the test
-# below: every algorithm under its ``strategy``, ddp but for CoLLM-CC, which runs under collab's fsdp (a DDP strategy
-# that also shards the frozen base: collab.training.sharding), an actor-critic whose critic reads through the shared,
-# sharded base; its gradients are synchronised as under ddp, which the other six check
+# below: every algorithm under its ``strategy``, ddp but for CoLLM-CC, which runs under collab's fsdp (FSDP2 through
+# Lightning: collab.training.fsdp), an actor-critic whose critic reads through the shared, sharded base and whose
+# value head stays whole on every process; its gradients must equal one process's as under ddp
 CASES = [algo if settings(algo).strategy == "ddp" else f"{algo}+{settings(algo).strategy}" for algo in algos()]
 
 
@@ -215,15 +215,18 @@ def lockstep(case: str, tmp_path: Path, monkeypatch) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stderr.count("config: ") == 1  # the run says once (rank 0), whatever started its processes
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    if (
-        strategy == "fsdp"
-    ):  # each rank kept half of every sharded weight and freed the rest; they took part in every round
+    if strategy == "fsdp":  # FSDP2: every rank keeps its half of each sharded weight; both took part in every round
         shards = [r["sharded"] for r in ranks]
         print(run.stderr[run.stderr.index("fsdp: ") :].splitlines()[0], shards)
+        assert "models sharded across 2 processes (FSDP2" in run.stderr
         assert shards[0]["whole"] == shards[1]["whole"] > 0 and shards[0]["rounds"] == shards[1]["rounds"] > 0
+        assert shards[0]["shards"] == shards[1]["shards"] > 0 and shards[0]["uneven"] == shards[1]["uneven"] == []
+        # the critic's value head, outside every model, stays whole on both ranks (the digests cover it)
+        assert shards[0]["whole_trainable"] == shards[1]["whole_trainable"] != []
+        assert shards[0]["local"] + shards[1]["local"] - shards[0]["whole"] <= 0.01 * shards[0]["whole"]
         for s in shards:
-            assert abs(s["local"] - s["whole"] / 2) <= 0.01 * s["whole"]
-            assert s["live"] < 0.75 * (s["whole"] + s["params"]), s  # the whole weights are gone, not merely unlisted
+            assert abs(s["local"] - s["whole"] / 2) <= 0.01 * s["whole"], s
+            assert s["live"] < 0.75 * s["whole"], s  # no whole copy of the weights is alive (the shards' storages)
     else:
         assert ranks[0]["sharded"] is None
     assert ranks[0]["step"] == ranks[1]["step"] == 2

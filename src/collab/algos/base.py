@@ -69,7 +69,7 @@ from collab.policy.team import (
 )
 from collab.policy.vllm_engine import ENGINES, VllmEngine, check_engine, vllm_options
 from collab.rollout.experience import Batch, Experience, Normalizers, epochs
-from collab.runtime import sharded
+from collab.runtime import collectives, lockstep
 from collab.runtime.collectives import backward_passes, global_count, minibatch_schedule, reached_max_steps, steps_note
 from collab.runtime.memory import budget_bytes, release, release_above, resident_bytes, token_budget_chunks
 from collab.runtime.rank_state import gather_per_rank, pick_rank, rng_state, set_rng_state
@@ -169,8 +169,7 @@ class CollabModule(L.LightningModule):
         base = self.base
         if base.device == "auto" and self._trainer is not None:
             strategy = self.trainer.strategy
-            load = getattr(strategy, "load_device", None)  # a sharded base loads on the CPU (collab.training.sharding)
-            base = replace(base, device=load() if load else str(strategy.root_device))
+            base = replace(base, device=str(strategy.root_device))
         self.team = AgentTeam(self.team_specs(env), base)
         self.team.decode_memory = budget_bytes(self.team.device, self.decode_memory_gb)
         report = self.team.targets_report()  # what LoRA adapts on each base, what full agents hold: once per run
@@ -246,7 +245,7 @@ class CollabModule(L.LightningModule):
             metrics = self.update(batch)
             release()
         log_rollout(self, experience, {**batch.metrics, **metrics})
-        sharded.settle()  # a sharded base: every rank's gathers served before the step's last collective
+        lockstep.settle()  # sharded models: every rank's forwards served before the step's last collective
         preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
 
     def update(self, batch: Batch) -> dict[str, float]:
@@ -358,7 +357,7 @@ class CollabModule(L.LightningModule):
         """Clip the accumulated gradients (``max_grad_norm``) and take the optimizer step."""
         opt = self.optimizers()
         if self.max_grad_norm and self.max_grad_norm > 0:
-            self.clip_gradients(opt, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+            collectives.clip_gradients(self, opt, self.max_grad_norm)  # Lightning's, or FSDP2's shards and heads
         opt.step()
 
     # -- checkpoints -------------------------------------------------------------------------------

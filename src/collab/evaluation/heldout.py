@@ -92,10 +92,10 @@ def gather_records(records: Sequence[TaskRecord]) -> list[TaskRecord]:
     """Every process's records on every process (``all_gather_object``), ordered by task index."""
     rank, world = _world()
     if world > 1:
-        from collab.runtime import sharded
+        from collab.runtime import lockstep
 
         parts: list = [None] * world
-        sharded.settle()  # a sharded base: every rank's decoding done (collab.runtime.sharded)
+        lockstep.settle()  # sharded models: every rank's decoding done (collab.runtime.lockstep)
         torch.distributed.all_gather_object(parts, list(records))
         records = [r for part in parts for r in part]
     return sorted(records, key=lambda r: r.task)

@@ -13,8 +13,9 @@ team may mix both. What follows from the choice:
   all-reduce its gradients: a full-parameter team must fit one device. Placing agents on different devices (CoMLRL's
   model-parallel mode) would split a rollout that batches every agent, and an update that sums every agent's loss,
   across devices; sharding what trains (Lightning's FSDP or DeepSpeed) would gather every layer at each decoding
-  step of a rollout, which collab's own loop runs token by token. collab's ``--trainer.strategy fsdp`` shards only a
-  frozen base, so it refuses full agents in one line (:func:`collab.training.sharding.check`).
+  step of a rollout, which collab's own loop runs token by token, unless every process runs the same forwards:
+  ``--trainer.strategy fsdp`` (:mod:`collab.training.fsdp`) shards full agents with FSDP2 and keeps the processes'
+  forwards in lockstep (:mod:`collab.runtime.lockstep`).
 - **The reference policy** of the KL terms (MAGRPO's ``kl_coef``, MAPoRL's) is the untrained base: the shared base
   with adapters disabled when LoRA agents share the full agent's base name, else a frozen copy of the base, loaded
   the first time a KL term or a critic that reads the frozen base (MARFT's head, MAPoRL's value heads) needs it

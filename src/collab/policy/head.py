@@ -12,8 +12,8 @@ of the one-pass computation: the same operations on the same rows, chunk by chun
 
 :func:`hidden_states` runs a causal LM with its output head replaced by the identity, so that ``out.logits`` are
 the final hidden states. A model whose forward post-processes the head's output (Gemma 2's soft-capping,
-Granite's and Cohere's scales: :data:`POST_OPS`) or whose head trains (LoRA on ``lm_head``) keeps the one-pass
-path (:func:`output_head` returns None).
+Granite's and Cohere's scales: :data:`POST_OPS`), whose head trains (LoRA on ``lm_head``) or whose head FSDP2
+shards keeps the one-pass path (:func:`output_head` returns None).
 """
 
 from __future__ import annotations
@@ -122,13 +122,14 @@ def token_logprobs(
 
 def output_head(model) -> tuple[nn.Module, str, nn.Module] | None:
     """``(parent, name, head)`` of a causal LM's output head (inside a peft model too); None when it cannot take the
-    chunked path: no head found, a head with trainable weights (LoRA on ``lm_head``), or logits post-processed by
+    chunked path: no head found, a head with trainable weights (LoRA on ``lm_head``), a head sharded by FSDP2
+    (``--trainer.strategy fsdp``: its weight is whole only inside the model's forward), or logits post-processed by
     the model's forward (:data:`POST_OPS`)."""
     config = getattr(model, "config", None)
     if config is not None and any(getattr(config, f, None) not in (None, 1, 1.0) for f in POST_OPS):
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is None or any(p.requires_grad for p in head.parameters()):
+    if head is None or any(p.requires_grad or hasattr(p, "to_local") for p in head.parameters()):
         return None
     for parent in model.modules():
         for name, child in parent.named_children():

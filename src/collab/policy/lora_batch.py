@@ -175,6 +175,10 @@ class AdapterRows:
         if self.plain:
             return self.model(**inputs)
         if self.ctx is not None:
+            from collab.runtime import lockstep
+
+            if lockstep.active() is not None:  # FSDP2: through the PeftModel, the sharded root (its hooks gather)
+                return self.model(**inputs)
             return self.model.get_base_model()(**inputs)
         return self.model(adapter_names=self.row_adapters, **inputs)
 

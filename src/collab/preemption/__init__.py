@@ -142,8 +142,8 @@ def check_step() -> None:
 def agree(module) -> None:
     """At a step's end, every rank: whether any rank got a SIGTERM (one all-reduce under DDP). If so, every
     rank sets Lightning's flag, and its loop stops after this step on every rank at once (the save's
-    collectives match). One process: the signal handler set the flag already. With a sharded base the caller
-    settles the gathers first (:func:`collab.runtime.sharded.settle`)."""
+    collectives match). One process: the signal handler set the flag already. With sharded models the caller
+    settles the forwards first (:func:`collab.runtime.lockstep.settle`)."""
     state._state.steps += 1
     trainer = module.trainer
     if trainer.world_size > 1:  # collab.runtime.collectives.global_max, written out: runtime/ sits above this module

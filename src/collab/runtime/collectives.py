@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from collab import preemption
-from collab.runtime import sharded
+from collab.runtime import lockstep
 
 
 def world_size(module) -> int:
@@ -41,7 +41,7 @@ def global_sum(module, values: Tensor | float | Sequence[float]) -> Tensor:
     """``values`` summed over the ranks (a float64 CPU tensor; a copy, never the input)."""
     t = torch.as_tensor(values, dtype=torch.float64).clone()
     if world_size(module) > 1:
-        sharded.settle()  # a sharded base: serve the others' gathers first (collab.runtime.sharded)
+        lockstep.settle()  # sharded models: serve the others' forwards first (collab.runtime.lockstep)
         t = module.trainer.strategy.reduce(t, reduce_op="sum")
     return t
 
@@ -51,7 +51,7 @@ def global_max(module, value: int) -> int:
     if world_size(module) == 1:
         return int(value)
     t = torch.tensor([float(value)], dtype=torch.float64)
-    sharded.settle()
+    lockstep.settle()
     return int(module.trainer.strategy.reduce(t, reduce_op="max").item())
 
 
@@ -109,7 +109,7 @@ def global_means(module, stats: dict[str, float]) -> dict[str, float]:
     import torch.distributed as dist
 
     keys: list[list[str]] = [[] for _ in range(world_size(module))]
-    sharded.settle()
+    lockstep.settle()
     dist.all_gather_object(keys, sorted(stats))
     union = sorted(set().union(*keys))
     sums = global_sum(module, [[float(stats[k]), 1.0] if k in stats else [0.0, 0.0] for k in union])
@@ -133,37 +133,74 @@ def backward_passes(
     world = world_size(module)
     n = global_max(module, len(passes))
     strategy = module.trainer.strategy if world > 1 else None
-    shards = sharded.active()
+    step = lockstep.active()
     for j in range(n):
         preemption.check()  # a SIGTERM stops inside an update (collab.preemption): nothing of this step is saved
         loss = passes[j]() if j < len(passes) else None
-        if world > 1:
+        if step is not None:  # FSDP2: the others' forwards served, the stand-ins' zero terms in this pass's backward
+            step.settle()
+            extra = step.take_pending()
+            if extra is not None:
+                loss = extra if loss is None else loss + extra
+            # every rank gathers and reduce-scatters the pass's sharded models in one order, backward or not
+            if loss is not None and loss.requires_grad:
+                step.backward(lambda loss=loss: module.manual_backward(loss * world))
+            else:
+                step.backward(lambda: None)
+        elif world > 1:
             loss = _touch(module) + (loss if loss is not None else 0.0)
-            sync = nullcontext() if j == n - 1 and shards is None else strategy.block_backward_sync()
+            sync = nullcontext() if j == n - 1 else strategy.block_backward_sync()
             with sync:
                 module.manual_backward(loss * world)
         elif loss is not None:
             module.manual_backward(loss)
         if after_backward is not None:
             after_backward()
-    if shards is not None:  # a sharded base: the ranks' backward passes gather layers in rounds of their own, so the
-        average_gradients(module)  # gradients are averaged after them, not inside DDP's backward (it could wait there)
+    if step is not None:  # what no sharded model holds (value and critic heads): whole on every process
+        average_gradients(module)
     return n > 0
 
 
 def average_gradients(module) -> None:
-    """DDP's gradient average, as one all-reduce after the backward passes (a sharded base: every rank settled
-    first): each trainable gradient divided by the world size, then summed over the ranks."""
+    """The gradient average of the trainable parameters that FSDP2 does not hold (not DTensors: value and critic
+    heads), as one all-reduce after the backward passes (every rank settled first): each gradient (zero where a rank
+    gave it none) divided by the world size, then summed over the ranks."""
     import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
 
-    sharded.settle()
-    params = [p for p in module.parameters() if p.requires_grad and p.grad is not None]
+    lockstep.settle()
+    params = [p for p in module.parameters() if p.requires_grad and not isinstance(p, DTensor)]
     if not params:
         return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     flat = torch.cat([p.grad.reshape(-1) for p in params]) / world_size(module)
     dist.all_reduce(flat)
     for p, g in zip(params, torch.split(flat, [p.numel() for p in params])):
         p.grad.copy_(g.view_as(p.grad))
+
+
+def clip_gradients(module, opt, max_norm: float) -> None:
+    """Clip the trainable gradients to a total norm of ``max_norm``: Lightning's ``clip_gradients``, or under FSDP2
+    (sharded models: a lockstep is active) torch's ``clip_grad_norm_`` over DTensor shards and whole tensors (value
+    and critic heads, averaged: the same on every rank) together: the shards' squared norms summed over the ranks,
+    the whole tensors' counted once, every gradient scaled by ``max_norm / (norm + 1e-6)`` when that is below 1."""
+    if lockstep.active() is None:
+        module.clip_gradients(opt, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
+        return
+    grads = [p.grad for p in module.parameters() if p.requires_grad and p.grad is not None]
+    if not grads:
+        return
+    lockstep.settle()
+    squares = torch.zeros((), dtype=torch.float32)
+    for g in grads:  # the same order on every rank: a sharded gradient's norm is a collective
+        norm = torch.linalg.vector_norm(g, 2, dtype=torch.float32)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        squares = squares + norm.to(squares.device) ** 2
+    coef = min(1.0, float(max_norm / (squares.sqrt() + 1e-6)))
+    for g in grads:
+        g.mul_(coef)
 
 
 def steps_note(max_steps: int | None, num_epochs: int, minibatch_size: int | None) -> str:

@@ -197,7 +197,8 @@ def bytes_per_token(team) -> float:
     agent's forward saves nothing)."""
     half = PROBE_TOKENS // 2
     prompt, completion = list(range(10, 10 + half)), list(range(10 + half, 10 + 2 * half))
-    weights = {p.untyped_storage().data_ptr() for p in team.parameters()}  # weights are not activations
+    # weights are not activations (FSDP2's DTensors: the local shard's storage)
+    weights = {(p.to_local() if hasattr(p, "to_local") else p).untyped_storage().data_ptr() for p in team.parameters()}
     per_base = []
     for base in dict.fromkeys(agent.base for agent in team.agents):
         mine = [i for i, agent in enumerate(team.agents) if agent.base is base]

@@ -61,10 +61,10 @@ def gather_per_rank(obj: Any) -> list[Any]:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        from collab.runtime import sharded
+        from collab.runtime import lockstep
 
         out: list[Any] = [None] * dist.get_world_size()
-        sharded.settle()
+        lockstep.settle()
         dist.all_gather_object(out, obj)
         return out
     return [obj]

@@ -68,6 +68,7 @@ def step_only_storages(trainer, pl_module) -> set[int]:
     tensors = list(pl_module.parameters())
     for opt in trainer.optimizers:
         tensors += [t for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
+    tensors = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]  # FSDP2's DTensors: the local shard
     return {t.untyped_storage().data_ptr() for t in tensors}
 
 
