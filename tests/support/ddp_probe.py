@@ -128,7 +128,8 @@ def live_bytes() -> int:
 
 def sharding(pl_module) -> dict | None:
     """With sharded models (``--trainer.strategy fsdp``, FSDP2): the bytes of weights this rank keeps (local shards),
-    the whole weights' bytes and the lockstep rounds it took part in."""
+    the whole weights' bytes, the bytes of the weights no model shards (heads outside every model: kept whole on every
+    rank) and the lockstep rounds it took part in."""
     from collab.runtime import lockstep
 
     step = lockstep.active()
@@ -145,6 +146,7 @@ def sharding(pl_module) -> dict | None:
     return {
         "local": sum((p.to_local() if n in shards else p).numel() * p.element_size() for n, p in params.items()),
         "whole": sum(p.numel() * p.element_size() for p in params.values()),
+        "unsharded": sum(p.numel() * p.element_size() for n, p in params.items() if n not in shards),
         "shards": len(shards),
         "uneven": uneven,
         "whole_trainable": sorted(n for n, p in params.items() if p.requires_grad and n not in shards),

@@ -7,7 +7,8 @@ items in unequal numbers of forwards, so that the lockstep rounds of collab.runt
 forwards), then 1 process fed the union of both ranks' first rollouts from the same starting weights
 (``tests/support/ddp_probe.py``'s capture and replay). The first optimizer step's gradients and the weights it made
 must be the same to a relative 1e-5 of each tensor's largest entry: the LoRA adapters, the full agents' whole models
-and (CoLLM-CC) the critic's value head, which FSDP2 leaves whole on every process. Both ranks must hold bitwise the
+and the heads outside every model (CoLLM-CC's value head, MARFT-A's MLP critic, MAPoRL's per-agent value heads), which
+FSDP2 leaves whole on every process. Both ranks must hold bitwise the
 same weights after every step, each only its half of every sharded one. The teams with a full agent hold two or
 three sharded models in one backward pass (the full agents' copies, the LoRA agents' base, the critic's own base),
 whose collectives :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process.
@@ -28,21 +29,38 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}
 FULL = {"finetune": "full", "lr": 1e-4, "sampling": SAMPLING}
 LORA = {"sampling": SAMPLING}
 
-# each case: its algorithm and team (a full agent and a LoRA agent on one base: the full agent's own copy and the
-# LoRA agents' shared base are two sharded models)
+WRITING = ["--data.env", "writing"]
+
+# each case: its algorithm, team and env (a full agent and a LoRA agent on one base: the full agent's own copy and
+# the LoRA agents' shared base are two sharded models)
 CASES = {
-    "magrpo-full+lora": ["--algo", "magrpo", "--model.agents", json.dumps([FULL, LORA])],
-    "collm_cc-lora": ["--algo", "collm_cc", "--model.agents", json.dumps([LORA, LORA])],
+    "magrpo-full+lora": ["--algo", "magrpo", "--model.agents", json.dumps([FULL, LORA]), *WRITING],
+    "collm_cc-lora": ["--algo", "collm_cc", "--model.agents", json.dumps([LORA, LORA]), *WRITING],
     # the critic reads agent 0, a full agent: a base of its own (with the critic's LoRA), a third sharded model
-    "collm_cc-full+full": ["--algo", "collm_cc", "--model.agents", json.dumps([FULL, FULL])],
+    "collm_cc-full+full": ["--algo", "collm_cc", "--model.agents", json.dumps([FULL, FULL]), *WRITING],
+    # MARFT-A: a central MLP critic head on the frozen (shared, sharded) base
+    "marft_a-lora": ["--algo", "marft_a", "--model.agents", json.dumps([LORA, LORA]), *WRITING],
+    # IPPO: an LLM critic per agent (adapters on the shared base)
+    "ippo-lora": ["--algo", "ippo", "--model.agents", json.dumps([LORA, LORA]), *WRITING],
+    # MAPoRL: per-agent value heads, a 2-turn debate
+    "maporl-lora": [
+        "--algo",
+        "maporl",
+        "--model.agents",
+        json.dumps([LORA, LORA]),
+        "--data.env",
+        "debate",
+        "--data.env_options",
+        "{dataset: addition, agents: 2}",
+        "--data.num_turns",
+        "2",
+    ],
 }
 
 
 def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
     return [
         *CASES[case],
-        "--data.env",
-        "writing",
         "--model.base.name",
         "tiny",
         "--model.micro_batch_tokens",
@@ -97,8 +115,9 @@ def test_two_sharded_processes_take_one_process_step(case, tmp_path, monkeypatch
     assert ranks[0]["digests"] == ranks[1]["digests"] and ranks[0]["start"] != ranks[0]["digests"][0]
     shards = [r["sharded"] for r in ranks]
     assert shards[0]["rounds"] == shards[1]["rounds"] > 0 and shards[1]["stand_ins"] > 0  # rank 1 served rank 0's
-    for s in shards:
-        assert s["uneven"] == [] and abs(s["local"] - s["whole"] / 2) <= 0.01 * s["whole"], s
+    for s in shards:  # half of every sharded weight, every head outside the models whole (MARFT-A's MLP critic)
+        half = s["unsharded"] + (s["whole"] - s["unsharded"]) / 2
+        assert s["uneven"] == [] and abs(s["local"] - half) <= 0.01 * s["whole"], s
     # one process, the union of both ranks' first rollouts, from the same weights
     replay = tmp_path / "replay"
     replay.mkdir()

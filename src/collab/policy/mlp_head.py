@@ -76,7 +76,7 @@ def base_features(
             tails = [list(completions[r][:-1]) if completions is not None else [] for r in rows]
             seqs = [list(prompts[r]) + t for r, t in zip(rows, tails)]
             ids, mask, positions = pad_left(seqs, pad_id, device)
-            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+            hidden = _decoder_output(model, decoder, ids, mask, positions)
             for b, (r, t) in enumerate(zip(rows, tails)):
                 if completions is None:
                     out.append(hidden[b, -1].float().cpu())
@@ -85,6 +85,23 @@ def base_features(
                 else:
                     out.append(hidden[b, hidden.shape[1] - len(t) - 1 :].float().cpu())
     return out
+
+
+def _decoder_output(model, decoder, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
+    """The decoder's last hidden states; under FSDP2 (:mod:`collab.runtime.lockstep`) through ``model``, the sharded
+    root whose hooks gather its weights (the decoder called alone would meet sharded embeddings), the decoder's output
+    taken by a forward hook (the LM head's logits are computed and dropped)."""
+    from collab.runtime import lockstep
+
+    if lockstep.active() is None:
+        return decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+    seen: list[Tensor] = []
+    handle = decoder.register_forward_hook(lambda _m, _a, out: seen.append(out.last_hidden_state))
+    try:
+        model(input_ids=ids, attention_mask=mask, position_ids=positions)
+    finally:
+        handle.remove()
+    return seen[-1]
 
 
 def team_features(
