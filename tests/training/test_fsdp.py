@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.algos import settings
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}
@@ -48,12 +50,7 @@ CASES = {
         "maporl",
         "--model.agents",
         json.dumps([LORA, LORA]),
-        "--data.env",
-        "debate",
-        "--data.env_options",
-        "{dataset: addition, agents: 2}",
-        "--data.num_turns",
-        "2",
+        *settings("maporl").ddp,  # the debate of its DDP run: 2 agents, 2 turns
     ],
 }
 
