@@ -43,6 +43,7 @@ class Reinforce(CollabModule):
         super().__init__(**kwargs)
         require(0 <= gamma <= 1, f"model.gamma must be in [0, 1], got {gamma}")
         require(baseline in ("mean", "none"), f"model.baseline must be mean or none, got {baseline!r}")
+        require(baseline == "mean" or not normalize_std, "model.normalize_std true needs model.baseline mean")
         self.gamma, self.baseline, self.normalize_std = gamma, baseline, normalize_std
 
     def rollout(self, tasks) -> Experience[Decision]:

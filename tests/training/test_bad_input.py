@@ -310,6 +310,16 @@ CASES = [
         valid=r"expected true or false",
     ),
     fit(
+        "std_without_baseline",
+        "--algo",
+        "magrpo",
+        *TINY,
+        "--model.baseline",
+        "none",
+        option="model.normalize_std true needs a baseline",
+        valid=r"\(mean \| max \| rloo\).*set model.normalize_std false",
+    ),
+    fit(
         "env_options_yaml",
         "--algo",
         "magrpo",

@@ -5,7 +5,9 @@ Per training step:
 1. Roll out a K-ary tree per task (``collab.rollout.tree``): at each history h_t every agent draws K
    responses; children are joint actions; returns are discounted Monte Carlo estimates through the tree.
 2. Group-relative advantages among each agent's K siblings: A = G - b, with b the group mean (MAGRPO),
-   the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std.
+   the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std
+   (``baseline``: the MAGRPO authors' MAGRPO, MAReMax, MARLOO and MAREINFORCE trainers,
+   :func:`collab.objectives.group_advantages`).
 3. ``ppo.num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, CoLLM Eq. 1:
    grad = rho_{i,t} grad log pi_i(a_{i,t} | h_{i,t}) (G - b), with rho the sequence-level ratio
    pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``ppo.clip``, Appendix C's
@@ -73,6 +75,11 @@ class MAGRPO(CollabModule):
             f"MAGRPO needs model.num_generations >= 2 for a group baseline, got {num_generations}",
         )
         ppo.check()
+        require(
+            not (baseline == "none" and normalize_std),
+            "model.normalize_std true needs a baseline (mean | max | rloo): with model.baseline none a group of "
+            "equal returns G would get G / 1e-6; set model.normalize_std false",
+        )
         require_ranges(
             locals(),
             non_negative=("kl_coef", "log_kl_every"),

@@ -62,14 +62,23 @@ def absorbing_reward(reward: Tensor | float, turns_left: Tensor | int, gamma: fl
 def group_advantages(returns: Tensor, baseline: str = "mean", normalize_std: bool = False, eps: float = 1e-6) -> Tensor:
     """Group-relative advantages of K sibling samples (last dimension), MAGRPO Eq. 1 / CoLLM Eq. 1.
 
-    ``mean``  A_k = G_k - mean_j G_j                      (MAGRPO, GRPO)
+    ``mean``  A_k = G_k - mean_j G_j                      (MAGRPO; GRPO, Shao et al. 2024)
     ``max``   A_k = G_k - max_j G_j                       (only the best sample is not pushed down)
-    ``rloo``  A_k = G_k - mean_{j != k} G_j               (leave-one-out, unbiased)
-    ``none``  A_k = G_k                                   (plain MA-REINFORCE, b = 0)
+    ``rloo``  A_k = G_k - mean_{j != k} G_j               (leave-one-out, Kool et al. 2019; RLOO, Ahmadian et al.
+                                                           2024): = (G_k - mean_j G_j) K / (K - 1), unbiased
+    ``none``  A_k = G_k                                   (REINFORCE without a baseline, Williams 1992)
+
+    With the MAGRPO tree these are the trainers of the MAGRPO authors' library (CoMLRL's ``advantage_mode``):
+    ``mean`` MAGRPO, ``rloo`` MARLOO, ``max`` MAReMax, ``none`` MAREINFORCE (its ``raw``). ``max`` is named after
+    ReMax (Li et al. 2023) there, but ReMax's baseline is the reward of the greedy response, which costs one
+    greedy decode per prompt; the group max uses no extra sample and makes every advantage <= 0.
 
     With ``normalize_std`` the advantages are divided by the group's standard deviation (unbiased,
-    as TRL's GRPO) plus ``eps``; a group of identical returns then has zero advantages.
+    as TRL's GRPO) plus ``eps``; a group of identical returns then has zero advantages. Not with ``none``:
+    uncentred returns over a near-zero spread would be G / eps.
     """
+    if normalize_std and baseline == "none":
+        raise ValueError("normalize_std needs a baseline: with none a group of equal returns G gets G / eps")
     if baseline == "mean":
         adv = returns - returns.mean(-1, keepdim=True)
     elif baseline == "max":
