@@ -7,7 +7,8 @@ Per training step:
 2. Group-relative advantages among each agent's K siblings: A = G - b, with b the group mean (MAGRPO),
    the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std
    (``baseline``: the MAGRPO authors' MAGRPO, MAReMax, MARLOO and MAREINFORCE trainers,
-   :func:`collab.objectives.group_advantages`).
+   :func:`collab.objectives.group_advantages`). A group is one agent's, so the std is that agent's own: Dr. MAS's
+   agent-wise normalisation (arXiv 2602.08847) at one turn.
 3. ``ppo.num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, CoLLM Eq. 1:
    grad = rho_{i,t} grad log pi_i(a_{i,t} | h_{i,t}) (G - b), with rho the sequence-level ratio
    pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``ppo.clip``, Appendix C's

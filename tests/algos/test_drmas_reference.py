@@ -1,0 +1,140 @@
+"""MAGRPO's groups against Dr. MAS's agent-wise advantage normalisation (arXiv 2602.08847; code: ``langfengQ/DrMAS``,
+``verl/trainer/ppo/core_algos.py`` ``compute_grpo_outcome_advantage`` and ``ray_trainer.py`` ``compute_advantage``,
+at 19c632b).
+
+Dr. MAS runs GRPO over whole episodes of a multi-agent system: a batch holds one row per agent call, each with its
+prompt group (``uid``, the G episodes of one task), its episode (``traj_uid``), its agent and the episode's score.
+The oracles below are written from a reading of that code:
+
+- agent-wise (``group_by_agent_id``, Dr. MAS): a group is one task's rows of one agent, all of them pooled; every
+  row gets (s - mean) / (std + 1e-6) over its group (unbiased std), or s - mean without the std;
+- global (vanilla GRPO there): a row's score becomes its episode's mean over its rows; a group is one task's
+  episodes; the same normalisation over their G scores.
+
+A group of one row gets mean 0 and std 1 in both. collab's MAGRPO groups one agent's K samples at one history
+node, so at one turn (every agent acting once in each of the K episodes) its groups are Dr. MAS's agent-wise
+groups: MAGRPO is agent-wise by construction, with ``normalize_std`` as Dr. MAS's std and no option to add. Where
+agents act a varying number of times in an episode (Dr. MAS's orchestras) the rule pools an agent's calls over
+turns; collab's tree has no such episode. The cases: 100 one-turn trees, 1-4 agents, K = 2-8, joint or per-agent
+rewards.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from collab.algos.magrpo import set_group_advantages
+from collab.envs.base import AgentRole, Env, Score
+from collab.rollout.tree import tree_batch
+from tests.support import ScriptedTeam
+
+SEEDS = range(100)
+EPS = 1e-6
+
+
+def normalised(scores: list[float], norm_std: bool) -> tuple[float, float]:
+    """(mean, divisor) of one group as the reference computes them."""
+    if len(scores) == 1:
+        return 0.0, 1.0
+    return statistics.fmean(scores), (statistics.stdev(scores) + EPS) if norm_std else 1.0
+
+
+def agent_wise(rows: list[dict], norm_std: bool) -> list[float]:
+    """Dr. MAS: each row normalised over the rows of its task and agent."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["uid"], r["agent"]), []).append(r["score"])
+    stats = {key: normalised(v, norm_std) for key, v in groups.items()}
+    return [(r["score"] - stats[(r["uid"], r["agent"])][0]) / stats[(r["uid"], r["agent"])][1] for r in rows]
+
+
+def global_rule(rows: list[dict], norm_std: bool) -> list[float]:
+    """Vanilla GRPO of the same code: a row scores its episode's mean; groups of episodes of one task."""
+    episodes: dict[tuple, list[float]] = {}
+    for r in rows:
+        episodes.setdefault((r["uid"], r["traj"]), []).append(r["score"])
+    means = {key: statistics.fmean(v) for key, v in episodes.items()}
+    groups: dict[str, list[float]] = {}
+    for (uid, _), m in means.items():
+        groups.setdefault(uid, []).append(m)
+    stats = {uid: normalised(v, norm_std) for uid, v in groups.items()}
+    return [(means[(r["uid"], r["traj"])] - stats[r["uid"]][0]) / stats[r["uid"]][1] for r in rows]
+
+
+def case(seed: int) -> dict:
+    rng = random.Random(seed)
+    return dict(seed=seed, n=rng.randint(1, 4), k=rng.randint(2, 8), tasks=rng.randint(1, 3), joint=rng.random() < 0.4,
+                discrete=rng.random() < 0.5)  # fmt: skip
+
+
+class OneTurnEnv(Env):
+    """``tasks`` tasks, one turn; agent i's reward for the joint action: a draw of the case's generator, the same
+    for every agent under a joint reward."""
+
+    name = "one_turn"
+
+    def __init__(self, c: dict) -> None:
+        super().__init__(1)
+        self.c, self.rng = c, random.Random(c["seed"] + 1000)
+        self.joint_reward = c["joint"]
+        self.roles = tuple(AgentRole(f"a{i}", max_new_tokens=1) for i in range(c["n"]))
+
+    def tasks(self, split):
+        return [{"id": t} for t in range(self.c["tasks"])]
+
+    def observe(self, task):
+        return [f"task {task['id']}"] * self.n_agents
+
+    def draw(self) -> float:
+        return self.rng.choice([0.0, 0.5, 1.0]) if self.c["discrete"] else self.rng.uniform(-1.0, 2.0)
+
+    def score(self, state, actions):
+        rewards = (self.draw(),) * self.n_agents if self.joint_reward else tuple(self.draw() for _ in actions)
+        return Score(rewards)
+
+
+def rows_of(seed: int, normalize_std: bool) -> tuple[list, list[dict]]:
+    """collab's samples of case ``seed`` with MAGRPO's advantages, and the same samples as Dr. MAS's rows."""
+    c = case(seed)
+    env = OneTurnEnv(c)
+    batch = tree_batch(ScriptedTeam(lambda agent, messages: "x"), env, env.tasks("train"), c["k"], 1.0)
+    set_group_advantages(batch.items, "mean", normalize_std)
+    k, n = c["k"], c["n"]
+    # tree_batch lists each task's node agent by agent, each agent's K samples in order: sample j is episode j
+    rows = [
+        dict(uid=pos // (n * k), traj=(pos // (n * k), pos % k), agent=s.agent, score=s.returns)
+        for pos, s in enumerate(batch.items)
+    ]
+    assert [s.agent for s in batch.items] == [(pos // k) % n for pos in range(len(rows))]
+    return batch.items, rows
+
+
+def close(a: list[float], b: list[float]) -> bool:
+    scale = 1.0 + max(abs(v) for v in b)
+    return len(a) == len(b) and all(abs(x - y) <= 1e-9 * scale for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("normalize_std", [True, False])
+def test_magrpo_is_dr_mas_agent_wise(normalize_std):
+    for seed in SEEDS:
+        samples, rows = rows_of(seed, normalize_std)
+        assert close([s.advantages for s in samples], agent_wise(rows, normalize_std)), (seed, case(seed))
+
+
+def test_the_global_rule_differs_only_under_per_agent_rewards():
+    """Under a joint reward every agent's rows are its episode's score, so Dr. MAS's two rules agree; with per-agent
+    rewards and two or more agents they differ: the cross-check above can tell agent-wise from global."""
+    joint = differ = 0
+    for seed in SEEDS:
+        c = case(seed)
+        _, rows = rows_of(seed, True)
+        same = close(global_rule(rows, True), agent_wise(rows, True))
+        if c["joint"] or c["n"] == 1:
+            assert same, seed
+            joint += 1
+        else:
+            differ += not same
+    assert joint >= 30 and differ >= 30
