@@ -191,13 +191,15 @@ LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
 
 def check_base_layers(module, env, world: int) -> None:
-    """:func:`check_layers` before the processes start, for every base the team on ``env`` loads, its layers read
-    from its ``config.json`` without the weights (a base whose config is not at hand is checked in the processes'
-    setup, by :func:`check_layers`)."""
+    """:func:`check_layers` before the processes start, for every base the team on ``env`` loads (the agents', a
+    critic's own), its layers read from its ``config.json`` without the weights (a base whose config is not at hand
+    is checked in the processes' setup, by :func:`check_layers`)."""
     from collab.errors import require
     from collab.policy.models import base_config
 
     names = [spec.base or module.base.name for spec in module.team_specs(env)] or [module.base.name]
+    critic = getattr(getattr(module, "critic_spec", None), "base", None)  # the actor-critics' critic base of its own
+    names += [critic] if critic else []
     for name in dict.fromkeys(names):
         values = base_config(name) or {}
         count = next((values[k] for k in LAYER_KEYS if isinstance(values.get(k), int)), None)
