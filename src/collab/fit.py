@@ -313,7 +313,8 @@ def fit(argv: list[str]) -> None:
     check_strategy(cli.trainer.strategy)
     from collab.training import fsdp
 
-    fsdp.check(cli.trainer.strategy, cli.model)
+    world = cli.trainer.num_devices * cli.trainer.num_nodes  # before the processes exist (fsdp: layers per process)
+    fsdp.check(cli.trainer.strategy, cli.model, world, getattr(cli.datamodule, "env", None))
     from collab.cli.output import note, restore_on_exit
     from collab.cli.resources import prepare_processes
     from collab.runtime.threads import choose_threads

@@ -290,3 +290,14 @@ def datamodule_for(env, batch_size: int = 4, seed: int = 0):
     dm.env = env
     dm.stream = TaskStream(env.tasks("train"), batch_size, True, seed)
     return dm
+
+
+def tiny_base_folder(folder: Path, layers: int) -> Path:
+    """The ``tiny`` base's shape (its tokenizer, hidden size 64) with ``layers`` decoder layers, written as a model
+    folder for ``--model.base.name``: FSDP2 over N processes needs a base of at least N layers, and ``tiny`` has 2."""
+    from collab.policy.models import TINY, load_tokenizer, tiny_llama
+
+    tokenizer = load_tokenizer(TINY)
+    tiny_llama(len(tokenizer), layers=layers).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -6,6 +6,8 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
 * ``COLLAB_DDP_SIGNAL_RANKS="0"``: the ranks listed get a reward that varies with the action (the length
   of the first agent's response, mod 3, halved), so that they have a learning signal whatever the tiny
   model says; every other rank gets reward 0 for everything (no signal for MAGRPO's group advantages).
+  ``COLLAB_DDP_SIGNAL_FROM=N``: every reward is 0 before the N-th rollout of training (``CollabModule.rollouts``,
+  which a resumed run continues): those steps have nothing to learn and take an empty optimizer step.
   ``COLLAB_DDP_SIGNAL=text``: the signal is a digest of every agent's response instead of the first
   one's length (mod 3, halved), for envs whose responses all have one length (matrix's one-letter
   choices) or whose first agent's length barely varies (coding): a group's samples then differ.
@@ -20,7 +22,7 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
 * ``COLLAB_DDP_RANK_TOKENS="RANK:N"``: that rank's agents write at most N tokens a reply (the others keep their
   own cap): the processes' rollouts take unequal numbers of decoding steps.
 * ``COLLAB_DDP_REPLAY=DIR``: a 1-process run that starts from ``DIR/init0.pt`` and whose first rollout and
-  prepared batch are the unions of both ranks' (``DIR/rollout<r>.pt``, ``DIR/batch<r>.pt``) instead of new
+  prepared batch are the unions of every rank's (``DIR/rollout<r>.pt``, ``DIR/batch<r>.pt``) instead of new
   ones (prepared by each rank: a rank's episode and group numbers index its own items only); with
   ``COLLAB_DDP_CAPTURE`` it saves its own ``grads0.pt`` (into ``$COLLAB_DDP_PROBE``) for comparison.
 
@@ -31,7 +33,8 @@ Across world sizes (tests/training/test_ddp_resume.py):
 * ``COLLAB_DDP_REPLAY_ROLLOUT=N`` (default 1): replay into the N-th rollout of this run; the weights of
   ``DIR/init0.pt`` are loaded only for N = 1 in a run that starts at step 0 (a resumed run keeps its checkpoint's);
 * ``COLLAB_DDP_LOADED=1``: each rank saves, at the start of training (after a checkpoint loaded), its
-  trainable weights, optimizer state, task stream and the random state it will resume (``loaded<r>.pt``).
+  trainable weights, optimizer state, task stream and the random state it will resume (``loaded<r>.pt``; under
+  ``--trainer.strategy fsdp`` the weights and the optimizer's moments gathered whole).
 
 With an ``EvaluationCallback`` in the run (listed after the probe, so that a replay's weights are loaded
 before it evaluates), ``rank<r>.json`` also holds the first evaluation's figures and per-problem scores.
@@ -63,6 +66,12 @@ def weights(pl_module) -> dict[str, torch.Tensor]:
     return {n: whole(p.detach()).clone() for n, p in trainable(pl_module).items()}
 
 
+def optimizer_state(optimizer) -> dict:
+    """``optimizer.state_dict()`` with every shard gathered whole (a collective, in index order on every rank)."""
+    saved = optimizer.state_dict()
+    return {**saved, "state": {i: {k: whole(v) for k, v in saved["state"][i].items()} for i in sorted(saved["state"])}}
+
+
 def gradients(pl_module) -> dict[str, torch.Tensor]:
     """The trainable weights' gradients, whole: a shard's gathered from every process (a missing one as zeros, so
     that every rank runs the same gathers), another only where this rank has it."""
@@ -83,9 +92,18 @@ def digest(pl_module) -> str:
     return h.hexdigest()
 
 
-def merge(a, b):
-    """One experience (or prepared batch) holding both ranks' items (decisions or transitions)."""
-    return replace(a, items=list(a.items) + list(b.items), **({"examples": []} if hasattr(a, "examples") else {}))
+def merge(first, *others):
+    """One experience (or prepared batch) holding every rank's items (decisions or transitions), in rank order."""
+    items = [item for part in (first, *others) for item in part.items]
+    return replace(first, items=items, **({"examples": []} if hasattr(first, "examples") else {}))
+
+
+def captured(folder: Path, name: str) -> list:
+    """Every rank's captured ``<name><r>.pt`` in ``folder``, in rank order."""
+    found = []
+    while (folder / f"{name}{len(found)}.pt").exists():
+        found.append(torch.load(folder / f"{name}{len(found)}.pt", weights_only=False))
+    return found
 
 
 def signal_reward(joint, kind: str) -> float:
@@ -95,10 +113,12 @@ def signal_reward(joint, kind: str) -> float:
     return (len(joint[0]) % 3) / 2
 
 
-def shaped(step_batch, signal: bool, kind: str = "length"):
+def shaped(step_batch, signal, kind: str = "length"):
+    """``step_batch`` rewarded by :func:`signal_reward` while ``signal()`` holds, else 0 for every joint action."""
+
     def step(states, actions):
         results = step_batch(states, actions)
-        rewards = [signal_reward(joint, kind) if signal else 0.0 for joint in actions]
+        rewards = [signal_reward(joint, kind) if signal() else 0.0 for joint in actions]
         return [replace(r, rewards=tuple(reward for _ in r.rewards)) for r, reward in zip(results, rewards)]
 
     return step
@@ -187,13 +207,16 @@ class Probe(L.Callback):
                 self.sampling = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
             self.tasks.append([json.dumps(t, sort_keys=True, default=str) for t in tasks])
             if signal_ranks is not None and "step_batch" not in vars(env):
+                listed, start = str(rank) in signal_ranks.split(","), int(os.environ.get("COLLAB_DDP_SIGNAL_FROM", "1"))
                 env.step_batch = shaped(
-                    env.step_batch, str(rank) in signal_ranks.split(","), os.environ.get("COLLAB_DDP_SIGNAL", "length")
+                    env.step_batch,
+                    lambda: listed and pl_module.rollouts >= start,
+                    os.environ.get("COLLAB_DDP_SIGNAL", "length"),
                 )
             stall(rank, trainer.global_step)
             self.rollouts += 1
             if self.replay and self.rollouts == self.replay_at:
-                return merge(*[torch.load(Path(self.replay) / f"rollout{r}.pt", weights_only=False) for r in (0, 1)])
+                return merge(*captured(Path(self.replay), "rollout"))
             experience = rollout(tasks)
             if self.capture and self.rollouts == self.capture_at:
                 torch.save(experience, self.out / f"rollout{rank}.pt")
@@ -203,7 +226,7 @@ class Probe(L.Callback):
 
         def preparing(experience):  # the first rollout's prepared batch: saved, or both ranks' fed again
             if self.replay and self.rollouts == self.replay_at:
-                return merge(*[torch.load(Path(self.replay) / f"batch{r}.pt", weights_only=False) for r in (0, 1)])
+                return merge(*captured(Path(self.replay), "batch"))
             batch = prepare(experience)
             if self.capture and self.rollouts == self.capture_at:
                 torch.save(batch, self.out / f"batch{rank}.pt")
@@ -229,7 +252,7 @@ class Probe(L.Callback):
             torch.save(
                 {
                     "params": weights(pl_module),
-                    "optimizer": trainer.optimizers[0].state_dict(),
+                    "optimizer": optimizer_state(trainer.optimizers[0]),
                     "stream": trainer.datamodule.stream.state_dict(),
                     "rng": pl_module._resume_rng,
                 },

@@ -1603,6 +1603,12 @@ def test_fsdp_names_collabs_fsdp2():
     [
         (["--model.base.quantization", "4bit"], "--model.base.quantization is 4bit"),
         (["--model.engine", "vllm"], "--model.engine vllm keeps a whole copy"),
+        # more processes than the tiny base's 2 decoder layers: refused before the processes start (the machine's
+        # check of one process per core, which 3 would fail on 2 cores, comes after it)
+        (
+            ["--trainer.devices", "3"],
+            "fsdp over 3 processes shards each decoder layer of the base tiny (2 layers): use at most 2 processes",
+        ),
     ],
 )
 def test_fsdp_refuses_what_it_cannot_shard(extra, words, capsys, monkeypatch):
@@ -1622,6 +1628,7 @@ def test_fsdp_refuses_what_it_cannot_shard(extra, words, capsys, monkeypatch):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len([e for e in err if e.startswith("error:")]) == 1, err
+    assert not any("Traceback" in e for e in err), err
     assert words in [e for e in err if e.startswith("error:")][0]
 
 

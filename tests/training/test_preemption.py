@@ -98,10 +98,10 @@ def left_behind(folder: Path) -> list[int]:
 
 
 def stop_at(
-    tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0", every: int = 1
+    tmp: Path, at: str, devices: int, steps: int = 4, grace: str = "0", every: int = 1, strategy: str = "ddp"
 ) -> tuple[str, float, Path]:
-    """Run until the hook's SIGTERM at ``at`` (checkpoints every ``every`` steps); the run's line, the seconds
-    from the signal to the exit and its folder."""
+    """Run until the hook's SIGTERM at ``at`` (checkpoints every ``every`` steps; 2 processes under ``strategy``);
+    the run's line, the seconds from the signal to the exit and its folder."""
     sent = tmp / "sent"
     env = {
         **os.environ,
@@ -111,7 +111,7 @@ def stop_at(
         "COLLAB_SIGTERM_FILE": str(sent),
         "COLLAB_SIGTERM_GRACE": grace,
     }
-    ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2"] if devices == 2 else []
+    ddp = ["--trainer.strategy", strategy, "--trainer.devices", "2"] if devices == 2 else []
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -303,6 +303,18 @@ def test_sigterm_inside_an_update(devices, tmp_path, monkeypatch, one_thread):
         saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
         assert saved["global_step"] == 2 and len(saved["collab"]["rng"]) == 2
         assert len(saved["RolloutDataModule"]["streams"]) == 2
+
+
+def test_sigterm_inside_an_update_of_sharded_processes(tmp_path, monkeypatch, one_thread):
+    """2 processes under fsdp (FSDP2: a forward or backward of the sharded base is a collective): rank 0 stops inside
+    the update of step 3, where rank 1 may wait on it in one of them; no step end wrote a checkpoint (every 100
+    steps), so rank 0 alone writes step 2's from its snapshot (the weights and AdamW's moments gathered whole at
+    the step's end, every rank's random state), which resumes."""
+    line, seconds, run = stop_at(tmp_path, "update@3", 2, every=RARELY, strategy="fsdp")
+    assert line.startswith("stopped by SIGTERM inside the update of step 3; last checkpoint: step 2 ")
+    saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert len(saved["collab"]["rng"]) == 2 and saved["state_dict"]
+    resumes(tmp_path, line, 2, monkeypatch, RARELY)
 
 
 # -- the module alone ----------------------------------------------------------------------------------

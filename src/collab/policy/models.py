@@ -255,11 +255,13 @@ def load_tokenizer(name: str = DEFAULT_BASE):
     return tokenizer
 
 
-def tiny_llama(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.float32):
-    """A 2-layer random Llama (hidden 64): the unit tests' stand-in for a real model."""
+def tiny_llama(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.float32, layers: int | None = None):
+    """A 2-layer random Llama (hidden 64): the unit tests' stand-in for a real model. ``layers``: another number of
+    decoder layers (FSDP2 over N processes needs at least N: ``collab.training.fsdp.check_layers``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab_size, **TINY_CONFIG, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    shape = {**TINY_CONFIG, **({"num_hidden_layers": layers} if layers is not None else {})}
+    config = LlamaConfig(vocab_size=vocab_size, **shape, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

@@ -2,8 +2,9 @@
 ``ModelParallelStrategy``, every weight of the team sharded across the processes.
 
 :class:`FSDP2Strategy` is Lightning's :class:`~lightning.pytorch.strategies.ModelParallelStrategy` with a
-data-parallel mesh of every process (no tensor parallelism) and one-file checkpoints (the full state dict, gathered
-on rank 0: a run resumes with any number of processes, as under DDP). Before Lightning sets the module up, each model
+data-parallel mesh of every process (no tensor parallelism) and one-file checkpoints in DDP's format, written by
+rank 0 and read by every rank (:mod:`collab.training.fsdp_checkpoint`): a run resumes with any number of processes
+and under either strategy. Before Lightning sets the module up, each model
 of the team (every base a team's LoRA agents share, every full agent's own copy, a critic's own base) is sharded
 with ``fully_shard``: each decoder layer a unit, then the model itself (the embeddings, the final norm, the output
 head): weights, gradients and AdamW's moments are ``1/N`` per process (DTensors). What no model holds (value heads,
@@ -20,15 +21,19 @@ from __future__ import annotations
 
 import sys
 
-from lightning.pytorch.strategies import ModelParallelStrategy, StrategyRegistry
+from lightning.fabric.utilities.optimizer import _optimizer_to_device
+from lightning.pytorch.strategies import ModelParallelStrategy, Strategy, StrategyRegistry
 from torch import nn
+
+from collab.training import fsdp_checkpoint
 
 NAME = "collab_fsdp"
 
 
 class FSDP2Strategy(ModelParallelStrategy):
     """``ModelParallelStrategy`` (FSDP2 only: the data-parallel mesh spans every process) sharding the team's models
-    before Lightning sets the module up (:func:`shard_models`)."""
+    before Lightning sets the module up (:func:`shard_models`), its one-file checkpoints DDP's
+    (:mod:`collab.training.fsdp_checkpoint`; ``save_distributed_checkpoint=True`` keeps Lightning's folder)."""
 
     strategy_name = NAME
 
@@ -57,6 +62,46 @@ class FSDP2Strategy(ModelParallelStrategy):
 
         lockstep.activate(None)
         super().teardown()
+
+    # -- one-file checkpoints in DDP's format (collab.training.fsdp_checkpoint) ------------------------------------
+    @property
+    def lightning_restore_optimizer(self) -> bool:
+        return not self._save_distributed_checkpoint  # load_optimizer_state_dict below, after load_checkpoint
+
+    def lightning_module_state_dict(self) -> dict:
+        if self._save_distributed_checkpoint:
+            return super().lightning_module_state_dict()
+        state = fsdp_checkpoint.model_state(self.lightning_module)
+        return state if self.is_global_zero else {}
+
+    def optimizer_state(self, optimizer) -> dict:
+        if self._save_distributed_checkpoint:
+            return super().optimizer_state(optimizer)
+        state = fsdp_checkpoint.optimizer_state(getattr(optimizer, "_optimizer", optimizer))
+        return state if self.is_global_zero else {}
+
+    def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
+        if self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        # rank 0 writes, no collective (ModelParallelStrategy broadcasts the path first): a stop inside a step
+        # writes the step before's snapshot on rank 0 alone (collab.training.resume.ModelCheckpoint)
+        Strategy.save_checkpoint(self, checkpoint, filepath, storage_options)
+
+    def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict:
+        if self._save_distributed_checkpoint:
+            return super().load_checkpoint(checkpoint_path, weights_only)
+        return Strategy.load_checkpoint(self, checkpoint_path, weights_only)  # the file; its tensors below
+
+    def load_model_state_dict(self, checkpoint, strict: bool = True) -> None:
+        if not self._save_distributed_checkpoint:
+            fsdp_checkpoint.load_model_state(self.lightning_module, checkpoint["state_dict"], strict)
+
+    def load_optimizer_state_dict(self, checkpoint) -> None:
+        if self._save_distributed_checkpoint:
+            return
+        for optimizer, state in zip(self.optimizers, checkpoint["optimizer_states"]):
+            fsdp_checkpoint.load_optimizer_state(optimizer, state)
+            _optimizer_to_device(optimizer, self.root_device)
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList | None:
@@ -118,9 +163,10 @@ def _local(p):
     return p.to_local() if hasattr(p, "to_local") else p
 
 
-def check(strategy, module) -> None:
+def check(strategy, module, world: int = 1, env=None) -> None:
     """What FSDP2 cannot shard, as one-line UserErrors before the processes start: a quantized base (bitsandbytes'
-    4/8-bit weights are not DTensors), vLLM (a whole copy of its own)."""
+    4/8-bit weights are not DTensors), vLLM (a whole copy of its own), more processes (``world``) than a base of the
+    team (on ``env``) has decoder layers (:func:`check_base_layers`)."""
     from collab.errors import require
 
     if not isinstance(strategy, FSDP2Strategy):
@@ -136,6 +182,29 @@ def check(strategy, module) -> None:
         "--trainer.strategy fsdp shards the models collab's torch engine decodes with; --model.engine vllm keeps a "
         "whole copy in vLLM: use --model.engine torch, or ddp",
     )
+    if env is not None and world > 1:
+        check_base_layers(module, env, world)
+
+
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+"""Where a ``config.json`` says its number of decoder layers (Llama and most; GPT-2; others)."""
+
+
+def check_base_layers(module, env, world: int) -> None:
+    """:func:`check_layers` before the processes start, for every base the team on ``env`` loads (the agents', a
+    critic's own), its layers read from its ``config.json`` without the weights (a base whose config is not at hand
+    is checked in the processes' setup, by :func:`check_layers`)."""
+    from collab.errors import require
+    from collab.policy.models import base_config
+
+    names = [spec.base or module.base.name for spec in module.team_specs(env)] or [module.base.name]
+    critic = getattr(getattr(module, "critic_spec", None), "base", None)  # the actor-critics' critic base of its own
+    names += [critic] if critic else []
+    for name in dict.fromkeys(names):
+        values = base_config(name) or {}
+        count = next((values[k] for k in LAYER_KEYS if isinstance(values.get(k), int)), None)
+        if count is not None:
+            require(count >= world, _too_many(world, f"the base {name}", count))
 
 
 def check_layers(models: list[nn.Module], world: int) -> None:
@@ -145,11 +214,14 @@ def check_layers(models: list[nn.Module], world: int) -> None:
     for model in models:
         layers = decoder_layers(model)
         count = len(layers) if layers is not None else 0
-        require(
-            count >= world,
-            f"--trainer.strategy fsdp over {world} processes shards each decoder layer of "
-            f"{type(model).__name__} ({count} layers): use at most {count} processes (--trainer.devices), or ddp",
-        )
+        require(count >= world, _too_many(world, type(model).__name__, count))
+
+
+def _too_many(world: int, model: str, count: int) -> str:
+    return (
+        f"--trainer.strategy fsdp over {world} processes shards each decoder layer of {model} ({count} layers): "
+        f"use at most {count} processes (--trainer.devices), or ddp"
+    )
 
 
 StrategyRegistry.register(NAME, FSDP2Strategy, description="FSDP2 on every model of the team (collab)", override=True)
