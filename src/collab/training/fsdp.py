@@ -119,8 +119,8 @@ def _local(p):
 
 
 def check(strategy, module) -> None:
-    """What FSDP2 cannot shard, as one-line UserErrors before the processes start: a quantized base (bitsandbytes'
-    4/8-bit weights are not DTensors), vLLM (a whole copy of its own)."""
+    """What FSDP2 cannot shard, as a one-line UserError before the processes start: a quantized base (bitsandbytes'
+    4/8-bit weights are not DTensors)."""
     from collab.errors import require
 
     if not isinstance(strategy, FSDP2Strategy):
@@ -130,11 +130,6 @@ def check(strategy, module) -> None:
         quantization == "none",
         f"--trainer.strategy fsdp shards float weights; --model.base.quantization is {quantization}: use "
         "--trainer.strategy ddp with a quantized base, or fsdp with --model.base.quantization none",
-    )
-    require(
-        getattr(module, "engine", "torch") == "torch",
-        "--trainer.strategy fsdp shards the models collab's torch engine decodes with; --model.engine vllm keeps a "
-        "whole copy in vLLM: use --model.engine torch, or ddp",
     )
 
 
