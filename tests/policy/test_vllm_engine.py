@@ -645,9 +645,10 @@ def scalars(run: Path) -> dict[str, list[float]]:
 CALLBACKS = json.dumps([{"class_path": "collab.training.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}])
 
 
-# One process (MARFT-A, in this process, as a notebook calls it) and two (MAGRPO under DDP, a command: an engine per
-# process, gloo, and a team of a full agent and a LoRA agent); each run's second rollout follows an update. MAGRPO on
-# one process asserts nothing the DDP run does not.
+# One process (MARFT-A, in this process, as a notebook calls it) and two (MAGRPO under fsdp, a command: an engine per
+# process, gloo, a team of a full agent and a LoRA agent, both sharded by FSDP2 and gathered whole into each process's
+# engines at the start and after each update); each run's second rollout follows an update. Top-p 1 in both: vLLM's
+# log-probs are compared with the trainer's at every rollout, so a weight loaded wrong shows.
 RUNS = {
     "marft_a": [
         "--data.env",
@@ -659,7 +660,7 @@ RUNS = {
         "--model.agents",
         json.dumps([{"sampling": {"max_new_tokens": 6, "top_p": 1.0}}] * 2),
     ],
-    "magrpo_ddp": [
+    "magrpo_fsdp": [
         "--data.env",
         "matrix",
         "--data.env_options",
@@ -667,28 +668,28 @@ RUNS = {
         "--data.batch_size",
         "2",
         "--trainer.strategy",
-        "ddp",
+        "fsdp",
         "--trainer.devices",
         "2",
         "--model.agents",  # agent 0 trains whole: its own engine, its weights loaded in place after each update
-        json.dumps([{"finetune": "full"}, {}]),
+        json.dumps([{"finetune": "full", "sampling": {"top_p": 1.0}}, {"sampling": {"top_p": 1.0}}]),
     ],
 }
 
 
 def run_argv(case: str, model: str, tmp: Path) -> list[str]:
     extra = ["--model.base.name", model, "--trainer.max_steps", "2", "--trainer.callbacks", CALLBACKS, *RUNS[case]]
-    return fit_args(tmp, case.removesuffix("_ddp"), extra)
+    return fit_args(tmp, case.removesuffix("_fsdp"), extra)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ddp_run(eager_sampler, sampling_model, tmp_path_factory):
-    """The DDP run, started as a command when the module starts (its two processes wait on each other's
+def fsdp_run(eager_sampler, sampling_model, tmp_path_factory):
+    """The fsdp run, started as a command when the module starts (its two processes wait on each other's
     collectives about half of the time, which the module's other tests fill) and awaited by its test; its
     output goes to files (a pipe nobody reads until the end could fill and stop it)."""
-    tmp = tmp_path_factory.mktemp("ddp-run")
+    tmp = tmp_path_factory.mktemp("fsdp-run")
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}"}
-    command = [sys.executable, "-m", "collab.fit", *run_argv("magrpo_ddp", sampling_model, tmp)]
+    command = [sys.executable, "-m", "collab.fit", *run_argv("magrpo_fsdp", sampling_model, tmp)]
     with open(tmp / "stdout.txt", "w") as out, open(tmp / "stderr.txt", "w") as err:
         # its own process group: Lightning starts rank 1 as a child, which killing the launcher alone would orphan
         proc = subprocess.Popen(command, cwd=tmp, env=env, stdout=out, stderr=err, start_new_session=True)
@@ -699,9 +700,9 @@ def ddp_run(eager_sampler, sampling_model, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", sorted(RUNS))
-def test_two_agent_runs_train_with_the_vllm_engine(case, ddp_run, sampling_model, tmp_path, monkeypatch):
-    if case == "magrpo_ddp":
-        tmp, proc = ddp_run
+def test_two_agent_runs_train_with_the_vllm_engine(case, fsdp_run, sampling_model, tmp_path, monkeypatch):
+    if case == "magrpo_fsdp":
+        tmp, proc = fsdp_run
         assert proc.wait(timeout=900) == 0, (tmp / "stderr.txt").read_text()[-3000:]
     else:
         from collab.fit import main
@@ -709,7 +710,7 @@ def test_two_agent_runs_train_with_the_vllm_engine(case, ddp_run, sampling_model
         tmp = tmp_path
         monkeypatch.chdir(tmp)
         assert main(run_argv(case, sampling_model, tmp)) == 0
-    algo = case.removesuffix("_ddp")
+    algo = case.removesuffix("_fsdp")
     run = run_folder(tmp, algo)
     assert (run / "checkpoints" / "last.ckpt").is_file()
     s = scalars(run)
@@ -725,12 +726,9 @@ def test_two_agent_runs_train_with_the_vllm_engine(case, ddp_run, sampling_model
         assert s["engine/weights_version/agent0"] == [0.0, 1.0] and s["engine/weight_syncs"] == [1.0, 2.0]
         assert s["engine/adapter_version/agent1"] == [0.0, 1.0] and s["engine/adapter_syncs"] == [1.0, 2.0]
         assert "engine/adapter_version/agent0" not in s
-    # untruncated agents (marft_a's here): vLLM's log-probs agreed with the trainer's at every rollout; top-p 0.9
-    # (magrpo's config): not comparable, not logged
-    if algo == "marft_a":
-        assert len(s["engine/logprob_gap"]) == len(s["reward/return"]) and max(s["engine/logprob_gap"]) <= AGREEMENT
-    else:
-        assert "engine/logprob_gap" not in s
+    # untruncated agents: vLLM's log-probs agreed with the trainer's at every rollout (under fsdp: the weights
+    # gathered from the shards are the trained ones)
+    assert len(s["engine/logprob_gap"]) == len(s["reward/return"]) and max(s["engine/logprob_gap"]) <= AGREEMENT
 
 
 def test_prompts_beyond_one_scheduler_step_are_sampled_whole(sampling_team):

@@ -17,7 +17,8 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
   and the step (``collab.training.distributed``).
 * ``COLLAB_DDP_CAPTURE=1``: each rank also saves its first rollout (``rollout<r>.pt``) and prepared batch
   (``batch<r>.pt``), its weights at the start (``init<r>.pt``), the gradient of the first optimizer
-  step, synchronised and before clipping (``grads<r>.pt``), and the weights that step made (``after<r>.pt``).
+  step, synchronised and before clipping (``grads<r>.pt``), the weights that step made (``after<r>.pt``) and
+  those the run ended with (``final<r>.pt``).
   Under ``--trainer.strategy fsdp`` the shards are gathered: every file holds whole tensors.
 * ``COLLAB_DDP_RANK_TOKENS="RANK:N"``: that rank's agents write at most N tokens a reply (the others keep their
   own cap): the processes' rollouts take unequal numbers of decoding steps.
@@ -273,6 +274,8 @@ class Probe(L.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         from collab.training.callbacks import EvaluationCallback
 
+        if self.capture:  # the weights the run ended with, whole (what its exported adapters must hold)
+            torch.save(weights(pl_module), self.out / f"final{trainer.global_rank}.pt")
         evaluations = [c for c in trainer.callbacks if isinstance(c, EvaluationCallback)]
         first = {"history": evaluations[0].history[0], "scores": evaluations[0].scores[0]} if evaluations else None
         out = self.out / f"rank{trainer.global_rank}.json"

@@ -16,6 +16,7 @@ whose collectives :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ FULL = {"finetune": "full", "lr": 1e-4, "sampling": SAMPLING}
 LORA = {"sampling": SAMPLING}
 
 WRITING = ["--data.env", "writing"]
+ADAPTERS = "collab.training.artifacts.AdapterCheckpoint"
 
 # each case: its algorithm, team and env (a full agent and a LoRA agent on one base: the full agent's own copy and
 # the LoRA agents' shared base are two sharded models)
@@ -69,7 +71,7 @@ def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
         "--trainer.logger.init_args.save_dir",
         str(tmp / "runs"),
         "--trainer.callbacks",
-        json.dumps([{"class_path": "tests.support.ddp_probe.Probe"}]),
+        json.dumps([{"class_path": "tests.support.ddp_probe.Probe"}, {"class_path": ADAPTERS}]),
         *extra,
     ]
 
@@ -84,6 +86,29 @@ def close(a: dict, b: dict, rel: float, floor: float, where: dict | None = None)
         if diff.numel() and float(diff.max()) > rel * float(b[n].abs().max()) + floor:
             out.append(n)
     return out
+
+
+def not_exported(run: Path, final: dict) -> list[str]:
+    """The agents' trained weights the run ended with (``final``: LoRA adapters, full agents' models) that its
+    exported adapters (``adapters/last``, written by rank 0 from weights every process gathered) do not hold
+    bitwise, and the exported tensors that match none."""
+    from safetensors.torch import load_file
+
+    agents = [folder.name for folder in sorted((run / "adapters" / "last").iterdir())]
+    left = {
+        n: t for n, t in final.items() if re.match(r"team\.models\.full\d+\.", n) or any(f".{a}." in n for a in agents)
+    }
+    unmatched = []
+    for agent in agents:
+        for path in (run / "adapters" / "last" / agent).glob("*.safetensors"):
+            for key, tensor in load_file(path).items():
+                named = re.sub(r"\.(lora_[AB])\.", rf".\1.{agent}.", key)
+                same = [n for n in left if n.endswith(f".{named}") and torch.equal(left[n], tensor)]
+                if same:
+                    del left[same[0]]
+                else:
+                    unmatched.append(f"{agent}/{key}")
+    return unmatched + sorted(left)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -110,6 +135,8 @@ def test_two_sharded_processes_take_one_process_step(case, tmp_path, monkeypatch
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2
     assert ranks[0]["digests"] == ranks[1]["digests"] and ranks[0]["start"] != ranks[0]["digests"][0]
+    (run,) = (tmp_path / "runs").glob("*/version_*")
+    assert not_exported(run, torch.load(tmp_path / "final0.pt")) == []  # the export at the end: whole, the last step's
     shards = [r["sharded"] for r in ranks]
     assert shards[0]["rounds"] == shards[1]["rounds"] > 0 and shards[1]["stand_ins"] > 0  # rank 1 served rank 0's
     for s in shards:  # half of every sharded weight, every head outside the models whole (MARFT-A's MLP critic)
@@ -145,8 +172,8 @@ def test_two_sharded_processes_take_one_process_step(case, tmp_path, monkeypatch
 
 
 def test_more_processes_than_decoder_layers_is_one_line():
-    """``check_layers``: each process must hold a part of every decoder layer; the tiny base has 2 (a quantized base
-    and vLLM: tests/training/test_bad_input.py's ``test_fsdp_refuses_what_it_cannot_shard``)."""
+    """``check_layers``: each process must hold a part of every decoder layer; the tiny base has 2 (a quantized base:
+    tests/training/test_bad_input.py's ``test_fsdp_refuses_a_quantized_base``)."""
     from torch import nn
 
     from collab.errors import UserError

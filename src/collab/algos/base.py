@@ -212,6 +212,16 @@ class CollabModule(L.LightningModule):
         and features on the items (:mod:`collab.objectives`), the items to train, metrics, the agents that learn."""
         raise NotImplementedError
 
+    def on_fit_start(self) -> None:
+        self.sync_engine()  # after a checkpoint loaded, before the start-of-run evaluation
+
+    def sync_engine(self) -> None:
+        """Under fsdp, vLLM takes the trained weights at points every process reaches together (they are gathered
+        whole, collectives): the start of training and the end of each step. Otherwise each generation syncs
+        what changed (:meth:`VllmEngine.generate <collab.policy.vllm_engine.VllmEngine.generate>`)."""
+        if self.team is not None and self.team.engine is not None and lockstep.active() is not None:
+            self.team.engine.sync(self.team)
+
     def on_train_start(self) -> None:
         """Under DDP, a sampling stream of its own for every rank: rank r > 0 reseeds torch (CPU and accelerator)
         with the run's seed + r, so that ranks do not draw the same random numbers for their different tasks;
@@ -246,6 +256,7 @@ class CollabModule(L.LightningModule):
             release()
         log_rollout(self, experience, {**batch.metrics, **metrics})
         lockstep.settle()  # sharded models: every rank's forwards served before the step's last collective
+        self.sync_engine()
         preemption.agree(self)  # under DDP every rank stops after this step when any got a SIGTERM
 
     def update(self, batch: Batch) -> dict[str, float]:

@@ -186,10 +186,11 @@ def memory_line(team) -> str:
     )
 
 
-def save_full(model, tokenizer, out: Path) -> None:
+def save_full(model, tokenizer, out: Path, state: dict | None = None) -> None:
     """A full agent as a transformers model folder (config, safetensors, generation config) with its tokenizer: what
-    ``AutoModelForCausalLM.from_pretrained(out)`` and :func:`load_full_state` read."""
-    model.save_pretrained(out)
+    ``AutoModelForCausalLM.from_pretrained(out)`` and :func:`load_full_state` read. ``state``: the model's state
+    dict with whole tensors, when its own holds shards (FSDP2)."""
+    model.save_pretrained(out, state_dict=state)
     tokenizer.save_pretrained(out)
 
 

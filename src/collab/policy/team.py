@@ -46,6 +46,8 @@ from collab.policy.specs import (
     with_defaults,
 )
 from collab.policy.targets import lora_config, targets_report
+from collab.runtime import lockstep
+from collab.runtime.lockstep import whole, whole_state
 
 __all__ = [
     "AgentDefaults",
@@ -325,17 +327,19 @@ class AgentTeam(nn.Module):
         return (out, ent) if entropy else out
 
     # -- persistence -------------------------------------------------------------------------------
-    def save_adapters(self, folder: str | Path) -> None:
+    def save_adapters(self, folder: str | Path, write: bool = True) -> None:
         """Write each agent's adapter as a peft folder ``folder/agentI`` (config + safetensors); a full agent's
-        model as a transformers model folder (:func:`~collab.policy.full.save_full`)."""
+        model as a transformers model folder (:func:`~collab.policy.full.save_full`). Sharded weights (FSDP2) are
+        gathered first, a collective: every process calls it, the one with ``write`` writes."""
         for i, name in enumerate(self.names):
-            self.save_adapter(i, Path(folder) / name)
+            self.save_adapter(i, Path(folder) / name, write)
 
-    def save_adapter(self, agent: int, out: str | Path) -> None:
+    def save_adapter(self, agent: int, out: str | Path, write: bool = True) -> None:
         """Write one agent's adapter as a peft folder (what peft, vLLM and :meth:`load_adapters` read). Its
         ``base_model_name_or_path`` is where the base loads from (:func:`~collab.policy.models.model_folder`: a
         hub id or an absolute folder), so that ``AutoPeftModelForCausalLM.from_pretrained(out)`` finds it; the
-        random ``tiny`` base has none (null)."""
+        random ``tiny`` base has none (null). Sharded weights are gathered whole on every process (a collective);
+        only with ``write`` is anything written."""
         import copy
 
         from peft import get_peft_model_state_dict
@@ -344,12 +348,18 @@ class AgentTeam(nn.Module):
         out = Path(out)
         name, base = self.names[agent], self.agents[agent].base
         model = base.model
+        if base.full:  # its own state dict when whole (save_pretrained finds the tied head)
+            state = whole_state(model.state_dict(keep_vars=True)) if lockstep.active() is not None else None
+        else:
+            state = get_peft_model_state_dict(model, adapter_name=name)
+            state = {k: whole(v).detach().contiguous().cpu() for k, v in state.items()}
+        if not write:
+            return
         out.mkdir(parents=True, exist_ok=True)
         (out / "agent.json").write_text(json.dumps(asdict(self.specs[agent]), indent=2))
         if base.full:
-            return full.save_full(model, base.tokenizer, out)
-        state = get_peft_model_state_dict(model, adapter_name=name)
-        save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, out / "adapter_model.safetensors")
+            return full.save_full(model, base.tokenizer, out, state)
+        save_file(state, out / "adapter_model.safetensors")
         config = copy.copy(model.peft_config[name])
         config.base_model_name_or_path = base_location(base.name)
         config.save_pretrained(out)

@@ -58,7 +58,9 @@ from collab.policy.adapters import is_peft
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.policy.vllm_logprobs import VllmCompletion, logprob_gap, rescore, untruncated
 from collab.policy.vllm_process import ALIVE, check_in_process, process_state_kept
-from collab.policy.vllm_weights import Synced, sync_full
+from collab.policy.vllm_weights import Synced, agree_stale, sync_full
+from collab.runtime import lockstep
+from collab.runtime.lockstep import local
 
 ENGINES = ("torch", "vllm")
 
@@ -192,14 +194,14 @@ class VllmEngine:
     @staticmethod
     def fingerprint(team, agent: int) -> tuple:
         """Identity and in-place version of every LoRA tensor of ``agent`` (changes with each update)."""
-        return tuple((p.data_ptr(), p._version) for p in team.adapter_parameters(agent))
+        return tuple((local(p).data_ptr(), local(p)._version) for p in team.adapter_parameters(agent))
 
     @staticmethod
     def state(team, agent: int) -> tuple:
         """What identifies ``agent``'s current weights: :meth:`fingerprint` and every LoRA tensor's norm. The norms
         see writes that bypass the version counters (``p.data.copy_(...)``); the counters see updates too small
         to move a float32 norm. One fused kernel and one transfer per agent."""
-        params = [p.detach() for p in team.adapter_parameters(agent)]
+        params = [local(p).detach() for p in team.adapter_parameters(agent)]  # a shard's: no collective
         norms = torch.stack(torch._foreach_norm(params)).tolist() if params else []
         return VllmEngine.fingerprint(team, agent), tuple(norms)
 
@@ -209,6 +211,9 @@ class VllmEngine:
         loaded; returns those agents. ``states``: :meth:`state` of each agent, when the caller has it already."""
         from vllm.lora.request import LoRARequest
 
+        if lockstep.active() is not None:  # sharded: the same agents on every process (their gathers are collectives)
+            states = states or {agent: self.state(team, agent) for agent in range(len(team))}
+            agree_stale(self, team, states)
         full = self._sync_full(team, states)
         start, changed = time.perf_counter(), []
         loaded = {base: llm.llm_engine.list_loras() for base, llm in self.llms.items() if not base.full}
@@ -309,7 +314,7 @@ class VllmEngine:
                     f"a generation request names agent {r.agent!r}; the team's agents are 0-{len(team) - 1}"
                 )
         states = {agent: self.state(team, agent) for agent in range(len(team))}
-        if self.auto_sync:
+        if self.auto_sync and lockstep.active() is None:  # sharded: synced where every process is (AgentTeam.sync)
             self.sync(team, states)
         self.check(team, [r.agent for r in requests], states)
         results: list[list[Completion] | None] = [None] * len(requests)

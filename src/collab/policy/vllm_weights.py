@@ -31,10 +31,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+
+from collab.runtime import lockstep
+from collab.runtime.lockstep import whole
 
 
 @dataclass
@@ -77,7 +80,7 @@ def _quiet_reload():
 def load_in_place(llm, model, name: str) -> None:
     """Copy ``model``'s weights (a transformers model, the trainer's) into ``llm``'s, in place, and drop vLLM's
     cached prefixes."""
-    weights = ((key, p.detach()) for key, p in model.named_parameters())
+    weights = ((key, whole(p).detach()) for key, p in model.named_parameters())  # sharded: gathered one by one
     try:
         with _quiet_reload():
             llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
@@ -95,3 +98,21 @@ def sync_full(llm, model, name: str, previous: Synced | None, state: tuple) -> S
         return None
     load_in_place(llm, model, name)
     return Synced(0 if previous is None else previous.version + 1, state)
+
+
+def agree_stale(engine, team, states: dict[int, tuple]) -> None:
+    """Under FSDP2, make every process load the same agents: an agent whose weights any process finds changed since
+    its engine last took them (or whose adapter its engine no longer holds) is stale on every process. Each load
+    gathers the sharded weights, collectives that every process must run for the same agents in the same order."""
+    import torch.distributed as dist
+
+    loaded = {base: llm.llm_engine.list_loras() for base, llm in engine.llms.items() if not base.full}
+    stale = []
+    for agent, held in ((a, engine.synced.get(a)) for a in range(len(team))):
+        base = team.agents[agent].base
+        stale.append(held is None or held.state != states[agent] or not (base.full or held.lora_id in loaded[base]))
+    flags = torch.tensor(stale, dtype=torch.int64)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=lockstep.active().group)
+    for agent in flags.nonzero().flatten().tolist():
+        if agent in engine.synced:
+            engine.synced[agent] = replace(engine.synced[agent], state=())  # stale here too

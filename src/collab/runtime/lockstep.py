@@ -55,6 +55,29 @@ def pending() -> Tensor | None:
     return _ACTIVE.take_pending() if _ACTIVE is not None else None
 
 
+def whole(tensor: Tensor) -> Tensor:
+    """``tensor`` whole: a DTensor (this process's shard of an FSDP2-sharded weight) all-gathered, anything else as
+    it is. The gather is a collective: every process calls it for the same tensors in the same order."""
+    gather = getattr(tensor, "full_tensor", None)
+    return gather() if gather is not None else tensor
+
+
+def whole_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """:func:`whole` of every tensor of ``state`` (a ``state_dict(keep_vars=True)``), gathered in its order; keys
+    that hold one tensor (a tied output head) get one whole tensor."""
+    gathered: dict[int, Tensor] = {}
+    with torch.no_grad():
+        for tensor in state.values():
+            if id(tensor) not in gathered:
+                gathered[id(tensor)] = whole(tensor).detach()
+    return {key: gathered[id(tensor)] for key, tensor in state.items()}
+
+
+def local(tensor: Tensor) -> Tensor:
+    """This process's part of ``tensor``: a DTensor's local shard (no collective), anything else as it is."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 def _stand_in_input(root: nn.Module) -> dict:
     """A one-token input for ``root``'s forward (a causal LM: token 0)."""
     return {"input_ids": torch.zeros(1, 1, dtype=torch.long, device=_device(root)), "use_cache": False}
@@ -62,10 +85,7 @@ def _stand_in_input(root: nn.Module) -> dict:
 
 def _device(root: nn.Module) -> torch.device:
     param = next(root.parameters(), None)
-    if param is None:
-        return torch.device("cpu")
-    local = param.to_local() if hasattr(param, "to_local") else param
-    return local.device
+    return torch.device("cpu") if param is None else local(param).device
 
 
 def _output_tensor(out) -> Tensor:

@@ -10,6 +10,7 @@ import lightning as L
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from collab import preemption
+from collab.runtime import lockstep
 from collab.runtime.files import atomic_write_text, replace_folder
 
 
@@ -32,15 +33,12 @@ class AdapterCheckpoint(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if self.every_n_steps and step and step % self.every_n_steps == 0 and step != self._saved_at:
-            folder = self._folder(trainer) / f"step_{step}"  # on every rank: log_dir broadcasts
-            if trainer.is_global_zero:
-                replace_folder(folder, pl_module.team.save_adapters)
+            export(trainer, pl_module.team, self._folder(trainer) / f"step_{step}")  # every rank: log_dir broadcasts
             self._saved_at = step
 
     def _save_last(self, trainer, pl_module) -> None:
-        folder = self._folder(trainer) / "last"  # on every rank: log_dir broadcasts
-        if trainer.is_global_zero and pl_module.team is not None:
-            replace_folder(folder, pl_module.team.save_adapters)
+        if pl_module.team is not None:
+            export(trainer, pl_module.team, self._folder(trainer) / "last")  # every rank: log_dir broadcasts
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._save_last(trainer, pl_module)
@@ -49,6 +47,18 @@ class AdapterCheckpoint(L.Callback):
         # stopped between rollouts: whole adapters (not inside a step: collab.preemption)
         if isinstance(exception, SIGTERMException) and not preemption.mid_step(exception):
             self._save_last(trainer, pl_module)
+
+
+def export(trainer: L.Trainer, team, folder: Path) -> None:
+    """Rank 0 writes ``team``'s adapters to ``folder``; when the models are sharded (FSDP2) every process takes part
+    in gathering them whole (collectives), after serving the others' forwards."""
+    sharded = lockstep.active() is not None
+    if sharded:
+        lockstep.settle()
+    if trainer.is_global_zero:
+        replace_folder(folder, team.save_adapters)
+    elif sharded:
+        team.save_adapters(folder, write=False)
 
 
 def update_summary(trainer: L.Trainer, entries: dict) -> None:

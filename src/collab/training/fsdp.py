@@ -165,8 +165,8 @@ def _local(p):
 
 def check(strategy, module, world: int = 1, env=None) -> None:
     """What FSDP2 cannot shard, as one-line UserErrors before the processes start: a quantized base (bitsandbytes'
-    4/8-bit weights are not DTensors), vLLM (a whole copy of its own), more processes (``world``) than a base of the
-    team (on ``env``) has decoder layers (:func:`check_base_layers`)."""
+    4/8-bit weights are not DTensors), more processes (``world``) than a base of the team (on ``env``) has decoder
+    layers (:func:`check_base_layers`)."""
     from collab.errors import require
 
     if not isinstance(strategy, FSDP2Strategy):
@@ -176,11 +176,6 @@ def check(strategy, module, world: int = 1, env=None) -> None:
         quantization == "none",
         f"--trainer.strategy fsdp shards float weights; --model.base.quantization is {quantization}: use "
         "--trainer.strategy ddp with a quantized base, or fsdp with --model.base.quantization none",
-    )
-    require(
-        getattr(module, "engine", "torch") == "torch",
-        "--trainer.strategy fsdp shards the models collab's torch engine decodes with; --model.engine vllm keeps a "
-        "whole copy in vLLM: use --model.engine torch, or ddp",
     )
     if env is not None and world > 1:
         check_base_layers(module, env, world)
