@@ -19,13 +19,20 @@ optimizer step, in ``$COLLAB_DDP_PROBE/rank<r>.json``. Options:
   (``batch<r>.pt``), its weights at the start (``init<r>.pt``), the gradient of the first optimizer
   step, synchronised and before clipping (``grads<r>.pt``), the weights that step made (``after<r>.pt``) and
   those the run ended with (``final<r>.pt``).
-  Under ``--trainer.strategy fsdp`` the shards are gathered: every file holds whole tensors.
+  Under ``--trainer.strategy fsdp`` the shards are gathered: every file holds whole tensors. The gradient that
+  step applied (after clipping, ``max_grad_norm``) goes to ``clipped<r>.pt``.
 * ``COLLAB_DDP_RANK_TOKENS="RANK:N"``: that rank's agents write at most N tokens a reply (the others keep their
   own cap): the processes' rollouts take unequal numbers of decoding steps.
 * ``COLLAB_DDP_REPLAY=DIR``: a 1-process run that starts from ``DIR/init0.pt`` and whose first rollout and
   prepared batch are the unions of every rank's (``DIR/rollout<r>.pt``, ``DIR/batch<r>.pt``) instead of new
   ones (prepared by each rank: a rank's episode and group numbers index its own items only); with
   ``COLLAB_DDP_CAPTURE`` it saves its own ``grads0.pt`` (into ``$COLLAB_DDP_PROBE``) for comparison.
+  ``COLLAB_DDP_REPLAY_OWN=1``: a run of as many processes as ``DIR``'s instead, each rank replaying its own rank's
+  first rollout and prepared batch (the same data under another strategy).
+* ``COLLAB_DDP_CALL="RANK:TEXT"``: on that rank, a reply that starts inside a call's opening (the env option
+  ``tool_choice``) writes TEXT's tokens first, the policy's log-probs of them kept (the decoding loop, its forwards
+  and the tools run as they do; only the draws are set): a text that closes the call makes the tool run and the
+  reply go on in a second round.
 
 Across world sizes (tests/training/test_ddp_resume.py):
 
@@ -44,6 +51,7 @@ before it evaluates), ``rank<r>.json`` also holds the first evaluation's figures
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -133,6 +141,40 @@ def stall(rank: int, step: int) -> None:
         time.sleep(float(os.environ.get("COLLAB_DDP_STALL_SECONDS", "3600")))
 
 
+OPENING = re.compile(r'<tool_call>\n\{"name": "[^"]*", "arguments": \{("[^"]*": ")?$')
+"""The end of a prompt that stops inside a call's opening (``collab.tools.calls.call_opening``)."""
+
+
+def force_call(text: str) -> None:
+    """``COLLAB_DDP_CALL``: each sample of ``collab.policy.team``'s decoding whose prompt ends with a call's opening
+    takes ``text``'s tokens as its first draws (``collab.policy.sampling._next_tokens``, its log-probs kept)."""
+    import collab.policy.sampling as sampling
+    import collab.policy.team as team
+
+    decode, next_tokens = team.decode, sampling._next_tokens
+    forced: dict = {}
+
+    def decoding(model, tokenizer, rows, *args, **kwargs):
+        opens = [bool(OPENING.search(tokenizer.decode(r.prompt_ids[-32:]))) for r in rows for _ in range(r.n)]
+        script = tokenizer(text, add_special_tokens=False)["input_ids"]
+        forced.update(script=script, slots={b for b, o in enumerate(opens) if o}, step=0)
+        try:
+            return decode(model, tokenizer, rows, *args, **kwargs)
+        finally:
+            forced.clear()
+
+    def drawing(logits, state, width):
+        nxt, logp = next_tokens(logits, state, width)
+        if forced and forced["step"] < len(forced["script"]):
+            for i, slot in enumerate(state["slots"].tolist()):  # the sample's place in the decoding batch
+                if slot in forced["slots"]:
+                    nxt[i] = forced["script"][forced["step"]]
+            forced["step"] += 1
+        return nxt, logp
+
+    team.decode, sampling._next_tokens = decoding, drawing
+
+
 def live_bytes() -> int:
     """Bytes of every tensor storage alive in this process (each storage once), found through the garbage
     collector: a weight that sharding should have freed but that something still holds counts here."""
@@ -191,9 +233,17 @@ class Probe(L.Callback):
         self.replay_at = int(os.environ.get("COLLAB_DDP_REPLAY_ROLLOUT", "1"))
         self.grads_saved = False
 
+    def replayed(self, name: str, rank: int):
+        """``DIR/<name><r>.pt`` of this rank (``COLLAB_DDP_REPLAY_OWN``), or of every rank merged."""
+        load = captured(Path(self.replay), name)
+        return load[rank] if os.environ.get("COLLAB_DDP_REPLAY_OWN") else merge(*load)
+
     def setup(self, trainer, pl_module, stage) -> None:
         rollout, prepare, rank = pl_module.rollout, pl_module.prepare, trainer.global_rank
         signal_ranks = os.environ.get("COLLAB_DDP_SIGNAL_RANKS")
+        call = os.environ.get("COLLAB_DDP_CALL", "").split(":", 1)
+        if len(call) == 2 and int(call[0]) == rank:
+            force_call(call[1])
 
         def recording(tasks):
             env = pl_module.env
@@ -217,7 +267,7 @@ class Probe(L.Callback):
             stall(rank, trainer.global_step)
             self.rollouts += 1
             if self.replay and self.rollouts == self.replay_at:
-                return merge(*captured(Path(self.replay), "rollout"))
+                return self.replayed("rollout", rank)
             experience = rollout(tasks)
             if self.capture and self.rollouts == self.capture_at:
                 torch.save(experience, self.out / f"rollout{rank}.pt")
@@ -227,7 +277,7 @@ class Probe(L.Callback):
 
         def preparing(experience):  # the first rollout's prepared batch: saved, or both ranks' fed again
             if self.replay and self.rollouts == self.replay_at:
-                return merge(*captured(Path(self.replay), "batch"))
+                return self.replayed("batch", rank)
             batch = prepare(experience)
             if self.capture and self.rollouts == self.capture_at:
                 torch.save(batch, self.out / f"batch{rank}.pt")
@@ -241,7 +291,12 @@ class Probe(L.Callback):
             if self.capture and self.rollouts == self.capture_at and not self.grads_saved:
                 self.grads_saved = True
                 torch.save(gradients(pl_module), self.out / f"grads{rank}.pt")
+                clipped = self.out / f"clipped{rank}.pt"  # and as the optimizer takes it, after clipping
+                hook = trainer.optimizers[0].register_step_pre_hook(
+                    lambda *_: torch.save(gradients(pl_module), clipped)
+                )
                 step()
+                hook.remove()
                 torch.save(weights(pl_module), self.out / f"after{rank}.pt")
                 return
             step()

@@ -1,17 +1,29 @@
 """``--trainer.strategy fsdp`` (FSDP2: every model of the team sharded, collab.training.fsdp) on 2 gloo processes
-against 1 process on the same data.
+against 1 process on the same data, and for one team against 2 ddp processes.
 
 Each case runs 2 processes under fsdp whose rollouts differ in length (rank 1's agents write at most 3 tokens a
 reply, rank 0's 6: the processes decode for unequal numbers of steps, and with small micro-batches score their
 items in unequal numbers of forwards, so that the lockstep rounds of collab.runtime.lockstep must serve the others'
 forwards), then 1 process fed the union of both ranks' first rollouts from the same starting weights
-(``tests/support/ddp_probe.py``'s capture and replay). The first optimizer step's gradients and the weights it made
-must be the same to a relative 1e-5 of each tensor's largest entry: the LoRA adapters, the full agents' whole models
-and the heads outside every model (CoLLM-CC's value head, MARFT-A's MLP critic, MAPoRL's per-agent value heads), which
-FSDP2 leaves whole on every process. Both ranks must hold bitwise the
-same weights after every step, each only its half of every sharded one. The teams with a full agent hold two or
-three sharded models in one backward pass (the full agents' copies, the LoRA agents' base, the critic's own base),
-whose collectives :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process.
+(``tests/support/ddp_probe.py``'s capture and replay). The first optimizer step's gradients, before and after
+clipping (``collectives.clip_gradients``: the shards' squared norms summed over the ranks, the whole heads' counted
+once), and the weights it made must be the same to a relative 1e-5 of each tensor's largest entry: the LoRA
+adapters, the full agents' whole models and the heads outside every model (CoLLM-CC's value head, MARFT-A's and
+MARFT-T's MLP critics, MAPoRL's per-agent value heads), which FSDP2 leaves whole on every process. Both ranks must
+hold bitwise the same weights after every step, each only its half of every sharded one.
+
+The teams: MAGRPO full+LoRA; CoLLM-CC LoRA and full+full; CoLLM-DC full+LoRA; MARFT-A LoRA and full+LoRA; MARFT-T
+full+LoRA; IPPO LoRA and full+full; MAPoRL LoRA and full+LoRA. The teams with a full agent hold two or three sharded
+models in one backward pass (the full agents' copies, the LoRA agents' base, a critic's own base), whose collectives
+:meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process. Two cases check more:
+
+- MAPoRL full+LoRA runs under a max_grad_norm below its first step's gradient norm (every gradient scaled by
+  ``max_norm / (norm + 1e-6)``, the norm one process computes), and its fsdp step is also compared with 2 ddp
+  processes, each fed its own rank's first rollout from the same weights: the same gradients, clipped gradients and
+  weights, to the same tolerance.
+- MARFT-T on math with a calculator: on rank 0 agent 0's turn opens with a call (``tool_choice``) that it closes
+  (``COLLAB_DDP_CALL``, 16 tokens a reply), the calculator runs and the reply goes on in a second round of decoding
+  from its KV cache; rank 1's replies (3 tokens) end before a call closes, so rank 1 serves that round's forwards.
 """
 
 import json
@@ -34,27 +46,63 @@ LORA = {"sampling": SAMPLING}
 
 WRITING = ["--data.env", "writing"]
 ADAPTERS = "collab.training.artifacts.AdapterCheckpoint"
+MAPORL = settings("maporl").ddp  # the debate of its DDP run: 2 agents, 2 turns
+
+# a full agent whose turn opens with a calculator call (the env option tool_choice) and room for the call and
+# more after its result: 11 tokens of the call, 16 in all
+CALLER = {**FULL, "sampling": {**SAMPLING, "max_new_tokens": 16}}
+TOOLS = "{dataset: small_addition, profile: duo, tools: {0: [calculator]}, tool_choice: {0: calculator}}"
+
+
+def team(*agents: dict) -> list[str]:
+    return ["--model.agents", json.dumps(list(agents))]
+
 
 # each case: its algorithm, team and env (a full agent and a LoRA agent on one base: the full agent's own copy and
 # the LoRA agents' shared base are two sharded models)
 CASES = {
-    "magrpo-full+lora": ["--algo", "magrpo", "--model.agents", json.dumps([FULL, LORA]), *WRITING],
-    "collm_cc-lora": ["--algo", "collm_cc", "--model.agents", json.dumps([LORA, LORA]), *WRITING],
+    "magrpo-full+lora": ["--algo", "magrpo", *team(FULL, LORA), *WRITING],
+    "collm_cc-lora": ["--algo", "collm_cc", *team(LORA, LORA), *WRITING],
     # the critic reads agent 0, a full agent: a base of its own (with the critic's LoRA), a third sharded model
-    "collm_cc-full+full": ["--algo", "collm_cc", "--model.agents", json.dumps([FULL, FULL]), *WRITING],
+    "collm_cc-full+full": ["--algo", "collm_cc", *team(FULL, FULL), *WRITING],
+    # CoLLM-DC: a critic per agent, both adapters on the LoRA agent's base (a full agent's critic reads its untrained
+    # base: the one the LoRA agents share)
+    "collm_dc-full+lora": ["--algo", "collm_dc", *team(FULL, LORA), *WRITING],
     # MARFT-A: a central MLP critic head on the frozen (shared, sharded) base
-    "marft_a-lora": ["--algo", "marft_a", "--model.agents", json.dumps([LORA, LORA]), *WRITING],
-    # IPPO: an LLM critic per agent (adapters on the shared base)
-    "ippo-lora": ["--algo", "ippo", "--model.agents", json.dumps([LORA, LORA]), *WRITING],
-    # MAPoRL: per-agent value heads, a 2-turn debate
-    "maporl-lora": [
+    "marft_a-lora": ["--algo", "marft_a", *team(LORA, LORA), *WRITING],
+    # the critic reads agent 0's untrained base: the LoRA agent's, sharded, with its adapters off
+    "marft_a-full+lora": ["--algo", "marft_a", *team(FULL, LORA), *WRITING],
+    # MARFT-T: a token-level MLP critic on the frozen base (the LoRA agent's); on rank 0 agent 0 calls the calculator
+    # inside its turn (COLLAB_DDP_CALL) and its replies go on in a second round, from their KV caches, while rank 1
+    # serves their forwards; its default max_grad_norm 0.5 clips the first step
+    "marft_t-full+lora+tools": [
         "--algo",
-        "maporl",
-        "--model.agents",
-        json.dumps([LORA, LORA]),
-        *settings("maporl").ddp,  # the debate of its DDP run: 2 agents, 2 turns
+        "marft_t",
+        *team(CALLER, LORA),
+        "--data.env",
+        "math",
+        "--data.env_options",
+        TOOLS,
     ],
+    # IPPO: an LLM critic per agent (adapters on the shared base; with two full agents both critics' adapters are on
+    # one base of their own: three sharded models)
+    "ippo-lora": ["--algo", "ippo", *team(LORA, LORA), *WRITING],
+    "ippo-full+full": ["--algo", "ippo", *team(FULL, FULL), *WRITING],
+    # MAPoRL: per-agent value heads, a 2-turn debate
+    "maporl-lora": ["--algo", "maporl", *team(LORA, LORA), *MAPORL],
+    # with a norm bound below the first step's gradient norm: clipping scales every gradient
+    "maporl-full+lora": ["--algo", "maporl", *team(FULL, LORA), *MAPORL, "--model.max_grad_norm", "1e-3"],
 }
+CLIPPED = {"maporl-full+lora"}
+"""The cases whose first step is clipped by their ``--model.max_grad_norm``: a coefficient below 1 (MARFT-T's default
+0.5 clips by less; every case compares its clipped gradients)."""
+AGAINST_DDP = {"maporl-full+lora"}
+"""The cases whose fsdp step is also compared with 2 ddp processes fed each rank's rollout."""
+CALLS = {"marft_t-full+lora+tools": '1+2"}}\n</tool_call>'}
+"""What rank 0's forced calls write (tests/support/ddp_probe.py's ``COLLAB_DDP_CALL``): the calculator's result
+3 joins the context and the reply goes on."""
+
+PROBE = {"COLLAB_DDP_SIGNAL_RANKS": "0,1", "COLLAB_DDP_SIGNAL": "text", "COLLAB_DDP_CAPTURE": "1"}
 
 
 def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
@@ -74,6 +122,28 @@ def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
         json.dumps([{"class_path": "tests.support.ddp_probe.Probe"}, {"class_path": ADAPTERS}]),
         *extra,
     ]
+
+
+def two_processes(case: str, tmp: Path, strategy: str, steps: int, **probe: str) -> None:
+    """2 processes of ``python -m collab.fit`` under ``strategy``, the probe writing to ``tmp``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
+        "COLLAB_DDP_PROBE": str(tmp),
+        "OMP_NUM_THREADS": "1",
+        **PROBE,
+        **probe,
+    }
+    extra = ["--trainer.strategy", strategy, "--trainer.devices", "2", "--trainer.max_steps", str(steps)]
+    run = subprocess.run(
+        [sys.executable, "-m", "collab.fit", *args(case, tmp, extra)],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def close(a: dict, b: dict, rel: float, floor: float, where: dict | None = None) -> list[str]:
@@ -111,27 +181,54 @@ def not_exported(run: Path, final: dict) -> list[str]:
     return unmatched + sorted(left)
 
 
+def same_step(run: Path, reference: Path) -> None:
+    """The first optimizer step of ``run`` against ``reference``'s: its gradients before and after clipping and the
+    weights it made (files of tests/support/ddp_probe.py's capture, whole tensors)."""
+    step, one = torch.load(run / "after0.pt"), torch.load(reference / "after0.pt")
+    assert step.keys() == one.keys()
+    start = torch.load(run / "init0.pt")
+    assert [name for name in one if not torch.equal(one[name], start[name])], "the step moved nothing"
+    # the gradients of the step: 1e-5 of each tensor's largest entry (2 processes sum in another order, over other
+    # paddings: up to ~1e-5 measured), floored at 1e-6 of the largest gradient (a tensor whose gradient nearly cancels)
+    grads = [torch.load(run / "grads0.pt"), torch.load(reference / "grads0.pt")]
+    assert sorted(grads[0]) == sorted(grads[1]) == sorted(one)
+    floor = 1e-6 * max(float(g.abs().max()) for g in grads[1].values())
+    assert close(*grads, 1e-5, floor) == []
+    # clipped (collectives.clip_gradients: the shards' squared norms summed over the ranks, whole heads once): the
+    # same coefficient, so the same gradients to the same tolerance, scaled
+    clipped = [torch.load(run / "clipped0.pt"), torch.load(reference / "clipped0.pt")]
+    coef = clip_coefficient(grads[1], clipped[1])
+    assert close(*clipped, 1e-5, floor * coef) == []
+    assert clip_coefficient(grads[0], clipped[0]) == pytest.approx(coef, rel=1e-5)
+    # the weights it made: AdamW's first step is lr * g / (|g| + eps) (g after clipping), which turns a small
+    # difference of a gradient entry near eps into a step that differs by a part of lr (lora_B from 0: its whole
+    # value): 1e-5 of the largest entry plus 1% of lr where the gradient is above the floor the gradients were
+    # compared with; within AdamW's bound (2 lr, the largest lr 1e-3) where it is below
+    strong = {n: g.abs() > floor for n, g in grads[1].items()}
+    assert close(step, one, 1e-5, 1e-2 * 1e-3, strong) == []
+    assert close(step, one, 0.0, 2e-3, {n: ~m for n, m in strong.items()}) == []
+
+
+def norm(grads: dict) -> float:
+    return sum(float(g.double().pow(2).sum()) for g in grads.values()) ** 0.5
+
+
+def clip_coefficient(grads: dict, clipped: dict) -> float:
+    """The factor clipping applied: ``clipped / grads`` (a total norm's ratio)."""
+    return norm(clipped) / norm(grads)
+
+
+def tool_results(path: Path) -> int:
+    """The calculator's results (3) in the replies of a captured rollout."""
+    items = torch.load(path, weights_only=False).items
+    texts = [a.text for i in items for a in i.actions] if hasattr(items[0], "actions") else [i.text for i in items]
+    return sum(t.count("<tool_response>\n3\n</tool_response>") for t in texts)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_two_sharded_processes_take_one_process_step(case, tmp_path, monkeypatch, one_thread):
-    probe = {"COLLAB_DDP_SIGNAL_RANKS": "0,1", "COLLAB_DDP_SIGNAL": "text", "COLLAB_DDP_CAPTURE": "1"}
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
-        "COLLAB_DDP_PROBE": str(tmp_path),
-        "COLLAB_DDP_RANK_TOKENS": "1:3",
-        "OMP_NUM_THREADS": "1",
-        **probe,
-    }
-    two = ["--trainer.strategy", "fsdp", "--trainer.devices", "2", "--trainer.max_steps", "2"]
-    run = subprocess.run(
-        [sys.executable, "-m", "collab.fit", *args(case, tmp_path, two)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    call = {"COLLAB_DDP_CALL": f"0:{CALLS[case]}"} if case in CALLS else {}
+    two_processes(case, tmp_path, "fsdp", 2, COLLAB_DDP_RANK_TOKENS="1:3", **call)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2
     assert ranks[0]["digests"] == ranks[1]["digests"] and ranks[0]["start"] != ranks[0]["digests"][0]
@@ -142,33 +239,32 @@ def test_two_sharded_processes_take_one_process_step(case, tmp_path, monkeypatch
     for s in shards:  # half of every sharded weight, every head outside the models whole (MARFT-A's MLP critic)
         half = s["unsharded"] + (s["whole"] - s["unsharded"]) / 2
         assert s["uneven"] == [] and abs(s["local"] - half) <= 0.01 * s["whole"], s
+    if case in CALLS:  # rank 0's forced calls ran the calculator; rank 1's (3 tokens) never closed
+        assert tool_results(tmp_path / "rollout0.pt") > 0 and tool_results(tmp_path / "rollout1.pt") == 0
+    assert torch.load(tmp_path / "after1.pt").keys() == torch.load(tmp_path / "after0.pt").keys()
     # one process, the union of both ranks' first rollouts, from the same weights
     replay = tmp_path / "replay"
     replay.mkdir()
     from collab.fit import main
 
-    for key, value in {**probe, "COLLAB_DDP_PROBE": str(replay), "COLLAB_DDP_REPLAY": str(tmp_path)}.items():
+    for key, value in {**PROBE, "COLLAB_DDP_PROBE": str(replay), "COLLAB_DDP_REPLAY": str(tmp_path)}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(replay)
     assert main(args(case, replay, ["--trainer.max_steps", "1"])) == 0
-    sharded, one = torch.load(tmp_path / "after0.pt"), torch.load(replay / "after0.pt")
-    assert torch.load(tmp_path / "after1.pt").keys() == sharded.keys() == one.keys()
-    start = torch.load(tmp_path / "init0.pt")
-    moved = [name for name in one if not torch.equal(one[name], start[name])]
-    assert moved, "the step moved nothing"
-    # the gradients of the step: 1e-5 of each tensor's largest entry (2 processes sum in another order, over other
-    # paddings: up to ~1e-5 measured), floored at 1e-6 of the largest gradient (a tensor whose gradient nearly cancels)
-    grads = [torch.load(tmp_path / "grads0.pt"), torch.load(replay / "grads0.pt")]
-    assert sorted(grads[0]) == sorted(grads[1]) == sorted(one)
-    floor = 1e-6 * max(float(g.abs().max()) for g in grads[1].values())
-    assert close(*grads, 1e-5, floor) == []
-    # the weights it made: AdamW's first step is lr * g / (|g| + eps) (g after clipping), which turns a small
-    # difference of a gradient entry near eps into a step that differs by a part of lr (lora_B from 0: its whole
-    # value): 1e-5 of the largest entry plus 1% of lr where the gradient is above the floor the gradients were
-    # compared with; within AdamW's bound (2 lr, the largest lr 1e-3) where it is below
-    strong = {n: g.abs() > floor for n, g in grads[1].items()}
-    assert close(sharded, one, 1e-5, 1e-2 * 1e-3, strong) == []
-    assert close(sharded, one, 0.0, 2e-3, {n: ~m for n, m in strong.items()}) == []
+    same_step(tmp_path, replay)
+    grads, clipped = torch.load(replay / "grads0.pt"), torch.load(replay / "clipped0.pt")
+    if case in CLIPPED:  # the bound was active: every gradient scaled by max_norm / (norm + 1e-6)
+        bound = float(CASES[case][CASES[case].index("--model.max_grad_norm") + 1])
+        coef = bound / (norm(grads) + 1e-6)
+        assert coef < 0.5 and clip_coefficient(grads, clipped) == pytest.approx(coef, rel=1e-5)
+    if case in AGAINST_DDP:  # 2 ddp processes, each fed its rank's rollout from the same weights: fsdp's step
+        ddp = tmp_path / "ddp"
+        ddp.mkdir()
+        two_processes(case, ddp, "ddp", 1, COLLAB_DDP_REPLAY=str(tmp_path), COLLAB_DDP_REPLAY_OWN="1")
+        ranks = [json.loads((ddp / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert ranks[0]["sharded"] is None and ranks[0]["digests"] == ranks[1]["digests"]  # whole models, in sync
+        assert torch.load(ddp / "grads0.pt").keys() == grads.keys()
+        same_step(tmp_path, ddp)
 
 
 def test_more_processes_than_decoder_layers_is_one_line():
