@@ -178,7 +178,9 @@ def reference_update(c: dict, pairs: list[tuple]) -> tuple[float, dict[tuple, fl
     def lp(key):
         return leaves.setdefault(key, torch.tensor(logprob(c, key), dtype=torch.float64, requires_grad=True))
 
-    deltas = [[float(lp((a, p, w))) - float(lp((a, p, lo))) for a in range(c["n"])] for p, w, lo in pairs]
+    deltas = [
+        [float(lp((a, p, w)).detach()) - float(lp((a, p, lo)).detach()) for a in range(c["n"])] for p, w, lo in pairs
+    ]
     logged = sum(-F.logsigmoid(torch.tensor(c["beta"] * sum(d), dtype=torch.float64)).item() for d in deltas)
     for a in range(c["n"]):
         losses = []
