@@ -49,6 +49,16 @@ def make(algo: str, seed: int):
             log_kl_every=0,
             normalize_std=True,
         )
+    if algo == "madpo":
+        return from_config(
+            "madpo",
+            agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
+            base=base,
+            agent_lr=1e-2,
+            num_generations=4,
+            ppo={"num_epochs": 1},
+        )
     if algo in ("collm_cc", "collm_dc"):
         return from_config(
             algo,

@@ -119,8 +119,10 @@ def one_pass(module, micro, scale):
     ``len(micro) / scale.count``, MAPoRL's of its tokens). MARFT: value_head.coef L_critic + L_actor - entropy_coef H,
     the actor loss and entropy means over every trained agent's samples at once; CoLLM and IPPO: the critics' mean
     value loss plus every agent's policy loss, weighted by its critic's advantages; MAGRPO: each agent's mean of
-    -rho A over its samples, summed; MAPoRL: Section 3.2's token means, -rho A + value_head.coef (V - V_target)^2."""
+    -rho A over its samples, summed; MAPoRL: Section 3.2's token means, -rho A + value_head.coef (V - V_target)^2;
+    MADPO: the mean over pairs of -log sigmoid(beta sum_i (log pi_i(y_w^i) - log pi_i(y_l^i))), a pair at a time."""
     from collab.algos.actor_critic import ActorCritic
+    from collab.algos.madpo import MADPO
     from collab.algos.maporl import MAPoRL
     from collab.algos.marft import MARFT
 
@@ -147,6 +149,15 @@ def one_pass(module, micro, scale):
                 )
                 loss = loss + surrogate(logprobs, torch.tensor([c.logprob for c in actions]), advantages[:, k]).mean()
         return loss * weight
+    if isinstance(module, MADPO):
+        losses = []
+        for pair in micro:
+            margin = 0.0
+            for w, lo in zip(pair.winners, pair.losers):
+                lw, ll = team.logprobs(w.member, [w.prompt_ids, lo.prompt_ids], [w.completion_ids, lo.completion_ids])
+                margin = margin + lw.sum() - ll.sum()
+            losses.append(torch.log1p(torch.exp(-module.beta * margin)))  # -log sigmoid(beta m)
+        return sum(losses) / scale.count
     rows = ([s.member for s in micro], [s.prompt_ids for s in micro], [s.completion_ids for s in micro])
     if isinstance(module, MAPoRL):
         assert module.entropy_coef == 0

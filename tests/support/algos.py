@@ -84,6 +84,14 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         # its tree at K = 4 is 20 joint actions a task (4 + 16 over the 2 turns); at 2, 6
         debate=("--model.num_generations", "2"),
     ),
+    "madpo": AlgoTests(
+        ddp=["--data.env", "matrix"],
+        eval_tasks=1,
+        resume=lambda tmp: [*MATRIX],
+        team=DUO,
+        terms=1,
+        debate=("--model.num_generations", "2"),
+    ),
     "collm_cc": AlgoTests(
         ddp=["--data.env", "writing"],
         eval_tasks=3,

@@ -17,6 +17,7 @@ __all__ = ["ALGO_ENVS", "algo_envs", "algo_registry", "data_from_config", "from_
 def algo_registry() -> dict[str, type]:
     from collab.algos.collm import CoLLM
     from collab.algos.ippo import IPPO
+    from collab.algos.madpo import MADPO
     from collab.algos.magrpo import MAGRPO
     from collab.algos.maporl import MAPoRL
     from collab.algos.marft_a import MARFTA
@@ -24,6 +25,7 @@ def algo_registry() -> dict[str, type]:
 
     return {
         "magrpo": MAGRPO,
+        "madpo": MADPO,
         "collm_cc": CoLLM,
         "collm_dc": CoLLM,
         "ippo": IPPO,

@@ -9,6 +9,8 @@ Algorithm files call these and read like the papers' pseudo-code. Import them fr
   ``num_inference_calls`` (CoLLM Prop. 3.2), ``td_targets``, ``td_errors``, ``gae``, ``normalize``,
   ``mixed_rewards``, and MARFT's decision chain: ``chain``, ``bellman_targets``.
 - :mod:`~collab.objectives.policy`: policy losses. ``clipped_surrogate``, ``ratio_stats``, ``kl_k3``.
+- :mod:`~collab.objectives.preference`: MADPO's preference loss. ``preference_pairs`` (and its
+  ``PAIR_SELECTIONS``), ``joint_log_ratios``, ``joint_dpo_loss``.
 - :mod:`~collab.objectives.critic`: critic losses. ``value_loss``, ``explained_variance``.
 - :mod:`~collab.objectives.debate`: MAPoRL's debate rewards. ``influence_rewards``, ``majority_vote``,
   ``majority_of_others``, ``majority_of_others_table``, ``revision_incentives``,
@@ -29,6 +31,7 @@ from collab.objectives.debate import (
     token_rewards,
 )
 from collab.objectives.policy import clipped_surrogate, kl_k3, ratio_stats
+from collab.objectives.preference import PAIR_SELECTIONS, joint_dpo_loss, joint_log_ratios, preference_pairs
 from collab.objectives.returns import (
     BASELINES,
     absorbing_reward,
@@ -46,6 +49,7 @@ from collab.objectives.returns import (
 
 __all__ = [
     "BASELINES",
+    "PAIR_SELECTIONS",
     "absorb",
     "absorbing_reward",
     "bellman_targets",
@@ -59,6 +63,8 @@ __all__ = [
     "group_advantages",
     "influence_incentives",
     "influence_rewards",
+    "joint_dpo_loss",
+    "joint_log_ratios",
     "kl_k3",
     "majority_of_others",
     "majority_of_others_table",
@@ -66,6 +72,7 @@ __all__ = [
     "mixed_rewards",
     "normalize",
     "num_inference_calls",
+    "preference_pairs",
     "ratio_stats",
     "revision_incentives",
     "td_errors",
