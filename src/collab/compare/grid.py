@@ -207,35 +207,15 @@ def fit_args(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> lis
     config (written to the cell's folder), the cell's env and seed; with ``--defaults``, the overrides and the
     seed alone."""
     folder = cell_dir(out, cell)
+    folder.mkdir(parents=True, exist_ok=True)
+    seed = str(cell.seed)
+    run = ["--seed_everything", seed, "--data.seed", seed, "--trainer.default_root_dir", str(folder)]
     if settings.defaults:  # the main job as a researcher runs it
-        folder.mkdir(parents=True, exist_ok=True)
-        return [
-            *settings.overrides,
-            "--seed_everything",
-            str(cell.seed),
-            "--data.seed",
-            str(cell.seed),
-            "--trainer.default_root_dir",
-            str(folder),
-        ]
+        return [*settings.overrides, *run]
     config = folder / "grid.yaml"
-    config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(json.dumps(callbacks_config(cell, settings), indent=1))  # JSON is YAML
     env = f"collab.compare.grid:SingleAgent_{cell.env}" if cell.kind == "control" else cell.env
-    return [
-        *settings.overrides,
-        "--config",
-        str(config),
-        *extra,
-        "--data.env",
-        env,
-        "--seed_everything",
-        str(cell.seed),
-        "--data.seed",
-        str(cell.seed),
-        "--trainer.default_root_dir",
-        str(folder),
-    ]
+    return [*settings.overrides, "--config", str(config), *extra, "--data.env", env, *run]
 
 
 def command(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> list[str]:
