@@ -156,7 +156,7 @@ def generate_with_tools(
         for row, outs in zip(again, team.generate(asks, max_new_tokens, stop=CALL_CLOSE)):
             row.add(outs[0], team.tokenizer_of(row.agent))
         pending = again
-    return [[_completion(team, row) for row in group] for group in rows]
+    return [[_completion(row) for row in group] for group in rows]
 
 
 def _limit(team, row: _Row, budget: Budget, max_new_tokens: int) -> int:
@@ -200,7 +200,7 @@ def _call(team, row: _Row, tools: dict[str, Tool], budget: Budget, max_new_token
     return True
 
 
-def _completion(team, row: _Row) -> Completion:
+def _completion(row: _Row) -> Completion:
     return Completion(
         row.agent,
         row.prompt_ids,
