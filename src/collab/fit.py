@@ -1,25 +1,11 @@
 """``python -m collab.fit --algo NAME [--config FILE] [--section.key value ...]``.
 
-Reads the packaged configs (``conf/`` at the repository's top, shipped inside the package): ``conf/base.yaml``,
-the run's ``conf/env/ENV.yaml``, ``conf/algo/NAME.yaml`` and the env file's choices for the algorithm, composed
-by :mod:`collab.config`; then ``--config`` files and the dotted overrides, later ones winning
-(``--model.agent_lr 1e-5 --data.env matrix --trainer.max_steps 30``). The command line is read once
-(:func:`collab.config.read_command_line`). The run says on stderr, once, which files it read.
-``--print_config`` prints the merged config, ``--explain`` each value with the file or option that set it;
-``--ckpt_path`` resumes a run (bitwise as the
-uninterrupted run; :mod:`collab.training.resume`). SIGTERM stops within 30 s, in one line and with exit code
-143: at the current step's end (saved) when it comes within 10 s, else inside the step, naming the last
-checkpoint (:mod:`collab.preemption`). Logs (TensorBoard), checkpoints and adapters go under
-``runs/<algo>/version_N/``, or
-``DIR/<algo>/version_N/`` with ``--trainer.default_root_dir DIR``. Bad input (an option's old name, an env the
-algorithm does not train on: :mod:`collab.algos.options`) ends in one line on stderr and exit code 2.
-
-Progress: on a terminal a rich bar counts optimizer steps out of ``max_steps`` with the reward and
-tokens/s; when stdout is not a terminal (a cluster job, a CI log) one plain line per rollout instead
-(:func:`collab.training.progress.progress_callback`). ``--trainer.enable_progress_bar false`` turns both off;
-a progress bar named in the config's callbacks replaces them. Lightning's model summary table is off
-(``--trainer.enable_model_summary true`` prints it), and with stdout not a terminal so are its information
-lines ("GPU available: ...") and transformers' progress bars (:func:`collab.cli.output.command_output`).
+Reads the packaged configs (``conf/base.yaml``, the run's ``conf/env/ENV.yaml``, ``conf/algo/NAME.yaml`` and the
+env file's choices for the algorithm, composed by :mod:`collab.config`), then ``--config`` files and the dotted
+overrides, later ones winning; the command line is read once (:func:`collab.config.read_command_line`).
+``--print_config`` prints the merged config, ``--explain`` each value with its source; ``--ckpt_path`` resumes a run
+bitwise (:mod:`collab.training.resume`); SIGTERM stops within 30 s (:mod:`collab.preemption`). What a run writes,
+its progress lines and its bad input (one line, exit code 2): docs/usage.md.
 """
 
 from __future__ import annotations

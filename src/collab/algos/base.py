@@ -5,33 +5,11 @@ datamodule's environment (one agent per environment role, :mod:`collab.algos.age
 role's defaults), so the same config trains on any environment. A step ends by logging its rollout's and its
 update's statistics (:mod:`collab.algos.logs`).
 
-**The training step, the same for every algorithm.** Optimization is manual; ``training_step`` is
-
-    tasks = next(dataloader)                          # this rank's share of the step's tasks
-    experience = rollout(tasks)                       # the algorithm's protocol: episodes, or MAGRPO's trees
-    batch = prepare(experience)                       # no gradients: advantages, returns, values
-                                                      # (``objectives``); the items, metrics, who learns
-    for index, minibatch in enumerate(epochs(batch.items, ppo.num_epochs, ppo.minibatch_size)):  # same on every rank
-        scale = normalizers(minibatch, batch, index)  # global: counts, normalized advantages (one per item)
-        optimizer.zero_grad()
-        for positions in micro_batches(minibatch):    # at most ``micro_batch_tokens`` padded tokens each
-            micro = [minibatch[i] for i in positions]
-            for term in terms(micro, scale.select(positions)):  # the micro-batch's loss is the sum of its terms
-                backward(term())                      # gradient accumulated; synchronised on the last pass
-        if accept(stats, len(minibatch), scale): optimizer step   # (MARFT's ``target_kl`` may refuse it and stop)
-
-A micro-batch's loss is a list of terms, each a backward pass of its own, the loss being their sum: one term
-where one forward computes it (MAGRPO, MAPoRL: an item is one agent's response), and where an item holds every
-agent's response (CoLLM, IPPO, MARFT) one per critic and one per agent (critic j's, then the actor terms of the
-agents it advises), so that one LLM forward's activations are alive at a time: the same gradient in less memory.
-
-What flows between the steps is typed (:mod:`collab.rollout.experience`):
-:class:`~collab.rollout.experience.Experience`, :class:`~collab.rollout.experience.Batch`,
-:class:`~collab.rollout.experience.Normalizers`. The dataloader yields tasks only and the rollout is played here,
-with the current weights (no prefetching: on-policy). An algorithm's file holds only its paper's parts: ``rollout``,
-``prepare``, ``terms`` (and ``normalizers`` where its loss divides by counts or normalizes advantages over the
-minibatch). Lightning's ``global_step`` counts optimizer updates, as ``trainer.max_steps`` does;
-:mod:`collab.runtime.collectives` makes each update the same on every rank.
+The training step (``training_step``: ``rollout`` -> ``prepare`` -> epochs of minibatches -> ``normalizers`` ->
+micro-batches -> ``terms``, one backward pass each -> ``accept`` and one optimizer step), its terms and the typed
+experience between them (:mod:`collab.rollout.experience`): docs/design.md, *One training step for every
+algorithm*. An algorithm's file holds only its paper's parts: ``rollout``, ``prepare``, ``terms`` (and
+``normalizers`` where its loss divides by counts or normalizes advantages over the minibatch).
 
 There is one optimizer with a parameter group per agent (and per critic), each with its own learning
 rate: this keeps DDP, FSDP and DeepSpeed (single optimizer) open; a full-parameter agent's group is its whole model
@@ -335,7 +313,7 @@ class CollabModule(L.LightningModule):
 
     def terms(self, micro: list, scale: Normalizers) -> list[Term]:
         """The micro-batch's part of the minibatch's loss as the terms it sums, in the order of their backward
-        passes (the module docstring). Each term returns its loss, already divided by the global ``scale`` (whose
+        passes (docs/design.md). Each term returns its loss, already divided by the global ``scale`` (whose
         per-item values are the micro-batch's), and its statistics: means over the micro-batch, shared between
         the terms where several compute one (an actor statistic divided by the number of agents)."""
         raise NotImplementedError(

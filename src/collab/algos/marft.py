@@ -35,7 +35,7 @@ import torch
 from collab.algos.base import CollabModule, Term
 from collab.algos.groups import PPOOptions, ValueHeadOptions
 from collab.errors import require_ranges
-from collab.objectives import explained_variance, value_loss
+from collab.objectives import clipped_surrogate, explained_variance, ratio_stats, value_loss
 from collab.policy.mlp_head import CriticHead, base_features
 from collab.rollout.episodes import play_once
 from collab.rollout.experience import Batch, Experience, Normalizers, Transition, transitions
@@ -212,6 +212,18 @@ class MARFT(CollabModule):
         among them); ``advantages``: theirs, transition by transition, agent by agent, concatenated
         (:meth:`agent_advantages`)."""
         raise NotImplementedError
+
+    def clipped_actor(self, logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, entropy):
+        """:meth:`actor_loss`'s result from the variant's (sequence or token) log-probs and mean entropy."""
+        advantages = advantages.to(logprobs)
+        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip).mean()
+        stats = {
+            "train/actor_loss": float(loss.detach()),
+            "train/entropy": float(entropy.detach()),
+            **ratio_stats(logprobs, old_logprobs, self.ppo.clip),
+            "train/adv_mean": float(advantages.mean()),
+        }
+        return loss, entropy, stats
 
     def policy_forward(self, rows: list[tuple[Transition, int]]):
         """Teacher-forced per-token log-probs and entropies of each row's response (with gradients)."""

@@ -22,7 +22,7 @@ import torch
 
 from collab.algos.marft import MARFT
 from collab.errors import require
-from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
+from collab.objectives import chain, gae
 from collab.rollout.experience import Batch, Experience, Transition
 
 REDUCTIONS = ("sum", "mean")
@@ -92,13 +92,4 @@ class MARFTA(MARFT):
         old_logprobs = torch.stack([self.sequence_logprob(torch.tensor(tr.actions[i].logprobs)) for tr, i in rows]).to(
             logprobs
         )
-        advantages = advantages.to(logprobs)
-        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip).mean()
-        entropy = torch.stack([e.mean() for e in entropies]).mean()
-        stats = {
-            "train/actor_loss": float(loss.detach()),
-            "train/entropy": float(entropy.detach()),
-            **ratio_stats(logprobs, old_logprobs, self.ppo.clip),
-            "train/adv_mean": float(advantages.mean()),
-        }
-        return loss, entropy, stats
+        return self.clipped_actor(logprobs, old_logprobs, advantages, torch.stack([e.mean() for e in entropies]).mean())

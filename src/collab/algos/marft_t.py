@@ -25,7 +25,7 @@ import torch
 
 from collab.algos.marft import MARFT
 from collab.errors import UserError
-from collab.objectives import chain, clipped_surrogate, gae, ratio_stats
+from collab.objectives import chain, gae
 from collab.policy.sampling import own_rows
 from collab.rollout.experience import Batch, Experience, Transition
 
@@ -81,14 +81,5 @@ class MARFTT(MARFT):
         token_logprobs, entropies = self.policy_forward(rows)
         logprobs = torch.cat(token_logprobs)
         old_logprobs = torch.cat([torch.tensor(tr.actions[i].logprobs) for tr, i in rows]).to(logprobs)
-        advantages = advantages.to(logprobs)
-        loss = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip).mean()
-        entropy = torch.cat(entropies).mean()
-        stats = {
-            "train/actor_loss": float(loss.detach()),
-            "train/entropy": float(entropy.detach()),
-            **ratio_stats(logprobs, old_logprobs, self.ppo.clip),
-            "train/adv_mean": float(advantages.mean()),
-            "train/tokens": float(len(logprobs)),
-        }
-        return loss, entropy, stats
+        loss, entropy, stats = self.clipped_actor(logprobs, old_logprobs, advantages, torch.cat(entropies).mean())
+        return loss, entropy, {**stats, "train/tokens": float(len(logprobs))}

@@ -1,31 +1,11 @@
-"""Does a multi-process run fit on this machine? Checked before Lightning starts the processes.
+"""Does a run fit on this machine? Checked before Lightning starts the processes and before a model loads.
 
-Each DDP process loads its own copy of the frozen base (``docs/distributed.md``): ``--trainer.devices 64
---trainer.strategy ddp --trainer.accelerator cpu`` on a 2-core machine would start 64 copies and be killed
-by the kernel (exit 137, no word). :func:`check_fits` refuses such a run in one line (a
-:class:`~collab.errors.UserError`: exit 2) that gives the cores, the memory estimate and what would fit:
-
-- CPU processes: at most one per core (``os.sched_getaffinity``: the cores this process may run on);
-- GPU processes: at most one per visible CUDA device;
-- memory: processes x (the base's weights + the agents' adapters and AdamW moments + a fixed overhead, and each
-  full-parameter agent's weights, gradients and AdamW moments: :mod:`collab.policy.full`) against ``MemAvailable``
-  of ``/proc/meminfo``. The overhead (Python, torch, Lightning, the tokenizer, activations of a short rollout) was
-  measured on a 2-process ``tiny`` run: a process's peak resident
-  memory less its weights: 0.74 GiB less 13 MB (docs/distributed.md, "Timeouts and limits").
-
-Only the process that launches the others checks (under torchrun or SLURM the processes exist already).
-
-Then every run checks its team, before any model is loaded (:func:`check_team`): a process's memory projected from
-the bases' shapes (their ``config.json``, read without the weights), the agents' adapters and optimizer state, the
-step's experience, a rollout's KV caches and sampling tensors and an update's activations
-(:mod:`collab.runtime.projection` says what each counts), against ``MemAvailable`` (on a GPU: each device's free
-memory for what lives there). A team that cannot fit is refused in one line with the projection, the memory
-available and the most agents that would fit. A large team that fits (more agents than the packaged configs' 2,
-or a step projected over :data:`LONG_STEP_S`) says its projected memory and a step's projected time in a start
-line (``team: ...``), shown with the run's other start lines; a team of more than :data:`EARLY_AGENTS` agents shows
-them at once, before its adapters are built (peft adds each adapter with a walk over every module of the model,
-the earlier adapters' included: building N adapters grows as N^2, 80 on ``tiny`` took 8 s and 500 minutes), so
-that a bad option found while building then follows them.
+:func:`check_fits` (the launching process only: under torchrun or SLURM the processes exist already) refuses
+more processes than the machine holds, one per core or visible GPU and in memory, in one line
+(:class:`~collab.errors.UserError`); docs/distributed.md, "Timeouts and limits", says how. :func:`check_team`
+refuses a team whose projected memory (:mod:`collab.runtime.projection`) cannot fit, or has a large one say its
+projection and a step's time in a start line (``team: ...``); a team of more than :data:`EARLY_AGENTS` agents
+shows it before its adapters are built, because building N adapters grows as N^2 (docs/usage.md).
 """
 
 from __future__ import annotations

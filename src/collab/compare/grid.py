@@ -1,26 +1,11 @@
 """The cells of ``python -m collab.compare``: what each run is and the command it runs as (how a grid is
-checked before anything runs: :mod:`collab.compare.checks`).
+checked before anything runs: :mod:`collab.compare.checks`; how a cell runs and the record it leaves:
+:mod:`collab.compare.running`).
 
-A grid is methods x envs x seeds. A method is
-
-- an algorithm (``magrpo``, ``ippo``...): ``python -m collab.fit --algo A`` trained on the env;
-- ``grpo``, the single-agent control: MAGRPO with one agent (n = 1 is GRPO: :mod:`collab.algos.magrpo`)
-  that does every role of the env at once, as the ``single`` baseline's model does
-  (:class:`~collab.evaluation.baselines.SingleModelEnv`: its prompt, its reply cut back into the roles'
-  actions, the env's own score). Its env is ``collab.compare.grid:SingleAgent_<env>`` (a class path, as
-  for an env of one's own) and its one agent takes agent 0's LoRA and sampling with the sum of the agents'
-  response lengths, the single baseline's length budget;
-- a prompt baseline (``single``, ``parallel``, ``pipeline``, ``discussion``): ``python -m collab.evaluate
-  --baseline B`` with MAGRPO's untrained team, no training.
-
-Seed k is ``--seed_everything k --data.seed k``. Every trained run has the same evaluation: the
-:class:`~collab.training.callbacks.EvaluationCallback` before and after training on the env's eval split
-(``eval_tasks`` tasks x ``eval_samples`` sampled episodes, drawn from seed k: a method and its control are
-scored on the same draws' seeds), and the same budget, enforced by :class:`StopAtBudget` (``--trainer.max_steps
--1``): rollouts, or generated tokens. The baselines play the same tasks and samples with ``--seed_everything
-k``. The run's own callbacks list is replaced by the grid's (adapters, reward summary, evaluation, budget;
-no Lightning checkpoint: a killed cell restarts from scratch). How a cell runs and the record it leaves:
-:mod:`collab.compare.running`.
+A grid is methods x envs x seeds. A method is an algorithm (``python -m collab.fit --algo A``), ``grpo`` (the
+single-agent control: MAGRPO with one agent doing every role, as the ``single`` baseline's model does; its env is
+``collab.compare.grid:SingleAgent_<env>``), or a prompt baseline (``python -m collab.evaluate --baseline B``).
+Seeds, the shared evaluation and the budget (:class:`StopAtBudget`): docs/evaluation.md, *python -m collab.compare*.
 """
 
 from __future__ import annotations
@@ -222,35 +207,15 @@ def fit_args(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> lis
     config (written to the cell's folder), the cell's env and seed; with ``--defaults``, the overrides and the
     seed alone."""
     folder = cell_dir(out, cell)
+    folder.mkdir(parents=True, exist_ok=True)
+    seed = str(cell.seed)
+    run = ["--seed_everything", seed, "--data.seed", seed, "--trainer.default_root_dir", str(folder)]
     if settings.defaults:  # the main job as a researcher runs it
-        folder.mkdir(parents=True, exist_ok=True)
-        return [
-            *settings.overrides,
-            "--seed_everything",
-            str(cell.seed),
-            "--data.seed",
-            str(cell.seed),
-            "--trainer.default_root_dir",
-            str(folder),
-        ]
+        return [*settings.overrides, *run]
     config = folder / "grid.yaml"
-    config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(json.dumps(callbacks_config(cell, settings), indent=1))  # JSON is YAML
     env = f"collab.compare.grid:SingleAgent_{cell.env}" if cell.kind == "control" else cell.env
-    return [
-        *settings.overrides,
-        "--config",
-        str(config),
-        *extra,
-        "--data.env",
-        env,
-        "--seed_everything",
-        str(cell.seed),
-        "--data.seed",
-        str(cell.seed),
-        "--trainer.default_root_dir",
-        str(folder),
-    ]
+    return [*settings.overrides, "--config", str(config), *extra, "--data.env", env, *run]
 
 
 def command(cell: Cell, settings: Settings, out: Path, extra: list[str]) -> list[str]:

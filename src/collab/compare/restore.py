@@ -1,20 +1,9 @@
 """A grid's finished runs carried to another machine: ``python -m collab.compare ... --restore RESULTS [STEPS]``.
 
-A grid's folder (``runs/...``) stays on the machine that ran it; what travels is its ``results.csv`` (and
-``steps.csv``), committed as the grid grows (docs/comparison_grid.md). ``--restore`` turns every row of that CSV
-which is a run of this grid into the run's record, so that the grid redoes none of them and its outputs
-(table, CSVs, curves) hold them as if they had run here:
-
-- a row is a run of this grid when its method, env and seed name one of the grid's cells; other rows are ignored,
-  and so are failed rows (exit code not 0: the run runs again);
-- a row must have been made at this grid's budget and evaluation (trained rows: the rollouts of a rollout budget,
-  at least the tokens of a token budget; every row: the eval samples, the eval problems when ``--eval_tasks`` is
-  given, the score key when ``--score`` is), else the command stops in one line before anything runs: the CSV is
-  another grid's;
-- a cell that already has a record keeps it;
-- the run's per-step rows come from ``STEPS`` (``steps.csv``), kept in the record as ``step_rows``; without it the
-  restored runs have no curves. The numbers are the CSV's (6 significant digits), the record's ``command`` empty
-  and ``restored_from`` the CSV's path.
+Every successful row of ``results.csv`` that is a run of this grid (its method, env and seed name a cell) becomes
+that run's record, ``step_rows`` from ``steps.csv``, so the grid redoes none of them; a row made at another budget
+or evaluation stops the command in one line before anything runs, and a cell with a record keeps it
+(docs/evaluation.md, *python -m collab.compare*).
 """
 
 from __future__ import annotations

@@ -1,39 +1,7 @@
 """Prompt-based baselines of CoLLM, §5.2 (no training), on every environment.
 
-``single``
-    One model does the whole task: agent 0's model (untrained: its base, as the fresh LoRA adapters
-    have no effect; with trained weights loaded, agent 0's adapter) answers one merged prompt per
-    turn, :meth:`Env.single_agent_prompt` (every role's instructions and message under a ``### <role>``
-    header), and :meth:`Env.split_single_response` cuts its response back into the roles' actions,
-    which the environment scores as usual (:class:`SingleModelEnv`). Choices where the paper is
-    silent or differs: the paper's single models are larger models and single-turn; here the single
-    model is the team's agent 0 and plays the environment's own turns, each later turn's prompt merging
-    the roles' feedback (``--data.num_turns 1`` gives the paper's single-turn setting, and
-    ``--model.base.name`` a larger model). Its length budget is the sum of the roles' budgets (a role
-    with a closed action vocabulary keeps its own: one token), since it writes every part.
-``parallel``
-    The agents act independently, without communication: the environment's own turns under the
-    dependency ``none`` (all agents at once).
-``pipeline``
-    The agents act in turn and each sees the earlier agents' outputs of the same turn (dependency
-    ``chain``, fused into its prompt by :func:`collab.rollout.protocol.fuse`). The paper lets later
-    agents see earlier agents' inputs too; in collab's environments the roles' inputs are their own
-    instructions over the same task, so only the outputs are shown.
-``discussion``
-    Du et al. (2023)'s multi-agent debate (:class:`DiscussionEnv`): each agent sees the others'
-    outputs of the previous round and responds again. The paper keeps "the number of message-passing
-    rounds the same among multi-agent methods"; collab maps that to *one* exchange per turn boundary:
-
-    - multi-turn environments (H > 1) keep their H turns; from the second on, each agent's next user
-      message (the environment's feedback or next state) gets the other agents' previous-turn outputs
-      appended (H - 1 rounds, the paper's "one-round discussion" in 2-turn CoopHE);
-    - one-turn environments (H = 1), where that would be no exchange at all (= parallel), get one
-      unscored draft round (reward 0, not counted as an environment turn) and then the scored
-      revision round, in which each agent sees the others' drafts.
-
-    An agent's own earlier output is already in its history (its assistant message), so it is never
-    repeated, and an output that the environment's next message already contains (Flex-MG shared
-    states list every action) is not appended twice.
+``single``, ``parallel``, ``pipeline`` and ``discussion`` (Du et al. 2023's debate), each with the choices made where
+the paper is silent or differs: docs/evaluation.md, *Prompt-based baselines*.
 
 :func:`prepare` turns a baseline name into a :class:`Protocol`: the environment to play (the env
 itself or a wrapper) and the Flex-MG dependency to play it under.

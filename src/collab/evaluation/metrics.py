@@ -71,8 +71,7 @@ class PassAtK(_MeanOverProblemsAtK):
     """Mean unbiased pass@k over problems (Codex paper estimator; CoLLM, Table 2).
 
     ``update(num_samples, num_correct)`` takes one entry per problem: how many samples were drawn and
-    how many of them passed every test. States (sum of estimates, number of problems) are summed
-    across processes, so the metric syncs under DDP.
+    how many of them passed every test.
     """
 
     def update(self, num_samples: Tensor, num_correct: Tensor) -> None:
@@ -87,7 +86,6 @@ class AccuracyAtK(_MeanOverProblemsAtK):
     ``update(pass_rates)`` takes, per problem, a 1-D tensor with the test pass rate (in [0, 1]) of each
     of its samples in the order they were drawn. "Best of k" uses the first k samples drawn, so the
     value does not depend on samples beyond k; a problem with fewer than k samples uses all of them.
-    States are summed across processes (DDP-syncable).
     """
 
     def update(self, pass_rates: Sequence[Tensor]) -> None:
@@ -105,9 +103,8 @@ class IoU(Metric):
     CoLLM, Table 1 reports it for HouseBuild, as a percentage).
 
     ``update(built, target)`` takes one episode's voxel grids (tensors of block ids, 0 = air, of the
-    same shape), or two equally long sequences of them, one pair per episode. States (sum of IoUs,
-    number of episodes) are summed across processes (DDP-syncable); ``compute`` is their ratio in
-    [0, 1] (0 before any update).
+    same shape), or two equally long sequences of them, one pair per episode. ``compute``: in [0, 1], 0 before any
+    update.
     """
 
     is_differentiable = False
@@ -134,9 +131,8 @@ class MajorityVoteAccuracy(Metric):
     """Majority-vote accuracy of multi-agent answers, ties in expectation (MAPoRL, Section 4.1), averaged over problems.
 
     ``update(answers, correct)`` takes one row per problem: its agents' (normalised) answers at one turn (``None``:
-    unparsable, no vote) and whether each is correct; each row is scored by :func:`collab.objectives.majority_vote`.
-    States (sum of row scores, number of rows) are summed across processes (DDP-syncable); ``compute`` is their ratio
-    (0 before any update).
+    unparsable, no vote) and whether each is correct; each row is scored by :func:`collab.objectives.majority_vote`
+    (``compute``: 0 before any update).
     """
 
     is_differentiable = False

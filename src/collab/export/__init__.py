@@ -178,7 +178,7 @@ def team_manifest(module, run: dict, agents: list[dict], out: Path) -> dict:
             "parents_at_step_0": protocol.parents(0),
             "how": "agent j's last user message gets 'ROLE: ACTION' appended for each parent i, in agent order",
         },
-        "left_out": left_out(module, team),
+        "left_out": left_out(module),
         "serve": serve_commands(agents, out),
     }
 

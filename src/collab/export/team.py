@@ -55,7 +55,7 @@ def checkpoint_step(run_dir: Path, team) -> int | None:
         return None
 
 
-def left_out(module, team) -> list[dict]:
+def left_out(module) -> list[dict]:
     """The trained parts that are not agents (critics, value heads): what they are and where their weights are."""
     from collab.algos.llm_critics import Critics
 

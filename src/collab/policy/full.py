@@ -1,41 +1,14 @@
 """Full-parameter agents (``model.agents[i].finetune: full``): an agent that owns a trainable copy of its whole base.
 
-CoLLM's and MAGRPO's setting (CoMLRL's default) trains every weight of each agent, where collab's default agent is
-a LoRA adapter over a base its team shares (:mod:`collab.policy.team`). A full agent is a plain transformers model,
-every parameter trainable, under its own key in the team's ``models`` (``full<i>``, agent i's); it decodes and is
-scored like a base without adapters (a row's adapter name is ignored on a model without adapters:
+CoLLM's and MAGRPO's setting (CoMLRL's default) trains every weight of each agent, where collab's default agent is a
+LoRA adapter over a base its team shares (:mod:`collab.policy.team`). A full agent is a plain transformers model, every
+parameter trainable, under its own key in the team's ``models`` (``full<i>``, agent i's); it decodes and is scored like
+a base without adapters (a row's adapter name is ignored on a model without adapters:
 :class:`~collab.policy.lora_batch.AdapterRows`). LoRA agents on the same base name keep sharing one ``PeftModel``; one
-team may mix both. What follows from the choice:
-
-- **Optimizer, DDP**: :meth:`AgentTeam.adapter_parameters` of a full agent is its whole parameter list, so the
-  per-agent parameter groups (its own ``lr``), the gradient clipping and the lockstep synchronisation of
-  :mod:`collab.runtime.collectives` treat it as any agent. Several processes replicate each full agent (DDP) and
-  all-reduce its gradients: a full-parameter team must fit one device. Placing agents on different devices (CoMLRL's
-  model-parallel mode) would split a rollout that batches every agent, and an update that sums every agent's loss,
-  across devices; sharding what trains (Lightning's FSDP or DeepSpeed) would gather every layer at each decoding
-  step of a rollout, which collab's own loop runs token by token, unless every process runs the same forwards:
-  ``--trainer.strategy fsdp`` (:mod:`collab.training.fsdp`) shards full agents with FSDP2 and keeps the processes'
-  forwards in lockstep (:mod:`collab.runtime.lockstep`).
-- **The reference policy** of the KL terms (MAGRPO's ``kl_coef``, MAPoRL's) is the untrained base: the shared base
-  with adapters disabled when LoRA agents share the full agent's base name, else a frozen copy of the base, loaded
-  the first time a KL term or a critic that reads the frozen base (MARFT's head, MAPoRL's value heads) needs it
-  (:meth:`~collab.policy.pool.Pool.untrained`; under a forked random state, so that loading it draws nothing from the
-  run's generators and a resumed run stays bitwise the uninterrupted one). An LLM critic (CoLLM, IPPO) puts its
-  adapter on that shared base, or on a base of its own (:class:`~collab.algos.llm_critics.Critics`).
-- **Checkpoints** hold the trainable weights, the full agents' whole models among them, and resume bitwise;
-  :meth:`AgentTeam.save_adapters` writes a full agent as a model folder (``save_pretrained``: what
-  ``AutoModelForCausalLM.from_pretrained`` loads), and ``collab.export`` copies it (``finetune: full`` in
-  ``team.json``).
-- **Memory**: weights, gradients and AdamW's two moments, each the size of the weights: 16 bytes a parameter in
-  float32, 8 in bfloat16 (:data:`COPIES`), without a float32 master copy, so that in 16 bits an update below about
-  1/256 of a weight is rounded away (the papers' 5e-6 on weights of ~0.02: all of it); float32 keeps it.
-  :func:`check_fits` estimates the team before anything is loaded and refuses, in one line, a team larger than its
-  device; :func:`memory_line` says at the start of a run what each full agent holds. A quantized base cannot
-  train whole: refused in one line (:func:`check_full_agents`).
-- **vLLM** (``--model.engine vllm``): a full agent gets an engine of its own, which takes its trained weights in
-  place before each rollout that follows an update (:mod:`collab.policy.vllm_weights`).
-- **Not supported** (one line): ``critic_spec.share_agent_adapter`` with a full agent (the critic would read through
-  the agent's adapter).
+team may mix both. What follows (the reference policy, checkpoints, memory, several devices, vLLM): docs/models.md,
+*Full-parameter agents*. Here: :data:`COPIES` (weights, gradients and AdamW's two moments: 16 bytes a parameter in
+float32, 8 in bfloat16, no float32 master copy), :func:`check_fits` and :func:`memory_line` (the team against its
+device, before anything loads), :func:`check_full_agents` (a quantized base refused in one line).
 """
 
 from __future__ import annotations

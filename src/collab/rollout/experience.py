@@ -1,25 +1,14 @@
 """What flows through the training step, typed: rollout -> :class:`Experience` -> prepare -> :class:`Batch`
 -> minibatches -> ``normalizers`` -> :class:`Normalizers` -> ``terms`` (the micro-batch's loss, their sum).
 
-A rollout ends in an :class:`Experience`: the units the update draws its minibatches from (``items``),
-the episodes they come from, and what is logged (``stats``, ``examples``). The algorithm's ``prepare``
-fixes what the update needs once per rollout (without gradients) and hands a :class:`Batch` to the
-update: the items to train on, the rollout's metrics and the agents that learn from it. For each
-minibatch the algorithm's ``normalizers`` computes, from every rank's minibatch, what its loss
-divides or weighs by: :class:`Normalizers`, whose per-item values are aligned with the minibatch by
-position (:meth:`Normalizers.select` cuts a micro-batch's out). The units are of two kinds, both with
-named fields where the papers have names:
-
-* :class:`Decision` — one agent's response at one history (MAGRPO's samples of the tree, MAPoRL's
-  answers): member, prompt/completion ids, ``old_logprobs``, and what ``prepare`` fixes on it
-  (``returns``, ``advantages``, ``values``, ``features``);
-* :class:`Transition` — one turn of one episode, every agent's response together (the actor-critic
-  algorithms: CoLLM, Algorithm 1, lines 6, 14 and 17; MARFT, Algorithm 1): (h_t, a_t, r_t,
-  h_{t+1}) with the behaviour log-probs in the completions, and per agent the ``advantages``,
-  ``returns``, ``values`` and critic ``features`` that ``prepare`` fixes.
-
-:func:`epochs` draws the minibatches of PPO's update loop from the items; as in Algorithm 1 the
-experience holds one rollout step (``data.batch_size`` tasks) and is dropped after its epochs.
+An :class:`Experience` holds a rollout's units (``items``), the episodes they come from and what is logged; a
+:class:`Batch` the items to train on, the rollout's metrics and the agents that learn; :class:`Normalizers` what a
+minibatch's loss divides or weighs by, aligned with the minibatch by position (:meth:`Normalizers.select` cuts a
+micro-batch's out). The units: :class:`Decision` (one agent's response at one history: MAGRPO, MAPoRL) and
+:class:`Transition` (one turn, every agent's response: CoLLM, Algorithm 1, lines 6, 14 and 17; MARFT, Algorithm 1),
+with named fields where the papers have names (docs/design.md, *One training step for every algorithm*).
+:func:`epochs` draws the minibatches of PPO's update loop; as in Algorithm 1 the experience holds one rollout step
+(``data.batch_size`` tasks) and is dropped after its epochs.
 """
 
 from __future__ import annotations

@@ -10,14 +10,9 @@ future work), so an agent may depend only on agents before it. Agents whose pare
 form one *level* and are sampled together in one batched ``generate`` call: the sequential chain
 has n levels, the decentralized case (D = 0) one.
 
-A dependency is given as
-
-- ``"chain"``: agent i sees agents 0..i-1 (the default, MARFT's sequential decision-making);
-- ``"none"``: D = 0 everywhere, agents act independently (the decentralized setting);
-- ``"previous"``: agent i sees agent i-1 only;
-- a list of parent lists, one per agent: ``[[], [0], [0, 1]]`` (static);
-- a list of such lists, one per step (``D`` varies across timesteps; the last one repeats);
-- in Python, any callable ``step -> parent lists``.
+A dependency is ``"chain"`` (agent i sees agents 0..i-1: the default, MARFT's sequential decision-making),
+``"none"`` (D = 0), ``"previous"`` (agent i-1 only), a list of parent lists (``[[], [0], [0, 1]]``), a list of
+such lists, one per step (the last one repeats), or in Python any callable ``step -> parent lists``.
 """
 
 from __future__ import annotations

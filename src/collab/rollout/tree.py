@@ -42,7 +42,7 @@ import torch
 from collab.envs.base import Env, EnvState
 from collab.objectives import absorbing_reward
 from collab.policy.sampling import Completion, GenerationRequest
-from collab.rollout.episodes import step_joint
+from collab.rollout.episodes import rollout_stats, step_joint
 from collab.rollout.experience import Decision, Experience
 
 JOINT_MODES = ("aligned", "cross")
@@ -222,15 +222,7 @@ def tree_batch(
                 for key, v in info.items():
                     scalars[f"env/{key}"].append(float(v))
         scalars["reward/return"].extend(root.returns.mean(1).tolist())
-    stats = {key: sum(v) / len(v) for key, v in scalars.items() if v}
-    stats.update(
-        {
-            "rollout/tokens": float(tokens),
-            "rollout/seconds": seconds,
-            "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
-            "rollout/samples": float(len(samples)),
-        }
-    )
+    stats = {**rollout_stats(scalars, tokens, seconds), "rollout/samples": float(len(samples))}
     examples = []
     for root in roots[:1]:
         for c in range(min(2, len(root.joints))):

@@ -1,23 +1,15 @@
 """A run's threads: how many, and how they wait, chosen once for the cores this process gets.
 
-- **Cores** (:func:`usable_cores`): the CPUs this process may run on (its affinity: ``taskset``, a container's
-  cpuset, SLURM's ``--cpus-per-task``), fewer when a CPU quota allows less (cgroup v2 ``cpu.max``, v1
-  ``cpu.cfs_quota_us``, of this process's cgroup or an ancestor): the quota rounded up, since a thread throttled
-  for part of each period still does more than no thread (``benchmarks/step_phases.py`` in such cgroups:
-  docs/measurements.md). Lightning counts the affinity alone.
-- **Threads** (:func:`choose_threads`): torch's intra-op threads are those cores divided among the node's
-  training processes, unless ``OMP_NUM_THREADS`` says otherwise; set before Lightning starts the processes,
-  which inherit it.
-- **Waiting** (:func:`spin_briefly`): torch's OpenMP threads (libgomp) spin 300,000 times after each parallel
-  region before they sleep. Alone, that saves a wake-up per region; beside another CPU-bound process, a
-  spinning thread holds a core that the other process's threads wait for, and a small model's decode (thousands
-  of short regions a second) slows several-fold beyond the 2x of halving the cores. Sleeping at once
-  (``OMP_WAIT_POLICY=PASSIVE``) costs a wake-up per region instead, a third more time alone.
-  ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT` keeps both: the quick start's job beside a copy of itself took 2.0x
-  its time alone (7.6x with libgomp's default spin, 1.3x passive), and alone as long as with the default spin
-  (passive: 1.38x) (``benchmarks/shared_machine.py``; docs/measurements.md). It must be in the environment
-  before torch is imported (libgomp reads it when it loads), so the command-line entries call this first;
-  ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` already set are left alone.
+- **Cores** (:func:`usable_cores`): the CPUs of this process's affinity, fewer when a CPU quota of its cgroup or an
+  ancestor allows less (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), the quota rounded up: a thread throttled
+  for part of each period still does more than no thread. Lightning counts the affinity alone.
+- **Threads** (:func:`choose_threads`): those cores divided among the node's training processes, unless
+  ``OMP_NUM_THREADS`` says otherwise; set before Lightning starts the processes, which inherit it.
+- **Waiting** (:func:`spin_briefly`): libgomp's threads spin 300,000 times after each parallel region before they
+  sleep, holding a core that another process's threads wait for; ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT` shares
+  the machine nearly as well as sleeping at once and costs nothing alone (docs/usage.md, *Threads*, and
+  docs/measurements.md have the figures). It must be in the environment before torch is imported, so the
+  command-line entries call this first; ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` already set are left alone.
 
 The run prints one line saying what was chosen (:func:`describe`).
 """

@@ -4,74 +4,9 @@ Generated code never runs in the training process. :func:`run` starts each progr
 interpreter and returns a :class:`Result`; :class:`Pool` runs many in parallel; :func:`run_tests`
 runs one assert at a time against a candidate solution (the coding reward).
 
-Protections, outermost first:
-
-* **Separate process, own session.** ``start_new_session=True`` puts the program in a new process
-  group, so one ``killpg`` reaches the program and everything it forks.
-* **Wall-clock timeout.** On expiry the whole group gets SIGKILL. The group (and, see below, the
-  run's cgroup or sandbox uid) is killed again at the end of *every* run, so daemonized leftovers do
-  not survive.
-* **CPU, memory, file, descriptor, process limits** (``setrlimit`` in the child before any program code
-  runs): ``RLIMIT_CPU`` (SIGXCPU, then SIGKILL one second later), ``RLIMIT_AS`` (allocations beyond it
-  raise MemoryError), ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE`` (``max_open_files``, 256: descriptor
-  exhaustion stays inside the process), ``RLIMIT_NPROC`` (fork bombs) and ``RLIMIT_CORE=0``.
-* **Clean environment.** The child gets ``PATH``, ``LANG``, ``HOME`` and ``TMPDIR`` only, none of the
-  parent's variables, and runs ``python -I -S -B`` (ignores ``PYTHON*`` variables, user and site
-  packages, writes no bytecode; the stdlib still imports).
-* **Private working directory.** A fresh 0700 temp dir is the cwd, ``HOME`` and ``TMPDIR``; it is
-  removed afterwards.
-* **Capped output.** stdout and stderr are read incrementally; past ``max_output_bytes`` reading stops,
-  the result is marked ``truncated`` and the group is killed, so gigabytes of output end at once.
-
-When the parent runs as root (as on our training machines and CI), the child additionally
-
-* **drops to a dedicated, unprivileged uid** (one per concurrent run, never used by anything else) with
-  no supplementary groups and ``PR_SET_NO_NEW_PRIVS``: it cannot signal (``kill(-1, 9)`` included) or
-  ``ptrace`` the parent or other runs, or write files owned by root, and ``RLIMIT_NPROC`` (which does
-  not bind root) applies. Because the uid is dedicated, killing *every* process of that uid after the
-  run is safe; this catches children that escaped the process group with ``setsid``.
-* **is memory-limited as a whole run** (``Limits.memory_mb`` is the memory of the run, all its
-  processes together): see *Memory* below.
-* **has no network**: it enters a new network namespace, whose only interface (loopback) is down.
-  Abstract UNIX sockets (``\\0name``) belong to the network namespace, so listeners of the host are out
-  of reach too.
-* **has its own SysV IPC**: a new IPC namespace (shared memory, semaphores, message queues) dies with
-  the run's last process, segments left behind included; its ``shmall`` is the run's memory and its
-  ``msgmni`` 16.
-* **sees a minimal file system** (a new mount namespace, then ``pivot_root`` into a fresh tmpfs). What
-  generated code may read: read-only bind mounts of ``/usr`` (with ``/bin``, ``/sbin``, ``/lib*``,
-  which are links into it or bind mounts too), the interpreter's own files wherever they are (its
-  executable, every ``sys.path`` directory, i.e. the stdlib, and the shared libraries it has mapped:
-  so a pyenv interpreter under /root still works, without the rest of /root), a few public files of
-  ``/etc`` (dynamic loader cache and config, time zone, ``alternatives``, ``hosts``,
-  ``nsswitch.conf``, ``os-release``, ``mime.types``) plus a generated ``passwd``/``group``;
-  ``/dev/{null,zero,full,random,urandom}``; a ``/proc`` mounted with ``hidepid=invisible`` (kernel 5.8+:
-  only the run's own processes are visible; older kernels: a plain /proc); and size-limited private
-  tmpfs mounts it may write: the working directory (``4 x max_file_mb``), /tmp, /var/tmp and /dev/shm
-  (``max_file_mb`` each). Everything else is absent: the project checkout, /work, /root, /home, /run
-  (so UNIX sockets of the host reached by path, which network namespaces do not cover, do not exist),
-  /opt, /mnt, /srv, /var, /sys, the rest of /etc, other runs' directories. If building this file
-  system fails, the run does not start (exit code 125, ``killed_by='setup'``).
-
-**Memory** (:mod:`collab.sandbox.cgroups`): as root, each run gets its own memory cgroup where one can
-be made, so ``Limits.memory_mb`` binds all processes of the run together (tmpfs pages included); where
-none can, the limit becomes *processes x address space*. :func:`memory_containment` tells which
-applies (``'cgroup v1'``, ``'cgroup v2'``, ``'rlimit'``, or ``'per-process'`` when not root).
-
-A guard replacing ``socket`` connects with a function raising OSError (an import hook, so it costs
-nothing to programs that do not import socket) is added in every case; it is defence in depth only
-(``_socket`` bypasses it). Where the parent is not root, timeout, limits, environment and output cap
-still hold, but the network, IPC and the file system are not isolated, memory is limited per process
-only and a same-uid child *can* signal the parent; as root where unshare(2) fails (e.g. a container
-without CAP_SYS_ADMIN), uid, memory and limits hold but the namespaces are missing:
-:func:`network_isolated` and :func:`memory_containment` tell which case applies. Not contained in any
-case: the program shares the CPUs with training (up to its timeout).
-
-The setup runs in the child, in :mod:`collab.sandbox.launcher` (a module of the standard library
-only, whose source is passed with ``-c``: its docstring says why), before the program is compiled in
-the same interpreter. As root the interpreter must be usable by the sandbox uid: ``sys.executable``
-(resolved, so that a venv's link under the hidden checkout is not needed) if it is, else
-/usr/bin/python3.
+The protections (process group, timeout, rlimits, clean environment, private folder, capped output; as
+root a dedicated uid, a memory cgroup and network, IPC and mount namespaces), which apply when, and what
+none contains: docs/design.md, *The sandbox*.
 
 Files: this module runs programs (:func:`run`, :class:`Pool`, :func:`run_tests`);
 :mod:`~collab.sandbox.limits` (:class:`Limits`, :class:`Result`, rlimits, the interpreter),

@@ -1,22 +1,8 @@
 """Per-run memory cgroups: one run's processes together stay within ``Limits.memory_mb``.
 
-**Memory.** As root, each run gets its own memory cgroup when one can be created: v1 (the ``memory``
-hierarchy) or v2 (``unified`` with the memory controller enabled), nested under the parent's own
-cgroup, so the parent's limits still bind. ``memory.limit_in_bytes`` (and ``memsw``) on v1 or
-``memory.max`` (and ``memory.swap.max = 0``) on v2 is ``memory_mb`` for all processes of the run
-together, tmpfs pages (/tmp, shared memory) and kernel memory included. The parent moves the launcher
-into it while the interpreter starts (:meth:`Cgroup.join`), and the launcher waits until it is in
-before any program code runs. Every process keeps ``RLIMIT_AS = memory_mb`` too, so one oversized
-allocation still raises MemoryError; exceeding the run's limit with many processes gets one of them
-OOM-killed (``killed_by='memory'`` when the run fails). Processes stay capped by ``RLIMIT_NPROC`` of
-the dedicated uid (``max_processes``). The cgroups are reused between runs and removed when the parent
-exits; after a run, every process in the cgroup is killed. Where no cgroup can be created (no memory
-controller, read-only cgroupfs, v2 without delegation), the limit becomes *processes x address space*:
-the run may hold ``n = min(max_processes, fallback_processes)`` (4 by default) processes and threads
-(``RLIMIT_NPROC`` of its dedicated uid), each with ``memory_mb // n`` of address space, so that
-together they stay within ``memory_mb`` (files in the private tmpfs mounts add at most
-``7 x max_file_mb``). :func:`memory_containment` tells which applies (``'cgroup v1'``,
-``'cgroup v2'``, ``'rlimit'``, or ``'per-process'`` when not root).
+As root, each run gets a memory cgroup (v1 or v2) nested under the parent's own, whose limit binds all
+its processes together; where none can be made, the limit becomes *processes x address space*
+(docs/design.md, *The sandbox*, says how). :func:`memory_containment` tells which applies.
 """
 
 from __future__ import annotations

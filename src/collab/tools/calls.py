@@ -7,16 +7,10 @@ and so do Hermes-style templates)::
     {"name": "calculator", "arguments": {"expression": "123456 * 789"}}
     </tool_call>
 
-Decoding stops at :data:`CALL_CLOSE`; :func:`parse_call` reads the call at the reply's end. Where the base's chat
-template supports tools (:func:`template_supports_tools`: it reads a ``tools`` variable), the tools go to
-``apply_chat_template(..., tools=[...])`` and results are ``{"role": "tool"}`` messages, as the template renders
-them. Where it does not (SmolLM2-135M's), collab's default: :func:`tools_prompt` appends the same instructions and
-the tools' JSON schemas to the agent's system prompt, and a result is a user message holding
-``<tool_response>\\nRESULT\\n</tool_response>`` (what Qwen's template renders a tool message as). Either way
-the agent writes the same call text.
-
-A malformed call (no JSON object, no ``name``, arguments that are not an object, a call not closed before the
-budget) or an unknown tool gives the agent an ``error: ...`` result naming what would be valid: never an exception.
+Decoding stops at :data:`CALL_CLOSE`; :func:`parse_call` reads the call at the reply's end. A template that renders
+tools (:func:`template_supports_tools`) gets them its own way; one that does not gets :func:`tools_prompt` after its
+system prompt and each result as a user message in ``<tool_response>`` tags. A malformed call or an unknown tool is
+an ``error: ...`` result naming what would be valid, never an exception (docs/environments.md, *Tools within a turn*).
 """
 
 from __future__ import annotations

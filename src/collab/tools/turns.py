@@ -2,18 +2,12 @@
 
 Round 0 decodes every request's samples as ``team.generate`` does, each row stopping at its end token, its
 length or a call's closing tag (:data:`~collab.tools.calls.CALL_CLOSE`). Between rounds, every row that ended
-with a call runs it (:func:`~collab.tools.calls.run_call`; a malformed call or an unknown tool is an ``error:``
-result), and its result joins the row's context as the chat template renders a tool message after the agent's
-turn, followed by the header of the agent's next turn (:func:`insertion_ids`). The next round decodes those rows
-on, each a request of its own whose prompt is its prompt and all its tokens so far; the KV cache of what the row
-had decoded is kept from the round before (``Completion.past``, :func:`~collab.policy.prefill.resume_prefill`), so
-only the inserted result and the last sampled token are prefilled (the vLLM engine prefills again, its prefix cache
-aside); rows that answered are done. A :class:`Completion` of a turn holds every token after
-the prompt, its ``own`` mask (True: the agent's; the inserted results are not), the agent's tokens' behaviour
-log-probs only, its text, and its calls with their results (``tool_calls``: the trajectory records them, so a
-resumed run does not run a tool again). The text is the turn as a transcript (each call followed by
-``<tool_response>\nRESULT\n</tool_response>``, the template's headers left out): what the env grades and the
-other agents read.
+with a call runs it (:func:`~collab.tools.calls.run_call`), and its result joins the row's context as the chat
+template renders a tool message, followed by the header of the agent's next turn (:func:`insertion_ids`); the next
+round decodes those rows on from their kept KV cache (docs/environments.md, *Tools within a turn*). A
+:class:`Completion` of a turn holds every token after the prompt, its ``own`` mask (True: the agent's; the inserted
+results are not), the agent's tokens' behaviour log-probs only, its transcript as text, and its calls with their
+results (``tool_calls``: the trajectory records them, so a resumed run does not run a tool again).
 
 A forced call (``choice[agent]``, the env option ``tool_choice``) opens the turn with the start of a call
 (:func:`~collab.tools.calls.call_opening`); those tokens are inserted, not the agent's (not in the loss).
@@ -162,7 +156,7 @@ def generate_with_tools(
         for row, outs in zip(again, team.generate(asks, max_new_tokens, stop=CALL_CLOSE)):
             row.add(outs[0], team.tokenizer_of(row.agent))
         pending = again
-    return [[_completion(team, row) for row in group] for group in rows]
+    return [[_completion(row) for row in group] for group in rows]
 
 
 def _limit(team, row: _Row, budget: Budget, max_new_tokens: int) -> int:
@@ -206,7 +200,7 @@ def _call(team, row: _Row, tools: dict[str, Tool], budget: Budget, max_new_token
     return True
 
 
-def _completion(team, row: _Row) -> Completion:
+def _completion(row: _Row) -> Completion:
     return Completion(
         row.agent,
         row.prompt_ids,

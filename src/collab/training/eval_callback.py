@@ -19,18 +19,11 @@ class EvaluationCallback(L.Callback):
     """Evaluate the team on the environment's eval split: before training (``at_start``), every
     ``every_n_steps`` optimizer updates and when training ends (``at_end``, unless it just ran).
 
-    Plays ``num_samples`` episodes per eval task (:func:`collab.evaluation.heldout.evaluate`) and logs the
-    ``eval/...`` metrics at the current ``global_step``, with ``eval/score`` / ``eval/score_se`` (``solved``
-    where the env reports it, else the return; :class:`collab.evaluation.heldout.MeanSE`). With ``at_start``
-    the end of training prints the held-out before/after comparison, also written to ``reward_summary.json``
-    under ``held_out`` (what is logged and printed: docs/evaluation.md#held-out-evaluation-during-training).
-
-    ``greedy`` decodes at temperature 0; ``seed`` draws each batch's samples from a generator seeded from
-    (``seed``, batch index), the same draws at every evaluation and any world size; ``seed: null`` draws from
-    the training's stream (not reproducible across world sizes). Either way the training's stream is left as
-    it was. ``tasks_per_batch`` consecutive tasks decode together and are the unit of seeding; under DDP the
-    batches are dealt round-robin and every process scores all tasks
-    (:func:`collab.evaluation.heldout.play_records`).
+    Plays ``num_samples`` episodes per eval task (:func:`collab.evaluation.heldout.evaluate`, whose batches of
+    ``tasks_per_batch`` tasks are the unit of seeding and of the processes' shares) and logs the ``eval/...``
+    metrics at the current ``global_step`` with ``eval/score`` / ``eval/score_se``; with ``at_start`` the end of
+    training prints the before/after comparison, also written to ``reward_summary.json`` under ``held_out``.
+    ``greedy``, ``seed`` and what is logged and printed: docs/evaluation.md#held-out-evaluation-during-training.
     """
 
     def __init__(

@@ -15,9 +15,8 @@ passing), as the writing environment does.
 :mod:`~collab.envs.coding.reward`); ``reference`` reproduces the reference code's reward (rules R1-R14 in
 :mod:`~collab.envs.coding.reference`). Every difference, and why collab's default differs: docs/fidelity.md.
 
-Both modes give a reply without code (``I cannot help with that.``) no function: aux missing, not a
-broken team program. The E.2 diagnostics have the same layout in both modes, filled from the mode's
-own analysis (the reference's ``level_feedback`` lists every failing case instead of the first).
+The E.2 diagnostics have the same layout in both modes, filled from the mode's own analysis (the reference's
+``level_feedback`` lists every failing case instead of the first).
 
 ``visible_tests``, the ``run_tests`` tool (:mod:`~collab.envs.coding.tests_tool`) and the datasets (default
 splits eval ``[:16]``, train ``[16:]``, CoopHumanEval's convention): docs/environments.md#coding-collaboration-collm.

@@ -1,20 +1,7 @@
 """Per-assert test programs of coding tasks and running them in the sandbox (CoLLM, E.2, F.2).
 
-**Diagnostics (E.2).** A failing test prints one block to stderr, after a ``__COLLAB_FAIL__`` marker line
-(so that anything the candidate printed before cannot be mistaken for it)::
-
-    assert candidate(1) == 2
-    AssertionError: expected 2, got 1
-
-the failing statement's source, then ``ExcType: message``. Asserts are rewritten with ``ast`` so that each
-side is evaluated once and the values can be shown: ``a == b`` and ``a is b`` give ``expected <repr(b)>, got
-<repr(a)>``, other comparisons ``expected a value < 1e-06, got 0.5``, ``assert f(x)`` ``expected a truthy
-value, got False``; an assert's own message (HumanEval's "This prints if this assert fails 1 ...") is
-appended in parentheses, since it rarely says more than the source line. Long reprs are shortened to
-300 characters. Other exceptions give ``ExcType: str(exc)`` under the statement that raised them (the
-innermost one: the assert inside a loop). Timeouts, output floods and programs that do not even compile
-are diagnosed in the parent from the sandbox :class:`~collab.sandbox.Result`
-(``Timeout: the test did not finish within 8.0 s``).
+A failing test prints the failing statement and ``ExcType: message`` after a ``__COLLAB_FAIL__`` marker line, asserts
+rewritten with ``ast`` to show ``expected X, got Y`` (the E.2 diagnostics: docs/environments.md, *Coding diagnostics*).
 
 A test passes when its program exits 0 *and* printed the pass marker last, so agent code that calls
 ``exit(0)`` before the test runs does not pass. The agents' code runs as a module named ``solution``

@@ -8,74 +8,8 @@ that rewards can be compared with published curves; collab's own reading of CoLL
 docs/fidelity.md lists where the two differ. The tests still run in collab's sandbox
 (R7-R9: :mod:`~collab.envs.coding.reference_sandbox`).
 
-Rules, in the order the reference applies them (R1-R14):
-
-R1. *Imports* come from the task's prompt only: every line, stripped, that matches
-    ``from X import ...`` or ``import X, Y`` (regex; docstring lines included), without duplicates.
-    Imports in the agents' responses are dropped (by R2).
-R2. *Cleaning* a response (:func:`clean`): delete every ```` ```python ```` and then every ```` ``` ````,
-    each with all the whitespace after it (newlines and the next line's indentation included). Then
-    keep only function blocks: a line matching ``def name(`` at any indentation opens a block (closing
-    the previous one, so a nested ``def`` splits its enclosing function); the block goes on over
-    blank lines, lines indented by more than the ``def`` line (any line starting with a tab) and lines
-    starting with triple quotes (a docstring; one not closed on that line goes on, verbatim, to the
-    next line holding the same quotes); any other line closes it. Everything outside blocks (imports,
-    constants, decorators, classes, prose, example calls) is dropped; blocks are joined by a blank
-    line. Then every line that is a capitalised sentence (``^[A-Z][a-z].*[.!?:]$`` once stripped),
-    holds none of ``def ``, ``return ``, ``if ``, ``for ``, ``while ``, ``=``, brackets and does not start
-    with ``#`` or triple quotes is removed, even inside a function (a broken line can vanish, a
-    docstring line too). A result without ``def name(`` is ``""``.
-R3. *Extracting* function ``name`` (:func:`extract_function`): in the cleaned text, from a line
-    ``def name(`` over blank lines and lines indented more than it (or starting with a tab), to the
-    first other line; a second ``def name(`` right after (blank lines between) replaces the first.
-    Only ``aux`` is taken from the auxiliary response and only the entry point from the main one:
-    helper functions of either agent, and main's own ``aux``, are dropped.
-R4. *Defined with a return* (level 1): the extracted function is non-empty and its text matches
-    ``return\\s+`` anywhere (a comment ``# return x`` counts, ``return(x)`` does not; nested functions
-    count). aux +0.4 (no stop); main +0.6, else the evaluation stops with what it has (0.4 or 0).
-R5. *Combining* (level 2): imports, ``clean(aux)``, ``clean(main)`` (the extracted functions cleaned
-    once more), the non-empty ones joined by a blank line; it must ``ast.parse`` (+0.5), else stop.
-R6. *Tests* (:func:`test_cases`): the text after ``def check(candidate):`` (exactly so written) up
-    to the first blank line followed by ``def`` or the end; of its lines, stripped, those that start
-    with ``assert`` followed by whitespace and contain ``candidate`` (``assert(candidate(1) == 2)`` is
-    not a test; neither is a line that does not mention ``candidate``), without duplicates, with
-    every ``candidate`` replaced by the entry point (in strings too). Each line is one test, out of
-    context: setup statements are dropped, an assert inside a loop fails (its loop variable is
-    undefined), a multi-line assert fails (a syntax error). No test found: stop after level 2.
-R7. *Namespace*: the combined code is executed once in a namespace holding ``math`` (so ``math`` works
-    without an import) and every test runs in that same namespace, one after the other (state left by
-    one test, a mutable default argument say, is seen by the next). If the combined code raises while
-    loading, no test counts and no bonus is given.
-R8. *Double call*: a test of the form ``assert name(args) == expected`` (regex: no ``)`` inside the
-    arguments) first evaluates ``name(args)`` and ``expected`` on their own, then executes the assert,
-    so the function runs twice within one timeout, and side effects happen twice.
-R9. *Timeouts*: each test runs under a ``SIGALRM`` timer (10 s in the reference; ``test_timeout``),
-    raising an ``Exception`` subclass (code that catches ``Exception`` can swallow it); after 3
-    timeouts the remaining tests are not run and count as failed.
-R10. *Test reward*: ``(passed / total) * 1.0``, total being every extracted test, run or not.
-R11. *Bonus gate*: at least one test passed and the extracted aux is non-empty (R3), even when aux has
-     no return statement (no 0.4 for it, bonuses still possible).
-R12. *Calls aux* (+0.5): main's extracted text matches ``\\baux\\s*\\(`` anywhere, so a mention in a
-     comment or string counts (and ``self.aux(`` too); only then are R13 and R14 applied.
-R13. *Wrapper* (no +1.0): main's extracted lines, stripped, without blank lines, comment lines, lines
-     starting with ``def `` and docstring lines, are none at all, or one line starting with ``return ``
-     and containing ``aux`` anywhere (``return sorted(aux(x))[::-1]`` is a wrapper), or two lines
-     ``v = aux(...`` and exactly ``return v``. Docstring lines: a line starting with triple quotes is
-     skipped; unless it also ends with them and is longer than 3 characters it opens a docstring
-     whose lines are skipped until a line *not starting* with triple quotes contains some. A closing
-     ``\"\"\"`` alone on its line therefore opens a docstring again, so all of main's code after a
-     docstring closed that way is skipped and main counts as a wrapper.
-R14. *Discarded value* (-0.5): a line of main, stripped, is exactly ``aux``, one whitespace character,
-     ``(``, one character other than ``)``, ``)``: ``aux (n)``. (The reference's patterns require the
-     whitespace and the single character, so ``aux(n)`` on its own line is never penalised; its two
-     other patterns need whitespace at the ends of a stripped line and can never match.)
-
-Floats are summed in the reference's order (0.4, 0.6, 0.5, tests, 0.5, 1.0, -0.5), so totals agree
-to the last bit. One case cannot be reproduced: code raising ``SystemExit`` or ``KeyboardInterrupt``
-(``exit()``) ends the reference's whole training process; here that test (or the loading) fails.
-Code stuck in C (``sum(range(10**12))``) never sees the timer, as in the reference, where it would
-hang forever; here the sandbox kills the program after ``tests x timeout + 5`` s and the unfinished
-tests fail. The 4.5-point versions of the reference (format gate, dependency cap) are not reproduced.
+Its rules, in the order the reference applies them (R1-R14, cited by the functions below), and what
+cannot be reproduced: docs/fidelity.md, *The reference's coding reward*.
 """
 
 from __future__ import annotations

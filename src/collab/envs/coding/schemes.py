@@ -4,42 +4,7 @@ MAGRPO appendix reports four schemes that emerge when an auxiliary agent writes 
 agent writes the problem's entry point, which may call it: B.1 *fallback* (Listing 1), B.2
 *decorator* (Listing 2), B.3 *coordinator* (Listing 3) and B.4 *strategy filter* (Listing 4). The
 paper describes them in prose only; :func:`classify` turns them into rules over main's AST (the code
-is never run). Only calls ``aux(...)`` whose value is *used* count (as in static.py's "discards": a call
-that is an expression statement, or bound to names main never reads, is ignored). Each used call
-is placed by the structures around it in main's body (nested functions and lambdas included):
-
-- **fallback** (B.1): in the body of a ``try`` one of whose ``except`` handlers does work of its own,
-  i.e. has a statement other than ``pass``, ``raise``, ``break``/``continue``, ``print(...)``, a
-  string/``...`` expression, or ``return``/assignment of a literal (``None``, ``0``, ``[]``, ...).
-  ``try: return aux(x) except: <reimplementation>`` and ``try: r = aux(x) except: r = <own>`` are
-  fallbacks; ``try: return aux(x) except: pass`` (or ``return None``) is not: it only silences
-  errors, and the ``try`` is then transparent to the other rules (so alone it is ``none``). Calls
-  in a handler (main first, aux as the backup) are not fallback: they go through the other rules.
-- **coordinator** (B.3): applied per part: in the body of a ``for``/``while`` loop, in the element,
-  the ``if`` filters or a later ``for`` of a comprehension/generator expression, or in a lambda
-  passed to a call (``map(lambda c: aux(c), s)``, ``sorted(xs, key=lambda v: aux(v))``). A call in
-  the iterable of a ``for`` (``for x in aux(s)``) runs once and is not.
-- **strategy_filter** (B.4): in the test of an ``if``, a ``while`` or a conditional expression
-  (``x if aux(n) else y``), the subject or a case guard of a ``match``, including as an operand of a
-  boolean/comparison there (``if n > 1 and aux(n):``): aux's answer selects a branch.
-- **decorator** (B.2): any other used call, when main has logic of its own, i.e. it is not a thin
-  wrapper (static.py's :func:`thin_wrapper`: ``return aux(x)`` or ``r = aux(x); return r`` with
-  plain arguments) once ``try`` blocks that only silence errors are unwrapped. This covers guards
-  (``if not text: return True``), transformed results (``sorted(aux(xs))``, ``round(aux(x), 2)``,
-  ``aux(x) + 1``), preprocessed arguments (``aux(s.lower())``) and boolean combinations *returned or
-  assigned* rather than tested: ``return text[0] == text[-1] and aux(text)`` (Listing 2) combines
-  main's own edge check with aux's answer, it does not pick a branch, whatever the operand order.
-- **none**: main does not parse (after :func:`clean_response`/:func:`parse_code`), is not
-  defined, calls aux nowhere, uses none of aux's values, or is a thin wrapper.
-
-When several apply, the first of fallback > coordinator > strategy_filter > decorator wins: a
-``try`` with a reimplementation and a loop of aux calls are the more specific structures (a loop
-body usually holds an ``if`` too, as in ``[c for c in s if aux(c)]``, which is main dividing the
-work per element); a test on aux's answer decides main's control flow, which is more than the
-decorator's own logic around a call, the catch-all.
-
-Not recognised: aux passed uncalled (``map(aux, s)``: static.py's :func:`calls` says main does not
-call it, so ``none``) and aux called per element through a nested ``def`` (decorator).
+is never run), written out in docs/environments.md, *Cooperation schemes*.
 """
 
 from __future__ import annotations

@@ -8,24 +8,8 @@ is never cut, so a response whose code does not parse as written (``return y +``
 kept as it is and fails the syntax level. A response with no code at all (``I cannot help with
 that.``) contributes nothing: that agent's function is missing, the team's code is not broken.
 
-Choices where the paper is silent (tested in ``tests/envs/test_coding_reward.py``):
-
-- From the auxiliary agent's response we keep imports and top-level functions except a definition of
-  the entry point; from the main agent's response, imports and top-level functions except ``aux``
-  (E.2 tells main not to redefine it; a redefinition would silently replace the partner's code).
-- "Defined with a return" means a top-level ``def`` of that name whose own body (not a nested
-  function's) has a ``return <value>``. For code that does not parse, which ``ast`` cannot read, it is
-  read from the text (:func:`defined_in_text`): an unindented ``def name(`` whose block (the lines up
-  to the next unindented one) holds ``return`` followed by a value. So a function with a syntax error
-  is *defined*, and the evaluation stops at the syntax level with its E.2 "Syntax: ERROR" diagnostic,
-  as in the reference implementation, rather than at the structure level as if it were missing.
-- Main *calls* aux when a call ``aux(...)`` appears anywhere in its body (nested functions and
-  lambdas included).
-- Main *discards* aux's value when a call to aux is an expression statement, or its value is bound
-  to a name (``x = aux(...)``, ``_ = ...``) that main never reads afterwards.
-- Main is a *thin wrapper* when its body, without docstring and ``pass``, is ``return aux(...)`` or
-  ``r = aux(...)`` followed by ``return r``, with aux's arguments plain names or constants: it adds
-  no logic of its own.
+The choices where the paper is silent (what is kept of each agent's response, "defined with a return", calls,
+discards, thin wrappers): docs/environments.md, *Coding: choices where the paper is silent*.
 """
 
 from __future__ import annotations

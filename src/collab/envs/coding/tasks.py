@@ -22,12 +22,10 @@ Every loader returns the same plain-dict record:
   reference ``code``; CoopHE: ``None``); :func:`canonical_code` returns it.
 
 **Tests (F.2).** "The test pass rate measures the proportion of unit tests that successfully pass within
-an 8-second timeout": each top-level statement of ``check(candidate)`` that is or contains an ``assert``
-(a loop of asserts counts once) is one test and runs in its own sandboxed process
-(:mod:`collab.sandbox`), so a crash or an endless loop costs one test, not all. Top-level statements
-without an assert (imports, assignments, helper ``def`` s) are setup: every later test's block starts with
-them, in order, so each block runs on its own. ``assert True, "..."`` lines are tests like any other.
-MBPP's ``test_list`` asserts call the function by name; the program binds ``candidate`` to it too.
+an 8-second timeout": each assert of ``check(candidate)`` is one test with the setup before it
+(:func:`split_check`), run in its own sandboxed process (:mod:`collab.sandbox`), so a crash or an endless loop
+costs one test, not all. MBPP's ``test_list`` asserts call the function by name; the program binds ``candidate``
+to it too.
 
 The test programs and their diagnostics are in :mod:`collab.envs.coding.harness`.
 """

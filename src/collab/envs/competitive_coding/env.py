@@ -8,11 +8,9 @@ Coder -> Reviewer) and the graded agent's program is run on the problem's tests;
 ``incorrect (passed 2/5 tests)``. Table 6 runs coding with a maximum horizon of 1, the default here.
 
 Data (``dataset=``): ``None`` is the problem set shipped with collab (``collab/data/competitive_coding.jsonl``:
-40 small problems of our own with 204 tests, 5-6 each with the examples first, and a reference solution
-each); a path reads a json/jsonl of ``open-r1/codeforces`` records or local ``{"id", "statement", "tests"}``
-records (:mod:`~collab.envs.competitive_coding.problems`). Default splits: the last fifth of the problems
-(rounded down) is ``eval``, the rest ``train`` (shipped set: train 32, eval 8); a set of fewer than 5
-problems uses all of them for both.
+40 small problems of our own, 5-6 tests each with the examples first, and a reference solution each); a path or
+``codeforces:PATH`` reads CodeForces records (:mod:`~collab.envs.competitive_coding.problems`). Default splits:
+:func:`default_splits`.
 """
 
 from __future__ import annotations

@@ -6,21 +6,8 @@ stdout is accepted by the problem's checker (:mod:`~collab.envs.competitive_codi
 test of every answer of a batch runs through one :meth:`collab.sandbox.Pool.map` call, each in its own
 sandboxed process, so they run in parallel; an identical (program, input) pair runs once.
 
-**The program of a response** (:func:`extract_program`). The D.3 profiles ask the TRIO Reviewer for its
-code "below 'Final Answer:'" and the TRIO Coder "below the line starting with 'Answer:'"; the E.2 case
-study shows a Coder answering with one ```python block followed by prose. So:
-
-1. the text after the last ``Final Answer:``, else after the last line-initial ``Answer:`` (markdown
-   bold allowed), else the whole response; when that part holds no code (the reviewer wrote
-   "Final Answer: the code is correct"), the whole response;
-2. in it, the last fenced block tagged ``python``/``py``/``python3``; else the last untagged fenced block
-   (blocks tagged ``input``, ``output``, ``text``... are examples, not programs);
-3. no fenced block: unfenced code, from the first line that looks like Python (``def``, ``import``,
-   ``for``, ``print(``, ``n = ...``) that starts a run of lines that compiles, through the longest such
-   run (trailing prose dropped; the first 8 code-like lines are tried as starts, runs are at most 300
-   lines); if no run compiles, from the first code-like line to the end, which then fails to compile.
-
-Responses with none of these have no code (``has_code`` 0); code that does not compile is not run.
+How :func:`extract_program` finds the program of a response (after ``Final Answer:`` or ``Answer:``, the last
+``python`` block, else unfenced code that compiles): docs/environments.md, *competitive_coding*.
 """
 
 from __future__ import annotations

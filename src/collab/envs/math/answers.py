@@ -11,23 +11,9 @@ decides whether it equals the gold one, without sympy:
   "Answer: X" / "#### X" phrase, else the last number of the text; ``None`` when nothing is found.
   Small models rarely box, so the fallback keeps their reward from being all zero; with
   ``fallback=False`` only boxed answers count, as in the paper.
-* :func:`normalize` / :func:`is_equiv` — equality up to notation (below).
-
-**Equivalence rules.** Both answers are cleaned (math delimiters ``$``, ``\(``; ``\left`` /
-``\right``; spacing commands ``\!`` ``\,``; ``\dfrac`` / ``\tfrac`` -> ``\frac``; degrees, percent
-and dollar signs; ``\text{...}`` unwrapped; units after a number dropped: ``18 dollars`` -> ``18``;
-``x = 5`` -> ``5``; ``2 + 3 = 5`` -> ``5``; trailing period; thousands commas ``1,000`` and
-``1{,}000``; ``\frac12`` -> ``\frac{1}{2}``, ``\sqrt2`` -> ``\sqrt{2}``) and then parsed as:
-
-* a **number** — integers, decimals, ``a/b``, ``\frac{a}{b}`` and mixed numbers ``2\frac{1}{2}``,
-  compared exactly as :class:`fractions.Fraction`. There is no rounding tolerance: ``0.33`` is not
-  ``1/3``. Only float noise passes (relative difference <= 1e-9, so ``0.30000000000000004`` is
-  ``0.3``). ``50\%`` is ``50``, not ``0.5``.
-* a **tuple / interval** — ``(a, b)``, ``[a, b)``...: same brackets, same length, items equal in
-  order, so ``(1,2)`` is not ``(2,1)``. An unbracketed list ``1, 2`` (a list of solutions) is
-  compared as a multiset: order does not matter.
-* otherwise **text** — the cleaned strings, without spaces and case-insensitively
-  (``\frac{\sqrt{3}}{2}`` = ``\dfrac{\sqrt3}{2}``). No algebra: ``2^3`` is not ``8``.
+* :func:`normalize` / :func:`is_equiv` — equality up to notation: numbers exactly as :class:`fractions.Fraction`,
+  tuples and intervals in order, unbracketed lists as multisets, else the cleaned text (docs/environments.md,
+  *Answer equivalence*, gives every rule).
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """The one-step two-agent matrix game of MAGRPO appendix, Appendix A.3, and Table 1 for N players.
 
-Each agent picks option ``A`` (the paper's A^(1)) or ``B`` (A^(2)) without seeing the other's choice.
+Each agent picks option ``A`` (the paper's A^(1)) or ``B`` (A^(2)) without seeing the other's choice. Presets:
+``table1`` (Dec-POMDP, Table 1's joint utility 10, 7, 7, 0), ``table2a`` and ``table2b`` (POSG: each agent its own
+entry of Table 2a / 2b); ``team_reward=True`` gives both agents the sum of their utilities (Table 1 for both
+decompositions); ``players=N`` plays Table 1 with N agents (docs/environments.md, *matrix*).
 
-Presets
--------
-``table1``  Dec-POMDP: both agents receive the joint utility of Table 1 (10, 7, 7, 0).
-``table2a`` POSG: each agent receives its own entry of Table 2a; (A, A) is a Nash equilibrium and
-            also jointly optimal.
-``table2b`` POSG: Table 2b; the Nash equilibria are (A, B) and (B, A) with joint utility 7 < 10, so
-            independent learners on their own rewards miss the joint optimum.
-
-``team_reward=True`` turns a Table 2 game into its Dec-POMDP by giving both agents the sum of their
-utilities (which is Table 1 for both decompositions).
-
-``players=N`` plays Table 1 with N agents (collab's extension: the paper's games have two): the team gets 10
-when every player picks A, 0 when every one picks B and 7 otherwise, which for N = 2 is Table 1. Its joint
-optimum is all A, and a player's A is worth at least 7 and its B at most 7 whatever the others do: teams of
-any size learn it (``tests/envs/test_matrix.py``). Table 2's per-agent games stay two-player.
-
-Actions are text. With ``constrained=True`` (the default) the agents' policies are restricted to the
-two one-token options (a closed action vocabulary), which is what makes the game learnable by a tiny
-random model in a few steps. With ``constrained=False`` the first standalone ``A`` or ``B`` in the
-response is the choice. A response with neither gets ``invalid_penalty``: in a joint-reward game the
-team gets it; with per-agent rewards the agent that answered badly gets it and the other agent is
-valued at its worst case over the partner's options (its row or column minimum).
+With ``constrained=True`` (the default) the policies are restricted to the two one-token options (a closed action
+vocabulary); with ``constrained=False`` the first standalone ``A`` or ``B`` in the response is the choice. A response
+with neither gets ``invalid_penalty``: in a joint-reward game the team gets it; with per-agent rewards the agent that
+answered badly gets it and the other agent is valued at its worst case over the partner's options (its row or
+column minimum).
 """
 
 from __future__ import annotations

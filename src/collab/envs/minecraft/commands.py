@@ -1,23 +1,8 @@
 """Agents' text -> HouseBuild commands (CoLLM, Appendix E.3 constraints).
 
-Accepted, one per line (surrounding whitespace ignored, blank lines skipped silently):
-
-- ``/fill x1 y1 z1 x2 y2 z2 block`` — absolute integer coordinates, both corners inside the bbox, in
-  any corner order; ``block`` is a legend block name (``white_concrete``), optionally with the
-  ``minecraft:`` prefix and block states (``stone_stairs[facing=north]``; states are dropped), or
-  ``air`` to clear. Legend letters (``C``) are not block names and are rejected with the name to use.
-  Fill modes (``replace``, ``hollow``, ...) are not supported.
-- ``/kill`` (E.3 "Allowed commands: /fill and /kill"), bare or with a spider selector
-  (``/kill @e[type=spider]``, ``/kill @e[type=minecraft:spider,limit=1]``): kills ONE spider.
-- ``/damage @e[type=spider,limit=1] N minecraft:player`` (the attack command of E.3's threat check):
-  deals ``N`` damage to one spider; ``0 < N <= player_atk``; anything after ``N`` (damage type,
-  ``by @p``) is ignored.
-
-Every other non-blank line is rejected with its reason, reported back to the agent: a markdown
-code fence line (the prompt forbids them; lines between fences are still parsed), a line that is not
-a command, an unknown command, relative (``~``) or local (``^``) coordinates, a non-integer,
-a corner outside the bbox, a block not in the legend, a bad selector or amount, and any valid command
-past the agent's cap of ``max_commands`` accepted commands (attacks count toward the cap).
+Accepted, one per line: ``/fill x1 y1 z1 x2 y2 z2 block``, ``/kill`` and ``/damage @e[type=spider,limit=1] N``;
+every other non-blank line is rejected with its reason. The exact forms and reasons: docs/environments.md,
+*Minecraft commands*.
 """
 
 from __future__ import annotations

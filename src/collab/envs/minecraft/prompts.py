@@ -159,14 +159,7 @@ def feedback_text(
 
 
 # -- reward_mode="reference" (collab.envs.minecraft.reference) ---------------------------------------
-REF_CONSTRAINTS = """Constraints:
-- Output ONLY Minecraft commands, one per line.
-- Allowed commands: /fill and /kill
-- Fill format: /fill x1 y1 z1 x2 y2 z2 block
-- Use absolute integer coordinates only (no ~).
-- Use ONLY blocks from the legend (air clears blocks).
-- Every coordinate must be within the bbox.
-- At most {cap} commands."""
+REF_CONSTRAINTS = CONSTRAINTS.replace(" (and /damage to attack a spider)", "")  # the reference offers no /damage
 
 
 def reference_threat_text(spiders: Spiders, hp: float) -> str:

@@ -1,23 +1,9 @@
 """HouseBuild's reward as the authors' code computes it (``MinecraftEnv(reward_mode="reference")``).
 
 Every rule here restates a rule of the reference implementation (OpenMLRL/LLM_Collab_Minecraft,
-``house_build``, run with its MAGRPO config); docs/fidelity.md lists them all, with
-the points where collab's default (``reward_mode="paper"``) differs and why. In short:
-
-- :func:`command_lines`: the text inside the first fenced block if there is one (a one-word first
-  line inside it is dropped as a language tag), else the whole text; per line, one list marker
-  (``-``, ``*``, ``1.``, ``2)``) is dropped; blank lines are skipped.
-- :func:`parse_reference`: the leading ``/`` is optional and the command name case-insensitive;
-  ``kill`` with any arguments is accepted; ``fill`` needs 6 Python integers (``+3`` and ``1_0`` too;
-  not ``~``/``^``) and a block of the legend or ``air`` (exact case, ``minecraft:`` prefix dropped,
-  no block states), both corners inside the bbox, no fill mode; then, with budgets, the block's
-  budget (the box's full volume is charged, air is free). A line past the agent's cap is rejected
-  before anything else; accepted kills count toward the cap.
-- :func:`build`: an EMPTY bbox, then every accepted fill of agent 1, then of agent 2 (later writes win).
-- :func:`score`: positions holding the target block (air included) / all bbox positions.
-- :func:`spider_attacks` and :func:`spider_penalty`: the spiders are drawn once, from the seed;
-  the penalty ``min(1, dmg / hp) * weight`` is cancelled by any accepted ``/kill`` of any agent
-  (the env leaves it out of a single agent's reward, as the reference does).
+``house_build``, run with its MAGRPO config); docs/fidelity.md lists them all (:func:`command_lines`,
+:func:`parse_reference`, :func:`build`, :func:`score`, :func:`spider_attacks`, :func:`spider_penalty`), with the points
+where collab's default (``reward_mode="paper"``) differs and why.
 
 Block ids in the :class:`~collab.envs.minecraft.commands.Fill` commands returned here index
 :attr:`RefTask.palette` (the reference's own block names), not :attr:`House.palette`.

@@ -3,21 +3,7 @@
 E.3: a simulator spawns ``spider_num`` spiders, each with attack ``spider_atk``; the player has
 ``player_hp`` health and attack ``player_atk``. F.3: the team is penalized
 ``min(1, spider_total_dmg / player_hp) * 0.2``. The paper does not say how spiders spawn, how an
-attack resolves nor when the threat counts as repelled; collab's choices:
-
-- Spawning: at every turn of a task, ``spider_num`` is uniform in ``min_spiders..max_spiders``
-  (default ``0..3``) and each
-  spider's attack uniform in ``1..spider_atk``, drawn from ``random.Random`` seeded by
-  ``(seed, task_id, turn)``: reproducible, and the same for every sample of a task at a turn (so
-  the prompt / feedback can announce the threat of the coming turn).
-- Attacks (both agents' together, agent 0's first, in command order) hit the first living spider:
-  a ``/kill`` kills it, a ``/damage N`` takes ``N`` off its ``spider_hp`` health (overkill is lost:
-  the selector has ``limit=1``). With the defaults (``player_atk == spider_hp == 16``) one attack
-  command kills one spider.
-- Damage: the spiders still alive after the attacks deal the sum of their attacks; the threat is
-  repelled when none is left (damage 0, no penalty). ``spider_total_dmg`` of F.3 is that damage and
-  ``player_hp`` the health at the start of the turn (penalty 0.2 whenever damage reaches it).
-- Health carries over turns: ``hp <- max(0, hp - damage)``; the episode goes on at 0 HP.
+attack resolves nor when the threat counts as repelled; collab's choices: docs/environments.md, *Spiders*.
 """
 
 from __future__ import annotations

@@ -2,18 +2,11 @@ r"""MAGRPO's arXiv abstract expansion task: two agents expand one abstract into 
 
 Agent 1 (``background``) writes the background and motivation of the work, agent 2 (``methods``) its
 methodology and implications; each is told the other covers the rest. The joint reward (stated maximum
-3.0) is built in stages; a pair out of band at a stage ends the episode with the reward earned so far:
-
-1. structure: both completions 128-256 whitespace-separated tokens -> +0.5, else stop;
-2. length: character ratio methods / background in a band (full 1.0 inside, linear to 0 at its ends), else stop;
-3. uniqueness: ratio of unique words (methods / background) in 0.7-1.3 -> +0.5, linear to 0 at 0.5 and
-   1.7, else stop (also when the background text has no word);
-4. style: 0.4 T + 0.6 J with T = 0 without transition words, else min(0.4 + 0.05 (k - 1), 1) for k of
-   12 categories found in the two texts together, and J = min(Jaccard of the non-stopword vocabularies,
-   0.23) / 0.23. T is at most 0.95 (12 categories), so the reachable maximum is 2.98.
+3.0) keeps the TLDR reward's four stages (structure, length, uniqueness, style) with the reference's bands
+(docs/environments.md, *writing*); the reachable maximum is 2.98.
 
 The MAGRPO paper (collab's copy: /work/shared/papers/001, a summary) names the task, "writing tasks
-(summarization, expansion)", but states none of its prompts or numbers: every number above comes from the
+(summarization, expansion)", but states none of its prompts or numbers: every number here comes from the
 reference implementation (OpenMLRL/LLM_Collab_Writing, ``rewards/arxiv_rewards.py``; prompts
 ``train_magrpo.py``; data ``data/create_arxiv_abstract.py``), whose config applies scale 1.0 and shift 0.0.
 ``reward_mode`` picks between the reference's stated rule and its code where the two disagree:

@@ -153,17 +153,7 @@ def scheme_table(
                 dist = steps[-1][1]
             else:
                 dist = {s: sum(d[s] for _, d in steps) / len(steps) for s in steps[-1][1]}
-            rows.append(
-                {
-                    "run": info.label,
-                    "algo": info.algo,
-                    "env": info.env,
-                    "seed": info.seed,
-                    "source": prefix.rstrip("/"),
-                    "step": steps[-1][0],
-                    **dist,
-                }
-            )
+            rows.append({**info.row(), "source": prefix.rstrip("/"), "step": steps[-1][0], **dist})
             break
     return rows
 

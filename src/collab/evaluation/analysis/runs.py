@@ -51,6 +51,10 @@ class RunInfo:
     model: str | None
     label: str
 
+    def row(self) -> dict:
+        """The columns that name the run in a table's row: ``{run, algo, env, seed}``."""
+        return {"run": self.label, "algo": self.algo, "env": self.env, "seed": self.seed}
+
 
 def _yaml(path: Path) -> dict:
     if not path.is_file():
@@ -114,17 +118,7 @@ def tag_table(source: str | Path | Iterable[RunInfo], tag: str) -> list[dict]:
     rows = []
     for info in run_infos(source):
         for step, value in read_scalars(info.path).get(tag, []):
-            rows.append(
-                {
-                    "run": info.label,
-                    "algo": info.algo,
-                    "env": info.env,
-                    "seed": info.seed,
-                    "model": info.model,
-                    "step": step,
-                    "value": value,
-                }
-            )
+            rows.append({**info.row(), "model": info.model, "step": step, "value": value})
     return rows
 
 
@@ -133,15 +127,7 @@ def last_values(source: str | Path | Iterable[RunInfo], tags: Sequence[str]) -> 
     rows = []
     for info in run_infos(source):
         scalars = read_scalars(info.path)
-        rows.append(
-            {
-                "run": info.label,
-                "algo": info.algo,
-                "env": info.env,
-                "seed": info.seed,
-                **{tag: max(scalars[tag])[1] if scalars.get(tag) else None for tag in tags},
-            }
-        )
+        rows.append({**info.row(), **{tag: max(scalars[tag])[1] if scalars.get(tag) else None for tag in tags}})
     return rows
 
 
@@ -156,15 +142,7 @@ def reward_summaries(source: str | Path | Iterable[RunInfo]) -> list[dict]:
         if not path.is_file():
             continue
         summary = json.loads(path.read_text())
-        rows.append(
-            {
-                "run": info.label,
-                "algo": info.algo,
-                "env": info.env,
-                "seed": info.seed,
-                **{k: summary.get(k) for k in ("rollouts", "first_mean", "last_mean")},
-            }
-        )
+        rows.append({**info.row(), **{k: summary.get(k) for k in ("rollouts", "first_mean", "last_mean")}})
     return rows
 
 
