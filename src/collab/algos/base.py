@@ -170,7 +170,9 @@ class CollabModule(L.LightningModule):
         if base.device == "auto" and self._trainer is not None:
             strategy = self.trainer.strategy
             base = replace(base, device=str(strategy.root_device))
-        self.team = AgentTeam(self.team_specs(env), base)
+        # fsdp splits each model across its processes: the team's memory check counts 1/shards of it
+        shards = getattr(self.trainer.strategy, "shards", 1) if self._trainer is not None else 1
+        self.team = AgentTeam(self.team_specs(env), base, shards=shards)
         self.team.decode_memory = budget_bytes(self.team.device, self.decode_memory_gb)
         report = self.team.targets_report()  # what LoRA adapts on each base, what full agents hold: once per run
         if report and (self._trainer is None or self.trainer.is_global_zero):
