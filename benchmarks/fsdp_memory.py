@@ -28,6 +28,7 @@ A timing is not a measurement here (other processes share the CPU); the bytes ar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -42,7 +43,9 @@ sys.path.insert(0, str(HERE))
 import paper_shapes  # noqa: E402  (benchmarks/ is not a package: the preset's override, random weights, rewards)
 
 ARCH = "Qwen3-1.7B"
-PRESET = "magrpo_writing_paper"
+PRESETS = ("magrpo_writing_paper", "collm_writing_paper")
+"""The presets whose every model is Qwen3-1.7B: MAGRPO's two writers, and CoLLM's with its critic on a base of its
+own (frozen, sharded: a LoRA adapter and a value head train on it)."""
 WORKDIR_ENV = "COLLAB_FSDP_MEMORY_WORKDIR"
 """The folder of the models and of each rank's figures, passed to the processes Lightning starts."""
 GIB = 2**30
@@ -67,9 +70,9 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-RSS = {"start": 0, "backward": 0}
+RSS = {"start": 0, "backward": 0, "gpu_backward": 0}
 """This process's resident memory before the team is built, and the most right after a backward pass ran (its models
-whole: weights and gradients before their reduce-scatter)."""
+whole: weights and gradients before their reduce-scatter); on a GPU, its allocated memory there too."""
 
 
 def watch_backward() -> None:
@@ -81,8 +84,12 @@ def watch_backward() -> None:
 
     def watched(self, run):
         def then():
+            import torch
+
             run()
             RSS["backward"] = max(RSS["backward"], rss())
+            if torch.cuda.is_available():
+                RSS["gpu_backward"] = max(RSS["gpu_backward"], torch.cuda.memory_allocated())
 
         return backward(self, then)
 
@@ -118,17 +125,24 @@ def probe_callback(workdir: str):
             moments = sum(
                 local_bytes(optimizer.state.get(p, {}).get(key)) for p in params for key in ("exp_avg", "exp_avg_sq")
             )
+            import torch
+
             rank = dist.get_rank() if dist.is_initialized() else 0
+            cuda = torch.cuda.is_available() and next(module.parameters()).device.type == "cuda"
             record = {
                 "rank": rank,
                 "parameters": sum(p.numel() for p in params),
                 "weights": sum(local_bytes(p) for p in params),
                 "whole_weights": sum(whole_bytes(p) for p in params),
+                # every weight whole, and a trained one's gradient and two moments (their dtype is the weight's)
+                "whole_state": sum(whole_bytes(p) * (4 if p.requires_grad else 1) for p in params),
                 "grads": self.grads,
                 "moments": moments,
                 "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 "rss_start": RSS["start"],
                 "rss_backward": RSS["backward"] or None,
+                "peak_gpu": torch.cuda.max_memory_allocated() if cuda else None,
+                "gpu_backward": RSS["gpu_backward"] or None,
                 "optimizer_steps": trainer.global_step,
             }
             Path(workdir, f"rank{rank}.json").write_text(json.dumps(record))
@@ -158,14 +172,17 @@ def compose(args):
     opt = paper_shapes.Options(
         args.dtype, "full", None, 1, args.samples, args.max_new_tokens, False, args.workdir, "cpu"
     )
-    config = paper_shapes.override(PRESET, opt)
-    config["model"]["base"]["name"] = folder(args)
-    path = Path(args.workdir, f"{PRESET}.fsdp_memory.yaml")
+    config = paper_shapes.override(args.preset, opt)
+    # each process's own device (Lightning's root device: cuda:RANK on GPUs)
+    config["model"]["base"].update(name=folder(args), device="auto")
+    if "critic_spec" in config["model"]:
+        config["model"]["critic_spec"]["base"] = folder(args)
+    path = Path(args.workdir, f"{args.preset}.fsdp_memory.yaml")
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    preset = paper_shapes.preset_file(PRESET)
-    cli_args = ["--config", str(preset), "--config", str(path), "--trainer.accelerator", "cpu"]
+    preset = paper_shapes.preset_file(args.preset)
+    cli_args = ["--config", str(preset), "--config", str(path), "--trainer.accelerator", args.accelerator]
     cli_args += ["--trainer.logger", "false", "--trainer.default_root_dir", args.workdir]
-    return build_cli(paper_shapes.PAPERS[PRESET].algo, cli_args)
+    return build_cli(paper_shapes.PAPERS[args.preset].algo, cli_args)
 
 
 def run(args) -> None:
@@ -189,7 +206,7 @@ def run(args) -> None:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            accelerator="cpu",
+            accelerator=args.accelerator,
             devices=args.devices,
             strategy=FSDP2Strategy() if args.devices > 1 else "auto",
             callbacks=[probe_callback(args.workdir)],
@@ -199,26 +216,36 @@ def run(args) -> None:
 
 
 def projected(args) -> dict:
-    """The projection of the shape: the parameters the start-of-run check counts, and per process the state held and
-    what a backward pass gathers whole (:func:`collab.runtime.projection.sharded_bytes`)."""
+    """The projection of the shape: the parameters the start-of-run check counts (the agents' copies and a critic's
+    base; its LoRA adapter not counted), and per process the state held and what a backward pass gathers whole
+    (:func:`collab.runtime.projection.sharded_bytes`)."""
     from collab.policy.models import base_parameters
     from collab.runtime.projection import Model, sharded_bytes
 
     params = base_parameters(folder(args))
     width = paper_shapes.gpu_check.BYTES[args.dtype]
-    agents = [Model(params, width, trains=True)] * 2
-    held, gathered = sharded_bytes(agents, args.devices)
-    return {"parameters": 2 * params, "whole_state": sum(m.whole for m in agents), "held": held, "gathered": gathered}
+    models = [Model(params, width, trains=True)] * 2 + ([Model(params, width)] if critic(args) else [])
+    held, gathered = sharded_bytes(models, args.devices)
+    return {
+        "parameters": len(models) * params,
+        "whole_state": sum(m.whole for m in models),
+        "held": held,
+        "gathered": gathered,
+    }
+
+
+def critic(args) -> bool:
+    """Whether the preset's critic has a base of its own (CoLLM's)."""
+    return paper_shapes.PAPERS[args.preset].critic is not None
 
 
 def report(args, ranks: list[dict], projection: dict) -> dict:
     """Each rank's figures with the checks: its trained state against whole / N (+10% allowed), against the
     projection, and its peak resident memory less that before the team was built against the projected state and
     gathered models."""
-    n, whole = args.devices, projection["whole_state"]
-    peak, rows = projection["held"] + projection["gathered"], []
+    n, peak, rows = args.devices, projection["held"] + projection["gathered"], []
     for r in ranks:
-        state = r["weights"] + r["grads"] + r["moments"]
+        state, whole = r["weights"] + r["grads"] + r["moments"], r["whole_state"]
         rows.append(
             {
                 **r,
@@ -228,6 +255,7 @@ def report(args, ranks: list[dict], projection: dict) -> dict:
                 "state_over_projected": state / projection["held"],
                 # what the step added to the process (imports, Python and torch before it left out)
                 "peak_less_start_over_projected": (r["peak_rss"] - r["rss_start"]) / peak,
+                "peak_gpu_over_projected": r["peak_gpu"] / peak if r["peak_gpu"] else None,
             }
         )
     return {
@@ -241,39 +269,53 @@ def report(args, ranks: list[dict], projection: dict) -> dict:
 
 def shape_line(args) -> str:
     c = paper_shapes.config_values(ARCH, args.smoke, **overrides(args))
+    models = "2 full agents" + (" and a critic base" if critic(args) else "")
+    where = "gloo CPU" if args.accelerator == "cpu" else "NCCL GPU"
     return (
-        f"{PRESET}, 2 full agents, {ARCH}-shaped (hidden {c['hidden_size']}, MLP {c['intermediate_size']}, "
+        f"{args.preset}, {models}, {ARCH}-shaped (hidden {c['hidden_size']}, MLP {c['intermediate_size']}, "
         f"{c['num_attention_heads']}/{c['num_key_value_heads']} heads of {c['head_dim']}, {c['num_hidden_layers']} "
-        f"layers, vocabulary {c['vocab_size']}, tied embeddings), random weights, {args.dtype}, 1 step, K = 4, "
-        f"{args.samples} task(s), {args.max_new_tokens or 256} new tokens, {args.devices} gloo CPU process(es)"
+        f"layers, vocabulary {c['vocab_size']}, tied embeddings), random weights, {args.dtype}, 1 step, "
+        f"{args.samples} task(s), {args.max_new_tokens or 256} new tokens, {args.devices} {where} process(es)"
     )
 
 
 def markdown(result: dict) -> str:
-    g = lambda n: f"{n / GIB:.3f}"  # noqa: E731
-    p = result["projection"]
+    """The figures as a markdown list and table (GiB)."""
+
+    def g(n) -> str:
+        return "-" if n is None else f"{n / GIB:.3f}"
+
+    p, ranks = result["projection"], result["ranks"]
+    gpu = any(r["peak_gpu"] is not None for r in ranks)
     lines = [
         f"- shape: {result['shape']}",
-        f"- whole trained state (weights, gradients, AdamW moments of both agents): {g(p['whole_state'])} GiB; "
-        f"projected per process: held {g(p['held'])} GiB, a backward pass gathers {g(p['gathered'])} GiB whole",
+        f"- whole trained state (every sharded weight, and a trained one's gradient and two AdamW moments): "
+        f"{g(ranks[0]['whole_state'] if ranks else None)} GiB measured, {g(p['whole_state'])} GiB projected; per "
+        f"process projected: held {g(p['held'])} GiB, a backward pass gathers {g(p['gathered'])} GiB whole",
         "",
         "| rank | weights | gradients | moments | state | state / (whole/N) | state / projected | RSS at start | "
-        "RSS after a backward, before its reduce-scatter | peak RSS (less the start, over held + gathered) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "RSS after a backward, before its reduce-scatter | peak RSS (less the start, over held + gathered) |"
+        + (" GPU after a backward | peak GPU (over held + gathered) |" if gpu else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if gpu else ""),
     ]
-    for r in result["ranks"]:
-        r = {**r, "peak": f"{g(r['peak_rss'])} ({r['peak_less_start_over_projected']:.2f})"}
+    for r in ranks:
+        ratio = r["peak_gpu_over_projected"]
+        extra = f" {g(r['gpu_backward'])} | {g(r['peak_gpu'])} ({ratio or 0:.2f}) |" if gpu else ""
         lines.append(
             f"| {r['rank']} | {g(r['weights'])} | {g(r['grads'])} | {g(r['moments'])} | {g(r['state'])} | "
             f"{r['state_over_whole_per_n']:.3f} | {r['state_over_projected']:.3f} | {g(r['rss_start'])} | "
-            f"{g(r['rss_backward']) if r['rss_backward'] else '-'} | {r['peak']} |"
+            f"{g(r['rss_backward'])} | {g(r['peak_rss'])} ({r['peak_less_start_over_projected']:.2f}) |{extra}"
         )
-    return "\n".join(lines) + "\n(GiB)\n"
+    return "\n".join(lines) + "\n\n(GiB)\n"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--devices", type=int, default=2, help="gloo CPU processes (default: %(default)s)")
+    ap.add_argument("--preset", default=PRESETS[0], choices=PRESETS, help="(default: %(default)s)")
+    ap.add_argument("--devices", type=int, default=2, help="processes, one a device (default: %(default)s)")
+    ap.add_argument(
+        "--accelerator", default="cpu", choices=["cpu", "gpu"], help="gloo CPU or NCCL GPU processes (default: cpu)"
+    )
     ap.add_argument("--layers", type=int, help="decoder layers (default: Qwen3-1.7B's 28)")
     ap.add_argument("--vocab", type=int, help="vocabulary rows (default: Qwen3-1.7B's 151,936)")
     ap.add_argument("--smoke", action="store_true", help="Qwen3's tiny shape (hidden 64, 2 layers): checks the logic")
@@ -294,7 +336,8 @@ def main(argv=None) -> int:
     os.environ[WORKDIR_ENV] = args.workdir
     for old in Path(args.workdir).glob("rank*.json") if not child else []:
         old.unlink()
-    run(args)
+    with contextlib.redirect_stdout(sys.stderr):  # collab's and Lightning's lines: stdout carries the table alone
+        run(args)
     if child:
         return 0
     ranks, deadline = [], time.monotonic() + 600
