@@ -70,9 +70,11 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-RSS = {"start": 0, "backward": 0, "gpu_backward": 0}
+RSS = {"start": 0, "backward": 0, "gpu_backward": 0, "gathered": 0}
 """This process's resident memory before the team is built, and the most right after a backward pass ran (its models
-whole: weights and gradients before their reduce-scatter); on a GPU, its allocated memory there too."""
+whole: weights and gradients before their reduce-scatter); on a GPU, its allocated memory there too; and the most
+bytes a pass gathered whole (the weights of the models it gathered, and their trained weights' gradients).
+"""
 
 
 def watch_backward() -> None:
@@ -83,6 +85,11 @@ def watch_backward() -> None:
     backward = Lockstep.backward
 
     def watched(self, run):
+        roots = [self.roots[key] for key in sorted(self._used)]  # what the pass gathers (Lockstep.backward)
+        params = {id(p): p for root in roots for p in root.parameters()}.values()
+        whole = sum(whole_bytes(p) * (2 if p.requires_grad else 1) for p in params)
+        RSS["gathered"] = max(RSS["gathered"], whole)
+
         def then():
             import torch
 
@@ -143,6 +150,7 @@ def probe_callback(workdir: str):
                 "rss_backward": RSS["backward"] or None,
                 "peak_gpu": torch.cuda.max_memory_allocated() if cuda else None,
                 "gpu_backward": RSS["gpu_backward"] or None,
+                "gathered": RSS["gathered"],
                 "optimizer_steps": trainer.global_step,
             }
             Path(workdir, f"rank{rank}.json").write_text(json.dumps(record))
@@ -225,7 +233,7 @@ def projected(args) -> dict:
     params = base_parameters(folder(args))
     width = paper_shapes.gpu_check.BYTES[args.dtype]
     models = [Model(params, width, trains=True)] * 2 + ([Model(params, width)] if critic(args) else [])
-    held, gathered = sharded_bytes(models, args.devices)
+    held, gathered = sharded_bytes(models, args.devices, [[i] for i in range(len(models))])  # a pass, a model
     return {
         "parameters": len(models) * params,
         "whole_state": sum(m.whole for m in models),
@@ -253,6 +261,7 @@ def report(args, ranks: list[dict], projection: dict) -> dict:
                 "state_over_whole_per_n": state / (whole / n),
                 "state_within_10pct": state <= 1.1 * whole / n,
                 "state_over_projected": state / projection["held"],
+                "gathered_over_projected": r["gathered"] / projection["gathered"] if projection["gathered"] else None,
                 # what the step added to the process (imports, Python and torch before it left out)
                 "peak_less_start_over_projected": (r["peak_rss"] - r["rss_start"]) / peak,
                 "peak_gpu_over_projected": r["peak_gpu"] / peak if r["peak_gpu"] else None,
@@ -293,17 +302,19 @@ def markdown(result: dict) -> str:
         f"{g(ranks[0]['whole_state'] if ranks else None)} GiB measured, {g(p['whole_state'])} GiB projected; per "
         f"process projected: held {g(p['held'])} GiB, a backward pass gathers {g(p['gathered'])} GiB whole",
         "",
-        "| rank | weights | gradients | moments | state | state / (whole/N) | state / projected | RSS at start | "
+        "| rank | weights | gradients | moments | state | state / (whole/N) | state / projected | gathered in a "
+        "backward (over projected) | RSS at start | "
         "RSS after a backward, before its reduce-scatter | peak RSS (less the start, over held + gathered) |"
         + (" GPU after a backward | peak GPU (over held + gathered) |" if gpu else ""),
-        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if gpu else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if gpu else ""),
     ]
     for r in ranks:
         ratio = r["peak_gpu_over_projected"]
         extra = f" {g(r['gpu_backward'])} | {g(r['peak_gpu'])} ({ratio or 0:.2f}) |" if gpu else ""
         lines.append(
             f"| {r['rank']} | {g(r['weights'])} | {g(r['grads'])} | {g(r['moments'])} | {g(r['state'])} | "
-            f"{r['state_over_whole_per_n']:.3f} | {r['state_over_projected']:.3f} | {g(r['rss_start'])} | "
+            f"{r['state_over_whole_per_n']:.3f} | {r['state_over_projected']:.3f} | {g(r['gathered'])} "
+            f"({r['gathered_over_projected'] or 0:.3f}) | {g(r['rss_start'])} | "
             f"{g(r['rss_backward'])} | {g(r['peak_rss'])} ({r['peak_less_start_over_projected']:.2f}) |{extra}"
         )
     return "\n".join(lines) + "\n\n(GiB)\n"

@@ -833,13 +833,16 @@ def state(p: dict, mode: str, strategy: str, world: int, width: int) -> tuple[in
     whole on top of them (:func:`collab.runtime.projection.sharded_bytes` of :func:`team_models`; None: collab refuses
     the combination). Adapters and heads train in float32: 16 bytes a parameter, whole on every process. ddp: every
     process holds everything. fsdp (collab's): each process keeps 1/world of every float model, and a backward pass
-    gathers every model it uses whole (weights, and a full agent's gradients); a quantized base is refused."""
+    gathers the model it uses whole (weights, and a full agent's gradients; MAPoRL's passes use every model:
+    ``CollabModule.passes_per_model``); a quantized base is refused."""
     from collab.runtime.projection import ADAM_BYTES, sharded_bytes
 
     if strategy == "fsdp" and mode == "qlora":
         return None
     trainable = ADAM_BYTES * (p["trainable"]["critics"] + (p["trainable"]["agents"] if mode != "full" else 0))
-    held, gathered = sharded_bytes(team_models(p, mode, width), world if strategy == "fsdp" else 1)
+    models = team_models(p, mode, width)
+    passes = None if p.get("algo") == "maporl" else [[i] for i in range(len(models))]  # passes_per_model
+    held, gathered = sharded_bytes(models, world if strategy == "fsdp" else 1, passes)
     return held + trainable, gathered
 
 
@@ -1111,8 +1114,8 @@ def projection_section(plans: dict, dtype: str, gpu_gib: float, strategies=STRAT
         "decoding budgets there) but one sequence at least; the tasks split over the processes; the preset's "
         "gradient checkpointing (the last column: with it). ddp: every process holds every base, adapter and full "
         "agent. fsdp is collab's: each process keeps 1/N of every float model (a full agent's weights, gradients and "
-        "moments; a frozen base's weights), and a backward pass gathers every model it uses whole on top, alive with "
-        "the update's activations (weights, and a full agent's gradients: collab.runtime.lockstep.Lockstep.backward); "
+        "moments; a frozen base's weights), and a backward pass gathers the model it uses whole on top (MAPoRL's: "
+        "every model), alive with the update's activations (weights, and a full agent's gradients: Lockstep.backward); "
         "it refuses a quantized base (QLoRA). Not counted: the CUDA context and allocator slack (about 1 GiB).",
         "",
         *gpu_check.table(
@@ -1141,7 +1144,8 @@ def fsdp_section(plans: dict, dtype: str, gpu_gib: float, worlds=WORLDS) -> list
     return [
         f"GiB per GPU under --trainer.strategy fsdp, {dtype}, a {gpu_gib:g} GiB GPU: held (each model's 1/N share: a "
         "full agent's weights, gradients and AdamW moments, a frozen base's weights; adapters and heads whole), what "
-        "a backward pass gathers whole on top (every model the pass uses: weights, and a full agent's gradients), an "
+        "a backward pass gathers whole on top (the model the pass uses, MAPoRL's every model: weights, and a full "
+        "agent's gradients), an "
         "update's activations and a rollout's KV cache (capped as above); the total is held + the larger of "
         "gathered + activations and the KV cache (collab.runtime.projection.sharded_bytes).",
         "",

@@ -1,6 +1,7 @@
 """benchmarks/fsdp_memory.py at the tiny Qwen3 shape on 2 gloo processes: each keeps half of the full team's
 weights, gradients and AdamW moments (the shape's dimensions are even, so exactly half), as the projection counts
-them; the backward gathered the models whole (its resident memory recorded inside ``Lockstep.backward``)."""
+them; each backward pass gathered one agent's model whole (weights and gradients: MAGRPO's loss split per model
+under fsdp), not both, as the projection counts; its resident memory recorded inside ``Lockstep.backward``."""
 
 from __future__ import annotations
 
@@ -36,5 +37,7 @@ def test_two_processes_each_hold_half_of_the_full_teams_state(tmp_path):
         assert r["weights"] == r["whole_weights"] // 2
         assert r["grads"] == r["weights"] and r["moments"] == 2 * r["weights"]
         assert r["state"] == projection["held"] and r["state_within_10pct"]
+        # one agent's weights and its gradients (as many bytes as both agents' weights), not both agents'
+        assert r["gathered"] == projection["gathered"] == r["whole_weights"]
         assert r["rss_backward"] is not None and r["rss_start"] < r["rss_backward"] <= r["peak_rss"]
     assert "| rank | weights |" in proc.stdout and "2 gloo CPU process(es)" in proc.stdout

@@ -121,14 +121,15 @@ def hand_plan(act: float = 1000.0, kv: float = 100.0) -> dict:
 @pytest.mark.parametrize("world", [1, 2, 8])
 def test_full_fine_tuning_holds_16_bytes_a_parameter_in_float32(bench, world):
     """ddp: every process holds both agents whole. collab's fsdp: each keeps 1/world of both, and a backward pass
-    gathers both agents' weights and gradients whole (2 x 4 bytes a parameter each); a KL reference stays whole on
-    every process (fsdp does not shard it) and gathers nothing."""
+    gathers one agent's weights and gradients whole (2 x 4 bytes a parameter; MAPoRL's passes: both agents); a KL
+    reference stays whole on every process (fsdp does not shard it) and gathers nothing."""
     p = hand_plan()
     full = 2 * 16 * QWEN3_1_7B  # two agents: weights, gradients, two AdamW moments
     assert bench.state(p, "full", "ddp", world, 4) == (full, 0)  # each DDP process holds every full agent
     assert bench.state_bytes(p, "full", "ddp", world, 2) == full // 2  # bfloat16: 8 bytes a parameter
-    sharded = (full // world, 2 * 8 * QWEN3_1_7B) if world > 1 else (full, 0)
+    sharded = (full // world, 8 * QWEN3_1_7B) if world > 1 else (full, 0)
     assert bench.state(p, "full", "fsdp", world, 4) == sharded
+    assert bench.state({**p, "algo": "maporl"}, "full", "fsdp", world, 4)[1] == 2 * sharded[1]
     p["full_frozen"] = p["references"] = ["M"]  # a KL reference: the untrained base once more
     assert bench.state(p, "full", "ddp", world, 4) == (full + 4 * QWEN3_1_7B, 0)
     assert bench.state(p, "full", "fsdp", world, 4) == (sharded[0] + 4 * QWEN3_1_7B, sharded[1])
@@ -161,9 +162,9 @@ def test_activations_are_capped_by_collabs_budgets_but_hold_one_sequence(bench):
     update, rollout = bench.activation_bytes(p, "full", 2, gpu / 4, False)
     assert bench.project(p, "full", "ddp", 2, 4, gpu) == 2 * 16 * QWEN3_1_7B + max(update, rollout)
     assert bench.project(p, "qlora", "fsdp", 2, 2, gpu) is None
-    # fsdp: a quarter of both agents, and their weights and gradients whole alive with the update's activations
+    # fsdp: a quarter of both agents, and one agent's weights and gradients whole alive with the update's activations
     update, rollout = bench.activation_bytes(p, "full", 4, gpu / 4, False)
-    assert bench.project(p, "full", "fsdp", 4, 4, gpu) == 8 * QWEN3_1_7B + max(update + 16 * QWEN3_1_7B, rollout)
+    assert bench.project(p, "full", "fsdp", 4, 4, gpu) == 8 * QWEN3_1_7B + max(update + 8 * QWEN3_1_7B, rollout)
 
 
 def test_rewards_vary_with_the_responses_and_stay_equal_for_equal_ones(bench):

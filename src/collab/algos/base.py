@@ -92,6 +92,10 @@ def run_term(term: Term, stats: dict[str, float], share: float) -> torch.Tensor:
 class CollabModule(L.LightningModule):
     """Base LightningModule of the algorithms."""
 
+    passes_per_model = True
+    """Whether each backward pass of an update runs on one model of the team (its terms split per model: a critic's,
+    each agent's actor), so that under fsdp a pass gathers one model whole (the start-of-run check counts the
+    largest); False: a pass may use every model (all gathered at once)."""
     protocol = None
     """The Flex-MG dependency (:class:`~collab.rollout.protocol.Dependency`) the team acts under;
     ``None``: every agent acts at once (MARFT sets it from its ``dependency`` option)."""

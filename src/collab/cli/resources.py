@@ -158,31 +158,34 @@ def check_fits(launch: Launch, machine: Machine) -> None:
     )
 
 
-def check_launch(trainer, base, agents: int | list[str | None] = 2, full: list[str | None] = ()) -> None:
+def check_launch(
+    trainer, base, agents: int | list[str | None] = 2, full: list[str | None] = (), per_model: bool = True
+) -> None:
     """:func:`check_fits` for a Lightning ``trainer`` about to start its processes, each loading ``base``
     (a :class:`~collab.policy.models.BaseConfig`) for ``agents`` agents (the roles' default when the config
     names none: 2), or, when ``agents`` lists each agent's own base (``None``: ``base.name``), every distinct
     base of a mixed team with its agents (each process loads all of them). Only where this process launches
     the others (Lightning's own launchers). ``full``: each full-parameter agent's base (``None``: ``base.name``), held
-    whole by every process beside the shared bases (under fsdp: sharded, :func:`team_process_bytes`)."""
+    whole by every process beside the shared bases (under fsdp: sharded, :func:`team_process_bytes`, whose
+    ``per_model`` this passes on)."""
     strategy = trainer.strategy
     launcher = getattr(strategy, "launcher", None)
     environment = getattr(strategy, "cluster_environment", None)
     if launcher is None or environment is None or environment.creates_processes_externally:
         return
     accelerator = accelerator_kind(trainer)
-    process = team_process_bytes(base, agents, full, shards(trainer))
+    process = team_process_bytes(base, agents, full, shards(trainer), per_model)
     check_fits(Launch(trainer.num_devices, accelerator, process), this_machine())
 
 
 def team_process_bytes(
-    base, agents: int | list[str | None] = 2, full: list[str | None] = (), shards: int = 1
+    base, agents: int | list[str | None] = 2, full: list[str | None] = (), shards: int = 1, per_model: bool = True
 ) -> int | None:
     """:func:`process_bytes` of a team (arguments as :func:`check_launch`'s): each distinct base once, with its own
     agents' adapters, each full agent's :data:`~collab.runtime.projection.FULL_COPIES` copies of its base, and one
     overhead; under fsdp over ``shards`` processes the bases and full copies ``1/shards`` each with what a backward
-    pass gathers whole on top (:func:`~collab.runtime.projection.sharded_bytes`). None when some base's size is not
-    at hand."""
+    pass gathers whole on top (:func:`~collab.runtime.projection.sharded_bytes`: one model when ``per_model``, the
+    algorithm's passes each running on one, else all). None when some base's size is not at hand."""
     names = [name or base.name for name in agents] if isinstance(agents, list) else [base.name] * agents
     whole = [name or base.name for name in full]
     per_param = base_bytes_per_param(base.dtype, base.quantization)
@@ -192,7 +195,7 @@ def team_process_bytes(
     adapters = sum(process_bytes(counts[n], 0, names.count(n), overhead=0) for n in dict.fromkeys(names))
     models = [Model(counts[n], per_param) for n in dict.fromkeys(names)]
     models += [Model(counts[n], DTYPE_BYTES.get(base.dtype, 4), trains=True) for n in whole]
-    held, gathered = sharded_bytes(models, shards)
+    held, gathered = sharded_bytes(models, shards, [[i] for i in range(len(models))] if per_model else None)
     return OVERHEAD_BYTES + adapters + held + gathered
 
 
@@ -211,7 +214,8 @@ def prepare_processes(
     (:func:`collab.training.distributed.timeout_callback`)."""
     specs = module.team_specs(env) if env is not None else (module.agent_specs or [])
     lora = [spec.base for spec in specs if spec.finetune != "full"]
-    check_launch(trainer, module.base, lora if specs else 2, [spec.base for spec in specs if spec.finetune == "full"])
+    whole = [spec.base for spec in specs if spec.finetune == "full"]
+    check_launch(trainer, module.base, lora if specs else 2, whole, getattr(module, "passes_per_model", True))
     if env is not None and tasks:
         from collab.cli.output import note, show_notes
 
@@ -269,12 +273,15 @@ Plan = Callable[[int], tuple[Projection, Workload, Shape]]
 """A team's projection for a number of agents (the workload and the largest base's shape with it)."""
 
 
-def team_weights(base, specs, shapes: dict[str, tuple[Shape, int]], shards: int = 1) -> tuple[int, int, int]:
+def team_weights(
+    base, specs, shapes: dict[str, tuple[Shape, int]], shards: int = 1, per_model: bool = True
+) -> tuple[int, int, int]:
     """``(bases, trained, gathered)``: the bytes of the bases the LoRA agents share (each once), of every agent's
     trained parameters with their optimizer state (a LoRA adapter's in float32 with AdamW; a full agent's copy), and,
     under fsdp over ``shards`` processes, what a backward pass gathers whole on top
-    (:func:`~collab.runtime.projection.sharded_bytes`: the bases and full copies held ``1/shards`` each, every one
-    gathered in the pass; the adapters counted whole)."""
+    (:func:`~collab.runtime.projection.sharded_bytes`: the bases and full copies held ``1/shards`` each; a pass
+    gathers one of them when ``per_model``, the algorithm's passes each running on one model, else all of them; the
+    adapters counted whole)."""
     width = DTYPE_BYTES.get(base.dtype, 4)
     per_param = base_bytes_per_param(base.dtype, base.quantization)
     names = [spec.base or base.name for spec in specs]
@@ -289,7 +296,8 @@ def team_weights(base, specs, shapes: dict[str, tuple[Shape, int]], shards: int 
     )
     bases, _ = sharded_bytes(shared, shards)
     copies, _ = sharded_bytes(full, shards)
-    _, gathered = sharded_bytes(shared + full, shards)
+    models = shared + full
+    _, gathered = sharded_bytes(models, shards, [[i] for i in range(len(models))] if per_model else None)
     return bases, copies + adapters, gathered
 
 
@@ -306,7 +314,7 @@ def plan_team(module, env, tasks: int, device, shards: int = 1) -> Plan | None:
     shapes = team_shapes([spec.base or base.name for spec in specs])
     if shapes is None:
         return None
-    bases, trained, gathered = team_weights(base, specs, shapes, shards)
+    bases, trained, gathered = team_weights(base, specs, shapes, shards, module.passes_per_model)
     width = DTYPE_BYTES.get(base.dtype, 4)
     shape = max((s for s, _ in shapes.values()), key=lambda s: kv_bytes_per_token(s, width))
     rank = max(spec.lora.r for spec in specs)

@@ -126,8 +126,9 @@ def check_fits(agents, base, device: torch.device, capacity: int | None = None, 
     """Refuse, in one line and before anything is loaded, a team with full agents whose weights, gradients and AdamW
     moments (and the shared bases of its LoRA agents) exceed the device's total memory (``capacity``, default
     :func:`device_bytes`), naming what would fit. Under fsdp over ``shards`` processes each process holds
-    ``1/shards`` of every model and a backward pass gathers the models whole on top
-    (:func:`~collab.runtime.projection.sharded_bytes`: a full agent's weights and gradients). Activations, the KV
+    ``1/shards`` of every model and a backward pass gathers a model whole on top
+    (:func:`~collab.runtime.projection.sharded_bytes`: a full agent's weights and gradients; one model, the least a
+    pass gathers: MAPoRL's passes gather every model, which the start-of-run check counts). Activations, the KV
     cache and the LoRA adapters come on top: the check refuses a team that cannot fit, it does not promise that one
     fits."""
     full_agents = [i for i, spec in enumerate(agents) if spec.finetune == "full"]
@@ -142,7 +143,7 @@ def check_fits(agents, base, device: torch.device, capacity: int | None = None, 
     width = dtype_bytes(base.dtype)
     models = [Model(params[n], width, trains=True) for n, s in zip(names, agents) if s.finetune == "full"]
     models += [Model(params[n], width) for n in dict.fromkeys(n for n, s in zip(names, agents) if s.finetune != "full")]
-    held, gathered = sharded_bytes(models, shards)
+    held, gathered = sharded_bytes(models, shards, [[i] for i in range(len(models))])
     if held + gathered <= capacity:
         return
     total = sum(params[n] for n in dict.fromkeys(names))
@@ -151,8 +152,7 @@ def check_fits(agents, base, device: torch.device, capacity: int | None = None, 
     if shards > 1:
         where = (
             f"each of the {shards} fsdp processes holds {size(held)} of them and a backward pass gathers "
-            f"{size(gathered)} whole (weights and gradients of the models it uses), more than the {size(capacity)} of "
-            f"{device}"
+            f"{size(gathered)} whole (a model's weights and gradients), more than the {size(capacity)} of {device}"
         )
     else:
         where = f"more than the {size(capacity)} of {device}"
