@@ -16,11 +16,12 @@ team, 4 x its weights: :data:`collab.runtime.projection.FULL_COPIES`), and its p
 (``getrusage``, which includes the load: each process builds both agents whole before sharding them). Beside them
 the projection of the same shape (:func:`collab.runtime.projection.sharded_bytes` of the parameters the start-of-run
 check counts from the config, :func:`collab.policy.models.base_parameters`): the state a process holds, and what a
-backward pass gathers whole on top of it (every model of the pass, weights and a full agent's gradients:
-``Lockstep.backward``), which the peak resident memory is compared with.
+backward pass gathers whole on top of it (one model a pass: its weights, and a full agent's gradients), which the
+peak resident memory is compared with; and what each pass did gather (``Lockstep.backward``'s roots, recorded by
+:func:`watch_backward`).
 
     PYTHONPATH=src python benchmarks/fsdp_memory.py --devices 2 --layers 2 --vocab 8192 --max-new-tokens 8
-    PYTHONPATH=src python benchmarks/fsdp_memory.py --devices 4 --out fsdp4.json     # the whole model: ~27 GB in all
+    PYTHONPATH=src python benchmarks/fsdp_memory.py --devices 4 --out fsdp4.json     # the whole model: ~52 GiB in all
 
 A timing is not a measurement here (other processes share the CPU); the bytes are.
 """
@@ -233,7 +234,7 @@ def projected(args) -> dict:
     params = base_parameters(folder(args))
     width = paper_shapes.gpu_check.BYTES[args.dtype]
     models = [Model(params, width, trains=True)] * 2 + ([Model(params, width)] if critic(args) else [])
-    held, gathered = sharded_bytes(models, args.devices, [[i] for i in range(len(models))])  # a pass, a model
+    held, gathered = sharded_bytes(models, args.devices, per_model=True)
     return {
         "parameters": len(models) * params,
         "whole_state": sum(m.whole for m in models),

@@ -841,8 +841,8 @@ def state(p: dict, mode: str, strategy: str, world: int, width: int) -> tuple[in
         return None
     trainable = ADAM_BYTES * (p["trainable"]["critics"] + (p["trainable"]["agents"] if mode != "full" else 0))
     models = team_models(p, mode, width)
-    passes = None if p.get("algo") == "maporl" else [[i] for i in range(len(models))]  # passes_per_model
-    held, gathered = sharded_bytes(models, world if strategy == "fsdp" else 1, passes)
+    per_model = p.get("algo") != "maporl"  # CollabModule.passes_per_model
+    held, gathered = sharded_bytes(models, world if strategy == "fsdp" else 1, per_model=per_model)
     return held + trainable, gathered
 
 

@@ -195,7 +195,7 @@ def team_process_bytes(
     adapters = sum(process_bytes(counts[n], 0, names.count(n), overhead=0) for n in dict.fromkeys(names))
     models = [Model(counts[n], per_param) for n in dict.fromkeys(names)]
     models += [Model(counts[n], DTYPE_BYTES.get(base.dtype, 4), trains=True) for n in whole]
-    held, gathered = sharded_bytes(models, shards, [[i] for i in range(len(models))] if per_model else None)
+    held, gathered = sharded_bytes(models, shards, per_model=per_model)
     return OVERHEAD_BYTES + adapters + held + gathered
 
 
@@ -278,10 +278,8 @@ def team_weights(
 ) -> tuple[int, int, int]:
     """``(bases, trained, gathered)``: the bytes of the bases the LoRA agents share (each once), of every agent's
     trained parameters with their optimizer state (a LoRA adapter's in float32 with AdamW; a full agent's copy), and,
-    under fsdp over ``shards`` processes, what a backward pass gathers whole on top
-    (:func:`~collab.runtime.projection.sharded_bytes`: the bases and full copies held ``1/shards`` each; a pass
-    gathers one of them when ``per_model``, the algorithm's passes each running on one model, else all of them; the
-    adapters counted whole)."""
+    under fsdp over ``shards`` processes (the bases and full copies ``1/shards`` each, the adapters whole), what a
+    backward pass gathers whole on top (:func:`~collab.runtime.projection.sharded_bytes`, ``per_model`` its)."""
     width = DTYPE_BYTES.get(base.dtype, 4)
     per_param = base_bytes_per_param(base.dtype, base.quantization)
     names = [spec.base or base.name for spec in specs]
@@ -296,8 +294,7 @@ def team_weights(
     )
     bases, _ = sharded_bytes(shared, shards)
     copies, _ = sharded_bytes(full, shards)
-    models = shared + full
-    _, gathered = sharded_bytes(models, shards, [[i] for i in range(len(models))] if per_model else None)
+    _, gathered = sharded_bytes(shared + full, shards, per_model=per_model)
     return bases, copies + adapters, gathered
 
 

@@ -143,7 +143,7 @@ def check_fits(agents, base, device: torch.device, capacity: int | None = None, 
     width = dtype_bytes(base.dtype)
     models = [Model(params[n], width, trains=True) for n, s in zip(names, agents) if s.finetune == "full"]
     models += [Model(params[n], width) for n in dict.fromkeys(n for n, s in zip(names, agents) if s.finetune != "full")]
-    held, gathered = sharded_bytes(models, shards, [[i] for i in range(len(models))])
+    held, gathered = sharded_bytes(models, shards, per_model=True)
     if held + gathered <= capacity:
         return
     total = sum(params[n] for n in dict.fromkeys(names))

@@ -7,7 +7,8 @@ machine and has a large one say its projection; these are its counts, pure funct
 
 - **weights**: each base once at its bytes a parameter; each LoRA adapter (:func:`lora_parameters`: rank x (in +
   out) of each adapted linear layer) with its gradient and AdamW's two moments in float32, :data:`ADAM_BYTES` a
-  parameter; each full agent's copy (``COPIES`` x its dtype's bytes, :mod:`collab.policy.full`);
+  parameter; each full agent's copy (:data:`FULL_COPIES` x its dtype's bytes, :mod:`collab.policy.full`); under
+  fsdp each process's share of every model and what a backward pass gathers whole (:func:`sharded_bytes`);
 - **the step's experience** (:func:`experience_bytes`): the token lists a rollout keeps until the update (each
   request's prompt as new Python ints, each sample's copy of it and its response), the histories' text, and a
   rollout tree's joint actions (K^agents of them a node when crossed);
@@ -248,7 +249,7 @@ class Model:
 
 
 def sharded_bytes(
-    models: Sequence[Model], world: int, passes: Sequence[Sequence[int]] | None = None
+    models: Sequence[Model], world: int, passes: Sequence[Sequence[int]] | None = None, per_model: bool = False
 ) -> tuple[int, int]:
     """``(held, gathered)``: the bytes of ``models`` one process keeps under collab's fsdp over ``world`` processes,
     and what a backward pass gathers whole on top of them. Held: each sharded model's :attr:`Model.whole` / ``world``
@@ -257,13 +258,14 @@ def sharded_bytes(
     sharded model a pass's forwards used, whole, and the backward writes whole gradients of the weights that train
     until their reduce-scatter after the pass; the shards stay alive meanwhile. So a pass gathers its models'
     weights, and a full agent's gradients too (2 x its weights); the largest pass counts. ``passes``: the indices
-    of the models each backward pass uses (None: one pass uses every model). ``world`` 1: everything whole, nothing
+    of the models each backward pass uses (None: one pass uses every model; ``per_model``: each pass one model, the
+    algorithm's terms split per model, ``CollabModule.passes_per_model``). ``world`` 1: everything whole, nothing
     gathered (as under ddp)."""
     if world <= 1:
         return sum(m.whole for m in models), 0
     held = sum(-(-m.whole // world) if m.shardable else m.whole for m in models)
     each = [int((2 if m.trains else 1) * m.width * m.params) if m.shardable else 0 for m in models]
-    groups = [range(len(models))] if passes is None else passes
+    groups = [[i] for i in range(len(models))] if per_model else passes or [range(len(models))]
     return held, max((sum(each[i] for i in group) for group in groups), default=0)
 
 
