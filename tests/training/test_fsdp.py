@@ -10,8 +10,9 @@ must be the same to a relative 1e-5 of each tensor's largest entry: the LoRA ada
 and the heads outside every model (CoLLM-CC's value head, MARFT-A's MLP critic, MAPoRL's per-agent value heads), which
 FSDP2 leaves whole on every process. Both ranks must hold bitwise the
 same weights after every step, each only its half of every sharded one. The teams with a full agent hold two or
-three sharded models in one backward pass (the full agents' copies, the LoRA agents' base, the critic's own base),
-whose collectives :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process.
+three sharded models (the full agents' copies, the LoRA agents' base, the critic's own base), whose collectives
+:meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process; MAGRPO's two full agents with
+micro-batches holding both agents' samples split its term into one per model (each pass gathers one).
 """
 
 import json
@@ -37,6 +38,8 @@ WRITING = ["--data.env", "writing"]
 # the LoRA agents' shared base are two sharded models)
 CASES = {
     "magrpo-full+lora": ["--algo", "magrpo", "--model.agents", json.dumps([FULL, LORA]), *WRITING],
+    # two full agents with micro-batches holding both agents' samples: MAGRPO's term split into one per model
+    "magrpo-full+full": ["--algo", "magrpo", "--model.agents", json.dumps([FULL, FULL]), *WRITING],
     "collm_cc-lora": ["--algo", "collm_cc", "--model.agents", json.dumps([LORA, LORA]), *WRITING],
     # the critic reads agent 0, a full agent: a base of its own (with the critic's LoRA), a third sharded model
     "collm_cc-full+full": ["--algo", "collm_cc", "--model.agents", json.dumps([FULL, FULL]), *WRITING],
@@ -55,13 +58,17 @@ CASES = {
 }
 
 
+MICRO = {"magrpo-full+full": "4096"}
+"""Cases whose micro-batches hold every item of a rank (both agents' samples in one micro-batch)."""
+
+
 def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
     return [
         *CASES[case],
         "--model.base.name",
         "tiny",
         "--model.micro_batch_tokens",
-        "48",  # a few items a forward: rank 0's longer items take more of them
+        MICRO.get(case, "48"),  # a few items a forward: rank 0's longer items take more of them
         "--data.batch_size",
         "4",
         "--trainer.accelerator",
