@@ -40,8 +40,11 @@ memory
     per token (``collab.runtime.memory.bytes_per_token``) and of the KV cache a token takes
     (``collab.policy.pool.Base.cache_bytes_per_token``), run on slices of 1 and 2 layers of the model (its width and
     vocabulary, weights left unset) and extrapolated to its layers, times the preset's tokens (tasks, agents, K, turns,
-    prompt and new tokens). From these, the memory per GPU for 1, 2 and 8 GPUs for LoRA, QLoRA and full fine-tuning
-    under ddp and collab's fsdp (:func:`project`).
+    prompt and new tokens). From these, the memory per GPU for 1, 2 and 8 GPUs (``--devices N``, repeatable) for
+    LoRA, QLoRA and full fine-tuning under ddp and collab's fsdp (``--strategy``; :func:`project`), the weights and
+    optimizer state counted by :func:`collab.runtime.projection.sharded_bytes` (what the start-of-run check counts);
+    under fsdp also by part (each process's share, what a backward pass gathers whole, activations, KV cache).
+    ``benchmarks/fsdp_memory.py`` measures the shares and the peak on CPU processes.
 
 The runs of the 1.5-4B models take minutes a step on 2 cores: a benchmark, never a test. ``--smoke`` runs the same
 code at a tiny shape of each model's family (hidden 64, 2 layers), short rollouts, so that tests and a laptop check
@@ -51,6 +54,8 @@ go into docs/measurements.md with their date and machine.
     PYTHONPATH=src python benchmarks/paper_shapes.py --meta-only --out shapes.md                  # counts, ~1 min
     PYTHONPATH=src python benchmarks/paper_shapes.py --preset magrpo_writing_paper --out w.md    # a real run
     PYTHONPATH=src python benchmarks/paper_shapes.py --smoke --preset marft_a_math_paper --out /tmp/s.md
+    PYTHONPATH=src python benchmarks/paper_shapes.py --meta-only --preset collm_writing_paper --strategy fsdp \
+        --devices 2 --devices 4 --out fsdp.md                                                    # fsdp per GPU
 """
 
 from __future__ import annotations
@@ -246,6 +251,7 @@ TinyGSM -> GSM8K."""
 
 PHASES = ("rollout", "log-prob forwards", "loss forwards", "backward", "optimizer", "other")
 WORLDS = (1, 2, 8)
+STRATEGIES = ("ddp", "fsdp")
 MODES = ("lora", "qlora", "full")
 HEADROOM = 0.8
 """Share of this machine's RAM a run may be projected to take to be run here (the rest: the system, other users)."""
@@ -763,6 +769,7 @@ def plan(name: str, opt: Options) -> dict:
         "trainable": trainable,
         "lora_bases": list(dict.fromkeys([*paper.agents, *[a for k, a in parts if k == "adapter"]])),
         "full_frozen": full_frozen(paper, module, parts),
+        "references": references(paper, module),
         "work": workload(module, data, env, prompt, None if mode is None else mode == "centralized"),
         "per_token": {a: per_token(a, opt) for a in dict.fromkeys(paper.agents)},
     }
@@ -789,43 +796,60 @@ def per_token(arch: str, opt: Options) -> dict:
 def full_frozen(paper: Paper, module, parts) -> list[str]:
     """The untrained bases a team of full agents holds beside their copies: the LLM critics' bases, the frozen base
     MARFT's and MAPoRL's heads read, and the reference of a KL term (a copy per model)."""
-    frozen = [a for _, a in parts]
-    if getattr(module, "kl_coef", 0) or paper.algo == "maporl":
-        frozen += list(paper.agents)
-    return list(dict.fromkeys(frozen))
+    return list(dict.fromkeys([a for _, a in parts] + references(paper, module)))
+
+
+def references(paper: Paper, module) -> list[str]:
+    """The models whose untrained reference a team of full agents keeps for a KL term (``Pool.untrained``: fsdp does
+    not shard it)."""
+    return list(paper.agents) if getattr(module, "kl_coef", 0) or paper.algo == "maporl" else []
+
+
+def team_models(p: dict, mode: str, width: int) -> list:
+    """The preset's models (projection Models), one process's whole: lora, the frozen
+    bases once each at ``width`` bytes a parameter; qlora, the same with their decoder's linear layers at
+    :data:`collab.policy.full.QLORA_BYTES` (not shardable); full, every agent's copy (weights, gradients, AdamW's two
+    moments) and the untrained bases it still reads (a KL reference: not sharded; a critic's base: sharded)."""
+    from collab.policy.full import QLORA_BYTES
+    from collab.runtime.projection import Model
+
+    counts = p["counts"]
+    if mode == "full":
+        models = [Model(counts[a]["params"], width, trains=True) for a in p["agents"]]
+        reference = set(p.get("references", []))
+        return models + [Model(counts[a]["params"], width, shardable=a not in reference) for a in p["full_frozen"]]
+    if mode == "qlora":
+        return [
+            Model(
+                1, QLORA_BYTES * counts[a]["linear"] + width * (counts[a]["params"] - counts[a]["linear"]), False, False
+            )
+            for a in p["lora_bases"]
+        ]
+    return [Model(counts[a]["params"], width) for a in p["lora_bases"]]
+
+
+def state(p: dict, mode: str, strategy: str, world: int, width: int) -> tuple[int, int] | None:
+    """``(held, gathered)``: bytes of weights and optimizer state one process holds, and what a backward pass gathers
+    whole on top of them (:func:`collab.runtime.projection.sharded_bytes` of :func:`team_models`; None: collab refuses
+    the combination). Adapters and heads train in float32: 16 bytes a parameter, whole on every process. ddp: every
+    process holds everything. fsdp (collab's): each process keeps 1/world of every float model, and a backward pass
+    gathers the model it uses whole (weights, and a full agent's gradients; MAPoRL's passes use every model:
+    ``CollabModule.passes_per_model``); a quantized base is refused."""
+    from collab.runtime.projection import ADAM_BYTES, sharded_bytes
+
+    if strategy == "fsdp" and mode == "qlora":
+        return None
+    trainable = ADAM_BYTES * (p["trainable"]["critics"] + (p["trainable"]["agents"] if mode != "full" else 0))
+    models = team_models(p, mode, width)
+    per_model = p.get("algo") != "maporl"  # CollabModule.passes_per_model
+    held, gathered = sharded_bytes(models, world if strategy == "fsdp" else 1, per_model=per_model)
+    return held + trainable, gathered
 
 
 def state_bytes(p: dict, mode: str, strategy: str, world: int, width: int) -> int | None:
-    """Bytes of weights and optimizer state one process holds (None: collab refuses the combination).
-
-    lora: the frozen bases once each at ``width`` bytes a parameter; qlora: their decoder's linear layers at
-    :data:`collab.policy.full.QLORA_BYTES`, the rest at ``width``; full: every agent's copy at
-    :data:`collab.policy.full.COPIES` x ``width`` (weights, gradients, AdamW's two moments) and the untrained bases
-    it still reads. Adapters and heads train in float32: 16 bytes a parameter. ``fsdp`` (collab's): each process
-    keeps 1/world of a frozen float base's linear and embedding weights and gathers one unit (a layer, or the
-    embedding) at a time; it refuses a quantized base and full agents. ``shard`` (not collab's): every full copy and
-    frozen base split evenly over the processes (a fully sharded data parallel of the whole team)."""
-    from collab.policy.full import COPIES, QLORA_BYTES
-
-    counts = p["counts"]
-    if strategy == "fsdp" and mode != "lora":
-        return None
-    trainable = 16 * (p["trainable"]["critics"] + (p["trainable"]["agents"] if mode != "full" else 0))
-    if mode == "full":
-        copies = sum(COPIES * width * counts[a]["params"] for a in p["agents"])
-        frozen = sum(width * counts[a]["params"] for a in p["full_frozen"])
-        return int((copies + frozen) / (world if strategy == "shard" else 1)) + trainable
-    total = 0.0
-    for a in p["lora_bases"]:
-        c = counts[a]
-        if mode == "qlora":
-            total += QLORA_BYTES * c["linear"] + width * (c["params"] - c["linear"])
-        elif strategy == "fsdp" and world > 1:
-            sharded = c["linear"] + c["embedding"]
-            total += width * (sharded / world + c["unit"] + c["params"] - sharded)
-        else:
-            total += width * c["params"]
-    return int(total) + trainable
+    """The bytes of :func:`state` one process holds outside a backward pass (None: refused)."""
+    held = state(p, mode, strategy, world, width)
+    return None if held is None else held[0]
 
 
 def activation_bytes(p: dict, mode: str, world: int, cap: float | None, checkpointing: bool) -> tuple[int, int]:
@@ -857,15 +881,16 @@ def project(
     gpu_bytes: float | None,
     checkpointing: bool | None = None,
 ) -> int | None:
-    """Bytes per GPU: the weights and optimizer state (:func:`state_bytes`) and the larger of an update's
-    activations and a rollout's KV cache (they are not alive together), capped as collab caps them on a GPU of
-    ``gpu_bytes`` (a quarter of its memory each); ``checkpointing`` None: the preset's."""
-    state = state_bytes(p, mode, strategy, world, width)
-    if state is None:
+    """Bytes per GPU: the weights and optimizer state (:func:`state`) and the larger of an update's activations
+    (with what an fsdp backward pass gathers whole) and a rollout's KV cache (they are not alive together), capped
+    as collab caps them on a GPU of ``gpu_bytes`` (a quarter of its memory each); ``checkpointing`` None: the
+    preset's."""
+    held = state(p, mode, strategy, world, width)
+    if held is None:
         return None
     ckpt = p["checkpointing"] if checkpointing is None else checkpointing
     update, rollout = activation_bytes(p, mode, world, None if gpu_bytes is None else gpu_bytes / 4, ckpt)
-    return state + max(update, rollout)
+    return held[0] + max(update + held[1], rollout)
 
 
 def cpu_bytes(p: dict, opt: Options) -> int:
@@ -1075,38 +1100,57 @@ def memory_section(plans: dict, dtype: str) -> list[str]:
     ]
 
 
-def projection_section(plans: dict, dtype: str, gpu_gib: float) -> list[str]:
+def projection_section(plans: dict, dtype: str, gpu_gib: float, strategies=STRATEGIES, worlds=WORLDS) -> list[str]:
     width, gpu = gpu_check.BYTES[dtype], gpu_gib * GIB
     rows = []
     for name, p in plans.items():
         for mode in MODES:
-            cells = []
-            for strategy in ("ddp", "fsdp"):
-                for w in WORLDS:
-                    c = project(p, mode, strategy, w, width, gpu)
-                    sharded = project(p, mode, "shard", w, width, gpu) if mode == "full" else None
-                    cells.append(
-                        gb(c) if c is not None else f"refused ({gb(sharded)} sharded)" if sharded else "refused"
-                    )
+            cells = [project(p, mode, strategy, w, width, gpu) for strategy in strategies for w in worlds]
             ckpt = project(p, mode, "ddp", 1, width, gpu, checkpointing=True)
-            rows.append([name, mode, *cells, gb(ckpt)])
+            rows.append([name, mode, *[gb(c) if c is not None else "refused" for c in cells], gb(ckpt)])
     return [
         f"GiB per GPU on a {gpu_gib:g} GiB GPU, {dtype}: weights and optimizer state, plus the larger of an update's "
         "activations and a rollout's KV cache, each at most a quarter of the GPU (collab's default micro-batch and "
         "decoding budgets there) but one sequence at least; the tasks split over the processes; the preset's "
         "gradient checkpointing (the last column: with it). ddp: every process holds every base, adapter and full "
-        "agent. fsdp is collab's: it shards only a frozen float base (each process keeps 1/world of its linear and "
-        "embedding weights and gathers one layer at a time); it refuses a quantized base (QLoRA) and full agents "
-        "(in brackets: a full shard of the whole team, which collab does not run). Not counted: the CUDA context and "
-        "allocator slack (about 1 GiB).",
+        "agent. fsdp is collab's: each process keeps 1/N of every float model (a full agent's weights, gradients and "
+        "moments; a frozen base's weights), and a backward pass gathers the model it uses whole on top (MAPoRL's: "
+        "every model), alive with the update's activations (weights, and a full agent's gradients: Lockstep.backward); "
+        "it refuses a quantized base (QLoRA). Not counted: the CUDA context and allocator slack (about 1 GiB).",
         "",
         *gpu_check.table(
             [
                 "preset",
                 "fine-tuning",
-                *[f"{s} {w} GPU" for s in ("ddp", "fsdp") for w in WORLDS],
+                *[f"{s} {w} GPU" for s in strategies for w in worlds],
                 "ddp 1 GPU, checkpointing",
             ],
+            rows,
+        ),
+    ]
+
+
+def fsdp_section(plans: dict, dtype: str, gpu_gib: float, worlds=WORLDS) -> list[str]:
+    """Each preset's projection per GPU under collab's fsdp, by part."""
+    width, gpu = gpu_check.BYTES[dtype], gpu_gib * GIB
+    rows = []
+    for name, p in plans.items():
+        for mode in ("lora", "full"):
+            for w in worlds:
+                held, gathered = state(p, mode, "fsdp", w, width)
+                update, rollout = activation_bytes(p, mode, w, gpu / 4, p["checkpointing"])
+                total = project(p, mode, "fsdp", w, width, gpu)
+                rows.append([name, mode, w, *map(gb, (held, gathered, update, rollout, total))])
+    return [
+        f"GiB per GPU under --trainer.strategy fsdp, {dtype}, a {gpu_gib:g} GiB GPU: held (each model's 1/N share: a "
+        "full agent's weights, gradients and AdamW moments, a frozen base's weights; adapters and heads whole), what "
+        "a backward pass gathers whole on top (the model the pass uses, MAPoRL's every model: weights, and a full "
+        "agent's gradients), an "
+        "update's activations and a rollout's KV cache (capped as above); the total is held + the larger of "
+        "gathered + activations and the KV cache (collab.runtime.projection.sharded_bytes).",
+        "",
+        *gpu_check.table(
+            ["preset", "fine-tuning", "GPUs", "held", "gathered in backward", "activations", "KV cache", "total"],
             rows,
         ),
     ]
@@ -1139,7 +1183,12 @@ def write_report(args, mode: str, plans: dict, runs: dict, skipped: dict) -> str
     if runs:
         lines += ["", "## Training steps", "", *steps_section(runs)]
     lines += ["", "## Memory", "", *memory_section(plans, args.dtype)]
-    lines += ["", "## Projected memory per GPU", "", *projection_section(plans, args.dtype, args.gpu_gib)]
+    strategies, worlds = args.strategy or STRATEGIES, tuple(args.devices or WORLDS)
+    lines += ["", "## Projected memory per GPU", ""]
+    lines += projection_section(plans, args.dtype, args.gpu_gib, strategies, worlds)
+    if "fsdp" in strategies:
+        lines += ["", "## Projected memory per GPU under fsdp, by part", ""]
+        lines += fsdp_section(plans, args.dtype, args.gpu_gib, worlds)
     lines += ["", "## Not run here", ""]
     lines += [f"- {n}: {why}" for n, why in skipped.items()] or ["- none: every preset ran"]
     text = "\n".join(lines) + "\n"
@@ -1149,10 +1198,11 @@ def write_report(args, mode: str, plans: dict, runs: dict, skipped: dict) -> str
 
 def json_line(name: str, p: dict, run: dict | None, args) -> str:
     width = gpu_check.BYTES[args.dtype]
+    worlds = tuple(args.devices or WORLDS)
     projected = {
-        f"{mode}/{strategy}": [project(p, mode, strategy, w, width, args.gpu_gib * GIB) for w in WORLDS]
+        f"{mode}/{strategy}": [project(p, mode, strategy, w, width, args.gpu_gib * GIB) for w in worlds]
         for mode in MODES
-        for strategy in ("ddp", "fsdp")
+        for strategy in args.strategy or STRATEGIES
     }
     slim = {k: v for k, v in p.items() if k not in ("per_token",)}
     return json.dumps({"preset": name, **slim, "projected_bytes": projected, "run": run}, default=str)
@@ -1187,6 +1237,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="which presets take steps: those projected to fit this machine's RAM (default), or all given",
     )
     ap.add_argument("--gpu-gib", type=float, default=80.0, help="the GPU of the projection (default: %(default)s)")
+    ap.add_argument(
+        "--strategy", action="append", choices=list(STRATEGIES), help="the projection's strategies (default: both)"
+    )
+    ap.add_argument(
+        "--devices", type=int, action="append", help=f"GPUs of the projection (repeatable; default: {WORLDS})"
+    )
     ap.add_argument("--out", default="paper_shapes.md", help="the markdown report (default: %(default)s)")
     ap.add_argument("--workdir", help="the models' folders and overrides (default: a temporary folder)")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # a preset's run in a process of its own: its JSON here

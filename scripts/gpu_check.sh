@@ -19,6 +19,8 @@
 #    every figure, and a "Could not run" list with the reasons.
 # 4. Runs benchmarks/paper_shapes.py on MAGRPO's writing preset at its paper's shape (two Qwen3-1.7B agents): 3
 #    optimizer steps with LoRA agents and 3 with its own full-parameter agents, appended to the report.
+# 5. Runs benchmarks/fsdp_memory.py: one step of CoLLM's writing preset with full agents under --trainer.strategy fsdp
+#    on every GPU found (NCCL, bfloat16; one GPU: a 1-process baseline), each process's memory appended to the report.
 #
 # --quick: less of each benchmark part. --cpu-smoke: no GPU needed and nothing installed: the benchmark's logic
 # at a tiny shape on the CPU (its figures are not measurements).
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
             REPORT=$2; shift 2 ;;
         --quick) ARGS+=(--quick); shift ;;
         --cpu-smoke|--dry-run) ARGS+=(--cpu-smoke); SMOKE=1; shift ;;
-        -h|--help) sed -n '2,26p' "$0" | cut -c3-; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0" | cut -c3-; exit 0 ;;
         *) echo "error: unknown option $1; valid: --out REPORT.md, --quick, --cpu-smoke" >&2; exit 2 ;;
     esac
 done
@@ -170,6 +172,38 @@ for FT in lora full; do
     fi
     [ "$CODE" = 0 ] || BENCH=1
 done
+
+# 5. collab's fsdp on every GPU found: CoLLM's writing preset with full agents (two Qwen3-1.7B writers and the
+#    critic's own Qwen3-1.7B base), bfloat16, one optimizer step on NCCL processes, one a GPU, through
+#    benchmarks/fsdp_memory.py: each process's share of the weights, gradients and AdamW moments against the whole
+#    / N and the projection, and its peak GPU memory; appended to the report. One GPU: one process, which fsdp does
+#    not shard (a baseline, not a check of fsdp). --cpu-smoke: the tiny shape on 2 gloo CPU processes.
+printf '\n## fsdp: CoLLM writing preset, full agents, on every GPU\n\n' >> "$REPORT"
+if [ $SMOKE = 1 ]; then
+    NGPU=0
+    FSDP=(--smoke --devices 2 --accelerator cpu --max-new-tokens 4)
+    echo "- --cpu-smoke: the tiny shape on 2 gloo CPU processes (its figures are not measurements)" >> "$REPORT"
+else
+    NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+    FSDP=(--devices "$NGPU" --accelerator gpu)
+    for A in ${ARGS[@]+"${ARGS[@]}"}; do [ "$A" = --quick ] && FSDP+=(--max-new-tokens 32); done
+    if [ "$NGPU" = 1 ]; then
+        echo "- 1 GPU: one process, which fsdp does not shard: the figures are a 1-process baseline, not a check of fsdp" \
+            >> "$REPORT"
+    fi
+fi
+if [ $SMOKE = 0 ] && [ "$NGPU" -lt 1 ]; then
+    echo "- no GPU found: the fsdp step did not run" >> "$REPORT"
+    echo "gpu_check: no GPU found: the fsdp step did not run" >&2
+else
+    echo "gpu_check: fsdp step of collm_writing_paper with full agents on ${FSDP[*]}..." >&2
+    "$PY" benchmarks/fsdp_memory.py --preset collm_writing_paper "${FSDP[@]}" --workdir "$WORK/fsdp" \
+        --out "$WORK/fsdp.json" > "$WORK/fsdp.md"
+    CODE=$?
+    cat "$WORK/fsdp.md" >> "$REPORT"
+    printf '\n(exit %s: 0 when every process held at most 1/N of the whole state + 10%%)\n' "$CODE" >> "$REPORT"
+    [ "$CODE" = 0 ] || BENCH=1
+fi
 echo "gpu_check: report in $REPORT (GPU tests: exit $STATUS; benchmark: exit $BENCH)" >&2
 [ "$STATUS" = 0 ] || exit 1
 exit "$BENCH"

@@ -54,6 +54,7 @@ def test_the_smoke_run_writes_every_section_and_one_json_line(smoke):
         "Training steps",
         "Memory",
         "Projected memory per GPU",
+        "Projected memory per GPU under fsdp, by part",
         "Not run here",
     ]
     assert "- mode: smoke" in report and "2 optimizer steps" in report
@@ -119,28 +120,33 @@ def hand_plan(act: float = 1000.0, kv: float = 100.0) -> dict:
 
 @pytest.mark.parametrize("world", [1, 2, 8])
 def test_full_fine_tuning_holds_16_bytes_a_parameter_in_float32(bench, world):
+    """ddp: every process holds both agents whole. collab's fsdp: each keeps 1/world of both, and a backward pass
+    gathers one agent's weights and gradients whole (2 x 4 bytes a parameter; MAPoRL's passes: both agents); a KL
+    reference stays whole on every process (fsdp does not shard it) and gathers nothing."""
     p = hand_plan()
     full = 2 * 16 * QWEN3_1_7B  # two agents: weights, gradients, two AdamW moments
-    assert bench.state_bytes(p, "full", "ddp", world, 4) == full  # each DDP process holds every full agent
-    assert bench.state_bytes(p, "full", "shard", world, 4) == full // world  # a full shard (not collab's)
+    assert bench.state(p, "full", "ddp", world, 4) == (full, 0)  # each DDP process holds every full agent
     assert bench.state_bytes(p, "full", "ddp", world, 2) == full // 2  # bfloat16: 8 bytes a parameter
-    assert bench.state_bytes(p, "full", "fsdp", world, 4) is None  # collab's fsdp refuses full agents
-    p["full_frozen"] = ["M"]  # a KL reference: the untrained base once more
-    assert bench.state_bytes(p, "full", "ddp", world, 4) == full + 4 * QWEN3_1_7B
+    sharded = (full // world, 8 * QWEN3_1_7B) if world > 1 else (full, 0)
+    assert bench.state(p, "full", "fsdp", world, 4) == sharded
+    assert bench.state({**p, "algo": "maporl"}, "full", "fsdp", world, 4)[1] == 2 * sharded[1]
+    p["full_frozen"] = p["references"] = ["M"]  # a KL reference: the untrained base once more
+    assert bench.state(p, "full", "ddp", world, 4) == (full + 4 * QWEN3_1_7B, 0)
+    assert bench.state(p, "full", "fsdp", world, 4) == (sharded[0] + 4 * QWEN3_1_7B, sharded[1])
 
 
 @pytest.mark.parametrize("world", [1, 2, 8])
-def test_lora_and_qlora_hold_the_base_once_and_fsdp_shards_its_linear_and_embedding_weights(bench, world):
+def test_lora_and_qlora_hold_the_base_once_and_fsdp_gathers_it_whole_in_backward(bench, world):
     p = hand_plan()
     c = p["counts"]["M"]
     adapters = 16 * p["trainable"]["agents"]  # float32 weights, gradients and two moments
-    assert bench.state_bytes(p, "lora", "ddp", world, 2) == 2 * QWEN3_1_7B + adapters
+    assert bench.state(p, "lora", "ddp", world, 2) == (2 * QWEN3_1_7B + adapters, 0)
     qlora = 0.55 * c["linear"] + 2 * (QWEN3_1_7B - c["linear"])  # bitsandbytes keeps the embedding and norms
-    assert bench.state_bytes(p, "qlora", "ddp", world, 2) == int(qlora) + adapters
-    assert bench.state_bytes(p, "qlora", "fsdp", world, 2) is None  # collab's fsdp refuses a quantized base
-    sharded = c["linear"] + c["embedding"]
-    kept = sharded / world + c["unit"] + QWEN3_1_7B - sharded if world > 1 else QWEN3_1_7B
-    assert bench.state_bytes(p, "lora", "fsdp", world, 2) == int(2 * kept) + adapters
+    assert bench.state(p, "qlora", "ddp", world, 2) == (int(qlora) + adapters, 0)
+    assert bench.state(p, "qlora", "fsdp", world, 2) is None  # collab's fsdp refuses a quantized base
+    # each process keeps 1/world of the base (rounded up), the backward gathers it whole; adapters whole
+    kept = (-(-2 * QWEN3_1_7B // world), 2 * QWEN3_1_7B) if world > 1 else (2 * QWEN3_1_7B, 0)
+    assert bench.state(p, "lora", "fsdp", world, 2) == (kept[0] + adapters, kept[1])
 
 
 def test_activations_are_capped_by_collabs_budgets_but_hold_one_sequence(bench):
@@ -156,6 +162,9 @@ def test_activations_are_capped_by_collabs_budgets_but_hold_one_sequence(bench):
     update, rollout = bench.activation_bytes(p, "full", 2, gpu / 4, False)
     assert bench.project(p, "full", "ddp", 2, 4, gpu) == 2 * 16 * QWEN3_1_7B + max(update, rollout)
     assert bench.project(p, "qlora", "fsdp", 2, 2, gpu) is None
+    # fsdp: a quarter of both agents, and one agent's weights and gradients whole alive with the update's activations
+    update, rollout = bench.activation_bytes(p, "full", 4, gpu / 4, False)
+    assert bench.project(p, "full", "fsdp", 4, 4, gpu) == 8 * QWEN3_1_7B + max(update + 8 * QWEN3_1_7B, rollout)
 
 
 def test_rewards_vary_with_the_responses_and_stay_equal_for_equal_ones(bench):

@@ -55,6 +55,24 @@ def test_a_process_holds_each_full_agent_whole():
     assert team_process_bytes(base, [], ["no/such-model-here"]) is None
 
 
+def test_under_fsdp_a_process_holds_a_share_of_each_model_and_the_backwards_whole_ones():
+    """Two full agents of SmolLM2-135M (s parameters) in bfloat16: 16 s a process under ddp. Under fsdp over 2
+    processes each keeps half of both (8 s) and a backward pass gathers one agent's weights and gradients whole
+    (4 s): 12 s; over 4, 4 s + 4 s. An algorithm whose passes use every model (MAPoRL) gathers both: 8 s + 8 s over
+    2, as much as ddp. A LoRA agent's shared base: its share and the whole base gathered."""
+    from collab.policy.models import BaseConfig
+
+    base = BaseConfig(name="smollm2-135m-instruct", dtype="bfloat16")
+    small = KNOWN_PARAMS["smollm2-135m-instruct"]
+    assert team_process_bytes(base, [], [None, None]) == OVERHEAD_BYTES + 16 * small
+    assert team_process_bytes(base, [], [None, None], shards=2) == OVERHEAD_BYTES + 8 * small + 4 * small
+    assert team_process_bytes(base, [], [None, None], shards=4) == OVERHEAD_BYTES + 4 * small + 4 * small
+    every = team_process_bytes(base, [], [None, None], shards=2, per_model=False)
+    assert every == OVERHEAD_BYTES + 8 * small + 8 * small
+    adapters = process_bytes(small, 0, 1, overhead=0)
+    assert team_process_bytes(base, [None], [], shards=2) == OVERHEAD_BYTES + adapters + small + 2 * small
+
+
 @pytest.mark.parametrize("name", sorted(KNOWN_PARAMS))
 def test_the_built_in_bases_counts_are_their_models(name):
     """KNOWN_PARAMS and the shapes of KNOWN_CONFIGS (counted without loading, before the processes start) against the
@@ -143,7 +161,9 @@ def test_the_launch_counts_the_team_the_environment_makes(monkeypatch):
     from collab.policy.team import AgentSpec
 
     seen = {}
-    monkeypatch.setattr(resources, "check_launch", lambda trainer, base, lora, full: seen.update(lora=lora, full=full))
+    monkeypatch.setattr(
+        resources, "check_launch", lambda trainer, base, lora, full, per_model: seen.update(lora=lora, full=full)
+    )
     module = from_config("magrpo", base=BaseConfig(name="tiny"), agents=[AgentSpec(), AgentSpec(finetune="full")])
     trainer = SimpleNamespace(strategy=object(), callbacks=[])
     resources.prepare_processes(trainer, module, 60.0, make_env("matrix", players=4))
@@ -223,6 +243,37 @@ def test_processes_of_a_node_share_its_memory(monkeypatch):
     assert resources.check_team(_trainer(1), module, env, 1) is not None  # fits: a large team's start line
     with pytest.raises(UserError, match=r"a process, 2 processes against .* of memory available"):
         resources.check_team(_trainer(2), module, env, 2)  # each process plays 1 of the 2 tasks
+
+
+def test_a_full_team_that_fits_its_fsdp_processes_sharded_is_not_refused(monkeypatch):
+    """Two full agents on tiny (t parameters, float32: 16 t each) at 2 processes: under ddp each process holds 32 t,
+    under fsdp 16 t, and a backward pass gathers one agent's weights and gradients (8 t: MAGRPO's passes each run
+    on one model). On a machine between the two projections ddp's 2 processes are refused and fsdp's run; the
+    refusal names what fsdp gathers."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from collab.cli import resources
+    from collab.envs import make_env
+    from collab.policy.team import AgentSpec, SamplingSpec
+
+    tiny = KNOWN_PARAMS["tiny"]
+    full = AgentSpec(finetune="full", sampling=SamplingSpec(max_new_tokens=16))
+    module, env = _module(agents=[full, full]), make_env("debate", agents=2)
+    ddp = resources.plan_team(module, env, 1, torch.device("cpu"))(2)[0]
+    fsdp = resources.plan_team(module, env, 1, torch.device("cpu"), shards=2)(2)[0]
+    assert (ddp.bases, ddp.adapters, ddp.gathered) == (0, 32 * tiny, 0)
+    assert (fsdp.bases, fsdp.adapters, fsdp.gathered) == (0, 16 * tiny, 8 * tiny)
+    assert fsdp.total < ddp.total
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(2 * (fsdp.total + ddp.total) / 2 / GB))
+    with pytest.raises(UserError, match="2 processes against"):
+        resources.check_team(_trainer(2), module, env, 2)
+    sharded = SimpleNamespace(**{**vars(_trainer(2)), "strategy": SimpleNamespace(shards=2)})
+    assert resources.check_team(sharded, module, env, 2) is None
+    monkeypatch.setattr(resources, "this_machine", lambda: _machine(0.1))
+    with pytest.raises(UserError, match="an fsdp backward pass gathers whole"):
+        resources.check_team(sharded, module, env, 2)
 
 
 def test_a_large_team_that_fits_says_its_projection(monkeypatch):

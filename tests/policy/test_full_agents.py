@@ -235,6 +235,26 @@ def test_a_team_larger_than_its_device_is_refused_before_loading(monkeypatch):
     full.check_fits(full_and_lora(), TINY, torch.device("cpu"))  # 16 + 4 bytes a parameter fit in 20
 
 
+def test_a_full_team_that_fits_its_fsdp_processes_sharded_is_not_refused():
+    """Two full agents on tiny in float32: 32 bytes a parameter on one process, refused on a device of 25. Under fsdp
+    over 2 processes each keeps half (16) and a backward pass gathers one agent's weights and gradients whole (8):
+    24 fit in 25. On a device of 20 the 2 processes are refused, the line saying what a process holds and
+    gathers, and 4 fit (8 + 8)."""
+    from collab.policy import full, models
+
+    params, cpu = models.KNOWN_PARAMS["tiny"], torch.device("cpu")
+    team = [AgentSpec(finetune="full"), AgentSpec(finetune="full")]
+    with pytest.raises(UserError, match="more processes do not help under ddp"):
+        full.check_fits(team, TINY, cpu, capacity=25 * params)
+    full.check_fits(team, TINY, cpu, capacity=25 * params, shards=2)
+    with pytest.raises(UserError) as error:
+        full.check_fits(team, TINY, cpu, capacity=20 * params, shards=2)
+    text = one_line(error)
+    assert f"each of the 2 fsdp processes holds {full.size(16 * params)}" in text
+    assert f"gathers {full.size(8 * params)} whole" in text
+    full.check_fits(team, TINY, cpu, capacity=20 * params, shards=4)
+
+
 def test_bad_finetune_values_and_unsupported_settings_are_one_line():
     from collab.policy.specs import check_agents
 

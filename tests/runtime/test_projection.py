@@ -7,6 +7,8 @@ import pytest
 from collab.envs import make_env
 from collab.policy.models import KNOWN_CONFIGS
 from collab.runtime.projection import (
+    FULL_COPIES,
+    Model,
     Projection,
     Shape,
     Workload,
@@ -18,6 +20,7 @@ from collab.runtime.projection import (
     most_agents,
     rollout_bytes,
     shape_from_config,
+    sharded_bytes,
     step_flops,
     update_bytes,
 )
@@ -120,6 +123,26 @@ def test_a_steps_flops():
 def test_a_projection_holds_the_larger_of_a_rollout_and_an_update():
     p = Projection(bases=1, adapters=2, experience=3, rollout=10, update=5, fixed=100)
     assert (p.total, p.device, p.host) == (116, 13, 103)
+
+
+def test_fsdp_keeps_a_share_of_each_model_and_a_backward_gathers_them_whole():
+    """Two full agents of 1,000 parameters in bfloat16 (4 x 2 bytes each: 8,000) and a frozen float32 base of 600
+    (2,400): one process holds 18,400. Over 2 processes each keeps half of each (9,200) and a pass using all three
+    gathers the agents' weights and gradients (2 x 2,000 each) and the base's weights (2,400): 10,400; over 4, a
+    quarter (4,600) and the same 10,400. Passes using one agent and the base, then the other agent alone, gather
+    at most 6,400. A model fsdp does not shard (the frozen reference) stays whole and gathers nothing."""
+    agent, base = Model(1000, 2, trains=True), Model(600, 4)
+    assert FULL_COPIES == 4 and agent.whole == 8000 and base.whole == 2400
+    assert sharded_bytes([agent, agent, base], 1) == (18_400, 0)
+    assert sharded_bytes([agent, agent, base], 2) == (9_200, 10_400)
+    assert sharded_bytes([agent, agent, base], 4) == (4_600, 10_400)
+    assert sharded_bytes([agent, agent, base], 4, passes=[[0, 2], [1]]) == (4_600, 6_400)
+    assert sharded_bytes([agent, Model(600, 4, shardable=False)], 4) == (2_000 + 2_400, 4_000)
+    assert sharded_bytes([Model(1001, 1)], 2) == (501, 1001)  # a share rounds up (FSDP2 pads the first dimension)
+    # the gathered models live with the update's activations, not with a rollout's KV cache
+    p = Projection(bases=1, adapters=2, experience=3, rollout=10, update=5, fixed=100, gathered=7)
+    assert (p.device, p.total) == (1 + 2 + 12, 100 + 3 + 15)
+    assert Projection(bases=1, adapters=2, experience=3, rollout=20, update=5, fixed=100, gathered=7).device == 23
 
 
 def test_the_most_agents_that_fit():

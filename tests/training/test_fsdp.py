@@ -13,7 +13,8 @@ MARFT-T's MLP critics, MAPoRL's per-agent value heads), which FSDP2 leaves whole
 hold bitwise the same weights after every step, each only its half of every sharded one.
 
 The teams: MAGRPO full+LoRA; CoLLM-CC LoRA and full+full; CoLLM-DC full+LoRA; MARFT-A LoRA and full+LoRA; MARFT-T
-full+LoRA; IPPO LoRA and full+full; MAPoRL LoRA and full+LoRA. The teams with a full agent hold two or three sharded
+full+LoRA; IPPO LoRA and full+full; MAPoRL LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents'
+samples, which splits its term into one per model (each backward pass gathers one model). The teams with a full agent hold two or three sharded
 models in one backward pass (the full agents' copies, the LoRA agents' base, a critic's own base), whose collectives
 :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process. Two cases check more:
 
@@ -62,6 +63,8 @@ def team(*agents: dict) -> list[str]:
 # the LoRA agents' shared base are two sharded models)
 CASES = {
     "magrpo-full+lora": ["--algo", "magrpo", *team(FULL, LORA), *WRITING],
+    # two full agents with micro-batches holding both agents' samples: MAGRPO's term split into one per model
+    "magrpo-full+full": ["--algo", "magrpo", *team(FULL, FULL), *WRITING],
     "collm_cc-lora": ["--algo", "collm_cc", *team(LORA, LORA), *WRITING],
     # the critic reads agent 0, a full agent: a base of its own (with the critic's LoRA), a third sharded model
     "collm_cc-full+full": ["--algo", "collm_cc", *team(FULL, FULL), *WRITING],
@@ -105,13 +108,17 @@ CALLS = {"marft_t-full+lora+tools": '1+2"}}\n</tool_call>'}
 PROBE = {"COLLAB_DDP_SIGNAL_RANKS": "0,1", "COLLAB_DDP_SIGNAL": "text", "COLLAB_DDP_CAPTURE": "1"}
 
 
+MICRO = {"magrpo-full+full": "4096"}
+"""Cases whose micro-batches hold every item of a rank (both agents' samples in one micro-batch)."""
+
+
 def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
     return [
         *CASES[case],
         "--model.base.name",
         "tiny",
         "--model.micro_batch_tokens",
-        "48",  # a few items a forward: rank 0's longer items take more of them
+        MICRO.get(case, "48"),  # a few items a forward: rank 0's longer items take more of them
         "--data.batch_size",
         "4",
         "--trainer.accelerator",

@@ -70,6 +70,10 @@ def run_term(term: Term, stats: dict[str, float], share: float) -> torch.Tensor:
 class CollabModule(L.LightningModule):
     """Base LightningModule of the algorithms."""
 
+    passes_per_model = True
+    """Whether each backward pass of an update runs on one model of the team (its terms split per model: a critic's,
+    each agent's actor), so that under fsdp a pass gathers one model whole (the start-of-run check counts the
+    largest); False: a pass may use every model (all gathered at once)."""
     protocol = None
     """The Flex-MG dependency (:class:`~collab.rollout.protocol.Dependency`) the team acts under;
     ``None``: every agent acts at once (MARFT sets it from its ``dependency`` option)."""
@@ -148,7 +152,9 @@ class CollabModule(L.LightningModule):
         if base.device == "auto" and self._trainer is not None:
             strategy = self.trainer.strategy
             base = replace(base, device=str(strategy.root_device))
-        self.team = AgentTeam(self.team_specs(env), base)
+        # fsdp splits each model across its processes: the team's memory check counts 1/shards of it
+        shards = getattr(self.trainer.strategy, "shards", 1) if self._trainer is not None else 1
+        self.team = AgentTeam(self.team_specs(env), base, shards=shards)
         self.team.decode_memory = budget_bytes(self.team.device, self.decode_memory_gb)
         report = self.team.targets_report()  # what LoRA adapts on each base, what full agents hold: once per run
         if report and (self._trainer is None or self.trainer.is_global_zero):

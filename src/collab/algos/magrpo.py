@@ -36,6 +36,7 @@ from collab.errors import require, require_ranges
 from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
+from collab.runtime import lockstep
 from collab.runtime.collectives import global_sum
 from collab.runtime.memory import shared_prompt_chunks
 
@@ -159,8 +160,23 @@ class MAGRPO(CollabModule):
         return shared_prompt_chunks(keys, prompts, completions, self.micro_tokens())
 
     def terms(self, micro: list[Decision], scale: Normalizers) -> list[Term]:
-        """One term: a sample is one agent's response, and one forward computes every sample's."""
-        return [partial(self.policy_loss, micro, scale)]
+        """One term: a sample is one agent's response, and one forward computes every sample's. Under fsdp with the
+        agents on several models (full agents: each its own), one term per model of the pool, in its order, an empty
+        one where no sample of the micro-batch is on it: the k-th backward pass of every process then runs on the
+        same model, which :meth:`collab.runtime.lockstep.Lockstep.backward` gathers whole alone, not all of them.
+        Each sample's term is the same; a part's statistics (means) are weighted by its share of the micro-batch."""
+        parts = by_model(self.team, micro) if lockstep.active() is not None else [micro]
+        if len(parts) == 1:
+            return [partial(self.policy_loss, micro, scale)]
+        return [partial(self.part_loss, part, len(part) / len(micro), scale) for part in parts]
+
+    def part_loss(self, part: list[Decision], share: float, scale: Normalizers) -> tuple[torch.Tensor, dict]:
+        """:meth:`policy_loss` of a part of a micro-batch, its statistics times ``share``; an empty part's loss is a
+        0 without gradients (its backward pass runs no backward, only the pass's collectives)."""
+        if not part:
+            return torch.zeros(()), {}
+        loss, stats = self.policy_loss(part, scale)
+        return loss, {key: value * share for key, value in stats.items()}
 
     def policy_loss(self, micro: list[Decision], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """CoLLM Eq. 1 with the PPO clip: each sample's clipped surrogate (plus the KL penalty) divided by
@@ -190,3 +206,11 @@ class MAGRPO(CollabModule):
         )
         stats.update(ratio_stats(logprobs, old_logprobs, self.ppo.clip))
         return (weights * per_sample).sum(), stats
+
+
+def by_model(team, items: list[Decision]) -> list[list[Decision]]:
+    """``items`` grouped by the model their member's forward runs on (its agent's base: a full agent's own copy, or
+    the base LoRA agents share): one group (maybe empty) for each model of the pool, in its order (the same on every
+    process)."""
+    bases = [team.agents[item.member].base for item in items]
+    return [[item for item, b in zip(items, bases) if b is base] for base in team.pool.bases]

@@ -70,6 +70,8 @@ class MAPoRL(CollabModule):
     """The options and their meaning: ``conf/algo/maporl.yaml`` (``ppo.gamma``: Definition 1's discount between
     turns; ``token_gamma``: GAE's between the tokens of a response)."""
 
+    passes_per_model = False  # one term: every member's answers in one forward (a pass may use every model)
+
     def __init__(
         self,
         *,

@@ -23,6 +23,7 @@ from collab.runtime.projection import (
     ADAM_BYTES,
     CHARS_PER_TOKEN,
     TEMPLATE_TOKENS,
+    Model,
     Projection,
     Shape,
     Workload,
@@ -33,6 +34,7 @@ from collab.runtime.projection import (
     most_agents,
     rollout_bytes,
     shape_from_config,
+    sharded_bytes,
     step_flops,
     update_bytes,
 )
@@ -136,36 +138,50 @@ def check_fits(launch: Launch, machine: Machine) -> None:
     )
 
 
-def check_launch(trainer, base, agents: int | list[str | None] = 2, full: list[str | None] = ()) -> None:
+def check_launch(
+    trainer, base, agents: int | list[str | None] = 2, full: list[str | None] = (), per_model: bool = True
+) -> None:
     """:func:`check_fits` for a Lightning ``trainer`` about to start its processes, each loading ``base``
     (a :class:`~collab.policy.models.BaseConfig`) for ``agents`` agents (the roles' default when the config
     names none: 2), or, when ``agents`` lists each agent's own base (``None``: ``base.name``), every distinct
     base of a mixed team with its agents (each process loads all of them). Only where this process launches
     the others (Lightning's own launchers). ``full``: each full-parameter agent's base (``None``: ``base.name``), held
-    whole by every process beside the shared bases."""
+    whole by every process beside the shared bases (under fsdp: sharded, :func:`team_process_bytes`, whose
+    ``per_model`` this passes on)."""
     strategy = trainer.strategy
     launcher = getattr(strategy, "launcher", None)
     environment = getattr(strategy, "cluster_environment", None)
     if launcher is None or environment is None or environment.creates_processes_externally:
         return
     accelerator = accelerator_kind(trainer)
-    check_fits(Launch(trainer.num_devices, accelerator, team_process_bytes(base, agents, full)), this_machine())
+    process = team_process_bytes(base, agents, full, shards(trainer), per_model)
+    check_fits(Launch(trainer.num_devices, accelerator, process), this_machine())
 
 
-def team_process_bytes(base, agents: int | list[str | None] = 2, full: list[str | None] = ()) -> int | None:
+def team_process_bytes(
+    base, agents: int | list[str | None] = 2, full: list[str | None] = (), shards: int = 1, per_model: bool = True
+) -> int | None:
     """:func:`process_bytes` of a team (arguments as :func:`check_launch`'s): each distinct base once, with its own
-    agents' adapters, each full agent's :data:`~collab.policy.full.COPIES` copies of its base, and one overhead; None
-    when some base's size is not at hand."""
-    from collab.policy.full import COPIES
-
+    agents' adapters, each full agent's :data:`~collab.runtime.projection.FULL_COPIES` copies of its base, and one
+    overhead; under fsdp over ``shards`` processes the bases and full copies ``1/shards`` each with what a backward
+    pass gathers whole on top (:func:`~collab.runtime.projection.sharded_bytes`: one model when ``per_model``, the
+    algorithm's passes each running on one, else all). None when some base's size is not at hand."""
     names = [name or base.name for name in agents] if isinstance(agents, list) else [base.name] * agents
     whole = [name or base.name for name in full]
     per_param = base_bytes_per_param(base.dtype, base.quantization)
     counts = {name: base_parameters(name) for name in dict.fromkeys(names + whole)}
     if not all(counts.values()):
         return None
-    shared = sum(process_bytes(counts[n], per_param, names.count(n), overhead=0) for n in dict.fromkeys(names))
-    return OVERHEAD_BYTES + shared + sum(COPIES * DTYPE_BYTES.get(base.dtype, 4) * counts[n] for n in whole)
+    adapters = sum(process_bytes(counts[n], 0, names.count(n), overhead=0) for n in dict.fromkeys(names))
+    models = [Model(counts[n], per_param) for n in dict.fromkeys(names)]
+    models += [Model(counts[n], DTYPE_BYTES.get(base.dtype, 4), trains=True) for n in whole]
+    held, gathered = sharded_bytes(models, shards, per_model=per_model)
+    return OVERHEAD_BYTES + adapters + held + gathered
+
+
+def shards(trainer) -> int:
+    """The processes fsdp splits each model of the team across (``FSDP2Strategy.shards``); 1 under other strategies."""
+    return int(getattr(trainer.strategy, "shards", 1) or 1)
 
 
 def prepare_processes(
@@ -178,7 +194,8 @@ def prepare_processes(
     (:func:`collab.training.distributed.timeout_callback`)."""
     specs = module.team_specs(env) if env is not None else (module.agent_specs or [])
     lora = [spec.base for spec in specs if spec.finetune != "full"]
-    check_launch(trainer, module.base, lora if specs else 2, [spec.base for spec in specs if spec.finetune == "full"])
+    whole = [spec.base for spec in specs if spec.finetune == "full"]
+    check_launch(trainer, module.base, lora if specs else 2, whole, getattr(module, "passes_per_model", True))
     if env is not None and tasks:
         from collab.cli.output import note, show_notes
 
@@ -236,30 +253,37 @@ Plan = Callable[[int], tuple[Projection, Workload, Shape]]
 """A team's projection for a number of agents (the workload and the largest base's shape with it)."""
 
 
-def team_weights(base, specs, shapes: dict[str, tuple[Shape, int]]) -> tuple[int, int]:
-    """``(bases, trained)``: the bytes of the bases the LoRA agents share (each once), and of every agent's trained
-    parameters with their optimizer state (a LoRA adapter's in float32 with AdamW; a full agent's copy)."""
-    from collab.policy.full import COPIES
-
+def team_weights(
+    base, specs, shapes: dict[str, tuple[Shape, int]], shards: int = 1, per_model: bool = True
+) -> tuple[int, int, int]:
+    """``(bases, trained, gathered)``: the bytes of the bases the LoRA agents share (each once), of every agent's
+    trained parameters with their optimizer state (a LoRA adapter's in float32 with AdamW; a full agent's copy), and,
+    under fsdp over ``shards`` processes (the bases and full copies ``1/shards`` each, the adapters whole), what a
+    backward pass gathers whole on top (:func:`~collab.runtime.projection.sharded_bytes`, ``per_model`` its)."""
     width = DTYPE_BYTES.get(base.dtype, 4)
     per_param = base_bytes_per_param(base.dtype, base.quantization)
     names = [spec.base or base.name for spec in specs]
-    shared = dict.fromkeys(n for n, spec in zip(names, specs) if spec.finetune != "full")
-    trained = [
-        COPIES * width * shapes[n][1]
-        if spec.finetune == "full"
-        else ADAM_BYTES * lora_parameters(shapes[n][0], spec.lora.r, spec.lora.target_modules or [])
-        for n, spec in zip(names, specs)
+    shared = [
+        Model(shapes[n][1], per_param) for n in dict.fromkeys(n for n, s in zip(names, specs) if s.finetune != "full")
     ]
-    return sum(int(per_param * shapes[n][1]) for n in shared), sum(trained)
+    full = [Model(shapes[n][1], width, trains=True) for n, spec in zip(names, specs) if spec.finetune == "full"]
+    adapters = sum(
+        ADAM_BYTES * lora_parameters(shapes[n][0], spec.lora.r, spec.lora.target_modules or [])
+        for n, spec in zip(names, specs)
+        if spec.finetune != "full"
+    )
+    bases, _ = sharded_bytes(shared, shards)
+    copies, _ = sharded_bytes(full, shards)
+    _, gathered = sharded_bytes(shared + full, shards, per_model=per_model)
+    return bases, copies + adapters, gathered
 
 
-def plan_team(module, env, tasks: int, device) -> Plan | None:
+def plan_team(module, env, tasks: int, device, shards: int = 1) -> Plan | None:
     """``agents -> (projection, workload, shape)`` of ``module``'s team on ``env`` with ``tasks`` tasks a process,
     its agents counted as the environment's roles are (or, for what would fit, as a team of that many: the agents
     past the configured ones repeating the last one's settings, :func:`collab.algos.agents.resolve_agents`). The
     caches and activations are counted at the largest base's shape. None when a base's size is not at hand (a hub
-    id not downloaded): not checked."""
+    id not downloaded): not checked. ``shards``: the processes fsdp splits each model across (1: none)."""
     from collab.policy.head import CHUNK_BYTES
     from collab.runtime.memory import RECOMPUTE, SAFETY, budget_bytes
 
@@ -267,7 +291,7 @@ def plan_team(module, env, tasks: int, device) -> Plan | None:
     shapes = team_shapes([spec.base or base.name for spec in specs])
     if shapes is None:
         return None
-    bases, trained = team_weights(base, specs, shapes)
+    bases, trained, gathered = team_weights(base, specs, shapes, shards, module.passes_per_model)
     width = DTYPE_BYTES.get(base.dtype, 4)
     shape = max((s for s, _ in shapes.values()), key=lambda s: kv_bytes_per_token(s, width))
     rank = max(spec.lora.r for spec in specs)
@@ -289,6 +313,7 @@ def plan_team(module, env, tasks: int, device) -> Plan | None:
             rollout=rollout_bytes(work, kv_bytes_per_token(shape, width), shape.vocab, decode),
             update=update_bytes(work, per_token, module.micro_batch_tokens, micro, minibatch, CHUNK_BYTES),
             fixed=OVERHEAD_BYTES,
+            gathered=gathered,
         )
         return projection, work, shape
 
@@ -335,7 +360,7 @@ def check_team(trainer, module, env, tasks: int) -> str | None:
     if accelerator == "other" or (accelerator == "gpu" and forks(trainer)) or module.engine != "torch":
         return None
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
-    project = plan_team(module, env, -(-tasks // max(1, trainer.world_size)), device)
+    project = plan_team(module, env, -(-tasks // max(1, trainer.world_size)), device, shards(trainer))
     if project is None:
         return None
     machine = this_machine()

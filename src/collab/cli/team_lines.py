@@ -25,10 +25,11 @@ def _gib(n: int | float) -> str:
 
 def parts(p: Projection) -> str:
     """The projection's parts, in GiB (the rollout's and the update's working memory are not held together)."""
+    gathered = f" with the {_number(p.gathered)} an fsdp backward pass gathers whole" if p.gathered else ""
     return (
         f"fixed {_number(p.fixed)}, bases {_number(p.bases)}, adapters and AdamW {_number(p.adapters)}, the step's "
         f"experience {_number(p.experience)}, and the larger of a rollout's KV cache and sampling {_number(p.rollout)}"
-        f" and an update's activations {_gib(p.update)}"
+        f" and an update's activations {_gib(p.update)}{gathered}"
     )
 
 
@@ -54,6 +55,7 @@ HINTS = {
     "update": ("an update's", "a smaller --model.micro_batch_memory_gb (or micro_batch_tokens), or shorter sequences"),
     "adapters": ("the adapters", "a lower LoRA rank, or LoRA agents for full ones"),
     "bases": ("the bases", "a quantized base (--model.base.quantization 4bit)"),
+    "gathered": ("the models an fsdp backward pass gathers whole", "LoRA agents for full ones, or a smaller base"),
 }
 """Each part of a projection: its name and what lowers it (the refusal names the largest part's)."""
 
@@ -61,7 +63,7 @@ HINTS = {
 def largest_part(p: Projection) -> str:
     """The key of :data:`HINTS` of the projection's largest part."""
     sizes = {"experience": p.experience, "rollout": p.rollout, "update": p.update}
-    sizes.update(adapters=p.adapters, bases=p.bases)
+    sizes.update(adapters=p.adapters, bases=p.bases, gathered=p.gathered)
     return max(sizes, key=sizes.get)
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 
 from collab.errors import UserError, require
+from collab.runtime.projection import FULL_COPIES, Model, sharded_bytes
 
-COPIES = 4
+COPIES = FULL_COPIES
 """Tensors of a parameter's size that a full agent holds while training: the weight, its gradient and AdamW's two
 moments (``exp_avg``, ``exp_avg_sq``, in the parameter's dtype)."""
 QLORA_BYTES = 0.55
@@ -94,11 +95,15 @@ def team_bytes(agents, base) -> tuple[int, int, dict[str, int]] | None:
     return full, sum(per_param * params[n] for n in lora), params
 
 
-def check_fits(agents, base, device: torch.device, capacity: int | None = None) -> None:
+def check_fits(agents, base, device: torch.device, capacity: int | None = None, shards: int = 1) -> None:
     """Refuse, in one line and before anything is loaded, a team with full agents whose weights, gradients and AdamW
     moments (and the shared bases of its LoRA agents) exceed the device's total memory (``capacity``, default
-    :func:`device_bytes`), naming what would fit. Activations, the KV cache and the LoRA adapters come on top: the
-    check refuses a team that cannot fit, it does not promise that one fits."""
+    :func:`device_bytes`), naming what would fit. Under fsdp over ``shards`` processes each process holds
+    ``1/shards`` of every model and a backward pass gathers a model whole on top
+    (:func:`~collab.runtime.projection.sharded_bytes`: a full agent's weights and gradients; one model, the least a
+    pass gathers: MAPoRL's passes gather every model, which the start-of-run check counts). Activations, the KV
+    cache and the LoRA adapters come on top: the check refuses a team that cannot fit, it does not promise that one
+    fits."""
     full_agents = [i for i, spec in enumerate(agents) if spec.finetune == "full"]
     if not full_agents:
         return
@@ -107,19 +112,30 @@ def check_fits(agents, base, device: torch.device, capacity: int | None = None) 
     if sizes is None or capacity is None:
         return
     full, shared, params = sizes
-    if full + shared <= capacity:
+    names = [spec.base or base.name for spec in agents]
+    width = dtype_bytes(base.dtype)
+    models = [Model(params[n], width, trains=True) for n, s in zip(names, agents) if s.finetune == "full"]
+    models += [Model(params[n], width) for n in dict.fromkeys(n for n, s in zip(names, agents) if s.finetune != "full")]
+    held, gathered = sharded_bytes(models, shards, per_model=True)
+    if held + gathered <= capacity:
         return
-    names = list(dict.fromkeys(spec.base or base.name for spec in agents))
-    total = sum(params[n] for n in names)
-    lora = dtype_bytes(base.dtype) * total
-    per_param = COPIES * dtype_bytes(base.dtype)
+    total = sum(params[n] for n in dict.fromkeys(names))
+    lora = width * total
+    per_param = COPIES * width
+    if shards > 1:
+        where = (
+            f"each of the {shards} fsdp processes holds {size(held)} of them and a backward pass gathers "
+            f"{size(gathered)} whole (a model's weights and gradients), more than the {size(capacity)} of {device}"
+        )
+    else:
+        where = f"more than the {size(capacity)} of {device}"
     raise UserError(
         f"model.agents: {len(full_agents)} full-parameter agent(s) (agents {', '.join(map(str, full_agents))}) hold "
         f"{size(full)} (weights, gradients and AdamW's two moments: {per_param} bytes a parameter in {base.dtype}) "
-        f"and the shared bases {size(shared)}, more than the {size(capacity)} of {device}: train them as LoRA agents "
-        f"(finetune: lora, about {size(lora)} of bases), with QLoRA (finetune: lora and --model.base.quantization "
-        f"4bit, about {size(QLORA_BYTES * total)}), or on a larger device; more processes do not help (each DDP "
-        "process holds every full agent)"
+        f"and the shared bases {size(shared)}; {where}: train them as LoRA agents (finetune: lora, about "
+        f"{size(lora)} of bases), with QLoRA (finetune: lora and --model.base.quantization 4bit, about "
+        f"{size(QLORA_BYTES * total)}), or on a larger device; more processes do not help under ddp (each holds every "
+        "full agent), fsdp shards them (--trainer.strategy fsdp)"
     )
 
 

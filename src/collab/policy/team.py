@@ -66,9 +66,10 @@ __all__ = [
 class AgentTeam(nn.Module):
     """n agents as LoRA adapters over shared bases (or, ``finetune: full``, as trainable copies of their bases). A
     spec's field left out (None) takes ``conf/base.yaml``'s ``model.agent_defaults`` (a module fills its specs from
-    its run's block before: :func:`~collab.policy.specs.with_defaults`)."""
+    its run's block before: :func:`~collab.policy.specs.with_defaults`). ``shards``: the processes fsdp will split
+    each model across (the full agents' memory check counts ``1/shards`` of each, :func:`full.check_fits`)."""
 
-    def __init__(self, agents: list[AgentSpec], base: BaseConfig = BaseConfig()) -> None:
+    def __init__(self, agents: list[AgentSpec], base: BaseConfig = BaseConfig(), shards: int = 1) -> None:
         super().__init__()
         from peft import get_peft_model
 
@@ -79,7 +80,7 @@ class AgentTeam(nn.Module):
             defaults = packaged_defaults()
             agents = [with_defaults(a, defaults) if leaves_out(a) else a for a in agents]
         full.check_full_agents(agents, base)
-        full.check_fits(agents, base, resolve_device(base.device))  # before anything is loaded
+        full.check_fits(agents, base, resolve_device(base.device), shards=shards)  # before anything is loaded
         self.specs = list(agents)
         self.base_config = base
         self.names = [f"agent{i}" for i in range(len(agents))]

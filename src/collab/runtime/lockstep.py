@@ -49,6 +49,13 @@ def settle() -> None:
         _ACTIVE.settle()
 
 
+def forget() -> None:
+    """Drop the rounds with gradients whose graphs were dropped unused (a probe's forwards) from the next backward
+    pass's gathers (no-op when nothing is sharded): :meth:`Lockstep.forget`, a collective."""
+    if _ACTIVE is not None:
+        _ACTIVE.forget()
+
+
 def pending() -> Tensor | None:
     """The zero-weight sum of the stand-in forwards this process ran with gradients since the last call (None: none):
     add it to the loss of the backward pass they belong to (:func:`collab.runtime.collectives.backward_passes`)."""
@@ -110,6 +117,7 @@ class Lockstep:
         self._depth = 0  # > 0 inside a root's forward (nested roots run no round of their own) or a stand-in
         self._after: list[int] = []  # the posted codes to serve after this process's own forward
         self._pending: list[Tensor] = []
+        self._pending_keys: set[int] = set()  # the roots of the stand-ins in _pending
         self._used: set[int] = set()  # the roots of the rounds with gradients since the last backward
         self.rounds = self.stand_ins = 0  # counters (tests read them)
 
@@ -147,6 +155,7 @@ class Lockstep:
                 out = _output_tensor(root(**self.inputs[key](root)))
             if grad:
                 self._pending.append(out.float().sum() * 0.0)
+                self._pending_keys.add(key)
                 self._used.add(key)
         finally:
             self._depth -= 1
@@ -184,7 +193,23 @@ class Lockstep:
 
     def take_pending(self) -> Tensor | None:
         out, self._pending = self._pending, []
+        self._pending_keys.clear()
         return sum(out[1:], out[0]) if out else None
+
+    def forget(self) -> None:
+        """Keep for the next backward pass only the roots some process holds a stand-in's graph of: the other rounds
+        with gradients since the last pass ran forwards whose graphs were dropped unused (the micro-batch probe's,
+        :func:`collab.runtime.memory.bytes_per_token`), and gathering their roots whole would only cost memory. Call
+        it with no graph of a real forward alive. A collective (every process settles, then sums which roots have a
+        stand-in's graph): the same roots stay on every process."""
+        import torch.distributed as dist
+
+        self.settle()
+        held = torch.zeros(len(self.roots), dtype=torch.int64, device=self.device)
+        for key in self._pending_keys:
+            held[key] = 1
+        dist.all_reduce(held, group=self.group)
+        self._used = {key for key in self._used if int(held[key])}
 
     def backward(self, run: Callable[[], object]) -> None:
         """One backward pass (``run``: this process's backward, or nothing) with every collective in code order:

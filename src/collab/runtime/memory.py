@@ -29,6 +29,8 @@ from collections.abc import Hashable, Iterator
 
 import torch
 
+from collab.runtime import lockstep
+
 PROBE_TOKENS = 64
 """Tokens of the probe forward (half prompt, half completion)."""
 SAFETY = 1.5
@@ -211,6 +213,7 @@ def bytes_per_token(team) -> float:
             with checkpointing_off(layers):
                 per_token += RECOMPUTE * max(saved_in_layers(probe, layers, weights)) / PROBE_TOKENS
         per_base.append(per_token)
+    lockstep.forget()  # under fsdp: the probes' graphs are gone, their models need no gathering in the next backward
     return max(per_base)
 
 

@@ -7,7 +7,8 @@ machine and has a large one say its projection; these are its counts, pure funct
 
 - **weights**: each base once at its bytes a parameter; each LoRA adapter (:func:`lora_parameters`: rank x (in +
   out) of each adapted linear layer) with its gradient and AdamW's two moments in float32, :data:`ADAM_BYTES` a
-  parameter; each full agent's copy (``COPIES`` x its dtype's bytes, :mod:`collab.policy.full`);
+  parameter; each full agent's copy (:data:`FULL_COPIES` x its dtype's bytes, :mod:`collab.policy.full`); under
+  fsdp each process's share of every model and what a backward pass gathers whole (:func:`sharded_bytes`);
 - **the step's experience** (:func:`experience_bytes`): the token lists a rollout keeps until the update (each
   request's prompt as new Python ints, each sample's copy of it and its response), the histories' text, and a
   rollout tree's joint actions (K^agents of them a node when crossed);
@@ -37,6 +38,9 @@ from dataclasses import dataclass
 
 ADAM_BYTES = 16
 """A trained float32 parameter: its value, its gradient and AdamW's two moments."""
+FULL_COPIES = 4
+"""Tensors of a parameter's size that a full agent holds while training: the weight, its gradient and AdamW's two
+moments (``exp_avg``, ``exp_avg_sq``, in the parameter's dtype: :mod:`collab.policy.full`)."""
 SAMPLING_COPIES = 6
 """Tensors a row of the vocabulary's size that a decoding step holds at once: the logits, the policy's
 (temperature, mask), their log-softmax, the softmax, the exponential race's noise and the quotient
@@ -208,19 +212,61 @@ class Projection:
     update: int
     fixed: int
     """What a process holds besides (Python, torch, Lightning, the tokenizer: measured)."""
+    gathered: int = 0
+    """Under fsdp: what a backward pass gathers whole on top of the shards (:func:`sharded_bytes`), alive with the
+    update's activations."""
 
     @property
     def total(self) -> int:
-        return self.fixed + self.bases + self.adapters + self.experience + max(self.rollout, self.update)
+        return self.fixed + self.experience + self.device
 
     @property
     def device(self) -> int:
         """What lives on an accelerator: weights and working memory (the rest stays in the host's memory)."""
-        return self.bases + self.adapters + max(self.rollout, self.update)
+        return self.bases + self.adapters + max(self.rollout, self.update + self.gathered)
 
     @property
     def host(self) -> int:
         return self.fixed + self.experience
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model of a team as the processes hold it: its parameters at ``width`` bytes each, whether it trains every
+    weight (a full agent: its gradient and AdamW's two moments the size of its weights, :data:`FULL_COPIES`) or is a
+    frozen base, and whether fsdp shards it (float weights of a model in the team: a quantized base and the frozen
+    reference copy of full agents are not sharded)."""
+
+    params: int
+    width: float
+    trains: bool = False
+    shardable: bool = True
+
+    @property
+    def whole(self) -> int:
+        """Bytes one process holds of it unsharded: the weights, and a full agent's gradient and moments."""
+        return int((FULL_COPIES if self.trains else 1) * self.width * self.params)
+
+
+def sharded_bytes(
+    models: Sequence[Model], world: int, passes: Sequence[Sequence[int]] | None = None, per_model: bool = False
+) -> tuple[int, int]:
+    """``(held, gathered)``: the bytes of ``models`` one process keeps under collab's fsdp over ``world`` processes,
+    and what a backward pass gathers whole on top of them. Held: each sharded model's :attr:`Model.whole` / ``world``
+    (FSDP2 keeps a ``1/world`` chunk of every parameter's first dimension: weights, gradients and AdamW's moments
+    alike), each other model whole. Gathered: :meth:`collab.runtime.lockstep.Lockstep.backward` all-gathers every
+    sharded model a pass's forwards used, whole, and the backward writes whole gradients of the weights that train
+    until their reduce-scatter after the pass; the shards stay alive meanwhile. So a pass gathers its models'
+    weights, and a full agent's gradients too (2 x its weights); the largest pass counts. ``passes``: the indices
+    of the models each backward pass uses (None: one pass uses every model; ``per_model``: each pass one model, the
+    algorithm's terms split per model, ``CollabModule.passes_per_model``). ``world`` 1: everything whole, nothing
+    gathered (as under ddp)."""
+    if world <= 1:
+        return sum(m.whole for m in models), 0
+    held = sum(-(-m.whole // world) if m.shardable else m.whole for m in models)
+    each = [int((2 if m.trains else 1) * m.width * m.params) if m.shardable else 0 for m in models]
+    groups = [[i] for i in range(len(models))] if per_model else passes or [range(len(models))]
+    return held, max((sum(each[i] for i in group) for group in groups), default=0)
 
 
 def experience_bytes(work: Workload) -> int:

@@ -42,6 +42,12 @@ class FSDP2Strategy(ModelParallelStrategy):
         super().__init__(**kwargs)
         self.lockstep = None
 
+    @property
+    def shards(self) -> int:
+        """The processes each model of the team is split across: every process (the memory checks count ``1/shards``
+        of each model, :func:`collab.runtime.projection.sharded_bytes`)."""
+        return self.world_size
+
     def setup_environment(self) -> None:
         # FSDP2 over every process: data_parallel_size is the world, tensor_parallel_size 1 (Lightning's "auto" would
         # make the processes of one node a tensor-parallel group)
