@@ -14,9 +14,10 @@ hold bitwise the same weights after every step, each only its half of every shar
 
 The teams: MAGRPO full+LoRA; CoLLM-CC LoRA and full+full; CoLLM-DC full+LoRA; MARFT-A LoRA and full+LoRA; MARFT-T
 full+LoRA; IPPO LoRA and full+full; MAPoRL LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents'
-samples, which splits its term into one per model (each backward pass gathers one model). The teams with a full agent hold two or three sharded
-models in one backward pass (the full agents' copies, the LoRA agents' base, a critic's own base), whose collectives
-:meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process. Two cases check more:
+samples, which splits its term into one per model (each backward pass gathers one model). The teams with a full
+agent hold two or three sharded models (the full agents' copies, the LoRA agents' base, a critic's own base), whose
+collectives :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process. Two cases check
+more:
 
 - MAPoRL full+LoRA runs under a max_grad_norm below its first step's gradient norm (every gradient scaled by
   ``max_norm / (norm + 1e-6)``, the norm one process computes), and its fsdp step is also compared with 2 ddp
