@@ -73,6 +73,8 @@ def node_pairs(
 class MADPO(CollabModule):
     """The options and their meaning: ``conf/algo/madpo.yaml``."""
 
+    passes_per_model = False  # a pair's one sigmoid holds every agent's log-ratio: a pass uses every model
+
     def __init__(
         self,
         *,
