@@ -17,6 +17,8 @@ _ENVS = {
     "competitive_coding": "collab.envs.competitive_coding.env:CompetitiveCodingEnv",
     "debate": "collab.envs.debate.env:DebateEnv",
     "minecraft": "collab.envs.minecraft.env:MinecraftEnv",
+    "plan_path": "collab.envs.games.env:PlanPathEnv",
+    "sudoku": "collab.envs.games.env:SudokuEnv",
 }
 
 

@@ -1,0 +1,1 @@
+"""PettingLLMs' grid games (Plan-Path, Sudoku) played by a tool agent and a plan agent: :mod:`collab.envs.games.env`."""
