@@ -18,6 +18,7 @@ _ENVS = {
     "debate": "collab.envs.debate.env:DebateEnv",
     "minecraft": "collab.envs.minecraft.env:MinecraftEnv",
     "plan_path": "collab.envs.games.env:PlanPathEnv",
+    "sokoban": "collab.envs.games.env:SokobanEnv",
     "sudoku": "collab.envs.games.env:SudokuEnv",
 }
 

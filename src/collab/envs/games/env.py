@@ -1,5 +1,5 @@
-"""PettingLLMs' grid games as collab environments: a tool agent and a plan agent take turns on one board
-(PettingLLMs, AT-GRPO; ``pettingllms/multi_agent_env/stateful/``).
+"""PettingLLMs' grid games (Plan-Path, Sudoku, Sokoban) as collab environments: a tool agent and a plan agent
+take turns on one board (PettingLLMs, AT-GRPO; ``pettingllms/multi_agent_env/stateful/``).
 
 Each turn the **tool** agent (``agents/tool_agent.py``) writes a Python program that prints an action list; collab
 runs it in its sandbox (:mod:`collab.sandbox`, ``program_seconds`` of wall time, the reference's 20 s) and reads
@@ -17,11 +17,11 @@ plan action on the board and ``r_tool`` that of the tool action on the pre-turn 
 - plan agent: ``r_plan + r_plan``, or ``-2 + r_plan`` when it gave no action or an empty one (then ``r_plan`` is
   the empty action's reward, 0);
 - tool agent: ``r_tool + r_plan``; a program that printed no readable action scores ``-2 + r_plan`` in Plan-Path
-  and ``-1 + r_plan`` in Sudoku (the reference plays the missing action there: an invalid format, -1).
+  and Sokoban and ``-1 + r_plan`` in Sudoku (the reference plays the missing action there: an invalid format, -1).
 
 Each agent gets its own reward (a POSG: ``joint_reward = False``); the game's reward rules are in its module. The
 episode ends when the board is solved or the game's move limit is hit, or after ``horizon`` turns (the reference's
-``max_turns``: 5 in ``config/stateful/stateful_L1_prompt.yaml``).
+``max_turns``: 5 in ``config/stateful/stateful_L1_prompt.yaml``, 4 in its game scripts).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from collab.envs.base import AgentRole, Env, EnvState, Score
-from collab.envs.games import turns
+from collab.envs.games import plan_path, sokoban, sudoku, turns
 from collab.errors import UserError, require
+from collab.sandbox import Limits, run
 
 EVAL_SEED = 100_000
 """The eval instances' seeds start here, the train ones at ``seed`` (the reference's train and test seed offsets)."""
@@ -107,8 +108,6 @@ class GameEnv(Env):
 
     def tool_action(self, response: str) -> tuple[list | None, str | None]:
         """The tool agent's action and its program's output (None when the program did not finish)."""
-        from collab.sandbox import Limits, run
-
         result = run(turns.program(response), limits=Limits(timeout_s=self.program_seconds, memory_mb=512))
         output = None if result.timed_out or result.killed_by else result.stdout
         return turns.printed_action(output, self.game), output
@@ -152,7 +151,7 @@ class GameEnv(Env):
 
 class PlanPathEnv(GameEnv):
     """Plan-Path (:mod:`collab.envs.games.plan_path`): walk from S to G; default boards 4 x 4, as small as the
-    embedded SmolLM2-135M can walk (the reference trains on ``map_size`` boards, 10 x 10 by default)."""
+    embedded SmolLM2-135M can walk (the reference's ``map_size`` boards are 10 x 10 by default)."""
 
     name = "plan_path"
     game = "plan_path"
@@ -194,14 +193,10 @@ class PlanPathEnv(GameEnv):
         self.size, self.block_ratio, self.max_moves = size, float(block_ratio), max_moves
 
     def instance(self, seed: int) -> dict:
-        from collab.envs.games.plan_path import generate
-
-        return generate(seed, self.size, self.size, self.block_ratio)
+        return plan_path.generate(seed, self.size, self.size, self.block_ratio)
 
     def board(self, task):
-        from collab.envs.games.plan_path import Walk
-
-        return Walk.start(dict(task), self.max_moves)
+        return plan_path.Walk.start(dict(task), self.max_moves)
 
     def solved(self, board) -> bool:
         return board.pos == board.goal
@@ -216,7 +211,7 @@ class PlanPathEnv(GameEnv):
 
 
 class SudokuEnv(GameEnv):
-    """Sudoku (:mod:`collab.envs.games.sudoku`): default 4 x 4 with 6 blanks, the reference's default size."""
+    """Sudoku (:mod:`collab.envs.games.sudoku`): default 4 x 4 with 6 blanks, the size of the reference's script."""
 
     name = "sudoku"
     game = "sudoku"
@@ -226,7 +221,7 @@ class SudokuEnv(GameEnv):
         size: int = 4,
         blanks: int = 6,
         instances: str | None = None,
-        horizon: int = 5,
+        horizon: int = 4,
         seed: int = 0,
         num_train: int = 256,
         num_eval: int = 32,
@@ -240,7 +235,8 @@ class SudokuEnv(GameEnv):
             instances: A reference instance file (``sudoku_4x4.json``: :func:`~collab.envs.games.sudoku.read_puzzles`)
                 instead of generated puzzles: task k of a split is record ``(first seed + k) mod records``, as the
                 reference picks ``seed % len``.
-            horizon: Turns of an episode (the reference's ``max_turns``).
+            horizon: Turns of an episode (the reference's ``max_turns``: 4 in its 4 x 4 Sudoku script,
+                ``scripts/train/game/plan_path_L1_prompt_8B_grpo copy.sh``, whose ``benchmark`` is ``suduku``).
             seed: Seed of the first training puzzle (puzzle k: ``seed + k``; eval puzzle k: 100,000 + k).
             num_train, num_eval: Puzzles in each split.
             max_new_tokens: Each role's response length.
@@ -258,21 +254,15 @@ class SudokuEnv(GameEnv):
         self.size, self.blanks = size, blanks
         self.records = None
         if instances is not None:
-            from collab.envs.games.sudoku import read_puzzles
-
-            self.records = read_puzzles(str(instances), size)
+            self.records = sudoku.read_puzzles(str(instances), size)
 
     def instance(self, seed: int) -> dict:
         if self.records is not None:
             return self.records[seed % len(self.records)]
-        from collab.envs.games.sudoku import generate
-
-        return generate(seed, self.size, self.blanks)
+        return sudoku.generate(seed, self.size, self.blanks)
 
     def board(self, task):
-        from collab.envs.games.sudoku import Board
-
-        return Board.start(dict(task))
+        return sudoku.Board.start(dict(task))
 
     def describe(self, board) -> str:
         n = self.size
@@ -281,4 +271,65 @@ class SudokuEnv(GameEnv):
             f"Grid ('.' empty, rows and columns count from 0):\n{board.render()}\n"
             f"The list is either the whole solved grid, e.g. [[1,2,3,4],[3,4,1,2],[2,1,4,3],[4,3,2,1]], or fill "
             "steps [[row, column, digit], ...]."
+        )
+
+
+class SokobanEnv(GameEnv):
+    """Sokoban (:mod:`collab.envs.games.sokoban`): default 6 x 6 rooms with one box, the reference's script's."""
+
+    name = "sokoban"
+    game = "sokoban"
+    # reward_max stays None (unknown): a turn's list of moves is unbounded, as in plan_path
+
+    def __init__(
+        self,
+        size: int = 6,
+        boxes: int = 1,
+        max_moves: int = 200,
+        horizon: int = 4,
+        seed: int = 0,
+        num_train: int = 256,
+        num_eval: int = 32,
+        max_new_tokens: int = 256,
+        program_seconds: float = 20.0,
+    ) -> None:
+        """
+        Args:
+            size: Rows and columns of a room, the wall border included (the reference's ``map_size``: 6 in its
+                ``scripts/train/game/sokoban_prompt_1.7B_at_grpo.sh``).
+            boxes: Boxes (and goals) of a room (the reference's ``num_boxes``, 1).
+            max_moves: Moves (over all turns) after which the game is lost (the reference's ``max_steps``).
+            horizon: Turns of an episode (the reference's ``max_turns``: 4 in that script).
+            seed: Seed of the first training room (room k: ``seed + k``; eval room k: 100,000 + k).
+            num_train, num_eval: Rooms in each split.
+            max_new_tokens: Each role's response length.
+            program_seconds: Wall time of the tool agent's program.
+        """
+        super().__init__(horizon, seed, num_train, num_eval, max_new_tokens, program_seconds)
+        require(type(size) is int and size >= 5, f"sokoban option size must be an integer >= 5, got {size!r}")
+        require(
+            type(boxes) is int and 1 <= boxes <= (size - 2) ** 2 // 4,
+            f"sokoban option boxes must be an integer in 1..{(size - 2) ** 2 // 4} on a {size} x {size} room, got "
+            f"{boxes!r}",
+        )
+        require(type(max_moves) is int and max_moves >= 1, f"sokoban option max_moves must be >= 1, got {max_moves!r}")
+        self.size, self.boxes, self.max_moves = size, boxes, max_moves
+
+    def instance(self, seed: int) -> dict:
+        return sokoban.generate(seed, self.size, self.boxes)
+
+    def board(self, task):
+        return sokoban.Room.start(dict(task), self.max_moves)
+
+    def solved(self, board) -> bool:
+        return board.won
+
+    def describe(self, board) -> str:
+        on = len(board.boxes & board.goals)
+        return (
+            "Push every box onto a goal. Legend: '#' wall, ' ' floor, '.' goal, '$' box, '*' box on a goal, '@' you, "
+            "'+' you on a goal. Moves: U (up), D (down), L (left), R (right); walking into a box pushes it if the "
+            "cell behind it is free.\n"
+            f"Boxes on goals: {on}/{len(board.boxes)}\nRoom:\n{board.render()}\n"
+            'The list is the moves from here, e.g. ["R", "D"].'
         )

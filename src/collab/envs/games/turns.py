@@ -1,4 +1,4 @@
-"""Reading the two roles' actions in PettingLLMs' grid games (Plan-Path, Sudoku).
+"""Reading the two roles' actions in PettingLLMs' grid games (Plan-Path, Sudoku, Sokoban).
 
 The tool agent writes a Python program whose printed output names an action list; the plan agent writes its
 reasoning and ends with a line ``#### <action list>``. How each is read follows PettingLLMs'
@@ -45,7 +45,7 @@ def _literal_list(text: str) -> list | None:
 def final_action(text: str, moves: bool) -> list | None:
     """The list after the last ``#### `` line of the plan agent's response, or None when there is none.
 
-    ``moves``: a Plan-Path/Sokoban list may also be written without quotes (``#### [U, R]``)."""
+    ``moves``: a Plan-Path or Sokoban list may also be written without quotes (``#### [U, R]``)."""
     found = _FINAL.findall(text)
     if not found:
         return None
