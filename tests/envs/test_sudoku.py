@@ -155,3 +155,17 @@ def test_bad_options_are_one_line_errors():
     for options, word in (({"size": 5}, "size"), ({"blanks": 0}, "blanks"), ({"num_train": 0}, "num_train")):
         with pytest.raises(UserError, match=word):
             make_env("sudoku", **options)
+
+
+def test_the_prompt_size_bounds_a_long_feedback():
+    """Counting a character as a token (the most ASCII text can take), the start-of-run projection
+    (``Env.prompt_tokens``) holds a second turn whose program printed 5,000 characters and whose plan is 400 steps."""
+    env = make_env("sudoku")
+    state = env.reset({"id": "hand", **CORNER})
+    tool = "```python\nprint('x' * 5000)\nprint('**Actions List**: ' + str([[0, 2, 3]] * 400))\n```"
+    plan = "#### " + json.dumps([[0, 2, 3]] * 400)
+    step = env.step(state, [tool, plan])
+    for history in step.state.histories:
+        first, response, feedback = history[1]["content"], history[2]["content"], history[3]["content"]
+        assert len(feedback) > 1000 and "..." in feedback
+        assert env.prompt_tokens(len(first), 1, [len(tool), len(plan)]) >= len(first) + len(response) + len(feedback)

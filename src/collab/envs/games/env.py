@@ -37,6 +37,13 @@ from collab.sandbox import Limits, run
 EVAL_SEED = 100_000
 """The eval instances' seeds start here, the train ones at ``seed`` (the reference's train and test seed offsets)."""
 NO_ACTION = -2.0
+OUTPUT_CHARS = 600
+"""The program output a feedback shows: its last characters."""
+LIST_CHARS = 300
+"""An action list a feedback shows: its first characters."""
+FEEDBACK_EXTRA = 1500
+"""Tokens a feedback holds beyond the task's restatement, about at most: the output and the two lists at a token a
+character (ASCII), and the lines around them."""
 
 TOOL_PROMPT = (
     "You solve planning problems by writing code. Write one complete Python program in a single ```python block. "
@@ -55,6 +62,8 @@ class GameEnv(Env):
 
     game: ClassVar[str]
     joint_reward = False
+    num_generations = 2
+    """K of MAGRPO's tree when ``model.num_generations`` is null: a tree of T turns has K^T leaves (T = 4-5 here)."""
 
     def __init__(
         self, horizon: int, seed: int, num_train: int, num_eval: int, max_new_tokens: int, program_seconds: float
@@ -137,12 +146,21 @@ class GameEnv(Env):
         """Whether a finished board is a win (not a move limit)."""
         return True
 
+    def prompt_tokens(self, first: int, turn: int, responses: Sequence[int]) -> int:
+        """Each turn's feedback restates the task with the new board (about ``first`` tokens) and adds the program's
+        last :data:`OUTPUT_CHARS` characters of output, the two lists and the rewards (:data:`FEEDBACK_EXTRA`)."""
+        kept = turn if self.history_window is None else min(turn, self.history_window)
+        return first + kept * (max(responses, default=0) + first + FEEDBACK_EXTRA)
+
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         m = score.memory
-        output = "(the program did not finish)" if m["tool_output"] is None else m["tool_output"].strip()[-600:]
+        output = (
+            "(the program did not finish)" if m["tool_output"] is None else m["tool_output"].strip()[-OUTPUT_CHARS:]
+        )
         text = (
             f"The code agent's program printed:\n{output or '(nothing)'}\n"
-            f"Code agent's action: {turns.show(m['tool_action'])}. Played action: {turns.show(m['plan_action'])}. "
+            f"Code agent's action: {turns.show(m['tool_action'], LIST_CHARS)}. "
+            f"Played action: {turns.show(m['plan_action'], LIST_CHARS)}. "
             f"Rewards this turn: tool {score.rewards[0]:.2f}, plan {score.rewards[1]:.2f}.\n\n"
             f"{self.describe(m['board'])}"
         )

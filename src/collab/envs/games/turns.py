@@ -117,6 +117,7 @@ def printed_action(output: str | None, game: str) -> list | None:
     return None
 
 
-def show(value: Any) -> str:
-    """An action as the feedback shows it."""
-    return "none" if value is None else json.dumps(value)
+def show(value: Any, limit: int) -> str:
+    """An action as the feedback shows it, cut to ``limit`` characters."""
+    text = "none" if value is None else json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
