@@ -1,4 +1,4 @@
-"""Env options written once per env (``conf/env/ENV.yaml``), composed with every algorithm's config: all 49
+"""Env options written once per env (``conf/env/ENV.yaml``), composed with every algorithm's config: all 70
 ``--algo X --data.env Y`` pairs build (config parsed, module and datamodule instantiated, no training), and a
 pair the algorithm does not train on is refused in one line naming the envs it supports."""
 
@@ -98,7 +98,7 @@ def test_the_default_env_keeps_its_algorithms_choice(algo):
     assert all("lr" not in a for a in writing["model"]["agents"])
 
 
-@pytest.mark.parametrize("env", ["math", "writing"])
+@pytest.mark.parametrize("env", ["math", "writing", "plan_path", "sudoku", "sokoban"])
 def test_a_refused_pair_is_one_line(env, capsys):
     from collab.fit import main
 

@@ -17,6 +17,9 @@ _ENVS = {
     "competitive_coding": "collab.envs.competitive_coding.env:CompetitiveCodingEnv",
     "debate": "collab.envs.debate.env:DebateEnv",
     "minecraft": "collab.envs.minecraft.env:MinecraftEnv",
+    "plan_path": "collab.envs.games.env:PlanPathEnv",
+    "sokoban": "collab.envs.games.env:SokobanEnv",
+    "sudoku": "collab.envs.games.env:SudokuEnv",
 }
 
 
