@@ -168,25 +168,21 @@ def close(a: dict, b: dict, rel: float, floor: float, where: dict | None = None)
 
 def not_exported(run: Path, final: dict) -> list[str]:
     """The agents' trained weights the run ended with (``final``: LoRA adapters, full agents' models) that its
-    exported adapters (``adapters/last``, written by rank 0 from weights every process gathered) do not hold
-    bitwise, and the exported tensors that match none."""
+    exported adapters (``adapters/last``, written by rank 0 from weights every process gathered) do not hold bitwise
+    (the files also hold the agents no longer trained, MAPoRL's earlier turns': not in ``final``)."""
     from safetensors.torch import load_file
 
     agents = [folder.name for folder in sorted((run / "adapters" / "last").iterdir())]
     left = {
         n: t for n, t in final.items() if re.match(r"team\.models\.full\d+\.", n) or any(f".{a}." in n for a in agents)
     }
-    unmatched = []
     for agent in agents:
         for path in (run / "adapters" / "last" / agent).glob("*.safetensors"):
             for key, tensor in load_file(path).items():
                 named = re.sub(r"\.(lora_[AB])\.", rf".\1.{agent}.", key)
-                same = [n for n in left if n.endswith(f".{named}") and torch.equal(left[n], tensor)]
-                if same:
-                    del left[same[0]]
-                else:
-                    unmatched.append(f"{agent}/{key}")
-    return unmatched + sorted(left)
+                for n in [n for n in left if n.endswith(f".{named}") and torch.equal(left[n], tensor)][:1]:
+                    del left[n]
+    return sorted(left)
 
 
 def same_step(run: Path, reference: Path) -> None:
