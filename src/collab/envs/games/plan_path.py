@@ -104,19 +104,7 @@ class Walk:
         return replace(self, pos=nxt, moves=moves, invalid=self.invalid + (not valid), done=done), reward
 
     def play(self, action: object) -> tuple[Walk, float]:
-        """An action (a list of moves) and its reward (``step``): the moves' rewards summed, up to the game's end;
-        -1.0 for anything but a list of strings; 0 once the game has ended."""
-        if self.done:
-            return self, 0.0
-        if not isinstance(action, list) or not all(isinstance(a, str) for a in action):
-            return self, R_BAD_FORMAT
-        walk, total = self, 0.0
-        for letter in action:
-            walk, reward = walk.move(letter)
-            total += reward
-            if walk.done:
-                break
-        return walk, total
+        return play_moves(self, action)
 
     def render(self) -> str:
         """The board with ``S`` where the walker is and ``G`` at the goal (the reference's text observation)."""
@@ -125,3 +113,20 @@ class Walk:
             cells = ["S" if (r, c) == self.pos else "G" if (r, c) == self.goal else ch for c, ch in enumerate(row)]
             rows.append("".join(cells))
         return "\n".join(rows)
+
+
+def play_moves(state, action: object):
+    """An action (a list of moves) on a grid game's ``state`` (a :class:`Walk`, a Sokoban room: ``move(letter)`` gives
+    the next state and the move's reward) and its reward (the reference's ``step``): the moves' rewards summed, up to
+    the game's end; -1.0 for anything but a list of strings; 0 once the game has ended."""
+    if state.done:
+        return state, 0.0
+    if not isinstance(action, list) or not all(isinstance(a, str) for a in action):
+        return state, R_BAD_FORMAT
+    total = 0.0
+    for letter in action:
+        state, reward = state.move(letter)
+        total += reward
+        if state.done:
+            break
+    return state, total

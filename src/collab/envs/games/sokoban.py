@@ -25,11 +25,10 @@ import random
 from collections import deque
 from dataclasses import dataclass, replace
 
-from collab.envs.games.plan_path import STEPS
+from collab.envs.games.plan_path import STEPS, play_moves
 
 R_STEP, R_INVALID, R_ON_GOAL, R_OFF_GOAL, R_WIN, R_FAIL = -0.01, -0.05, 1.0, -0.5, 10.0, -5.0
 GAMMA, LAMBDA = 0.99, 0.1
-R_BAD_FORMAT = -1.0
 MASKS = (
     ((0, 0, 0), (1, 1, 1), (0, 0, 0)),
     ((0, 1, 0), (0, 1, 0), (0, 1, 0)),
@@ -181,19 +180,7 @@ class Room:
         return room, reward
 
     def play(self, action: object) -> tuple[Room, float]:
-        """An action (a list of moves) and its reward (``step``): the moves' rewards summed, up to the game's end;
-        -1.0 for anything but a list of strings; 0 once the game has ended."""
-        if self.done:
-            return self, 0.0
-        if not isinstance(action, list) or not all(isinstance(a, str) for a in action):
-            return self, R_BAD_FORMAT
-        room, total = self, 0.0
-        for letter in action:
-            room, reward = room.move(letter)
-            total += reward
-            if room.done:
-                break
-        return room, total
+        return play_moves(self, action)
 
     def render(self) -> str:
         """The board in the legend's symbols (the reference's text observation)."""
