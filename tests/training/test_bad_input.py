@@ -86,7 +86,8 @@ CASES = [
         "chess",
         *TINY,
         option="env 'chess'",
-        valid=r"valid: coding, competitive_coding, debate, math, matrix, minecraft, plan_path, sokoban, sudoku, writing",
+        valid=r"valid: coding, competitive_coding, debate, math, matrix, minecraft, plan_path, sokoban, sudoku, "
+        "writing",
     ),
     fit(
         "model",
