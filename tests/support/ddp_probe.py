@@ -59,15 +59,11 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from collab.runtime.lockstep import whole  # an FSDP2 shard gathered (a collective), else the tensor
+
 
 def trainable(pl_module) -> dict[str, torch.Tensor]:
     return {name: p for name, p in sorted(pl_module.named_parameters()) if p.requires_grad}
-
-
-def whole(t: torch.Tensor) -> torch.Tensor:
-    """``t`` whole: an FSDP2 shard (a DTensor, ``--trainer.strategy fsdp``) gathered from every process (a collective:
-    every rank calls it on the same tensors in the same order), any other tensor as it is."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
 def weights(pl_module) -> dict[str, torch.Tensor]:

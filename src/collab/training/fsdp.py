@@ -154,7 +154,7 @@ def shard_models(root: nn.Module, mesh, device) -> object:
         model.set_reshard_after_backward(False)
         step.add(model)
     lockstep.activate(step)
-    after = sum(_local(p).numel() * p.element_size() for p in root.parameters())
+    after = sum(lockstep.local(p).numel() * p.element_size() for p in root.parameters())
     if dist.get_rank() == 0:
         print(
             f"fsdp: {len(models)} models sharded across {dist.get_world_size()} processes (FSDP2, one unit per decoder "
@@ -163,10 +163,6 @@ def shard_models(root: nn.Module, mesh, device) -> object:
             flush=True,
         )
     return step
-
-
-def _local(p):
-    return p.to_local() if hasattr(p, "to_local") else p
 
 
 def check(strategy, module, world: int = 1, env=None) -> None:

@@ -24,6 +24,8 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as _LightningModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from collab.runtime import lockstep
+
 
 @dataclass
 class Snapshot:
@@ -68,7 +70,7 @@ def step_only_storages(trainer, pl_module) -> set[int]:
     tensors = list(pl_module.parameters())
     for opt in trainer.optimizers:
         tensors += [t for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
-    tensors = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]  # FSDP2's DTensors: the local shard
+    tensors = [lockstep.local(t) for t in tensors]  # FSDP2's DTensors: the local shard
     return {t.untyped_storage().data_ptr() for t in tensors}
 
 
