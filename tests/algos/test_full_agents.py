@@ -8,9 +8,6 @@ DDP processes keep the full agent bitwise equal; the refusals are one line each.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -27,6 +24,7 @@ from tests.support import (
     load,
     prob_of_first_option,
     quiet_fit,
+    warm,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,16 +222,9 @@ def test_two_processes_keep_a_full_agent_bitwise_equal(tmp_path, monkeypatch):
         "--trainer.callbacks",
         json.dumps(callbacks),
     ]
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
-        "COLLAB_DDP_PROBE": str(tmp_path),
-        "OMP_NUM_THREADS": "1",
-    }
+    env = warm.child_env(COLLAB_DDP_PROBE=str(tmp_path), OMP_NUM_THREADS="1")
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"]
-    run = subprocess.run(
-        [sys.executable, "-m", "collab.fit", *argv, *ddp], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    run = warm.ranks([*argv, *ddp], tmp_path, env)  # forked warm, as Lightning's launcher starts its children
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2

@@ -15,9 +15,6 @@ bitwise; and MARFT-A on 2 DDP processes (gloo) in lockstep, agreeing with 1 proc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +23,7 @@ import torch
 from collab.envs.base import AgentRole, Env, Score
 from collab.policy.models import BaseConfig, encode_chat
 from collab.policy.team import AgentSpec, SamplingSpec
-from tests.support import adapters, assert_same_tensors, fit, load
+from tests.support import adapters, assert_same_tensors, fit, load, warm
 from tests.support.architectures import model_dir, other_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -397,18 +394,10 @@ def test_mixed_team_on_two_processes_agrees_with_one(bases, tmp_path, monkeypatc
     synchronised first gradient equals 1 process's on the union of both ranks' rollouts, the held-out
     evaluation before training gives the same figures on both ranks and on 1 process, and the checkpoint
     resumes on 1 process (the pattern of tests/training/test_ddp.py)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
-        "COLLAB_DDP_PROBE": str(tmp_path),
-        "OMP_NUM_THREADS": "1",
-        "COLLAB_DDP_SIGNAL_RANKS": "0",
-        "COLLAB_DDP_CAPTURE": "1",
-    }
+    probe = {"COLLAB_DDP_SIGNAL_RANKS": "0", "COLLAB_DDP_CAPTURE": "1"}
+    env = warm.child_env(COLLAB_DDP_PROBE=str(tmp_path), OMP_NUM_THREADS="1", **probe)
     two = ddp_args(bases, tmp_path, ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "2"])
-    run = subprocess.run(
-        [sys.executable, "-m", "collab.fit", *two], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
+    run = warm.ranks(two, tmp_path, env)  # forked warm, as Lightning's launcher starts its children
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["step"] == ranks[1]["step"] == 2

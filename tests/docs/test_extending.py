@@ -12,16 +12,16 @@ computation, and the bad class paths, each ending in one ``error:`` line and exi
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+
+from tests.support import warm
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -58,12 +58,10 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def runs(folder) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-
-    def launch(name: str):
+    def launch(name: str):  # forked warm (tests/support/warm.py)
         root = folder / f"root_{name}"
-        args = [sys.executable, "-m", "collab.fit", *RUNS[name], *ONE_STEP, "--trainer.default_root_dir", str(root)]
-        return subprocess.run(args, cwd=folder, env=env, capture_output=True, text=True, timeout=300), root
+        args = [*RUNS[name], *ONE_STEP, "--trainer.default_root_dir", str(root)]
+        return warm.run(args, folder, warm.child_env(), timeout=300), root
 
     with ThreadPoolExecutor(len(RUNS)) as pool:
         return dict(zip(RUNS, pool.map(launch, RUNS)))

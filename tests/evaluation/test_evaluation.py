@@ -2,16 +2,13 @@
 on the tiny random team."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from collab.envs import make_env
 from collab.evaluation.heldout import evaluate, format_metrics, play
-from tests.support import ScriptedTeam
+from tests.support import ScriptedTeam, warm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,10 +123,8 @@ def test_bad_k_is_a_user_error(env):
 
 
 def run_module(module, *args, cwd, timeout=600):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    """``python -m module args``, forked warm (tests/support/warm.py)."""
+    return warm.run(list(args), cwd, warm.child_env(), module, timeout)
 
 
 TINY = [

@@ -2,14 +2,12 @@
 whose cases run in forked children of one warm interpreter)."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support import warm
 from tests.support.presets import config_algos, preset_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,10 +15,8 @@ TINY = ["--model.base.name", "tiny", "--trainer.accelerator", "cpu"]
 
 
 def fit(*args, cwd, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run(
-        [sys.executable, "-m", "collab.fit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    """``python -m collab.fit args``, forked warm (tests/support/warm.py)."""
+    return warm.run(list(args), cwd, warm.child_env(), timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ figures, each task scored once. The first update is then compared with a 1-proce
 union of both ranks' first rollouts (the same rollouts fed again, from the same weights): the
 synchronised gradient must equal the 1-process one, which holds only if every loss normaliser and
 advantage statistic is global (``tests/support/ddp_probe.py``). Two of the runs start their processes as a
-cluster would (torchrun, and SLURM's srun emulated), the others through Lightning's launcher.
+cluster would (torchrun, and SLURM's srun emulated), one through Lightning's launcher as a user's command does, the
+others forked warm as that launcher starts its children (tests/support/warm.py).
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support import warm
 from tests.support.algos import algos, settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,12 +114,10 @@ def args(algo: str, tmp: Path, extra: list[str], evaluate: bool = True) -> list[
 CASES = [algo if settings(algo).strategy == "ddp" else f"{algo}+{settings(algo).strategy}" for algo in algos()]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LAUNCHED = {"magrpo"}
+"""The algorithms whose ``lightning`` run starts as a user's does (``python -m collab.fit`` in a fresh interpreter
+whose Lightning launcher starts rank 1); the other ``lightning`` runs fork both ranks warm with the variables that
+launcher gives its children (tests/support/warm.py)."""
 
 
 def fit(
@@ -126,18 +125,22 @@ def fit(
 ) -> subprocess.CompletedProcess:
     """A 2-process run of ``python -m collab.fit``, started as ``launcher`` (default: the algorithm's); stdout is
     rank 0's."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
-        "COLLAB_DDP_PROBE": str(tmp),
-        "OMP_NUM_THREADS": "1",
-        **probe,
-    }
-    fit_args = ["-m", "collab.fit", *args(algo, tmp, extra)]
+    env = warm.child_env(COLLAB_DDP_PROBE=str(tmp), OMP_NUM_THREADS="1", **probe)
+    fit_args = args(algo, tmp, extra)
     launcher = launcher or settings(algo).launcher
     if launcher == "torchrun":
         return subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *fit_args],
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+            + ["-m", "collab.fit", *fit_args],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    if launcher == "lightning" and algo in LAUNCHED:
+        return subprocess.run(
+            [sys.executable, "-m", "collab.fit", *fit_args],
             cwd=tmp,
             env=env,
             capture_output=True,
@@ -145,11 +148,9 @@ def fit(
             timeout=600,
         )
     if launcher == "lightning":
-        return subprocess.run(
-            [sys.executable, *fit_args], cwd=tmp, env=env, capture_output=True, text=True, timeout=600
-        )
+        return warm.ranks(fit_args, tmp, env)
     if launcher == "nodes":  # two machines of one process each, on this one: Lightning reads NODE_RANK
-        cluster = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        cluster = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(warm.free_port())}
         return both_ranks(fit_args, tmp, [{**env, **cluster, "NODE_RANK": str(r)} for r in (0, 1)])
     slurm = {
         "SLURM_NTASKS": "2",
@@ -158,7 +159,7 @@ def fit(
         "SLURM_NODELIST": "localhost",
         "SLURM_JOB_ID": "31",
         "SLURM_JOB_NAME": "collab",
-        "MASTER_PORT": str(free_port()),
+        "MASTER_PORT": str(warm.free_port()),
     }
     return both_ranks(
         fit_args, tmp, [{**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)} for r in (0, 1)]
@@ -166,18 +167,9 @@ def fit(
 
 
 def both_ranks(fit_args: list[str], tmp: Path, envs: list[dict]) -> subprocess.CompletedProcess:
-    """One process per environment in ``envs``, started together as a cluster's launcher would; stdout is the
-    first's, stderr both."""
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, *fit_args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        for env in envs
-    ]
-    outs = [p.communicate(timeout=600) for p in ranks]
-    return subprocess.CompletedProcess(
-        ranks[0].args, max(p.returncode for p in ranks), outs[0][0], outs[0][1] + outs[1][1]
-    )
+    """One process per environment in ``envs`` (forked warm), started together as a cluster's launcher would;
+    stdout is the first's, stderr both."""
+    return warm.finish([warm.server().start(fit_args, tmp, env) for env in envs])
 
 
 def fit_here(algo: str, tmp: Path, extra: list[str], monkeypatch, evaluate: bool = True, **probe: str) -> int:

@@ -24,14 +24,11 @@ sampled responses of a resumed run on another number of processes): docs/resume.
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
-from tests.support import assert_same_tensors
+from tests.support import assert_same_tensors, warm
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
@@ -99,27 +96,18 @@ def args(algo: str, tmp: Path, steps: int, extra: list[str]) -> list[str]:
     ]
 
 
-def start_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> subprocess.Popen:
-    """A 2-process run started (``python -m collab.fit`` in a subprocess that launches the second rank), its output in
-    files of ``tmp``; :func:`wait` ends it."""
+def start_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> list[warm.Child]:
+    """A 2-process run started (forked warm, as Lightning's launcher starts its children: tests/support/warm.py);
+    :func:`wait` ends it."""
     tmp.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in PROBE}
-    env.update(
-        {
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
-            "OMP_NUM_THREADS": "1",
-            "COLLAB_DDP_PROBE": str(tmp),
-            "COLLAB_DDP_SIGNAL_RANKS": "0,1",
-            **probe,
-        }
-    )
-    with open(tmp / "stdout.txt", "w") as out, open(tmp / "stderr.txt", "w") as err:
-        command = [sys.executable, "-m", "collab.fit", *args(algo, tmp, steps, [*TWO, *extra])]
-        return subprocess.Popen(command, cwd=tmp, env=env, stdout=out, stderr=err)
+    env = {k: v for k, v in warm.child_env().items() if k not in PROBE}
+    env.update({"OMP_NUM_THREADS": "1", "COLLAB_DDP_PROBE": str(tmp), "COLLAB_DDP_SIGNAL_RANKS": "0,1", **probe})
+    return warm.start_ranks(args(algo, tmp, steps, [*TWO, *extra]), tmp, env)
 
 
-def wait(run: subprocess.Popen, tmp: Path) -> None:
-    assert run.wait(timeout=600) == 0, (tmp / "stderr.txt").read_text()[-3000:]
+def wait(run: list[warm.Child], tmp: Path) -> None:
+    result = warm.finish(run)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def fit_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> None:

@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support import warm
+
 pytestmark = pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")  # build_cli in-process, as evaluate's
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,10 +52,8 @@ COMPLETION = ["A", "B", "B", "A"]
 
 
 def command(module: str, *args, cwd, env_extra=None, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    """``python -m module args``, forked warm (tests/support/warm.py)."""
+    return warm.run(list(args), cwd, warm.child_env(OMP_NUM_THREADS="1", **(env_extra or {})), module, timeout)
 
 
 def train(root: Path, algo: str, *args) -> Path:

@@ -29,18 +29,14 @@ more:
 """
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.support import warm
 from tests.support.algos import settings
-
-ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}
 FULL = {"finetune": "full", "lr": 1e-4, "sampling": SAMPLING}
@@ -133,24 +129,11 @@ def args(case: str, tmp: Path, extra: list[str]) -> list[str]:
 
 
 def two_processes(case: str, tmp: Path, strategy: str, steps: int, **probe: str) -> None:
-    """2 processes of ``python -m collab.fit`` under ``strategy``, the probe writing to ``tmp``."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}",
-        "COLLAB_DDP_PROBE": str(tmp),
-        "OMP_NUM_THREADS": "1",
-        **PROBE,
-        **probe,
-    }
+    """2 processes of ``python -m collab.fit`` under ``strategy`` (forked warm: tests/support/warm.py), the probe
+    writing to ``tmp``."""
+    env = warm.child_env(COLLAB_DDP_PROBE=str(tmp), OMP_NUM_THREADS="1", **PROBE, **probe)
     extra = ["--trainer.strategy", strategy, "--trainer.devices", "2", "--trainer.max_steps", str(steps)]
-    run = subprocess.run(
-        [sys.executable, "-m", "collab.fit", *args(case, tmp, extra)],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = warm.ranks(args(case, tmp, extra), tmp, env)
     assert run.returncode == 0, run.stderr[-3000:]
 
 

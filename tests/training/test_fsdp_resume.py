@@ -19,22 +19,19 @@ learning signal (every reward 0: the update is an empty optimizer step and AdamW
   weights, AdamW state and task position, and its own rank's random state where the checkpoint has one (a new rank
   starts a stream of its own); the resumed step plays the same tasks, sharded anew; the first gradient after the
   resume equals that of a run at the other world size fed the same rollouts (the sampled responses differ with the
-  number of random streams: docs/resume.md), to a relative 1e-5 of each tensor's largest entry. 2 -> 4 (torchrun,
-  4 sharded processes) and 2 -> 1 are checked through one 1-process run resumed from the same checkpoint and fed
+  number of random streams: docs/resume.md), to a relative 1e-5 of each tensor's largest entry. 2 -> 4 (4 sharded
+  processes) and 2 -> 1 are checked through one 1-process run resumed from the same checkpoint and fed
   the 4 processes' rollouts; 1 -> 2: a 1-process checkpoint resumed by 2 sharded processes, against a 1-process
   resume fed their rollouts. Every forward holds one row (``micro_batch_tokens`` 1).
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.support import assert_same_tensors, tiny_base_folder
+from tests.support import assert_same_tensors, tiny_base_folder, warm
 from tests.training.test_ddp_resume import assert_same_gradient, sampling
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,22 +71,19 @@ def args(base: Path, tmp: Path, steps: int, extra: list[str]) -> list[str]:
     ]
 
 
-def start(base: Path, tmp: Path, steps: int, world: int, extra: list[str], **probe: str) -> subprocess.Popen:
-    """A run of ``world`` sharded processes (Lightning's launcher; 4 through torchrun, which the machine's check of
-    one process per core leaves alone), its output in files of ``tmp``."""
+def start(base: Path, tmp: Path, steps: int, world: int, extra: list[str], **probe: str) -> list[warm.Child]:
+    """A run of ``world`` sharded processes, forked warm (tests/support/warm.py: as Lightning's launcher starts its
+    children, so 4 processes on 2 cores pass as a cluster's would)."""
     tmp.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in PROBE}
-    env.update({"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "OMP_NUM_THREADS": "1"})
-    env.update({"COLLAB_DDP_PROBE": str(tmp), **SIGNAL, **probe})
+    env = {k: v for k, v in warm.child_env().items() if k not in PROBE}
+    env.update({"OMP_NUM_THREADS": "1", "COLLAB_DDP_PROBE": str(tmp), **SIGNAL, **probe})
     fsdp = ["--trainer.strategy", "fsdp", "--trainer.devices", str(world)]
-    launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"] if world > 2 else []
-    command = [sys.executable, *launch, "-m", "collab.fit", *args(base, tmp, steps, [*fsdp, *extra])]
-    with open(tmp / "stdout.txt", "w") as out, open(tmp / "stderr.txt", "w") as err:
-        return subprocess.Popen(command, cwd=tmp, env=env, stdout=out, stderr=err)
+    return warm.start_ranks(args(base, tmp, steps, [*fsdp, *extra]), tmp, env, world)
 
 
-def wait(run: subprocess.Popen, tmp: Path) -> Path:
-    assert run.wait(timeout=600) == 0, (tmp / "stderr.txt").read_text()[-3000:]
+def wait(run: list[warm.Child], tmp: Path) -> Path:
+    result = warm.finish(run)
+    assert result.returncode == 0, result.stderr[-3000:]
     return tmp
 
 
