@@ -114,7 +114,7 @@ def args(algo: str, tmp: Path, extra: list[str], evaluate: bool = True) -> list[
 CASES = [algo if settings(algo).strategy == "ddp" else f"{algo}+{settings(algo).strategy}" for algo in algos()]
 
 
-LAUNCHED = {"magrpo"}
+LAUNCHED = {"marft_a"}
 """The algorithms whose ``lightning`` run starts as a user's does (``python -m collab.fit`` in a fresh interpreter
 whose Lightning launcher starts rank 1); the other ``lightning`` runs fork both ranks warm with the variables that
 launcher gives its children (tests/support/warm.py)."""

@@ -12,9 +12,11 @@ adapters, the full agents' whole models and the heads outside every model (CoLLM
 MARFT-T's MLP critics, MAPoRL's per-agent value heads), which FSDP2 leaves whole on every process. Both ranks must
 hold bitwise the same weights after every step, each only its half of every sharded one.
 
-The teams: MAGRPO full+LoRA; CoLLM-CC LoRA and full+full; CoLLM-DC full+LoRA; MARFT-A LoRA and full+LoRA; MARFT-T
-full+LoRA; IPPO LoRA and full+full; MAPoRL LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents'
-samples, which splits its term into one per model (each backward pass gathers one model). The teams with a full
+The teams: MAGRPO full+LoRA; CoLLM-CC full+full; CoLLM-DC full+LoRA; MARFT-A full+LoRA; MARFT-T full+LoRA; IPPO
+full+full; MAPoRL LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents' samples, which splits its
+term into one per model (each backward pass gathers one model). A LoRA team's one sharded model (the shared base,
+its agents' and critics' adapters on it) is also CoLLM-CC's run under fsdp in tests/training/test_ddp.py; each
+mixed team here holds that base too, beside a full agent's. The teams with a full
 agent hold two or three sharded models (the full agents' copies, the LoRA agents' base, a critic's own base), whose
 collectives :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process. Two cases check
 more:
@@ -62,15 +64,13 @@ CASES = {
     "magrpo-full+lora": ["--algo", "magrpo", *team(FULL, LORA), *WRITING],
     # two full agents with micro-batches holding both agents' samples: MAGRPO's term split into one per model
     "magrpo-full+full": ["--algo", "magrpo", *team(FULL, FULL), *WRITING],
-    "collm_cc-lora": ["--algo", "collm_cc", *team(LORA, LORA), *WRITING],
     # the critic reads agent 0, a full agent: a base of its own (with the critic's LoRA), a third sharded model
     "collm_cc-full+full": ["--algo", "collm_cc", *team(FULL, FULL), *WRITING],
     # CoLLM-DC: a critic per agent, both adapters on the LoRA agent's base (a full agent's critic reads its untrained
     # base: the one the LoRA agents share)
     "collm_dc-full+lora": ["--algo", "collm_dc", *team(FULL, LORA), *WRITING],
-    # MARFT-A: a central MLP critic head on the frozen (shared, sharded) base
-    "marft_a-lora": ["--algo", "marft_a", *team(LORA, LORA), *WRITING],
-    # the critic reads agent 0's untrained base: the LoRA agent's, sharded, with its adapters off
+    # MARFT-A: a central MLP critic head on the frozen base: agent 0's untrained one, the LoRA agent's (sharded), with
+    # its adapters off
     "marft_a-full+lora": ["--algo", "marft_a", *team(FULL, LORA), *WRITING],
     # MARFT-T: a token-level MLP critic on the frozen base (the LoRA agent's); on rank 0 agent 0 calls the calculator
     # inside its turn (COLLAB_DDP_CALL) and its replies go on in a second round, from their KV caches, while rank 1
@@ -84,9 +84,8 @@ CASES = {
         "--data.env_options",
         TOOLS,
     ],
-    # IPPO: an LLM critic per agent (adapters on the shared base; with two full agents both critics' adapters are on
-    # one base of their own: three sharded models)
-    "ippo-lora": ["--algo", "ippo", *team(LORA, LORA), *WRITING],
+    # IPPO: an LLM critic per agent; with two full agents both critics' adapters are on one base of their own: three
+    # sharded models
     "ippo-full+full": ["--algo", "ippo", *team(FULL, FULL), *WRITING],
     # MAPoRL: per-agent value heads, a 2-turn debate
     "maporl-lora": ["--algo", "maporl", *team(LORA, LORA), *MAPORL],

@@ -28,6 +28,7 @@ import torch
 from collab import preemption
 from collab.errors import UserError
 from collab.preemption import state
+from tests.support import warm
 
 ROOT = Path(__file__).resolve().parents[2]
 RARELY = 100
@@ -112,35 +113,30 @@ def stop_at(
         "COLLAB_SIGTERM_GRACE": grace,
     }
     ddp = ["--trainer.strategy", strategy, "--trainer.devices", "2"] if devices == 2 else []
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "collab.fit",
-            *ARGS,
-            *ddp,
-            "--trainer.callbacks",
-            callbacks(every),
-            "--trainer.max_steps",
-            str(steps),
-            "--trainer.logger.init_args.save_dir",
-            str(tmp / "runs"),
-        ],
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=400)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail(f"no stop: {proc.communicate()[1][-3000:]}")
+    argv = [*ARGS, *ddp, "--trainer.callbacks", callbacks(every), "--trainer.max_steps", str(steps)]
+    argv += ["--trainer.logger.init_args.save_dir", str(tmp / "runs")]
+    if devices == 1:  # forked warm (tests/support/warm.py); 2 processes start as a user's command starts them
+        child = warm.server().start(argv, tmp, env, timeout=400)
+        code, err = child.wait(400), child.stderr.read_text()
+    else:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collab.fit", *argv],
+            cwd=tmp,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            err = proc.communicate(timeout=400)[1]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"no stop: {proc.communicate()[1][-3000:]}")
+        code = proc.returncode
     ended = time.time()
-    assert sent.exists(), f"the hook never fired: rc {proc.returncode}\n{err[-3000:]}"
+    assert sent.exists(), f"the hook never fired: rc {code}\n{err[-3000:]}"
     seconds = ended - float(sent.read_text())
-    assert proc.returncode == preemption.SIGTERM_EXIT_CODE, err[-3000:]
+    assert code == preemption.SIGTERM_EXIT_CODE, err[-3000:]
     assert "Traceback" not in err and "Error" not in err, err[-3000:]
     lines = [line for line in err.splitlines() if "SIGTERM" in line]
     assert len(lines) == 1 and (grace != "0" or LINE.fullmatch(lines[0])), err[-3000:]
