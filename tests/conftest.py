@@ -58,20 +58,23 @@ def tiny_tokenizer():
 
 FIRST = (
     "tests/training/test_fsdp.py",
-    "tests/policy/test_engines.py",
-    "tests/evaluation/test_compare.py",
-    "tests/training/test_ddp_more.py",
     "tests/policy/test_architectures.py",
-    "tests/training/test_preemption.py",
-    "tests/training/test_fsdp_resume.py",
+    "tests/policy/test_engines.py",
     "tests/algos/test_one_env_for_all.py",
+    "tests/evaluation/test_compare.py",
     "tests/algos/test_known_optimum.py",
+    "tests/training/test_ddp_more.py",
+    "tests/algos/test_actor_critic.py",
+    "tests/training/test_preemption.py",
+    "tests/training/test_resume.py",
+    "tests/training/test_fsdp_resume.py",
+    "tests/algos/test_full_agents.py",
     "tests/training/test_bad_input.py",
     "tests/training/test_quiet.py",
-    "tests/algos/test_actor_critic.py",
 )
-"""The longest test files (1 to 3 minutes each in the suite), longest first, which the ``pytest -n`` workers start
-first."""
+"""The longest test files (1 to 3 minutes each in the suite), which the ``pytest -n`` workers start first: those
+that start processes of their own alternate with those that compute in the worker, so that the two workers'
+first files do not both put several processes on the 2 cores."""
 
 
 def pytest_collection_modifyitems(config, items):
