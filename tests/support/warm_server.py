@@ -66,8 +66,10 @@ def child(req: dict) -> None:
             os._exit(code)
 
 
-def serve() -> None:
-    print(json.dumps({"ready": True}), flush=True)
+def serve(announce: bool = True) -> None:
+    """Fork a child per request until stdin closes and every child has ended (``announce``: say ready first)."""
+    if announce:
+        print(json.dumps({"ready": True}), flush=True)
     running, pending, stdin_open = {}, b"", True
     while stdin_open or running:
         readable, _, _ = select.select([0] if stdin_open else [], [], [], 0.02)

@@ -1254,7 +1254,7 @@ CASES = [
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TOKENIZERS_PARALLELISM": "false"}
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _run(module: str, args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -1272,11 +1272,12 @@ def _run(module: str, args, cwd: Path, timeout: int = 300) -> subprocess.Complet
 # importing is caught once, in the server (``test_imports_print_nothing``), and a few cases also run as
 # ``python -m`` (``REAL``) with the same result required.
 _SERVER = r"""
-import atexit, importlib, json, os, select, signal, sys, tempfile, traceback
+import json, os, sys, tempfile
 
 chatter = tempfile.TemporaryFile()
 saved = os.dup(2)
 os.dup2(chatter.fileno(), 2)
+from tests.support.warm_server import serve
 import collab.fit, collab.evaluate, collab.cli.output, collab.evaluation.heldout
 import collab.evaluation.baselines, collab.training.callbacks
 import collab.rollout.datamodule
@@ -1307,57 +1308,8 @@ warm = chatter.read().decode(errors="replace")
 print(json.dumps({"ready": ready, "warm": warm}), flush=True)
 
 
-def child(req):
-    code = 1
-    try:
-        os.chdir(req["cwd"])
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.dup2(os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
-        os.dup2(os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-        signal.alarm(req["timeout"])
-        sys.argv = [req["module"], *req["args"]]
-        try:
-            code = importlib.import_module(req["module"]).main()
-        except SystemExit as e:
-            code = e.code
-        if code is None:
-            code = 0
-        elif not isinstance(code, int):
-            print(code, file=sys.stderr)
-            code = 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-# Requests arrive one a line and may overlap: each is forked at once, and its exit code is answered, with its
-# id, when its child ends (in any order). stdin is read unbuffered: select() cannot see lines already buffered.
-running, pending, stdin_open = {}, b"", True
-while stdin_open or running:
-    readable, _, _ = select.select([0] if stdin_open else [], [], [], 0.02)
-    if readable:
-        chunk = os.read(0, 65536)
-        stdin_open = bool(chunk)
-        pending += chunk
-    while b"\n" in pending:
-        line, pending = pending.split(b"\n", 1)
-        req = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            child(req)
-        running[pid] = req["id"]
-    while running:
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            break
-        print(json.dumps({"id": running.pop(pid), "code": os.waitstatus_to_exitcode(status)}), flush=True)
+# each case a child forked from here (tests/support/warm_server.py)
+serve(announce=False)
 """
 
 
@@ -1386,6 +1338,8 @@ class ForkServer:
     def _read(self) -> None:
         for line in self.proc.stdout:
             answer = json.loads(line)
+            if "pid" in answer:  # a child started; its code comes when it ends
+                continue
             with self.ended:
                 self.codes[answer["id"]] = answer["code"]
                 self.ended.notify_all()
@@ -1400,6 +1354,7 @@ class ForkServer:
                 "module": module,
                 "args": list(args),
                 "cwd": str(cwd),
+                "env": _env(),
                 "stdout": str(out),
                 "stderr": str(err),
                 "timeout": timeout,
