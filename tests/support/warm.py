@@ -63,19 +63,21 @@ class Child:
 
 
 class Server:
-    """One warm interpreter; :meth:`start` may be called from several threads."""
+    """One warm interpreter (by default :mod:`tests.support.warm_server`; ``command`` another that ends in its
+    ``serve``, with ``env``); :meth:`start` may be called from several threads. ``ready``: the first line it
+    printed, parsed."""
 
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="warm-"))
+    def __init__(self, command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="warm-"))  # the children's stdout and stderr files
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.warm_server"],
-            env=child_env(TOKENIZERS_PARALLELISM="false"),
+            command or [sys.executable, "-m", "tests.support.warm_server"],
+            env=env or child_env(TOKENIZERS_PARALLELISM="false"),
             cwd=self.folder,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+        self.ready = json.loads(self.proc.stdout.readline())
         self.count = 0
         self.pids: dict[int, int] = {}
         self.codes: dict[int, int] = {}
@@ -95,8 +97,8 @@ class Server:
     def start(
         self, args: list[str], cwd: Path, env: dict[str, str], module: str = "collab.fit", timeout: int = 600
     ) -> Child:
-        """``python -m module args`` in ``cwd`` with exactly ``env``; stdout and stderr go to files of ``cwd``'s
-        (named by the run's id) unless the caller reads them from the returned :class:`Child`."""
+        """``python -m module args`` in ``cwd`` with exactly ``env``, ended by SIGALRM after ``timeout`` seconds;
+        its stdout and stderr go to files of the server's folder (:class:`Child`)."""
         with self.changed:
             self.count += 1
             id = self.count
@@ -115,6 +117,12 @@ class Server:
             self.proc.stdin.flush()
             self.changed.wait_for(lambda: id in self.pids)
             return Child(self, id, self.pids.pop(id), out, err)
+
+    def run(
+        self, args: list[str], cwd: Path, env: dict[str, str], module: str = "collab.fit", timeout: int = 600
+    ) -> subprocess.CompletedProcess:
+        """:meth:`start`, to the run's end (a minute more than its alarm: the code comes once the alarm ended it)."""
+        return self.start(args, cwd, env, module, timeout).result(timeout + 60)
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -136,8 +144,8 @@ def server() -> Server:
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str], module: str = "collab.fit", timeout: int = 600):
-    """One forked run of ``python -m module args``, to its end."""
-    return server().start(args, cwd, env, module, timeout).result(timeout)
+    """One forked run of ``python -m module args``, to its end (:meth:`Server.run`)."""
+    return server().run(args, cwd, env, module, timeout)
 
 
 def start_ranks(args: list[str], cwd: Path, env: dict[str, str], world: int = 2, timeout: int = 600) -> list[Child]:
@@ -155,16 +163,16 @@ def ranks(args: list[str], cwd: Path, env: dict[str, str], world: int = 2, timeo
 def finish(children: list[Child], timeout: float = 600) -> subprocess.CompletedProcess:
     """The processes of one run to their end: the highest exit code, the first's stdout, every one's stderr. One
     that fails ends the others, which would wait for it at a collective."""
-    server = children[0].server
+    owner = children[0].server
     deadline = time.monotonic() + timeout
-    with server.changed:
-        while not all(c.id in server.codes for c in children) and time.monotonic() < deadline:
-            if any(server.codes.get(c.id, 0) != 0 for c in children):
+    with owner.changed:
+        while not all(c.id in owner.codes for c in children) and time.monotonic() < deadline:
+            if any(owner.codes.get(c.id, 0) != 0 for c in children):
                 for c in children:
-                    if c.id not in server.codes:
+                    if c.id not in owner.codes:
                         os.kill(c.pid, signal.SIGKILL)
-            server.changed.wait(1.0)
-    results = [c.result(timeout) for c in children]
+            owner.changed.wait(1.0)
+    results = [c.result(max(0.0, deadline - time.monotonic())) for c in children]
     return subprocess.CompletedProcess(
         [str(c.pid) for c in children],
         max(r.returncode for r in results),

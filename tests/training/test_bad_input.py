@@ -6,10 +6,10 @@ Lightning start-up message before it, and nothing already written lost (a checkp
 names stays byte-identical).
 
 Each case is a process of its own: a child forked from a warm interpreter that has imported torch and
-Lightning once and built every algorithm's parser (:class:`ForkServer`; a fresh interpreter would spend 5-7 CPU
-seconds on imports per case), running the entry's ``main()`` as ``python -m`` does. Three cases (``REAL``) also run as
-``python -m`` in a fresh interpreter and must give the same exit code and stderr, and the server's
-imports must print nothing. A fit case runs the tiny model with ``--trainer.max_steps 1``, so an input
+Lightning once and built every algorithm's parser (``_SERVER``, a tests/support/warm.py server; a fresh interpreter
+would spend 5-7 CPU seconds on imports per case), running the entry's ``main()`` as ``python -m`` does. Three cases
+(``REAL``) also run as ``python -m`` in a fresh interpreter and must give the same exit code and stderr, and the
+server's imports must print nothing. A fit case runs the tiny model with ``--trainer.max_steps 1``, so an input
 that is wrongly accepted ends in seconds (and fails the exit-code check) instead of training. The cases
 run two at a time in one module fixture (:func:`results`); each case is its own test, so a failure
 names the case.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import subprocess
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.support import warm
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ("--model.base.name", "tiny", "--trainer.max_steps", "1")
@@ -1313,64 +1314,6 @@ serve(announce=False)
 """
 
 
-class ForkServer:
-    """Runs ``python -m module args`` cases as children forked from one warm interpreter; :meth:`run` may be
-    called from several threads at once (each case a child of its own, running beside the others)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder  # the cases' stdout and stderr files
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVER],
-            env=_env(),
-            cwd=folder,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        ready = json.loads(self.proc.stdout.readline())
-        self.import_chatter, self.warm_chatter = ready["ready"], ready["warm"]
-        self.count = 0
-        self.codes: dict[int, int] = {}
-        self.ended = threading.Condition()  # guards count, stdin and codes; the reader notifies as codes arrive
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            answer = json.loads(line)
-            if "pid" in answer:  # a child started; its code comes when it ends
-                continue
-            with self.ended:
-                self.codes[answer["id"]] = answer["code"]
-                self.ended.notify_all()
-
-    def run(self, module: str, args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-        with self.ended:
-            self.count += 1
-            case = self.count
-            out, err = self.folder / f"{case}.out", self.folder / f"{case}.err"
-            request = {
-                "id": case,
-                "module": module,
-                "args": list(args),
-                "cwd": str(cwd),
-                "env": _env(),
-                "stdout": str(out),
-                "stderr": str(err),
-                "timeout": timeout,
-            }
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-            self.ended.wait_for(lambda: case in self.codes)
-            code = self.codes.pop(case)
-        return subprocess.CompletedProcess([module, *args], code, out.read_text(), err.read_text())
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.reader.join(timeout=60)
-
-
 REAL = ("max_steps_negative", "ckpt_truncated", "eval_num_samples_type")
 """Cases also run in a fresh ``python -m`` interpreter: the forked run must give the same exit code and stderr (one
 refused while parsing, one by a checkpoint's load, one of ``collab.evaluate``)."""
@@ -1384,9 +1327,14 @@ def _digest(folder: Path) -> dict[str, str]:
     }
 
 
-def _checkpoints(server: ForkServer, folder: Path) -> tuple[Path, Path]:
+def _forked(server: warm.Server, module: str, args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m module args`` in a child of the server."""
+    return server.run(list(args), cwd, _env(), module, timeout)
+
+
+def _checkpoints(server: warm.Server, folder: Path) -> tuple[Path, Path]:
     """A real run (MAGRPO on the matrix game, one step) and the broken checkpoint files next to it."""
-    result = server.run("collab.fit", ["--algo", "magrpo", *TINY, *MATRIX, "--trainer.accelerator", "cpu"], folder)
+    result = _forked(server, "collab.fit", ["--algo", "magrpo", *TINY, *MATRIX, "--trainer.accelerator", "cpu"], folder)
     assert result.returncode == 0, result.stderr[-3000:]
     run = folder / "runs" / "magrpo" / "version_0"
     ckpt = run / "checkpoints" / "last.ckpt"
@@ -1441,11 +1389,9 @@ def results(request, tmp_path_factory) -> Results:
         ("real", c) for c in cases if c.id in REAL and not c.needs_checkpoint
     ]
 
-    folder = base / "server"
-    folder.mkdir()
-    server = ForkServer(folder)
-    res.import_chatter.append(server.import_chatter)
-    res.warm_chatter.append(server.warm_chatter)
+    server = warm.Server([sys.executable, "-c", _SERVER], _env())
+    res.import_chatter.append(server.ready["ready"])
+    res.warm_chatter.append(server.ready["warm"])
 
     def worker() -> None:
         while True:
@@ -1464,7 +1410,7 @@ def results(request, tmp_path_factory) -> Results:
             elif isinstance(job, tuple):
                 res.real[job[1].id] = _run(job[1].module, *prepare(job[1]))
             else:
-                res.runs[job.id] = server.run(job.module, *prepare(job))
+                res.runs[job.id] = _forked(server, job.module, *prepare(job))
 
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:

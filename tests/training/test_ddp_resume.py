@@ -105,9 +105,11 @@ def start_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) 
     return warm.start_ranks(args(algo, tmp, steps, [*TWO, *extra]), tmp, env)
 
 
-def wait(run: list[warm.Child], tmp: Path) -> None:
+def wait(run: list[warm.Child], tmp: Path) -> Path:
+    """The run to its end, which must be a clean one; its folder ``tmp``."""
     result = warm.finish(run)
     assert result.returncode == 0, result.stderr[-3000:]
+    return tmp
 
 
 def fit_two(algo: str, tmp: Path, steps: int, extra: list[str], **probe: str) -> None:

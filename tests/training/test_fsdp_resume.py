@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from tests.support import assert_same_tensors, tiny_base_folder, warm
-from tests.training.test_ddp_resume import assert_same_gradient, sampling
+from tests.training.test_ddp_resume import assert_same_gradient, sampling, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
@@ -79,12 +79,6 @@ def start(base: Path, tmp: Path, steps: int, world: int, extra: list[str], **pro
     env.update({"OMP_NUM_THREADS": "1", "COLLAB_DDP_PROBE": str(tmp), **SIGNAL, **probe})
     fsdp = ["--trainer.strategy", "fsdp", "--trainer.devices", str(world)]
     return warm.start_ranks(args(base, tmp, steps, [*fsdp, *extra]), tmp, env, world)
-
-
-def wait(run: list[warm.Child], tmp: Path) -> Path:
-    result = warm.finish(run)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return tmp
 
 
 def fit_one(base: Path, tmp: Path, steps: int, extra: list[str], monkeypatch, **probe: str) -> Path:
