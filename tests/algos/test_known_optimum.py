@@ -49,6 +49,16 @@ def make(algo: str, seed: int):
             log_kl_every=0,
             normalize_std=True,
         )
+    if algo == "at_grpo":
+        return from_config(
+            "at_grpo",
+            agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
+            base=base,
+            agent_lr=1e-2,
+            num_generations=4,
+            ppo={"num_epochs": 1},
+        )
     if algo == "madpo":
         return from_config(
             "madpo",
@@ -112,6 +122,7 @@ def train(algo: str, seed: int, steps: int, batch_size: int = 8) -> tuple[float,
     "algo,steps,batch_size",
     [
         ("magrpo", 10, 2),
+        ("at_grpo", 10, 2),
         ("collm_cc", 80, 8),
         ("collm_dc", 40, 8),
         ("ippo", 20, 8),

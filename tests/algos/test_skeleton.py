@@ -37,7 +37,7 @@ def test_micro_batches_give_the_gradient_of_one_pass(algo, one_thread):
     torch.manual_seed(0)
     experience = module.rollout(env.tasks("train") * 4)
     batch = module.prepare(experience)
-    if algo == "magrpo":  # mixed signs and zeros, unequal counts per agent
+    if algo in ("magrpo", "at_grpo"):  # mixed signs and zeros, unequal counts per agent
         for j, s in enumerate(experience.items):
             s.advantages = float(j % 3) - 1.0
         batch = replace(batch, items=experience.items[:-1])
@@ -120,8 +120,10 @@ def one_pass(module, micro, scale):
     the actor loss and entropy means over every trained agent's samples at once; CoLLM and IPPO: the critics' mean
     value loss plus every agent's policy loss, weighted by its critic's advantages; MAGRPO: each agent's mean of
     -rho A over its samples, summed; MAPoRL: Section 3.2's token means, -rho A + value_head.coef (V - V_target)^2;
-    MADPO: the mean over pairs of -log sigmoid(beta sum_i (log pi_i(y_w^i) - log pi_i(y_l^i))), a pair at a time."""
+    MADPO: the mean over pairs of -log sigmoid(beta sum_i (log pi_i(y_w^i) - log pi_i(y_l^i))), a pair at a time;
+    AT-GRPO: each agent's mean of -rho_t A over its response tokens, summed."""
     from collab.algos.actor_critic import ActorCritic
+    from collab.algos.at_grpo import ATGRPO
     from collab.algos.madpo import MADPO
     from collab.algos.maporl import MAPoRL
     from collab.algos.marft import MARFT
@@ -170,6 +172,11 @@ def one_pass(module, micro, scale):
             / scale.count
             * (actor.mean() + module.value_head.coef * ((values - returns) ** 2).mean())
         )
+    if isinstance(module, ATGRPO):  # token-level: each agent's mean over its tokens of -rho_t A
+        return sum(
+            (surrogate(t, s.old_logprobs, torch.full_like(t, s.advantages)) / scale.per_agent[s.agent]).sum()
+            for t, s in zip(team.logprobs(*rows), micro)
+        )
     logprobs = torch.stack([t.sum() for t in team.logprobs(*rows)])
     per_agent = torch.tensor([scale.per_agent[s.agent] for s in micro])
     return (
@@ -215,9 +222,10 @@ def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path
     torch.manual_seed(0)
     experience = module.rollout(env.tasks("train")[:2] * (1 if algo in ("maporl", "marft_t") else 2))
     batch = module.prepare(experience)
-    if algo == "magrpo":  # mixed signs and zeros, unequal counts per agent
+    if algo in ("magrpo", "at_grpo"):  # mixed signs and zeros, unequal counts per agent (AT-GRPO's one-token
+        # answers of two choices: -1, 0, 1 in turn would cancel per token in its one-path tree)
         for j, s in enumerate(experience.items):
-            s.advantages = float(j % 3) - 1.0
+            s.advantages = float(j % 3) - 1.0 if algo == "magrpo" else float(j % 4) - 1.0
         batch = replace(batch, items=experience.items[:-1])
     if algo in ("maporl", "marft_t"):  # the debate's rewards are 0 here, so the advantages are float noise (whether
         # an agent moves at all would depend on the instruction set's sums): advantages and returns of both signs

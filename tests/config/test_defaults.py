@@ -57,7 +57,7 @@ def test_print_config_is_what_the_module_uses(algo, tmp_path, monkeypatch):
         assert used(cli.model, name) == value, (algo, name)
         assert used(direct, name) == value, (algo, name)
         compared += 1
-    assert compared == len(printed) - 1 >= 15
+    assert compared == len(printed) - 1 >= 14  # AT-GRPO, the fewest: MAGRPO's options less those it fixes
 
 
 def test_from_config_overrides_and_refuses():

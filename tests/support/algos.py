@@ -92,6 +92,22 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         terms=1,
         debate=("--model.num_generations", "2"),
     ),
+    "at_grpo": AlgoTests(
+        # a grid game (2 of its turns): its tool agent's programs run in the sandbox on both ranks
+        ddp=[
+            "--data.env",
+            "plan_path",
+            "--data.env_options",
+            "{num_train: 8, num_eval: 3, max_new_tokens: 16}",
+            "--data.num_turns",
+            "2",
+        ],
+        eval_tasks=3,
+        resume=lambda tmp: [*MATRIX, "--data.num_turns", "2"],
+        team=DUO,
+        terms=1,
+        debate=("--model.num_generations", "2"),
+    ),
     "collm_cc": AlgoTests(
         ddp=["--data.env", "writing"],
         eval_tasks=3,

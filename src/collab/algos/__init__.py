@@ -15,6 +15,7 @@ __all__ = ["ALGO_ENVS", "algo_envs", "algo_registry", "data_from_config", "from_
 
 
 def algo_registry() -> dict[str, type]:
+    from collab.algos.at_grpo import ATGRPO
     from collab.algos.collm import CoLLM
     from collab.algos.ippo import IPPO
     from collab.algos.madpo import MADPO
@@ -26,6 +27,7 @@ def algo_registry() -> dict[str, type]:
     return {
         "magrpo": MAGRPO,
         "madpo": MADPO,
+        "at_grpo": ATGRPO,
         "collm_cc": CoLLM,
         "collm_dc": CoLLM,
         "ippo": IPPO,

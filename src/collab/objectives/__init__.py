@@ -5,7 +5,8 @@ Algorithm files call these and read like the papers' pseudo-code. Import them fr
 (``from collab.objectives import gae``); they live by topic:
 
 - :mod:`~collab.objectives.returns`: returns and advantages. ``discounted_returns``,
-  ``absorbing_reward``, ``group_advantages`` (and its ``BASELINES``; MAGRPO, CoLLM),
+  ``absorbing_reward``, ``group_advantages`` (and its ``BASELINES``; MAGRPO, CoLLM), ``low_mean_groups`` and ``best_joint``
+  (AT-GRPO),
   ``num_inference_calls`` (CoLLM Prop. 3.2), ``td_targets``, ``td_errors``, ``gae``, ``normalize``,
   ``mixed_rewards``, and MARFT's decision chain: ``chain``, ``bellman_targets``.
 - :mod:`~collab.objectives.policy`: policy losses. ``clipped_surrogate``, ``ratio_stats``, ``kl_k3``.
@@ -36,10 +37,12 @@ from collab.objectives.returns import (
     BASELINES,
     absorbing_reward,
     bellman_targets,
+    best_joint,
     chain,
     discounted_returns,
     gae,
     group_advantages,
+    low_mean_groups,
     mixed_rewards,
     normalize,
     num_inference_calls,
@@ -53,6 +56,7 @@ __all__ = [
     "absorb",
     "absorbing_reward",
     "bellman_targets",
+    "best_joint",
     "chain",
     "clipped_surrogate",
     "debate_rewards",
@@ -61,6 +65,7 @@ __all__ = [
     "explained_variance",
     "gae",
     "group_advantages",
+    "low_mean_groups",
     "influence_incentives",
     "influence_rewards",
     "joint_dpo_loss",

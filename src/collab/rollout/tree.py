@@ -16,7 +16,9 @@ termination, decided per ``termination``:
              (the reference code's rule: strictly greater, the node's children as one group).
 
 With no early termination and ``aligned``, the number of agent generations of one episode is paper
-002's Proposition 3.2, n K (K^H - 1) / (K - 1).
+002's Proposition 3.2, n K (K^H - 1) / (K - 1). With ``keep="best"`` (AT-GRPO's tree sampling,
+:mod:`collab.algos.at_grpo`) only the child of the best joint action (:func:`~collab.objectives.best_joint`) is
+expanded: n K H generations.
 
 Returns are discounted Monte Carlo estimates through the tree: a child's return is its reward plus
 gamma times the mean return of its own children (the K-sample estimate of the successor history's
@@ -40,13 +42,14 @@ from dataclasses import dataclass, field
 import torch
 
 from collab.envs.base import Env, EnvState
-from collab.objectives import absorbing_reward
+from collab.objectives import absorbing_reward, best_joint
 from collab.policy.sampling import Completion, GenerationRequest
 from collab.rollout.episodes import rollout_stats, step_joint
 from collab.rollout.experience import Decision, Experience
 
 JOINT_MODES = ("aligned", "cross")
 TERMINATIONS = ("branch", "node")
+KEEPS = ("all", "best")
 CROSS_REDUCTIONS = ("mean", "sum")
 
 
@@ -90,9 +93,11 @@ def expand_tree(
     termination_threshold: float | None = None,
     max_new_tokens: int = 128,
     termination: str = "branch",
+    keep: str = "all",
 ) -> list[TreeNode]:
     """Grow one rollout tree per task, breadth first: each depth is one batched ``team.generate`` (with the env's
-    tools, :mod:`collab.tools.setup`)."""
+    tools, :mod:`collab.tools.setup`). ``keep``: expand every child that goes on (``all``) or only the best joint
+    action's (``best``; the episode ends there when that one ended)."""
     team = env.tools.acting(team)
     roots = [TreeNode(env.reset(task), 0) for task in tasks]
     frontier = list(roots)
@@ -120,6 +125,9 @@ def expand_tree(
             for c in early_ends(node, termination_threshold, termination):
                 node.children[c] = None
                 node.turns_left[c] = env.horizon - node.depth - 1
+            if keep == "best":
+                chosen = best_joint(node.rewards)
+                node.children = [child if c == chosen else None for c, child in enumerate(node.children)]
             next_frontier += [child for child in node.children if child is not None]
         frontier = next_frontier
     return roots
@@ -181,13 +189,14 @@ def tree_batch(
     max_new_tokens: int = 128,
     termination: str = "branch",
     cross_reduction: str = "mean",
+    keep: str = "all",
 ) -> Experience:
     """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a
     :class:`~collab.rollout.experience.Decision` carrying its return (:func:`sample_values`) and its group (the
     node and agent it was drawn for); the
     algorithm turns returns into advantages (:meth:`collab.algos.magrpo.MAGRPO.prepare`)."""
     start = time.perf_counter()
-    roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens, termination)
+    roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens, termination, keep)
     seconds = time.perf_counter() - start
     samples: list[Decision] = []
     scalars: dict[str, list[float]] = defaultdict(list)  # rewards and env info, averaged into stats
