@@ -49,19 +49,9 @@ def make(algo: str, seed: int):
             log_kl_every=0,
             normalize_std=True,
         )
-    if algo == "at_grpo":
+    if algo in ("at_grpo", "madpo"):
         return from_config(
-            "at_grpo",
-            agents=None,
-            agent_defaults=SAMPLE_THE_POLICY,
-            base=base,
-            agent_lr=1e-2,
-            num_generations=4,
-            ppo={"num_epochs": 1},
-        )
-    if algo == "madpo":
-        return from_config(
-            "madpo",
+            algo,
             agents=None,
             agent_defaults=SAMPLE_THE_POLICY,
             base=base,

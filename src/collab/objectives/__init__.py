@@ -5,8 +5,8 @@ Algorithm files call these and read like the papers' pseudo-code. Import them fr
 (``from collab.objectives import gae``); they live by topic:
 
 - :mod:`~collab.objectives.returns`: returns and advantages. ``discounted_returns``,
-  ``absorbing_reward``, ``group_advantages`` (and its ``BASELINES``; MAGRPO, CoLLM), ``low_mean_groups`` and ``best_joint``
-  (AT-GRPO),
+  ``absorbing_reward``, ``group_advantages`` (and its ``BASELINES``; MAGRPO, CoLLM), ``low_mean_groups`` and
+  ``best_joint`` (AT-GRPO),
   ``num_inference_calls`` (CoLLM Prop. 3.2), ``td_targets``, ``td_errors``, ``gae``, ``normalize``,
   ``mixed_rewards``, and MARFT's decision chain: ``chain``, ``bellman_targets``.
 - :mod:`~collab.objectives.policy`: policy losses. ``clipped_surrogate``, ``ratio_stats``, ``kl_k3``.
