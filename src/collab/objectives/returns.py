@@ -97,7 +97,6 @@ def group_advantages(returns: Tensor, baseline: str = "mean", normalize_std: boo
     return adv
 
 
-
 def low_mean_groups(means: Sequence[float], ratio: float) -> list[int]:
     """AT-GRPO's group filter (PettingLLMs' ``filter_method: mean``): the groups to drop, the ``int(len(means) *
     ratio)`` with the lowest mean reward (ties: the earlier group first, as a stable sort), by their index."""
@@ -110,6 +109,7 @@ def best_joint(rewards: Sequence[Sequence[float]]) -> int:
     of equals (PettingLLMs' ``np.argmax`` over a turn's candidates)."""
     team = [sum(r) / len(r) for r in rewards]
     return max(range(len(team)), key=lambda c: (team[c], -c))
+
 
 # --- actor-critic (CoLLM Sections 3.2 and 4, Eqs. 2-5; MARFT's IPPO / MAPoRL baseline) ----------------
 #
