@@ -49,6 +49,9 @@ def test_every_preset_names_its_dataset_and_splits(preset):
     if data(preset).get("env") == "matrix":  # a payoff table, no dataset
         assert set(options) == {"preset"}
         return
+    if data(preset).get("env") in ("plan_path", "sokoban"):  # boards generated from a seed, no dataset: their size
+        assert "dataset" not in options and "size" in options, preset.stem
+        return
     assert "dataset" in options and {"train_split", "eval_split"} <= set(options), preset.stem
     assert (preset.stem in PUBLISHER) == (":" in str(options["dataset"])), preset.stem
 

@@ -182,7 +182,7 @@ def test_grid_table_and_curves(tiny_grid):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--algos", "nosuch", "--rollouts", "1"], "unknown algo 'nosuch'; valid: collm_cc"),
+        (["--algos", "nosuch", "--rollouts", "1"], "unknown algo 'nosuch'; valid: at_grpo, collm_cc"),
         (
             ["--algos", "maporl", "--envs", "writing", "--rollouts", "1"],
             "--algo maporl does not train on env 'writing'; it supports: debate",
@@ -627,7 +627,7 @@ def test_defaults_runs_each_main_job_on_its_own_env(tmp_path):
         ),
         (["--envs", "writing", "--score", "return"], "drop --envs, --score, or drop --defaults"),
         (["--data.env", "writing"], "--data.env is set by collab.compare --defaults for each run"),
-        (["--algos", "nosuch"], "unknown algo 'nosuch'; valid: collm_cc"),
+        (["--algos", "nosuch"], "unknown algo 'nosuch'; valid: at_grpo, collm_cc"),
     ],
 )
 def test_defaults_refuses_what_the_main_jobs_own(tmp_path, capsys, args, message):
