@@ -54,6 +54,8 @@ def test_the_tree_keeps_one_child_a_turn(n, k, h):
             if n == 2:
                 chosen = tuple(node.samples[i][kept[0]].text for i in range(n))
                 assert child.state.memory["choices"][-1] == chosen
+    with pytest.raises(ValueError, match="unknown keep 'first'; valid: all, best"):
+        expand_tree(team_for(env), env, env.tasks("train"), k, keep="first")
 
 
 def test_a_rollout_gives_a_group_per_task_turn_and_agent():

@@ -114,12 +114,8 @@ class ATGRPO(MAGRPO):
         logprobs = torch.cat(token_logprobs)
         device, dtype = logprobs.device, logprobs.dtype
         old_logprobs = torch.cat([s.old_logprobs for s in micro]).to(device, dtype)
-        lengths = [len(t) for t in token_logprobs]
-        advantages = torch.tensor([s.advantages for s in micro], device=device, dtype=dtype).repeat_interleave(
-            torch.tensor(lengths, device=device)
-        )
-        weights = torch.tensor(
-            [1.0 / scale.per_agent[s.agent] for s in micro], device=device, dtype=dtype
-        ).repeat_interleave(torch.tensor(lengths, device=device))
+        lengths = torch.tensor([len(t) for t in token_logprobs], device=device)
+        per_sample = [(s.advantages, 1.0 / scale.per_agent[s.agent]) for s in micro]
+        advantages, weights = torch.tensor(per_sample, device=device, dtype=dtype).repeat_interleave(lengths, 0).T
         per_token = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip)
         return (weights * per_token).sum(), ratio_stats(logprobs, old_logprobs, self.ppo.clip)

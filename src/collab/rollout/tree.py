@@ -98,6 +98,8 @@ def expand_tree(
     """Grow one rollout tree per task, breadth first: each depth is one batched ``team.generate`` (with the env's
     tools, :mod:`collab.tools.setup`). ``keep``: expand every child that goes on (``all``) or only the best joint
     action's (``best``; the episode ends there when that one ended)."""
+    if keep not in KEEPS:
+        raise ValueError(f"unknown keep {keep!r}; valid: {', '.join(KEEPS)}")
     team = env.tools.acting(team)
     roots = [TreeNode(env.reset(task), 0) for task in tasks]
     frontier = list(roots)
