@@ -1,9 +1,17 @@
-"""Token sampling: nucleus/top-k truncation and the candidate fast path."""
+"""Token sampling: nucleus/top-k truncation, the candidate fast path and the inverse-CDF draws."""
 
 import pytest
 import torch
 
-from collab.policy.sampling import action_mask, policy_logits, sample_tokens, truncate
+from collab.policy.sampling import (
+    action_mask,
+    inverse_cdf,
+    kept,
+    policy_logits,
+    rejection_sample,
+    sample_tokens,
+    truncate,
+)
 
 
 def nucleus(logits, p, k):
@@ -37,35 +45,82 @@ def test_fast_path_matches_the_truncated_distribution():
     assert (freq - target).abs().max() < 0.01
 
 
-def test_full_sort_fallback_when_the_nucleus_is_wide():
-    logits = torch.zeros(1, 2000)  # flat: the 0.9-nucleus holds 1800 tokens, beyond 256 candidates
-    target = nucleus(logits, 0.9, 0)[0]
-    freq = empirical(logits, 0.9, 0, draws=20000)
-    assert freq[target == 0].sum() == 0
-    assert (target > 0).sum() == 1800
-
-
-def test_second_candidate_size_holds_a_wide_nucleus_without_the_full_sort(monkeypatch):
-    """A nucleus of about 1,000 tokens lies beyond 256 candidates but within 2,048: the draw is made
-    among the top 2,048 (the full sort is never called) and follows the truncated distribution; a
-    nucleus wider than every candidate size falls back to the full sort."""
+def test_a_wide_nucleus_is_drawn_by_inverse_cdf_without_the_full_sort(monkeypatch):
+    """A flat distribution: the 0.9-nucleus holds 4500 of 5000 tokens, beyond every candidate size. The draw is made
+    by rejection, with no sort and no topk (2048 tokens of a flat row cannot hold 0.9 of its mass)."""
     import collab.policy.sampling as sampling
 
-    torch.manual_seed(2)
-    logits = torch.cat([torch.randn(1, 1200) * 0.3 + 6, torch.randn(1, 8800)], dim=-1)
-    target = nucleus(logits, 0.9, 0)[0]
-    assert 256 < int((target > 0).sum()) <= 2048
-    full_sorts = []
-    monkeypatch.setattr(sampling, "truncate", lambda *a: full_sorts.append(1) or truncate(*a))
-    freq = empirical(logits, 0.9, 0, draws=40000, candidates=(256, 2048))
-    assert not full_sorts
+    logits = torch.zeros(1, 5000)
+    assert abs(int((nucleus(logits, 0.9, 0)[0] > 0).sum()) - 4500) <= 1
+    calls = []
+    monkeypatch.setattr(sampling, "truncate", lambda *a: calls.append("sort") or truncate(*a))
+    monkeypatch.setattr(torch.Tensor, "topk", lambda *a, **k: calls.append("topk") or torch.topk(*a, **k))
+    torch.manual_seed(0)
+    rows = 4000
+    tokens = sample_tokens(logits.expand(rows, -1), torch.full((rows,), 0.9), torch.zeros(rows, dtype=torch.long))
+    assert calls == []
+    # ties: every token of the flat row is equally likely, and the tokens of equal probability are kept together
+    assert kept(logits.softmax(-1), torch.tensor([4999]), torch.tensor([0.9]), torch.tensor([0])).item()
+    assert tokens.unique().numel() > 2500
+
+
+def test_inverse_cdf_by_hand():
+    """Blocks of 256: a row of 600 tokens whose mass lies on tokens 3, 300 and 599 (1/4, 1/4, 1/2); points at
+    the edges of the cumulative mass pick the token whose interval holds them, never a token of probability 0."""
+    probs = torch.zeros(1, 600)
+    probs[0, [3, 300, 599]] = torch.tensor([0.25, 0.25, 0.5])
+    got = [int(inverse_cdf(probs, torch.tensor([u], dtype=torch.float64))) for u in (0.0, 0.2499, 0.25, 0.5, 0.9999)]
+    assert got == [3, 3, 300, 599, 599]
+    assert int(inverse_cdf(probs, torch.tensor([1 - 2**-53], dtype=torch.float64))) == 599  # the last point
+    # a row whose mass is not 1 (a float32 softmax) is scaled by its total
+    assert int(inverse_cdf(probs * 0.5, torch.tensor([0.3], dtype=torch.float64))) == 300
+
+
+@pytest.mark.parametrize("p, k", [(0.7, 0), (1.0, 5), (0.95, 3), (1.0, 0)])
+def test_rejection_follows_the_truncated_distribution(p, k):
+    """A random row of 1000 tokens, a third of them outside a closed vocabulary (probability 0): the draws stay in
+    the nucleus / top-k and follow the truncated distribution (4 sigma of 20,000 draws)."""
+    torch.manual_seed(3)
+    logits = torch.randn(1, 1000) * 2
+    logits[0, ::3] = float("-inf")
+    target = nucleus(logits, p, k)[0]
+    rows = 20_000
+    tokens = rejection_sample(
+        logits.softmax(-1).expand(rows, -1), torch.full((rows,), p), torch.full((rows,), k, dtype=torch.long)
+    )
+    freq = torch.bincount(tokens, minlength=1000).float() / rows
     assert freq[target == 0].sum() == 0
-    # each kept token has probability ~1/1000: compare the mass of the kept tokens by halves
-    order = target.argsort(descending=True)[: int((target > 0).sum())]
-    for half in order.chunk(2):
-        assert abs(float(freq[half].sum() - target[half].sum())) < 0.015
-    empirical(logits, 0.9, 0, draws=100, candidates=(64, 128))
-    assert full_sorts == [1]
+    assert ((freq - target).abs() <= 4 * (target * (1 - target) / rows).sqrt() + 1e-4).all()
+
+
+def test_rows_left_after_every_round_take_the_full_sort(monkeypatch):
+    """A top-k of 2 over a flat row of 5000 tokens keeps a draw once in 2500: after its rounds the row is drawn
+    from the sorted truncation, still among its two most likely tokens."""
+    import collab.policy.sampling as sampling
+
+    sorts = []
+    monkeypatch.setattr(sampling, "truncate", lambda *a: sorts.append(1) or truncate(*a))
+    torch.manual_seed(0)
+    logits = torch.randn(1, 5000) * 0.01
+    top2 = set(logits[0].topk(2).indices.tolist())
+    got = rejection_sample(logits.softmax(-1), torch.ones(1), torch.tensor([2]), rounds=2)
+    assert sorts == [1] and int(got) in top2
+
+
+def test_a_rows_draw_does_not_depend_on_the_other_rows():
+    """With ``slots``, row i draws from the uniforms of its place in the whole batch: the same token whether the
+    other rows are still there or not (a finished response leaves the batch, :func:`decode`), and the random
+    stream after the step is the same too, however many rounds the rows took (top-p 0.3: about 3 a row)."""
+    torch.manual_seed(4)
+    probs = (torch.randn(6, 3000) * 0.1).softmax(-1)
+    top_p, top_k = torch.full((6,), 0.3), torch.zeros(6, dtype=torch.long)
+    torch.manual_seed(5)
+    whole = rejection_sample(probs, top_p, top_k, slots=torch.arange(6), width=6)
+    after_whole = torch.rand(3)
+    torch.manual_seed(5)
+    part = rejection_sample(probs[[1, 4]], top_p[[1, 4]], top_k[[1, 4]], slots=torch.tensor([1, 4]), width=6)
+    assert part.tolist() == whole[[1, 4]].tolist()
+    assert torch.equal(torch.rand(3), after_whole)
 
 
 def test_untruncated_rows_sample_the_full_softmax():
