@@ -194,9 +194,10 @@ def adapters(run: Path) -> dict[str, dict[str, torch.Tensor]]:
     return {f.name: load_file(f / "adapter_model.safetensors") for f in folders}
 
 
-def quiet_fit(module, datamodule, steps: int = -1, rollouts: int | None = None):
+def quiet_fit(module, datamodule, steps: int = -1, rollouts: int | None = None, callbacks=()):
     """Train ``module`` for ``steps`` optimizer updates on the CPU, without logs, checkpoints or warnings; or for
-    ``rollouts`` rollouts, each with all its updates (``max_steps`` would end the last rollout's updates there)."""
+    ``rollouts`` rollouts, each with all its updates (``max_steps`` would end the last rollout's updates there).
+    ``callbacks`` are the Trainer's."""
     import logging
 
     import lightning as L
@@ -210,6 +211,7 @@ def quiet_fit(module, datamodule, steps: int = -1, rollouts: int | None = None):
         enable_model_summary=False,
         accelerator="cpu",
         devices=1,
+        callbacks=list(callbacks),
     )
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     with warnings.catch_warnings():
