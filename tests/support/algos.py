@@ -85,7 +85,15 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         debate=("--model.num_generations", "2"),
     ),
     "madpo": AlgoTests(
-        ddp=["--data.env", "matrix"],
+        # a grid game (2 of its turns) whose eval split holds 1 puzzle: rank 1 scores none
+        ddp=[
+            "--data.env",
+            "sudoku",
+            "--data.env_options",
+            "{num_train: 8, num_eval: 1, max_new_tokens: 16}",
+            "--data.num_turns",
+            "2",
+        ],
         eval_tasks=1,
         resume=lambda tmp: [*MATRIX],
         team=DUO,

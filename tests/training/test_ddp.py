@@ -279,10 +279,10 @@ def lockstep(case: str, tmp_path: Path, monkeypatch) -> None:
     assert "nan" not in "\n".join(run.stdout.split("evaluation at step 0")[1].splitlines()[:6])
 
 
-NO_DDP_RUN = {"sudoku", "sokoban"}
-"""The envs without a 2-process run: one run per algorithm, and PettingLLMs' grid games outnumber the algorithms that
-came with them (AT-GRPO's run plays Plan-Path); their tasks reach the ranks as every env's (collab.rollout) and their
-scores are per task, as Plan-Path's."""
+NO_DDP_RUN = {"sokoban"}
+"""The envs without a 2-process run: one run per algorithm, and the envs outnumber the algorithms (AT-GRPO's run plays
+Plan-Path, MADPO's Sudoku); Sokoban's tasks reach the ranks as every env's (collab.rollout) and its scores are per
+task, as the other grid games'."""
 
 
 def test_the_matrix_covers_every_env_and_algorithm():

@@ -13,10 +13,11 @@ MARFT-T's MLP critics, MAPoRL's per-agent value heads), which FSDP2 leaves whole
 hold bitwise the same weights after every step, each only its half of every sharded one.
 
 The teams: MAGRPO full+LoRA; CoLLM-CC full+full; CoLLM-DC full+LoRA; MARFT-A full+LoRA; MARFT-T full+LoRA; IPPO
-full+full; MAPoRL LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents' samples, which splits its
-term into one per model (each backward pass gathers one model). A LoRA team's one sharded model (the shared base,
-its agents' and critics' adapters on it) is also CoLLM-CC's run under fsdp in tests/training/test_ddp.py; each
-mixed team here holds that base too, beside a full agent's. The teams with a full
+full+full; AT-GRPO full+LoRA (the K candidates of its tree); MADPO full+LoRA (pairs of joint actions, one pass over
+every model); MAPoRL LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents' samples, which
+splits its term into one per model (each backward pass gathers one model). A LoRA team's one sharded model (the
+shared base, its agents' and critics' adapters on it) is also CoLLM-CC's run under fsdp in
+tests/training/test_ddp.py; each mixed team here holds that base too, beside a full agent's. The teams with a full
 agent hold two or three sharded models (the full agents' copies, the LoRA agents' base, a critic's own base), whose
 collectives :meth:`collab.runtime.lockstep.Lockstep.backward` keeps in one order on every process. Two cases check
 more:
@@ -87,6 +88,10 @@ CASES = {
     # IPPO: an LLM critic per agent; with two full agents both critics' adapters are on one base of their own: three
     # sharded models
     "ippo-full+full": ["--algo", "ippo", *team(FULL, FULL), *WRITING],
+    # AT-GRPO: groups by task, turn and agent of its tree rollout (K candidates each), a full agent and a LoRA agent
+    "at_grpo-full+lora": ["--algo", "at_grpo", *team(FULL, LORA), *WRITING],
+    # MADPO: DPO on pairs of joint actions ranked by the team's return; its one pass uses every model
+    "madpo-full+lora": ["--algo", "madpo", *team(FULL, LORA), *WRITING],
     # MAPoRL: per-agent value heads, a 2-turn debate
     "maporl-lora": ["--algo", "maporl", *team(LORA, LORA), *MAPORL],
     # with a norm bound below the first step's gradient norm: clipping scales every gradient
