@@ -1,9 +1,9 @@
-"""Time of one decoding step's draw: :func:`collab.policy.sampling.sample_tokens` against the full sort.
+"""Time of one decoding step's draw: :func:`collab.policy.draw.sample_tokens` against the full sort.
 
 For each shape (rows x vocabulary) and each kind of next-token distribution, the draw of one token per row as
 ``sample_tokens`` makes it, against the draw every wide nucleus took before inverse-CDF rejection: the full sort
-(:func:`~collab.policy.sampling.truncate`) and the exponential race over the whole vocabulary
-(:func:`~collab.policy.sampling._categorical`; without truncation the race alone). Both sides run in this process,
+(:func:`~collab.policy.draw.truncate`) and the exponential race over the whole vocabulary
+(:func:`~collab.policy.draw._categorical`; without truncation the race alone). Both sides run in this process,
 alternating, on the same logits; the ratio is the race's median time over ``sample_tokens``'.
 
 Distributions (logits, then divided by the temperature):
@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from collab.policy.sampling import _categorical, sample_tokens, truncate
+from collab.policy.draw import _categorical, sample_tokens, truncate
 
 KINDS = {"flat": (0.16, 0.7, 0.9), "t1": (3.0, 1.0, 1.0), "peaked": (3.0, 0.7, 0.9)}
 """Each kind's logit std, temperature and top-p."""

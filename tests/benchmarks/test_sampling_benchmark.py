@@ -17,7 +17,7 @@ def test_a_smoke_run_prints_a_line_per_kind_and_shape(capsys):
 
 
 def test_the_baseline_draws_in_the_nucleus():
-    from collab.policy.sampling import truncate
+    from collab.policy.draw import truncate
 
     bench = load("sampling")
     torch.manual_seed(0)

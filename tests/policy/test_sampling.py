@@ -3,15 +3,8 @@
 import pytest
 import torch
 
-from collab.policy.sampling import (
-    action_mask,
-    inverse_cdf,
-    kept,
-    policy_logits,
-    rejection_sample,
-    sample_tokens,
-    truncate,
-)
+from collab.policy.draw import inverse_cdf, kept, rejection_sample, sample_tokens, truncate
+from collab.policy.sampling import action_mask, policy_logits
 
 
 def nucleus(logits, p, k):
@@ -48,12 +41,12 @@ def test_fast_path_matches_the_truncated_distribution():
 def test_a_wide_nucleus_is_drawn_by_inverse_cdf_without_the_full_sort(monkeypatch):
     """A flat distribution: the 0.9-nucleus holds 4500 of 5000 tokens, beyond every candidate size. The draw is made
     by rejection, with no sort and no topk (2048 tokens of a flat row cannot hold 0.9 of its mass)."""
-    import collab.policy.sampling as sampling
+    import collab.policy.draw as draw
 
     logits = torch.zeros(1, 5000)
     assert abs(int((nucleus(logits, 0.9, 0)[0] > 0).sum()) - 4500) <= 1
     calls = []
-    monkeypatch.setattr(sampling, "truncate", lambda *a: calls.append("sort") or truncate(*a))
+    monkeypatch.setattr(draw, "truncate", lambda *a: calls.append("sort") or truncate(*a))
     monkeypatch.setattr(torch.Tensor, "topk", lambda *a, **k: calls.append("topk") or torch.topk(*a, **k))
     torch.manual_seed(0)
     rows = 4000
@@ -96,10 +89,10 @@ def test_rejection_follows_the_truncated_distribution(p, k):
 def test_rows_left_after_every_round_take_the_full_sort(monkeypatch):
     """A top-k of 2 over a flat row of 5000 tokens keeps a draw once in 2500: after its rounds the row is drawn
     from the sorted truncation, still among its two most likely tokens."""
-    import collab.policy.sampling as sampling
+    import collab.policy.draw as draw
 
     sorts = []
-    monkeypatch.setattr(sampling, "truncate", lambda *a: sorts.append(1) or truncate(*a))
+    monkeypatch.setattr(draw, "truncate", lambda *a: sorts.append(1) or truncate(*a))
     torch.manual_seed(0)
     logits = torch.randn(1, 5000) * 0.01
     top2 = set(logits[0].topk(2).indices.tolist())

@@ -44,7 +44,7 @@ moments (``exp_avg``, ``exp_avg_sq``, in the parameter's dtype: :mod:`collab.pol
 SAMPLING_COPIES = 6
 """Tensors a row of the vocabulary's size that a decoding step holds at once: the logits, the policy's
 (temperature, mask), their log-softmax, the softmax, and a draw's padded copy and product over the vocabulary
-(:func:`collab.policy.sampling.rejection_sample`; a narrow nucleus needs less: its candidates)."""
+(:func:`collab.policy.draw.rejection_sample`; a narrow nucleus needs less: its candidates)."""
 INT_BYTES = 28
 """A token id as a new Python int object (ids under 257 are shared; a tokenizer's are mostly above)."""
 SLOT_BYTES = 8
