@@ -119,7 +119,7 @@ def train(algo: str, seed: int, steps: int, batch_size: int = 8) -> tuple[float,
     module = make(algo, seed)
     module.build(env)
     before = solve_at_turn_1(module, env)
-    probe = Probe(env, every=10 if steps >= 10 else steps)
+    probe = Probe(env, every=min(10, steps))
     quiet_fit(module, dm, steps, callbacks=[probe])
     return before, probe.seen
 

@@ -8,15 +8,19 @@ import torch
 from torch import Tensor
 
 
+def dropped(sorted_probs: Tensor, top_p: Tensor, top_k: Tensor) -> Tensor:
+    """Where each row's probabilities, in descending order, lie outside its top-k or its nucleus top-p: at rank k
+    and after, and where the mass strictly before the token already reaches top-p (rows with k=0, p=1: nowhere)."""
+    ranks = torch.arange(sorted_probs.shape[-1], device=sorted_probs.device).expand_as(sorted_probs)
+    before = sorted_probs.cumsum(-1) - sorted_probs
+    # the top_p < 1 guard: float rounding reaches 1 before the last token
+    return ((top_k[:, None] > 0) & (ranks >= top_k[:, None])) | ((before >= top_p[:, None]) & (top_p[:, None] < 1))
+
+
 def truncate(logits: Tensor, top_p: Tensor, top_k: Tensor) -> Tensor:
     """Mask logits outside each row's top-k and nucleus top-p (rows with k=0, p=1 unchanged)."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(logits.shape[-1], device=logits.device).expand_as(logits)
-    drop = (top_k[:, None] > 0) & (ranks >= top_k[:, None])
-    probs = sorted_logits.softmax(-1)
-    before = probs.cumsum(-1) - probs  # mass strictly before each token
-    drop |= (before >= top_p[:, None]) & (top_p[:, None] < 1)  # float rounding reaches 1 early
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    sorted_logits = sorted_logits.masked_fill(dropped(sorted_logits.softmax(-1), top_p, top_k), float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
@@ -146,11 +150,6 @@ def sample_tokens(
             head = values.sum(-1)
             covered = ((top_p < 1) & (head >= top_p)) | ((top_p >= 1) & (top_k > 0) & (top_k <= c))
             if bool(covered.all()):
-                ranks = torch.arange(c, device=logits.device).expand_as(values)
-                before = values.cumsum(-1) - values
-                drop = ((top_k[:, None] > 0) & (ranks >= top_k[:, None])) | (
-                    (before >= top_p[:, None]) & (top_p[:, None] < 1)
-                )
-                values = values.masked_fill(drop, 0.0)
+                values = values.masked_fill(dropped(values, top_p, top_k), 0.0)
                 return index.gather(-1, _categorical(values, slots, width)[:, None]).squeeze(-1)
     return rejection_sample(probs, top_p, top_k, slots, width)
