@@ -882,6 +882,17 @@ CASES = [
         valid=r"must be a number",
     ),
     fit(
+        "centralized",
+        "--algo",
+        "magrpo",
+        *TINY,
+        *MATRIX,
+        "--data.env_options",
+        "{centralized: tagged}",
+        option="centralized",
+        valid=r"must be headers \| tags",
+    ),
+    fit(
         "tool_budget_calls",
         "--algo",
         "magrpo",

@@ -43,7 +43,7 @@ def single_agent_env(name: str) -> type:
     """An env class doing every role of env ``name`` with one agent (the ``grpo`` control). Its options are the
     inner env's; the wrapper keeps the inner env's name, so the eval metrics and score columns are the env's."""
     from collab.envs import env_class, make_env
-    from collab.evaluation.baselines import SingleModelEnv
+    from collab.envs.centralized import SingleModelEnv
 
     env_class(name)  # unknown: one line naming the valid ones
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import types
 
 from collab.envs.base import AgentRole, Env, EnvState, Score, StepResult
+from collab.envs.centralized import PROTOCOLS, SingleModelEnv
 from collab.errors import UserError, registered_class
 
 # name -> "module:Class"; an environment's module is imported only when it is built.
@@ -67,17 +68,23 @@ def typed_options(cls: type[Env], options: dict) -> dict:
 
 
 def make_env(name: str, **kwargs) -> Env:
-    """Build the environment ``name`` with its keyword options; bad names and options end in a UserError."""
+    """Build the environment ``name`` with its keyword options; bad names and options end in a UserError. Every
+    env takes ``reward_shift``, the tool options (:mod:`collab.tools.setup`) and ``centralized`` (``headers`` |
+    ``tags``: one agent writes every role's part, :class:`collab.envs.centralized.SingleModelEnv`)."""
     import inspect
 
     cls = env_class(name)
     shift = kwargs.pop("reward_shift", 0.0)
+    centralized = kwargs.pop("centralized", None)
     tool_options = {k: kwargs.pop(k) for k in ("tools", "tool_budget", "tool_choice", "call_penalty") if k in kwargs}
     penalty = tool_options.get("call_penalty", 0.0)
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty < 0:
         raise UserError(f"env option call_penalty must be a number >= 0 (subtracted per tool call), got {penalty!r}")
     if isinstance(shift, bool) or not isinstance(shift, (int, float)):
         raise UserError(f"env option reward_shift must be a number (added to every turn's reward), got {shift!r}")
+    if centralized is not None and centralized not in PROTOCOLS:
+        valid = " | ".join(PROTOCOLS)
+        raise UserError(f"env option centralized must be {valid} (one agent writes every role), got {centralized!r}")
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as e:
@@ -85,6 +92,8 @@ def make_env(name: str, **kwargs) -> Env:
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
     env = cls(**typed_options(cls, kwargs))
     env.reward_shift = float(shift)
+    if centralized is not None:  # one agent does every role; the tools are its own
+        env = SingleModelEnv(env, centralized)
     if any(tool_options.get(k) is not None for k in ("tools", "tool_budget", "tool_choice")):  # the env's tools
         from collab.tools.options import tool_setup
 

@@ -14,78 +14,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from collab.envs.base import AgentRole, Env, EnvState, Message, Score, StepResult
+from collab.envs.base import Env, EnvState, Message, Score, StepResult
+from collab.envs.centralized import EnvWrapper, SingleModelEnv
 from collab.errors import require, unknown
 from collab.rollout.protocol import Dependency
 
 BASELINES = ("single", "parallel", "pipeline", "discussion")
 DRAFTING = "discussion/drafting"
 """Memory key of a :class:`DiscussionEnv` state whose next round is the unscored draft."""
-
-
-class _Wrapper(Env):
-    """An environment playing another one (``inner``): same name, tasks, horizon and reward scale."""
-
-    def __init__(self, env: Env) -> None:
-        self.inner = env
-        self.name = env.name  # type: ignore[misc]  # rows of the comparison table are named by the task
-        self.horizon = env.horizon
-        self.joint_reward, self.reward_max = env.joint_reward, env.reward_max
-
-    def tasks(self, split: str) -> Sequence[Mapping[str, Any]]:
-        return self.inner.tasks(split)
-
-
-def _last_user_messages(state: EnvState) -> list[str]:
-    return [h[-1]["content"] for h in state.histories]
-
-
-class SingleModelEnv(_Wrapper):
-    """One agent does every role of ``env`` (the ``single`` baseline): its state keeps the inner
-    environment's state in ``memory["inner"]`` and the last split in ``memory["split"]``."""
-
-    def __init__(self, env: Env) -> None:
-        super().__init__(env)
-        if callable(getattr(env, "voxels", None)):  # the evaluation's IoU reads the inner (built) world
-            self.voxels = lambda state: env.voxels(state.memory["inner"])
-        budgets = [role.max_new_tokens for role in env.roles]
-        choices = {role.choices for role in env.roles}
-        self.roles = (
-            AgentRole(
-                "single",
-                None,
-                sum(budgets) if None not in budgets else None,
-                choices.pop() if len(choices) == 1 else None,
-            ),
-        )
-
-    def _prompt(self, inner: EnvState) -> str:
-        return self.inner.single_agent_prompt(_last_user_messages(inner), inner.turn)
-
-    def reset(self, task: Mapping[str, Any]) -> EnvState:
-        inner = self.inner.reset(task)
-        return EnvState(
-            task=task, histories=(({"role": "user", "content": self._prompt(inner)},),), memory={"inner": inner}
-        )
-
-    def observe(self, task: Mapping[str, Any]) -> list[str]:
-        return [self._prompt(self.inner.reset(task))]
-
-    def score(self, state: EnvState, actions: Sequence[str]) -> Score:
-        return self.inner.score(state.memory["inner"], self.inner.split_single_response(actions[0]))
-
-    def step_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[StepResult]:
-        splits = [self.inner.split_single_response(a[0]) for a in actions]
-        results = self.inner.step_batch([s.memory["inner"] for s in states], splits)
-        out = []
-        for state, action, split, res in zip(states, actions, splits, results, strict=True):
-            history = state.histories[0] + ({"role": "assistant", "content": action[0]},)
-            if not res.done:
-                history += ({"role": "user", "content": self._prompt(res.state)},)
-            memory = {**state.memory, "inner": res.state, "split": tuple(split)}
-            nxt = replace(state, histories=(history,), turn=state.turn + 1, done=res.done, memory=memory)
-            out.append(StepResult(nxt, res.rewards, res.done, res.info))  # the inner rewards: returns compare
-        return out
 
 
 DRAFT_REPLY = (
@@ -97,7 +33,7 @@ TURN_REPLY = "The other agents' responses in the last turn:\n\n{others}"
 """Appended to each agent's next user message in multi-turn environments."""
 
 
-class DiscussionEnv(_Wrapper):
+class DiscussionEnv(EnvWrapper):
     """``env`` with the others' previous-round outputs shown to each agent (the ``discussion``
     baseline; module docstring). ``draft``: play an unscored draft round first (default: only
     when ``env`` has one turn)."""
