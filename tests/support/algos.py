@@ -75,7 +75,8 @@ DUO = [(1e-4, 32), (3e-4, 24)]
 # team given there samples from the policy itself (temperature 1, no top-p). The DDP runs: see test_ddp.py.
 ALGO_TESTS: dict[str, AlgoTests] = {
     "magrpo": AlgoTests(
-        ddp=["--data.env", "math", "--data.env_options", "{dataset: addition, profile: solo}"],
+        # a team of one (search_qa's solo agent) searching the shipped corpus over 2 turns
+        ddp=["--data.env", "search_qa", "--data.env_options", "{team: solo}", "--data.num_turns", "2"],
         eval_tasks=3,
         launcher="torchrun",
         resume=lambda tmp: [*MATRIX, "--config", eval_every_step(tmp)],

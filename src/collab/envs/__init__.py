@@ -21,6 +21,7 @@ _ENVS = {
     "plan_path": "collab.envs.games.env:PlanPathEnv",
     "sokoban": "collab.envs.games.env:SokobanEnv",
     "sudoku": "collab.envs.games.env:SudokuEnv",
+    "search_qa": "collab.envs.search_qa.env:SearchQAEnv",
 }
 
 
