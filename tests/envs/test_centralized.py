@@ -83,7 +83,7 @@ def test_the_tagged_prompt_holds_every_roles_instructions_and_the_sections_to_wr
         assert f"Agent {i} ({role.name}):\n{role.system_prompt}" in prompt
         assert f"<agent_{i}>\n...\n</agent_{i}>" in prompt
     assert prompt.count(env.observe(task)[0]) == 2  # each role's message under its own label
-    assert role.system_prompt not in tagged_prompt(env.roles, ["feedback a", "feedback b"], 1)
+    assert env.roles[0].system_prompt not in tagged_prompt(env.roles, ["feedback a", "feedback b"], 1)
 
 
 def test_the_env_option_wraps_the_env_and_scores_the_graded_roles_section():

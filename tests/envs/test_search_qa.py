@@ -142,6 +142,13 @@ def test_bad_options_are_one_line(options, message):
         make_env("search_qa", **options)
 
 
+def test_a_corpus_line_that_is_not_json_is_one_line(tmp_path):
+    corpus = tmp_path / "broken.jsonl"
+    corpus.write_text('{"contents": "Title\n')
+    with pytest.raises(UserError, match=r"broken.jsonl, line 1: not a JSON object with a 'text' field$"):
+        make_env("search_qa", corpus=str(corpus))
+
+
 def test_bad_data_is_one_line_at_the_first_tasks(tmp_path):
     with pytest.raises(UserError, match=r"^data file not found: nowhere.jsonl$"):
         make_env("search_qa", dataset="nowhere.jsonl").tasks("train")

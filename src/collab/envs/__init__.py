@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 
 from collab.envs.base import AgentRole, Env, EnvState, Score, StepResult
-from collab.envs.centralized import PROTOCOLS, SingleModelEnv
+from collab.envs.centralized import SingleModelEnv
 from collab.errors import UserError, registered_class
 
 # name -> "module:Class"; an environment's module is imported only when it is built.
@@ -83,9 +83,6 @@ def make_env(name: str, **kwargs) -> Env:
         raise UserError(f"env option call_penalty must be a number >= 0 (subtracted per tool call), got {penalty!r}")
     if isinstance(shift, bool) or not isinstance(shift, (int, float)):
         raise UserError(f"env option reward_shift must be a number (added to every turn's reward), got {shift!r}")
-    if centralized is not None and centralized not in PROTOCOLS:
-        valid = " | ".join(PROTOCOLS)
-        raise UserError(f"env option centralized must be {valid} (one agent writes every role), got {centralized!r}")
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as e:
@@ -93,7 +90,7 @@ def make_env(name: str, **kwargs) -> Env:
         raise UserError(f"bad option for env {name!r} ({e}); valid options: {params}") from None
     env = cls(**typed_options(cls, kwargs))
     env.reward_shift = float(shift)
-    if centralized is not None:  # one agent does every role; the tools are its own
+    if centralized is not None:  # one agent does every role (a bad protocol: one line); the tools are its own
         env = SingleModelEnv(env, centralized)
     if any(tool_options.get(k) is not None for k in ("tools", "tool_budget", "tool_choice")):  # the env's tools
         from collab.tools.options import tool_setup

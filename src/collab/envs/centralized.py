@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from collab.envs.base import AgentRole, Env, EnvState, Score, StepResult, role_headers
+from collab.errors import require
 
 PROTOCOLS = ("headers", "tags")
 """How one agent's prompt is built and its response split: :func:`tagged_prompt` / :func:`split_tagged` (tags), or
@@ -78,9 +79,10 @@ class SingleModelEnv(EnvWrapper):
     length is the sum of the roles' (None when one has none), its closed vocabulary theirs when they share one."""
 
     def __init__(self, env: Env, protocol: str = "headers") -> None:
-        from collab.errors import require
-
-        require(protocol in PROTOCOLS, f"centralized protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        require(
+            protocol in PROTOCOLS,
+            f"env option centralized must be {' | '.join(PROTOCOLS)} (one agent writes every role), got {protocol!r}",
+        )
         super().__init__(env)
         self.protocol = protocol
         if callable(getattr(env, "voxels", None)):  # the evaluation's IoU reads the inner (built) world

@@ -69,11 +69,22 @@ ROLES = {
 }
 
 
+def holds_contents(path: Path) -> bool:
+    """Whether the first record of a JSON lines file has a ``contents`` field (the file read up to that line)."""
+    if path.suffix != ".jsonl":
+        return False
+    with path.open(encoding="utf-8") as f:
+        first = next((line for line in f if line.strip()), "")
+    try:
+        return "contents" in json.loads(first)
+    except (ValueError, TypeError):  # not a JSON object: read_corpus says what is wrong, in one line
+        return False
+
+
 def read_documents(path: str | Path) -> list[dict[str, str]]:
     """A corpus: JSON lines of ``contents`` (Search-R1's and FlashRAG's Wikipedia: ``"Title"\\ntext``), else
     :func:`collab.tools.search.read_corpus`'s formats."""
-    first = next((line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()), "")
-    if Path(path).suffix == ".jsonl" and first.strip().startswith("{") and "contents" in json.loads(first):
+    if holds_contents(Path(path)):
         docs = []
         for record in load_records(path, ["contents"]):
             title, _, text = str(record["contents"]).partition("\n")
@@ -114,12 +125,9 @@ class SearchQAEnv(Env):
         """
         super().__init__(horizon)
         require(team in TEAMS, f"search_qa option team must be one of {', '.join(TEAMS)}, got {team!r}")
-        for key, value in (("num_eval", num_eval), ("top_k", top_k), ("max_chars", max_chars)):
+        counts = {"num_eval": num_eval, "top_k": top_k, "max_chars": max_chars, "max_new_tokens": max_new_tokens}
+        for key, value in counts.items():
             require(type(value) is int and value >= 1, f"search_qa option {key} must be an integer >= 1, got {value!r}")
-        require(
-            type(max_new_tokens) is int and max_new_tokens >= 1,
-            f"search_qa option max_new_tokens must be an integer >= 1, got {max_new_tokens!r}",
-        )
         self.team, self.top_k, self.max_chars, self.num_eval = team, top_k, max_chars, num_eval
         names = ("verifier", "searcher", "answerer") if team == "orchestra" else ("agent",)
         self.roles = tuple(AgentRole(n, ROLES[n], max_new_tokens) for n in names)
