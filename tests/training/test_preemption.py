@@ -365,6 +365,37 @@ def test_a_process_blocked_in_c_exits_by_the_watchdog(tmp_path):
     assert err.strip().startswith("stopped by SIGTERM at step 0 (forced: no orderly stop 1 s after the signal)"), err
 
 
+@pytest.mark.parametrize("noticed", [True, False])
+def test_lightnings_child_observer_stands_down_once_the_signal_is_noticed(noticed, tmp_path):
+    """Rank 0 forwards the SIGTERM and its children end with a non-zero status on purpose; Lightning's
+    child-process observer (it looks every few seconds) would SIGKILL rank 0 on seeing that, so a stopped
+    DDP run ended with -9 instead of 143 whenever it looked before rank 0 exited. Once rank 0 notices the
+    signal the observer stands down; without a notice it still kills (the control: it is armed here)."""
+    child = (
+        "import os, subprocess, sys, time, weakref\n"
+        "from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver\n"
+        "from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher\n"
+        "from collab.preemption import state, watchdog\n"
+        "rank1 = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "launcher = _SubprocessScriptLauncher(None, 2, 1)\n"
+        "launcher.procs = [rank1]\n"
+        "class Trainer: strategy = type('Strategy', (), {'launcher': launcher})\n"
+        "trainer = Trainer()\n"
+        "state._state = state._State(hard_exit=60.0, trainer=weakref.ref(trainer))\n"
+        "_ChildProcessObserver(os.getpid(), launcher.procs, sleep_period=0.1).start()\n"
+        f"if {noticed}:\n"
+        "    watchdog.notice()  # forwards SIGTERM to rank1\n"
+        "else:\n"
+        "    launcher.kill(15)\n"
+        "rank1.wait()\n"
+        "time.sleep(1.0)  # ten of the observer's looks\n"
+        "os._exit(0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-c", child], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == (0 if noticed else -signal.SIGKILL), proc.stderr[-2000:]
+
+
 def test_two_processes_stop_together_at_the_step_end_within_the_grace(tmp_path, one_thread):
     """With the default grace the update goes on and the step ends (the tiny model's takes a second): both
     ranks agree at its end and save it together (each rank's random state in ``last.ckpt``)."""

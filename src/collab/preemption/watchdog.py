@@ -54,11 +54,24 @@ def notice() -> None:
     trainer = s.run()
     launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
     if getattr(launcher, "procs", None):
+        stand_down_observer()
         with contextlib.suppress(Exception):
             launcher.kill(signal.SIGTERM)
     s.watchdog = threading.Timer(max(0.0, s.hard_exit - (time.monotonic() - s.received_at)), _hard_exit, args=(s,))
     s.watchdog.daemon = True
     s.watchdog.start()
+
+
+def stand_down_observer() -> None:
+    """Stop Lightning's child-process observer in this process (rank 0 of a run it launched). Within 5 s of a
+    child's non-zero exit it SIGKILLs every rank and this process, which then ends with -9 instead of its own
+    status: after a SIGTERM the children end with 143 on purpose while this process still reaps them and
+    writes its line. This process ends its children itself from here on (:func:`_reap`)."""
+    from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+
+    for thread in threading.enumerate():
+        if isinstance(thread, _ChildProcessObserver):
+            thread._run = lambda: True  # its loop ends at its next look, before it can kill anything
 
 
 def _watch(s: _State) -> None:

@@ -85,6 +85,8 @@ def timeout_callback(timeout_s: float):
             import signal
             import sys
 
+            from collab.preemption.watchdog import stand_down_observer
+
             if trainer.world_size < 2 or not collective_failure(exception):
                 return
             print(
@@ -96,6 +98,7 @@ def timeout_callback(timeout_s: float):
                 logger.finalize("failed")
             launcher = getattr(trainer.strategy, "launcher", None)
             if getattr(launcher, "procs", None):
+                stand_down_observer()  # else it may SIGKILL this process on seeing their -9: exit -9, not 1
                 launcher.kill(signal.SIGKILL)
             raise SystemExit(1)
 
