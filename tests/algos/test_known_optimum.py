@@ -65,6 +65,17 @@ def make(algo: str, seed: int):
             num_generations=4,
             ppo={"num_epochs": 1},
         )
+    if algo == "marlhf":  # the reward model's phase first (its adapter and head at a rate of 1e-2)
+        return from_config(
+            algo,
+            agents=None,
+            agent_defaults=SAMPLE_THE_POLICY,
+            base=base,
+            agent_lr=1e-2,
+            num_generations=4,
+            ppo={"num_epochs": 1},
+            reward_model={"lr": 1e-2},
+        )
     if algo in ("collm_cc", "collm_dc"):
         return from_config(
             algo,

@@ -121,12 +121,14 @@ def one_pass(module, micro, scale):
     value loss plus every agent's policy loss, weighted by its critic's advantages; MAGRPO: each agent's mean of
     -rho A over its samples, summed; MAPoRL: Section 3.2's token means, -rho A + value_head.coef (V - V_target)^2;
     MADPO: the mean over pairs of -log sigmoid(beta sum_i (log pi_i(y_w^i) - log pi_i(y_l^i))), a pair at a time;
+    MARLHF's reward-model phase: the mean over pairs of -log sigmoid(r(h, a_w) - r(h, a_l)), a joint action at a time;
     AT-GRPO: each agent's mean of -rho_t A over its response tokens, summed."""
     from collab.algos.actor_critic import ActorCritic
     from collab.algos.at_grpo import ATGRPO
     from collab.algos.madpo import MADPO
     from collab.algos.maporl import MAPoRL
     from collab.algos.marft import MARFT
+    from collab.algos.marlhf import MARLHF
 
     team, weight = module.team, len(micro) / scale.count
     if isinstance(module, MARFT):
@@ -151,6 +153,13 @@ def one_pass(module, micro, scale):
                 )
                 loss = loss + surrogate(logprobs, torch.tensor([c.logprob for c in actions]), advantages[:, k]).mean()
         return loss * weight
+    if isinstance(module, MARLHF) and module.fitting_rewards():
+        scores = [
+            [module.reward_model.values([0], [module.reward_model.inputs(pair.state, side)[0][1]])[0] for side in sides]
+            for pair in micro
+            for sides in [(pair.winners, pair.losers)]
+        ]
+        return sum(torch.log1p(torch.exp(-(w - lo))) for w, lo in scores) / scale.count
     if isinstance(module, MADPO):
         losses = []
         for pair in micro:
@@ -259,6 +268,7 @@ def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path
         "marft_a": [["critic"], [a0], [a1]],  # critic j, then its agents
         "collm_dc": [["critic0"], [a0], ["critic1"], [a1]],
         "marft_t": [["critic"], [a0], [a1]],
+        "marlhf": [["reward_model"]],  # its first rollouts fit the reward model alone
     }
     expected["ippo"] = expected["collm_dc"]
     assert order == expected.get(algo, [[g["name"] for g in groups]])  # one term: every agent (and head) at once

@@ -11,7 +11,7 @@ from collab.errors import UserError
 from tests.support.presets import ROOT, effective_agents, preset_runs
 
 ALGOS = sorted(algo_registry())
-ATTRIBUTE = {"num_generations": "k", "critic": "critic_mode", "agents": "agent_specs"}
+ATTRIBUTE = {"num_generations": "k", "critic": "critic_mode", "agents": "agent_specs", "reward_model": "reward_spec"}
 """Options the modules keep under another attribute name."""
 
 

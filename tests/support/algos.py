@@ -101,6 +101,25 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         terms=1,
         debate=("--model.num_generations", "2"),
     ),
+    "marlhf": AlgoTests(
+        # a grid game (2 of its turns, K = 2): the reward model's pairs at every history of a 2-turn tree
+        ddp=[
+            "--data.env",
+            "sokoban",
+            "--data.env_options",
+            "{num_train: 8, num_eval: 3, max_new_tokens: 16}",
+            "--data.num_turns",
+            "2",
+            "--model.num_generations",
+            "2",
+        ],
+        eval_tasks=3,
+        # one rollout fits the reward model, the next ones train the team on its scores
+        resume=lambda tmp: [*MATRIX, "--model.reward_rollouts", "1"],
+        team=DUO,
+        terms=1,
+        debate=("--model.num_generations", "2"),
+    ),
     "at_grpo": AlgoTests(
         # a grid game (2 of its turns): its tool agent's programs run in the sandbox on both ranks
         ddp=[

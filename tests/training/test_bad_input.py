@@ -893,6 +893,17 @@ CASES = [
         valid=r"must be headers \| tags",
     ),
     fit(
+        "reward_model_kind",
+        "--algo",
+        "marlhf",
+        *TINY,
+        *MATRIX,
+        "--model.reward_model.kind",
+        "v",
+        option="model.reward_model",
+        valid=r"its kind must be q",
+    ),
+    fit(
         "tool_budget_calls",
         "--algo",
         "magrpo",

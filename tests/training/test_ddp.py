@@ -279,11 +279,9 @@ def lockstep(case: str, tmp_path: Path, monkeypatch) -> None:
     assert "nan" not in "\n".join(run.stdout.split("evaluation at step 0")[1].splitlines()[:6])
 
 
-NO_DDP_RUN = {"sokoban", "math"}
-"""The envs without a run here: one run per algorithm, and the envs outnumber the algorithms (AT-GRPO's run plays
-Plan-Path, MADPO's Sudoku, MAGRPO's search_qa); Sokoban's tasks reach the ranks as every env's (collab.rollout) and its
-scores are per task, as the other grid games'; math's 2-process runs are tests/training/test_ddp_resume.py's,
-test_fsdp_resume.py's and test_fsdp.py's MARFT-T with a calculator."""
+NO_DDP_RUN = {"math"}
+"""The envs without a run here: one run per algorithm, and the envs outnumber the algorithms; math's 2-process runs
+are tests/training/test_ddp_resume.py's, test_fsdp_resume.py's and test_fsdp.py's MARFT-T with a calculator."""
 
 
 def test_the_matrix_covers_every_env_and_algorithm():

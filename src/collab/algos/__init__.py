@@ -23,10 +23,12 @@ def algo_registry() -> dict[str, type]:
     from collab.algos.maporl import MAPoRL
     from collab.algos.marft_a import MARFTA
     from collab.algos.marft_t import MARFTT
+    from collab.algos.marlhf import MARLHF
 
     return {
         "magrpo": MAGRPO,
         "madpo": MADPO,
+        "marlhf": MARLHF,
         "at_grpo": ATGRPO,
         "collm_cc": CoLLM,
         "collm_dc": CoLLM,

@@ -11,7 +11,7 @@ Algorithm files call these and read like the papers' pseudo-code. Import them fr
   ``mixed_rewards``, and MARFT's decision chain: ``chain``, ``bellman_targets``.
 - :mod:`~collab.objectives.policy`: policy losses. ``clipped_surrogate``, ``ratio_stats``, ``kl_k3``.
 - :mod:`~collab.objectives.preference`: MADPO's preference loss. ``preference_pairs`` (and its
-  ``PAIR_SELECTIONS``), ``joint_log_ratios``, ``joint_dpo_loss``.
+  ``PAIR_SELECTIONS``), ``joint_log_ratios``, ``joint_dpo_loss``; MARLHF's ``bradley_terry_loss``.
 - :mod:`~collab.objectives.critic`: critic losses. ``value_loss``, ``explained_variance``.
 - :mod:`~collab.objectives.debate`: MAPoRL's debate rewards. ``influence_rewards``, ``majority_vote``,
   ``majority_of_others``, ``majority_of_others_table``, ``revision_incentives``,
@@ -32,7 +32,13 @@ from collab.objectives.debate import (
     token_rewards,
 )
 from collab.objectives.policy import clipped_surrogate, kl_k3, ratio_stats
-from collab.objectives.preference import PAIR_SELECTIONS, joint_dpo_loss, joint_log_ratios, preference_pairs
+from collab.objectives.preference import (
+    PAIR_SELECTIONS,
+    bradley_terry_loss,
+    joint_dpo_loss,
+    joint_log_ratios,
+    preference_pairs,
+)
 from collab.objectives.returns import (
     BASELINES,
     absorbing_reward,
@@ -57,6 +63,7 @@ __all__ = [
     "absorbing_reward",
     "bellman_targets",
     "best_joint",
+    "bradley_terry_loss",
     "chain",
     "clipped_surrogate",
     "debate_rewards",

@@ -10,6 +10,9 @@ independently given their prompts, so the joint policy's log-prob is the sum of 
 and the joint log-ratio inside the one sigmoid is the sum of every agent's; each agent's gradient flows through
 its own log-probs only (its parameters are its own). The library's loss has no reference model (pi_ref uniform:
 it cancels); :func:`joint_dpo_loss` takes the reference's log-probs optionally, for Eq. 7 itself.
+
+MARLHF (CoMLRL, ``comlrl/trainers/preference/marlhf.py``) fits a joint reward model to the same pairs with the
+Bradley-Terry likelihood instead (:func:`bradley_terry_loss`), then trains the team on its scores.
 """
 
 from __future__ import annotations
@@ -80,3 +83,10 @@ def joint_dpo_loss(
     with the other agents' log-ratios held constant, gives."""
     margins = joint_log_ratios(winner_logprobs, loser_logprobs, ref_winner_logprobs, ref_loser_logprobs)
     return -F.logsigmoid(beta * margins)
+
+
+def bradley_terry_loss(chosen: Tensor, rejected: Tensor) -> Tensor:
+    """The Bradley-Terry negative log-likelihood of each pair, ``[P]``: -log sigmoid(r(y_w) - r(y_l)), with
+    ``chosen`` and ``rejected`` the reward model's scores of the preferred and of the other joint action
+    (Ouyang et al. 2022, Eq. 1; CoMLRL's MARLHF reward model, whose loss is their mean over a batch of pairs)."""
+    return -F.logsigmoid(chosen - rejected)

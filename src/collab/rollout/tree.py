@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -192,11 +192,13 @@ def tree_batch(
     termination: str = "branch",
     cross_reduction: str = "mean",
     keep: str = "all",
+    relabel: Callable[[TreeNode], None] | None = None,
 ) -> Experience:
     """Roll out the trees of ``tasks`` and turn every agent's sample at every node into a
     :class:`~collab.rollout.experience.Decision` carrying its return (:func:`sample_values`) and its group (the
     node and agent it was drawn for); the
-    algorithm turns returns into advantages (:meth:`collab.algos.magrpo.MAGRPO.prepare`)."""
+    algorithm turns returns into advantages (:meth:`collab.algos.magrpo.MAGRPO.prepare`). ``relabel`` sees each
+    root before its returns are backed up, and may replace its nodes' ``rewards`` (MARLHF's reward model)."""
     start = time.perf_counter()
     roots = expand_tree(team, env, tasks, k, joint_mode, termination_threshold, max_new_tokens, termination, keep)
     seconds = time.perf_counter() - start
@@ -205,6 +207,8 @@ def tree_batch(
     group = 0
     tokens = 0
     for root in roots:
+        if relabel is not None:
+            relabel(root)
         backup_returns(root, gamma)
         for node in root.nodes():
             for i in range(env.n_agents):
