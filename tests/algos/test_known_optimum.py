@@ -55,7 +55,7 @@ def make(algo: str, seed: int):
             log_kl_every=0,
             normalize_std=True,
         )
-    if algo in ("at_grpo", "madpo"):
+    if algo in ("at_grpo", "madpo", "marlhf"):
         return from_config(
             algo,
             agents=None,
@@ -64,17 +64,8 @@ def make(algo: str, seed: int):
             agent_lr=1e-2,
             num_generations=4,
             ppo={"num_epochs": 1},
-        )
-    if algo == "marlhf":  # the reward model's phase first (its adapter and head at a rate of 1e-2)
-        return from_config(
-            algo,
-            agents=None,
-            agent_defaults=SAMPLE_THE_POLICY,
-            base=base,
-            agent_lr=1e-2,
-            num_generations=4,
-            ppo={"num_epochs": 1},
-            reward_model={"lr": 1e-2},
+            # MARLHF: its reward model's adapter and head at the agents' rate
+            **({"reward_model": {"lr": 1e-2}} if algo == "marlhf" else {}),
         )
     if algo in ("collm_cc", "collm_dc"):
         return from_config(

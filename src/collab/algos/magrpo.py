@@ -110,7 +110,8 @@ class MAGRPO(CollabModule):
             self.k = getattr(env, "num_generations", 4)
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
-    def rollout(self, tasks) -> Experience[Decision]:
+    def rollout(self, tasks, relabel=None) -> Experience[Decision]:
+        """The tree of every task; ``relabel`` may rescore its nodes before the returns (``tree_batch``)."""
         return tree_batch(
             self.team,
             self.env,
@@ -122,6 +123,7 @@ class MAGRPO(CollabModule):
             self.max_new_tokens,
             self.termination,
             self.cross_reduction,
+            relabel=relabel,
         )
 
     @torch.no_grad()

@@ -38,7 +38,7 @@ from collab.envs.base import EnvState
 from collab.errors import require, require_ranges
 from collab.objectives import PAIR_SELECTIONS, bradley_terry_loss, preference_pairs
 from collab.rollout.experience import Batch, Experience, Normalizers
-from collab.rollout.tree import TreeNode, backup_returns, tree_batch
+from collab.rollout.tree import TreeNode, backup_returns
 
 
 @dataclass
@@ -92,7 +92,7 @@ class MARLHF(MAGRPO):
         ppo: PPOOptions,
         **kwargs,
     ) -> None:
-        super().__init__(
+        super().__init__(  # written out: the command line's parser reads the options a subclass fixes from this call
             num_generations=num_generations,
             joint_mode="aligned",
             baseline="mean",
@@ -155,33 +155,15 @@ class MARLHF(MAGRPO):
         return (1, None) if self.fitting_rewards() else super().update_shape()
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
-    def rollout(self, tasks) -> Experience:
+    def rollout(self, tasks, relabel=None) -> Experience:
         """The tree on the task reward, its pairs the items (the reward model's phase); or the tree with every
         joint action scored by the reward model (the policy's)."""
         if not self.fitting_rewards():
-            return tree_batch(
-                self.team,
-                self.env,
-                tasks,
-                self.k,
-                self.ppo.gamma,
-                "aligned",
-                None,
-                self.max_new_tokens,
-                relabel=self.score,
-            )
+            return super().rollout(tasks, relabel=self.score)
         pairs: list[JointPair] = []
         gamma, selection, limit = self.ppo.gamma, self.pair_selection, self.pairs_per_node
-        experience = tree_batch(
-            self.team,
-            self.env,
-            tasks,
-            self.k,
-            gamma,
-            "aligned",
-            None,
-            self.max_new_tokens,
-            relabel=lambda root: pairs.extend(tree_pairs(root, gamma, selection, limit)),
+        experience = super().rollout(
+            tasks, relabel=lambda root: pairs.extend(tree_pairs(root, gamma, selection, limit))
         )
         experience.items = pairs
         return experience
