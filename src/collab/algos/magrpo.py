@@ -110,7 +110,10 @@ class MAGRPO(CollabModule):
             self.k = getattr(env, "num_generations", 4)
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
-    def rollout(self, tasks, relabel=None) -> Experience[Decision]:
+    def rollout(self, tasks) -> Experience[Decision]:
+        return self.trees(tasks)
+
+    def trees(self, tasks, relabel=None) -> Experience[Decision]:
         """The tree of every task; ``relabel`` may rescore its nodes before the returns (``tree_batch``)."""
         return tree_batch(
             self.team,

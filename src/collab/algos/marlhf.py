@@ -155,16 +155,14 @@ class MARLHF(MAGRPO):
         return (1, None) if self.fitting_rewards() else super().update_shape()
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
-    def rollout(self, tasks, relabel=None) -> Experience:
+    def rollout(self, tasks) -> Experience:
         """The tree on the task reward, its pairs the items (the reward model's phase); or the tree with every
         joint action scored by the reward model (the policy's)."""
         if not self.fitting_rewards():
-            return super().rollout(tasks, relabel=self.score)
+            return self.trees(tasks, relabel=self.score)
         pairs: list[JointPair] = []
         gamma, selection, limit = self.ppo.gamma, self.pair_selection, self.pairs_per_node
-        experience = super().rollout(
-            tasks, relabel=lambda root: pairs.extend(tree_pairs(root, gamma, selection, limit))
-        )
+        experience = self.trees(tasks, relabel=lambda root: pairs.extend(tree_pairs(root, gamma, selection, limit)))
         experience.items = pairs
         return experience
 
