@@ -193,3 +193,5 @@ def test_bad_options_end_in_one_line(option, value, message):
 
     with pytest.raises(UserError, match=message):
         from_config("marlhf", base={"name": "tiny"}, **{option: value})
+    with pytest.raises(UserError, match="pairs_per_node null"):
+        from_config("marlhf", base={"name": "tiny"}, pair_selection="all", pairs_per_node=2)

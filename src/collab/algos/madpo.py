@@ -70,6 +70,19 @@ def node_pairs(
     return pairs, len(nodes)
 
 
+def check_pair_options(pair_selection: str, pairs_per_node: int | None) -> None:
+    """``model.pair_selection`` and ``model.pairs_per_node`` in range (MADPO's, and MARLHF's reward model's pairs)."""
+    require(
+        pairs_per_node is None or (isinstance(pairs_per_node, int) and pairs_per_node >= 1),
+        f"model.pairs_per_node must be >= 1 or null, got {pairs_per_node}",
+    )
+    require_ranges({"pair_selection": pair_selection}, choices={"pair_selection": PAIR_SELECTIONS})
+    require(
+        pair_selection != "all" or pairs_per_node is None,
+        "model.pair_selection all takes every pair: set model.pairs_per_node null (or choose reward_gap | random)",
+    )
+
+
 class MADPO(CollabModule):
     """The options and their meaning: ``conf/algo/madpo.yaml``."""
 
@@ -92,15 +105,7 @@ class MADPO(CollabModule):
             f"MADPO needs model.num_generations >= 2 to compare joint actions, got {num_generations}",
         )
         require(beta > 0 and beta != float("inf"), f"model.beta must be > 0, got {beta}")
-        require(
-            pairs_per_node is None or (isinstance(pairs_per_node, int) and pairs_per_node >= 1),
-            f"model.pairs_per_node must be >= 1 or null, got {pairs_per_node}",
-        )
-        require_ranges(locals(), choices={"pair_selection": PAIR_SELECTIONS})
-        require(
-            pair_selection != "all" or pairs_per_node is None,
-            "model.pair_selection all takes every pair: set model.pairs_per_node null (or choose reward_gap | random)",
-        )
+        check_pair_options(pair_selection, pairs_per_node)
         ppo.check()
         self.k, self.beta, self.reference = num_generations, beta, reference
         self.pair_selection, self.pairs_per_node, self.ppo = pair_selection, pairs_per_node, ppo

@@ -33,10 +33,11 @@ import torch
 from collab.algos.base import Term
 from collab.algos.groups import PPOOptions
 from collab.algos.llm_critics import Critics, CriticSpec, check_critic_spec
+from collab.algos.madpo import check_pair_options
 from collab.algos.magrpo import MAGRPO
 from collab.envs.base import EnvState
-from collab.errors import require, require_ranges
-from collab.objectives import PAIR_SELECTIONS, bradley_terry_loss, preference_pairs
+from collab.errors import require
+from collab.objectives import bradley_terry_loss, preference_pairs
 from collab.rollout.experience import Batch, Experience, Normalizers
 from collab.rollout.tree import TreeNode, backup_returns
 
@@ -114,15 +115,10 @@ class MARLHF(MAGRPO):
             "model.reward_model scores a joint action: its kind must be q and share_agent_adapter false",
         )
         require(
-            reward_model.lr is not None and reward_model.lr > 0 and reward_model.lr != float("inf"),
-            f"model.reward_model.lr must be > 0, got {reward_model.lr}",
-        )
+            reward_model.lr is not None, "model.reward_model.lr must be > 0, got None"
+        )  # no critic_lr to fall back on
         check_critic_spec(reward_model, "model.reward_model")
-        require(
-            pairs_per_node is None or (isinstance(pairs_per_node, int) and pairs_per_node >= 1),
-            f"model.pairs_per_node must be >= 1 or null, got {pairs_per_node}",
-        )
-        require_ranges(locals(), choices={"pair_selection": PAIR_SELECTIONS})
+        check_pair_options(pair_selection, pairs_per_node)
         self.reward_rollouts, self.reward_spec = reward_rollouts, reward_model
         self.pair_selection, self.pairs_per_node = pair_selection, pairs_per_node
         self.reward_model: Critics | None = None
@@ -170,18 +166,12 @@ class MARLHF(MAGRPO):
     def score(self, root: TreeNode) -> None:
         """Every joint action's reward: the reward model's score, for every agent; the task's is kept in its info."""
         for node in root.nodes():
-            chats = [
-                chat for c in node.joints for _, chat in self.reward_model.inputs(node.state, self.joint_texts(node, c))
-            ]
-            scores = self.reward_model.values([0] * len(chats), chats).tolist()
+            joints = [[node.samples[i][j].text for i, j in enumerate(c)] for c in node.joints]
+            scores = self.reward_model.state_values([node.state] * len(joints), joints)[:, 0].tolist()
             for c, score in enumerate(scores):
                 task = node.rewards[c]
                 node.infos[c] = {**node.infos[c], "task_reward": sum(task) / len(task)}
                 node.rewards[c] = (score,) * len(task)
-
-    @staticmethod
-    def joint_texts(node: TreeNode, joint: tuple[int, ...]) -> list[str]:
-        return [node.samples[i][j].text for i, j in enumerate(joint)]
 
     @torch.no_grad()
     def prepare(self, experience: Experience) -> Batch:
@@ -211,10 +201,9 @@ class MARLHF(MAGRPO):
 
     def reward_model_loss(self, micro: list[JointPair], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's Bradley-Terry losses summed and divided by the pairs of every rank's minibatch."""
-        chats = [
-            chat for p in micro for side in (p.winners, p.losers) for _, chat in self.reward_model.inputs(p.state, side)
-        ]
-        scores = self.reward_model.values([0] * len(chats), chats).view(len(micro), 2)
+        states = [p.state for p in micro for _ in range(2)]
+        scores = self.reward_model.state_values(states, [side for p in micro for side in (p.winners, p.losers)])
+        scores = scores.view(len(micro), 2)
         losses = bradley_terry_loss(scores[:, 0], scores[:, 1])
         stats = {
             "train/reward_model_loss": float(losses.detach().mean()),
