@@ -24,6 +24,7 @@ PER_ALGORITHM = [
     "tests/training/test_bad_input.py",
     "tests/training/test_ddp.py",
     "tests/training/test_ddp_more.py",
+    "tests/training/test_fsdp.py",
     "tests/training/test_resume.py",
 ]
 """The test files with a test per algorithm (or per algorithm and something else)."""
@@ -64,6 +65,6 @@ def test_a_registered_algorithm_is_in_every_per_algorithm_test(pytester, monkeyp
         monkeypatch.delitem(sys.modules, path.removesuffix(".py").replace("/", "."), raising=False)
     found = collected(pytester)
     per_algorithm = {name: ids for name, ids in found.items() if any(re.search(r"\bmagrpo\b", i) for i in ids)}
-    assert len(per_algorithm) >= 11, sorted(found)
+    assert len(per_algorithm) >= 12, sorted(found)
     for name, ids in per_algorithm.items():
         assert any(re.search(r"\bthrowaway\b", i) for i in ids), (name, ids)

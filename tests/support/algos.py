@@ -14,6 +14,19 @@ import collab.algos
 from tests.support import SAMPLE_THE_POLICY_ARGS
 
 MATRIX = ["--data.env", "matrix", "--data.env_options", "{}"]
+WRITING = ["--data.env", "writing"]
+DEBATE = "{dataset: addition, agents: 2}"
+MAPORL_DEBATE = ["--data.env", "debate", "--data.env_options", DEBATE, "--data.num_turns", "2"]
+
+# The teams under fsdp (tests/training/test_fsdp.py): a full agent and a LoRA agent on one base are two sharded models,
+# the full agent's own copy and the LoRA agents' shared base.
+SHARDED_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}
+FULL = {"finetune": "full", "lr": 1e-4, "sampling": SHARDED_SAMPLING}
+LORA = {"sampling": SHARDED_SAMPLING}
+
+
+def team(*agents: dict) -> list[str]:
+    return ["--model.agents", json.dumps(list(agents))]
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,9 @@ class AlgoTests:
     terms: int
     """Terms per micro-batch of a 2-agent team (tests/algos/test_skeleton.py): one (one forward gives the loss), or
     each critic's and each agent's actor term."""
+    fsdp: dict[str, list[str]]
+    """Its teams under fsdp (tests/training/test_fsdp.py: the first step of 2 sharded processes against one
+    process's), each named by its agents, with their env and options."""
     micro_batches: bool = True
     """Whether tests/algos/test_skeleton.py checks its micro-batches (else its own test file does)."""
     launcher: str = "lightning"
@@ -82,6 +98,11 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         resume=lambda tmp: [*MATRIX, "--config", eval_every_step(tmp)],
         team=DUO,
         terms=1,
+        fsdp={
+            "full+lora": [*team(FULL, LORA), *WRITING],
+            # micro-batches holding both agents' samples: its term split into one per model
+            "full+full": [*team(FULL, FULL), *WRITING],
+        },
         # its tree at K = 4 is 20 joint actions a task (4 + 16 over the 2 turns); at 2, 6
         debate=("--model.num_generations", "2"),
     ),
@@ -99,6 +120,8 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         resume=lambda tmp: [*MATRIX],
         team=DUO,
         terms=1,
+        # pairs of joint actions ranked by the team's return; its one pass uses every model
+        fsdp={"full+lora": [*team(FULL, LORA), *WRITING]},
         debate=("--model.num_generations", "2"),
     ),
     "marlhf": AlgoTests(
@@ -118,6 +141,18 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         resume=lambda tmp: [*MATRIX, "--model.reward_rollouts", "1"],
         team=DUO,
         terms=1,
+        # the first step fits the reward model (a LoRA adapter and a head on the LoRA agent's base), the second trains
+        # the team on its scores
+        fsdp={
+            "full+lora": [
+                *team(FULL, LORA),
+                *WRITING,
+                "--model.reward_rollouts",
+                "1",
+                "--model.num_generations",
+                "2",
+            ]
+        },
         debate=("--model.num_generations", "2"),
     ),
     "at_grpo": AlgoTests(
@@ -134,16 +169,20 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         resume=lambda tmp: [*MATRIX, "--data.num_turns", "2"],
         team=DUO,
         terms=1,
+        # groups by task, turn and agent of its tree rollout (K candidates each)
+        fsdp={"full+lora": [*team(FULL, LORA), *WRITING]},
         debate=("--model.num_generations", "2"),
     ),
     "collm_cc": AlgoTests(
-        ddp=["--data.env", "writing"],
+        ddp=WRITING,
         eval_tasks=3,
         launcher="srun",
         strategy="fsdp",
         resume=lambda tmp: [*MATRIX, "--data.num_turns", "2"],
         team=DUO,
         terms=1 + 2,
+        # the critic reads agent 0, a full agent: a base of its own (with the critic's LoRA), a third sharded model
+        fsdp={"full+full": [*team(FULL, FULL), *WRITING]},
     ),
     "collm_dc": AlgoTests(
         ddp=["--data.env", "minecraft", "--data.num_turns", "2"],  # 2 of the 4 turns: the world carried over
@@ -151,6 +190,9 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         resume=lambda tmp: [*MATRIX],
         team=DUO,
         terms=2 + 2,
+        # a critic per agent, both adapters on the LoRA agent's base (a full agent's critic reads its untrained base:
+        # the one the LoRA agents share)
+        fsdp={"full+lora": [*team(FULL, LORA), *WRITING]},
     ),
     "ippo": AlgoTests(
         ddp=["--data.env", "matrix"],
@@ -158,6 +200,9 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         resume=lambda tmp: [*MATRIX, "--data.num_turns", "2", "--model.ppo.num_epochs", "2"],
         team=DUO,
         terms=2 + 2,
+        # an LLM critic per agent; with two full agents both critics' adapters are on one base of their own: three
+        # sharded models
+        fsdp={"full+full": [*team(FULL, FULL), *WRITING]},
     ),
     "marft_a": AlgoTests(
         ddp=["--data.env", "competitive_coding"],
@@ -176,6 +221,9 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         ],
         team=[(1e-4, 32), (1e-3, 24)],
         terms=1 + 2,
+        # a central MLP critic head on the frozen base: agent 0's untrained one, the LoRA agent's (sharded), with its
+        # adapters off
+        fsdp={"full+lora": [*team(FULL, LORA), *WRITING]},
     ),
     "marft_t": AlgoTests(
         ddp=["--data.env", "coding"],
@@ -183,10 +231,21 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         resume=lambda tmp: [*MATRIX, "--model.agents", "null", *SAMPLE_THE_POLICY_ARGS, "--model.ppo.num_epochs", "2"],
         team=DUO,
         terms=1 + 2,
+        # a token-level MLP critic on the frozen base (the LoRA agent's); agent 0 calls the calculator inside its turn
+        # (16 tokens a reply: 11 of the call, room after its result) and its replies go on in a second round
+        fsdp={
+            "full+lora+tools": [
+                *team({**FULL, "sampling": {**SHARDED_SAMPLING, "max_new_tokens": 16}}, LORA),
+                "--data.env",
+                "math",
+                "--data.env_options",
+                "{dataset: small_addition, profile: duo, tools: {0: [calculator]}, tool_choice: {0: calculator}}",
+            ]
+        },
     ),
     "maporl": AlgoTests(
         # the default's members: one adapter per (turn, agent), the turn-1 ones frozen (train_from_turn 2)
-        ddp=["--data.env", "debate", "--data.env_options", "{dataset: addition, agents: 2}", "--data.num_turns", "2"],
+        ddp=MAPORL_DEBATE,
         eval_tasks=5,
         resume=lambda tmp: [
             "--data.env_options",
@@ -209,6 +268,12 @@ ALGO_TESTS: dict[str, AlgoTests] = {
         ],
         team=[(None, 32), (None, 32)],
         terms=1,
+        # per-agent value heads, a 2-turn debate; with a full agent under a norm bound below the first step's gradient
+        # norm (clipping scales every gradient)
+        fsdp={
+            "lora": [*team(LORA, LORA), *MAPORL_DEBATE],
+            "full+lora": [*team(FULL, LORA), *MAPORL_DEBATE, "--model.max_grad_norm", "1e-3"],
+        },
         micro_batches=False,  # tests/algos/test_maporl.py
         agent_per_turn=True,
     ),

@@ -14,7 +14,8 @@ hold bitwise the same weights after every step, each only its half of every shar
 
 The teams: MAGRPO full+LoRA; CoLLM-CC full+full; CoLLM-DC full+LoRA; MARFT-A full+LoRA; MARFT-T full+LoRA; IPPO
 full+full; AT-GRPO full+LoRA (the K candidates of its tree); MADPO full+LoRA (pairs of joint actions, one pass over
-every model); MAPoRL LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents' samples, which
+every model); MARLHF full+LoRA (its reward model's first update, the team idle, then the team's on its scores); MAPoRL
+LoRA and full+LoRA; MAGRPO full+full with micro-batches holding both agents' samples, which
 splits its term into one per model (each backward pass gathers one model). A LoRA team's one sharded model (the
 shared base, its agents' and critics' adapters on it) is also CoLLM-CC's run under fsdp in
 tests/training/test_ddp.py; each mixed team here holds that base too, beside a full agent's. The teams with a full
@@ -39,64 +40,12 @@ import pytest
 import torch
 
 from tests.support import warm
-from tests.support.algos import settings
+from tests.support.algos import algos, settings
 
-SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6}
-FULL = {"finetune": "full", "lr": 1e-4, "sampling": SAMPLING}
-LORA = {"sampling": SAMPLING}
-
-WRITING = ["--data.env", "writing"]
 ADAPTERS = "collab.training.artifacts.AdapterCheckpoint"
-MAPORL = settings("maporl").ddp  # the debate of its DDP run: 2 agents, 2 turns
 
-# a full agent whose turn opens with a calculator call (the env option tool_choice) and room for the call and
-# more after its result: 11 tokens of the call, 16 in all
-CALLER = {**FULL, "sampling": {**SAMPLING, "max_new_tokens": 16}}
-TOOLS = "{dataset: small_addition, profile: duo, tools: {0: [calculator]}, tool_choice: {0: calculator}}"
-
-
-def team(*agents: dict) -> list[str]:
-    return ["--model.agents", json.dumps(list(agents))]
-
-
-# each case: its algorithm, team and env (a full agent and a LoRA agent on one base: the full agent's own copy and
-# the LoRA agents' shared base are two sharded models)
-CASES = {
-    "magrpo-full+lora": ["--algo", "magrpo", *team(FULL, LORA), *WRITING],
-    # two full agents with micro-batches holding both agents' samples: MAGRPO's term split into one per model
-    "magrpo-full+full": ["--algo", "magrpo", *team(FULL, FULL), *WRITING],
-    # the critic reads agent 0, a full agent: a base of its own (with the critic's LoRA), a third sharded model
-    "collm_cc-full+full": ["--algo", "collm_cc", *team(FULL, FULL), *WRITING],
-    # CoLLM-DC: a critic per agent, both adapters on the LoRA agent's base (a full agent's critic reads its untrained
-    # base: the one the LoRA agents share)
-    "collm_dc-full+lora": ["--algo", "collm_dc", *team(FULL, LORA), *WRITING],
-    # MARFT-A: a central MLP critic head on the frozen base: agent 0's untrained one, the LoRA agent's (sharded), with
-    # its adapters off
-    "marft_a-full+lora": ["--algo", "marft_a", *team(FULL, LORA), *WRITING],
-    # MARFT-T: a token-level MLP critic on the frozen base (the LoRA agent's); on rank 0 agent 0 calls the calculator
-    # inside its turn (COLLAB_DDP_CALL) and its replies go on in a second round, from their KV caches, while rank 1
-    # serves their forwards; its default max_grad_norm 0.5 clips the first step
-    "marft_t-full+lora+tools": [
-        "--algo",
-        "marft_t",
-        *team(CALLER, LORA),
-        "--data.env",
-        "math",
-        "--data.env_options",
-        TOOLS,
-    ],
-    # IPPO: an LLM critic per agent; with two full agents both critics' adapters are on one base of their own: three
-    # sharded models
-    "ippo-full+full": ["--algo", "ippo", *team(FULL, FULL), *WRITING],
-    # AT-GRPO: groups by task, turn and agent of its tree rollout (K candidates each), a full agent and a LoRA agent
-    "at_grpo-full+lora": ["--algo", "at_grpo", *team(FULL, LORA), *WRITING],
-    # MADPO: DPO on pairs of joint actions ranked by the team's return; its one pass uses every model
-    "madpo-full+lora": ["--algo", "madpo", *team(FULL, LORA), *WRITING],
-    # MAPoRL: per-agent value heads, a 2-turn debate
-    "maporl-lora": ["--algo", "maporl", *team(LORA, LORA), *MAPORL],
-    # with a norm bound below the first step's gradient norm: clipping scales every gradient
-    "maporl-full+lora": ["--algo", "maporl", *team(FULL, LORA), *MAPORL, "--model.max_grad_norm", "1e-3"],
-}
+CASES = {f"{algo}-{name}": ["--algo", algo, *args] for algo in algos() for name, args in settings(algo).fsdp.items()}
+"""Each algorithm's teams (its row of tests/support/algos.py), named ``ALGO-AGENTS``."""
 CLIPPED = {"maporl-full+lora"}
 """The cases whose first step is clipped by their ``--model.max_grad_norm``: a coefficient below 1 (MARFT-T's default
 0.5 clips by less; every case compares its clipped gradients)."""
@@ -181,13 +130,12 @@ def same_step(run: Path, reference: Path) -> None:
     assert [name for name in one if not torch.equal(one[name], start[name])], "the step moved nothing"
     # the gradients of the step: 1e-5 of each tensor's largest entry (2 processes sum in another order, over other
     # paddings: up to ~1e-5 measured), floored at 1e-6 of the largest gradient (a tensor whose gradient nearly cancels)
-    grads = [torch.load(run / "grads0.pt"), torch.load(reference / "grads0.pt")]
-    assert sorted(grads[0]) == sorted(grads[1]) == sorted(one)
+    grads = [completed(torch.load(run / "grads0.pt"), one), completed(torch.load(reference / "grads0.pt"), one)]
     floor = 1e-6 * max(float(g.abs().max()) for g in grads[1].values())
     assert close(*grads, 1e-5, floor) == []
     # clipped (collectives.clip_gradients: the shards' squared norms summed over the ranks, whole heads once): the
     # same coefficient, so the same gradients to the same tolerance, scaled
-    clipped = [torch.load(run / "clipped0.pt"), torch.load(reference / "clipped0.pt")]
+    clipped = [completed(torch.load(run / "clipped0.pt"), one), completed(torch.load(reference / "clipped0.pt"), one)]
     coef = clip_coefficient(grads[1], clipped[1])
     assert close(*clipped, 1e-5, floor * coef) == []
     assert clip_coefficient(grads[0], clipped[0]) == pytest.approx(coef, rel=1e-5)
@@ -198,6 +146,14 @@ def same_step(run: Path, reference: Path) -> None:
     strong = {n: g.abs() > floor for n, g in grads[1].items()}
     assert close(step, one, 1e-5, 1e-2 * 1e-3, strong) == []
     assert close(step, one, 0.0, 2e-3, {n: ~m for n, m in strong.items()}) == []
+
+
+def completed(grads: dict, weights: dict) -> dict:
+    """``grads`` with zeros for the trainable ``weights`` it lacks: the probe gathers a sharded weight's missing
+    gradient as zeros (every rank runs the same gathers), one process leaves it out (MARLHF's team while its reward
+    model fits, whose gradients its ``accept`` drops); a gradient of a weight that is not trainable is an error."""
+    assert set(grads) <= set(weights), sorted(set(grads) - set(weights))
+    return {n: grads[n] if n in grads else torch.zeros_like(w) for n, w in weights.items()}
 
 
 def norm(grads: dict) -> float:
