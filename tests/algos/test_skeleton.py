@@ -278,10 +278,8 @@ def test_an_algorithms_terms_sum_to_its_one_pass_loss(algo, one_thread, tmp_path
     expected = grads()
     assert stats["train/loss"] == pytest.approx(float(whole.detach()), rel=1e-5, abs=1e-6)
     assert any(g.abs().sum() > 0 for g in expected)
-    # another summation order, and another grouping of the prompts' shared starts (the terms' forwards hold one
-    # agent's rows, the one pass both agents'): float32 noise relative to each tensor's scale (up to 1.3e-5 measured)
-    for a, b in zip(expected, split):
-        assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()) + 1e-12, rtol=1e-4)
+    for a, b in zip(expected, split):  # another summation order: float32 noise relative to each tensor's scale
+        assert torch.allclose(a, b, atol=1e-5 * float(a.abs().max()) + 1e-12, rtol=1e-5)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])

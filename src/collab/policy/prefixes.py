@@ -41,10 +41,8 @@ def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-MIN_SHARED_PREFIX = 32
-"""Shortest common prompt start (tokens) worth a pass of its own (beside :data:`MIN_PREFIX_SAVING`): the second
-agent of the math env's duo reads prompts that open with the same 57 tokens (its system prompt and the chat's
-start), which a minimum of 64 left to every row's own pass (docs/measurements.md)."""
+MIN_SHARED_PREFIX = 64
+"""Shortest common prompt start (tokens) worth a prefill of its own."""
 
 
 MIN_PREFIX_SAVING = 0.25
