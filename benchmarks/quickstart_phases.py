@@ -53,9 +53,9 @@ def child(tree: Path, steps: int, out: Path, end_evaluation: bool) -> None:
     """One run of the quick start's job from ``tree``'s sources, its phases written to ``out`` as JSON."""
     sys.path.insert(0, str(tree / "src"))
     try:  # before torch's import, as collab.fit's main does on the commits that have it
-        from collab.runtime.threads import spin_briefly
+        from collab.runtime import threads
 
-        spin_briefly()
+        getattr(threads, "choose_wait", getattr(threads, "spin_briefly", lambda: None))()
     except ImportError:
         pass
     import lightning as L

@@ -192,9 +192,9 @@ def report(algo: str, options, env, tasks: int, weights: str, metrics: dict, row
 
 
 def main(argv: list[str] | None = None) -> int:
-    from collab.runtime.threads import spin_briefly
+    from collab.runtime.threads import choose_wait
 
-    spin_briefly()  # before torch's import, as collab.fit (collab.runtime.threads)
+    choose_wait()  # before torch's import, as collab.fit (collab.runtime.threads)
     from collab.fit import report_errors
 
     return report_errors(lambda: run(list(sys.argv[1:] if argv is None else argv)))

@@ -329,9 +329,9 @@ def fit(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from collab.runtime.threads import spin_briefly
+    from collab.runtime.threads import choose_wait
 
-    spin_briefly()  # before torch's import (collab.runtime.threads)
+    choose_wait()  # before torch's import (collab.runtime.threads)
     try:
         return report_errors(lambda: fit(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:

@@ -1,5 +1,6 @@
 """A run's threads (collab.runtime.threads): the cores from the affinity and a CPU quota, an equal share per
-process, idle OpenMP threads that sleep at once, and the setting put back for whoever called the command."""
+process, idle OpenMP threads that spin long only while the cores are idle, and the setting put back for whoever
+called the command."""
 
 import os
 import subprocess
@@ -65,29 +66,73 @@ def test_each_process_gets_its_share_and_the_setting_is_put_back(monkeypatch):
     assert "OMP_NUM_THREADS=3" in line and os.environ["OMP_NUM_THREADS"] == "3"
 
 
-def test_the_wait_is_set_only_before_torch_and_only_when_unset(monkeypatch):
-    assert threads.spin_briefly({}) is False  # torch is loaded here: too late for libgomp to read it
+STAT = """cpu  300 0 100 900 0 0 0 0 0 0
+cpu0 100 0 50 450 0 0 0 0 0 0
+cpu1 200 0 50 450 0 0 0 0 0 0
+intr 12345
+"""
+STAT_LATER = """cpu  560 0 120 1040 20 0 0 0 0 0
+cpu0 110 0 50 520 20 0 0 0 0 0
+cpu1 390 0 70 450 0 0 0 10 0 0
+intr 12400
+"""
+
+
+def test_busy_cores_are_each_cpus_time_not_idle_over_its_time():
+    # cpu0: 10 busy in 100 (70 idle, 20 I/O wait); cpu1: 190 user + 20 system + 10 stolen, nothing idle
+    assert threads.busy_cores(STAT, STAT_LATER, {0, 1}) == 2 * (10 + 220) / (100 + 220)
+    assert threads.busy_cores(STAT, STAT_LATER, {1}) == 1.0  # only this process's CPUs count
+    assert threads.busy_cores(STAT, STAT, {0, 1}) == 0.0  # no time passed
+    assert 0.0 <= threads.busy_elsewhere(0.05) <= len(os.sched_getaffinity(0))  # this machine's own /proc/stat
+
+
+def test_the_wait_is_chosen_from_the_load_only_before_torch_and_only_when_unset(monkeypatch):
+    assert threads.choose_wait({}, busy=lambda: 0.0) is False  # torch is loaded here: too late for libgomp
     monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(threads, "chosen", "")
+    monkeypatch.setattr(threads, "cpu_quota", lambda: None)
+    for busy, count, why in [
+        (0.0, "300000", "cores idle at start, 0.0 busy elsewhere"),
+        (0.4, "300000", "cores idle at start, 0.4 busy elsewhere"),
+        (0.5, "1000", "0.5 cores busy elsewhere at start"),
+        (1.9, "1000", "1.9 cores busy elsewhere at start"),
+        (None, "1000", "the cores' load unknown"),
+    ]:
+        environ = {}
+        assert threads.choose_wait(environ, busy=lambda: busy) is True and environ == {"GOMP_SPINCOUNT": count}
+        monkeypatch.setenv("GOMP_SPINCOUNT", count)  # what the run's own environment then holds
+        assert threads.describe(2, "2 cores usable, 1 process") == (
+            f"threads: 2 a process (2 cores usable, 1 process); idle threads: spin {count} times, then sleep"
+            f" (GOMP_SPINCOUNT; {why})"
+        )
+    monkeypatch.setattr(threads, "cpu_quota", lambda: 1.5)  # spinning spends a quota, shared or not
     environ = {}
-    assert threads.spin_briefly(environ) is True and environ == {"GOMP_SPINCOUNT": "1000"}
+    assert threads.choose_wait(environ, busy=lambda: 0.0) is True and environ == {"GOMP_SPINCOUNT": "1000"}
     for mine in ({"GOMP_SPINCOUNT": "10000"}, {"OMP_WAIT_POLICY": "PASSIVE"}):
         environ = dict(mine)
-        assert threads.spin_briefly(environ) is False and environ == mine
+        assert threads.choose_wait(environ, busy=lambda: 0.0) is False and environ == mine
 
 
-def test_the_command_line_starts_openmp_with_a_brief_spin(tmp_path):
+def test_the_command_line_spins_briefly_beside_a_busy_process(tmp_path):
     """libgomp prints what it read when it loaded (OMP_DISPLAY_ENV): 1000 spins (its default: 300000) in a process
-    started as ``python -m collab.fit``."""
+    started as ``python -m collab.fit`` while another process keeps a core busy."""
     env = {k: v for k, v in os.environ.items() if k not in threads.WAIT_VARIABLES}
     env.update(OMP_DISPLAY_ENV="verbose", PYTHONPATH=str(ROOT / "src"))
-    result = subprocess.run(
-        [sys.executable, "-m", "collab.fit", "--algo", "magrpo", "--print_config"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "collab.fit", "--algo", "magrpo", "--print_config"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     assert result.returncode == 0, result.stderr[-2000:]
     assert "GOMP_SPINCOUNT = '1000'" in result.stderr, result.stderr[-2000:]
 
@@ -98,6 +143,15 @@ def test_compare_divides_the_usable_cores_among_its_jobs(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this process's
     monkeypatch.setattr(compare, "usable_cores", lambda: (6, "6 cores usable"))
-    assert [compare.threads_per_run(jobs) for jobs in (1, 2, 4, 8)] == [None, 3, 1, 1]
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    brief = {"GOMP_SPINCOUNT": "1000"}  # runs that share the cores spin briefly, whatever each saw at its start
+    assert [compare.job_environment(jobs) for jobs in (1, 2, 4, 8)] == [
+        {},
+        {"OMP_NUM_THREADS": "3", **brief},
+        {"OMP_NUM_THREADS": "1", **brief},
+        {"OMP_NUM_THREADS": "1", **brief},
+    ]
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    assert compare.threads_per_run(2) is None  # the runs inherit the user's
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert compare.job_environment(2) == {}  # the runs inherit the user's

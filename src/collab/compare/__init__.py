@@ -26,7 +26,7 @@ from collab.compare.options import parser
 from collab.compare.progress import Progress, clock_time
 from collab.compare.running import Running, read_record, run_cell
 from collab.errors import UserError
-from collab.runtime.threads import usable_cores
+from collab.runtime.threads import SPIN_COUNT, WAIT_VARIABLES, usable_cores
 
 
 def run(argv: list[str]) -> int:
@@ -142,7 +142,7 @@ def run_queue(
     """Run the queued cells, ``jobs`` at once, each record into ``records`` and its line into ``progress``; a cell
     run leaves ``todo``."""
     running = Running(jobs)
-    threads = threads_per_run(jobs)
+    environment = job_environment(jobs)
     lock = threading.Lock()
 
     def one(i: int, cell: Cell) -> None:
@@ -150,7 +150,7 @@ def run_queue(
             todo.remove(cell)
             progress.line(f"run {i} of {len(cells)}: {cell.name} ({progress.left([cell, *todo])})")
         record = _run_with_clock(
-            progress, i, len(cells), cell, settings, out, extra[(cell.method, cell.env)], todo, running, threads
+            progress, i, len(cells), cell, settings, out, extra[(cell.method, cell.env)], todo, running, environment
         )
         with lock:
             records[cell] = record
@@ -192,7 +192,7 @@ def _run_with_clock(
     extra,
     todo,
     running: Running,
-    threads: int | None,
+    environment: dict[str, str],
 ) -> dict:
     """Run the cell; on a terminal, one run at a time, redraw its line every second with the elapsed and the time
     left."""
@@ -210,7 +210,7 @@ def _run_with_clock(
     if progress.tty and running.jobs == 1:
         clock.start()
     try:
-        return asdict(run_cell(cell, settings, out, extra, running, threads))
+        return asdict(run_cell(cell, settings, out, extra, running, environment))
     finally:
         stop.set()
 
@@ -268,12 +268,17 @@ def write_outputs(out: Path, records: list[dict], settings: Settings) -> None:
     )
 
 
-def threads_per_run(jobs: int) -> int | None:
-    """Each run's ``OMP_NUM_THREADS`` with ``jobs`` at once: the cores this process may use over ``jobs`` (None:
-    one job, or the user's own setting, which the runs inherit)."""
-    if jobs == 1 or "OMP_NUM_THREADS" in os.environ:
-        return None
-    return max(1, usable_cores()[0] // jobs)
+def job_environment(jobs: int) -> dict[str, str]:
+    """What each run's environment gets with ``jobs`` at once: ``OMP_NUM_THREADS``, the cores this process may use
+    over ``jobs``, and the brief spin of runs that share the cores (``GOMP_SPINCOUNT``: collab.runtime.threads; a
+    run's own look at the load could start before the others are busy); nothing for one job, and the user's own
+    settings stand."""
+    if jobs == 1:
+        return {}
+    env = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": str(max(1, usable_cores()[0] // jobs))}
+    if not any(name in os.environ for name in WAIT_VARIABLES):
+        env["GOMP_SPINCOUNT"] = SPIN_COUNT
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -161,9 +161,9 @@ def run_cell(
     out: Path,
     extra: list[str],
     running: Running | None = None,
-    threads: int | None = None,
+    environment: dict[str, str] | None = None,
 ) -> Record:
-    """Run ``cell`` from an empty folder (its output to ``<cell>/log.txt``; ``threads``: its ``OMP_NUM_THREADS``),
+    """Run ``cell`` from an empty folder (its output to ``<cell>/log.txt``; ``environment``: what its environment adds),
     sampling the process tree's resident memory every 50 ms; write and return its record."""
     import shutil
 
@@ -174,7 +174,7 @@ def run_cell(
     shutil.rmtree(folder, ignore_errors=True)  # a cell killed before its record: from scratch
     folder.mkdir(parents=True)
     cmd = command(cell, settings, out, extra)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(environment or {})}
     start = time.perf_counter()
     with open(folder / "log.txt", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)

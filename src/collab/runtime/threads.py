@@ -5,11 +5,15 @@
   for part of each period still does more than no thread. Lightning counts the affinity alone.
 - **Threads** (:func:`choose_threads`): those cores divided among the node's training processes, unless
   ``OMP_NUM_THREADS`` says otherwise; set before Lightning starts the processes, which inherit it.
-- **Waiting** (:func:`spin_briefly`): libgomp's threads spin 300,000 times after each parallel region before they
-  sleep, holding a core that another process's threads wait for; ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT` shares
-  the machine nearly as well as sleeping at once and costs nothing alone (docs/usage.md, *Threads*, and
-  docs/measurements.md have the figures). It must be in the environment before torch is imported, so the
-  command-line entries call this first; ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` already set are left alone.
+- **Waiting** (:func:`choose_wait`): after each parallel region libgomp's threads spin 300,000 times before they
+  sleep. Alone on its cores a run wants that (on the quick start's 2 cores a step took ~20 s against ~27 s with
+  1,000 spins: the threads sleep between a decoding step's small products and must be woken again); beside
+  another busy process the spinning threads hold the cores the other's threads wait for (the quick start's
+  evaluation 119 s against 65 s with 1,000 spins). So the wait is chosen from the cores' load at start: when other
+  processes keep at least :data:`BUSY` of a core busy over a short look at ``/proc/stat``, or a CPU quota is
+  spent by spinning, ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT`; otherwise libgomp's own. It must be in the
+  environment before torch is imported, so the command-line entries call this first; ``OMP_WAIT_POLICY`` or
+  ``GOMP_SPINCOUNT`` already set are left alone, and so are runs started in a process that imported torch.
 
 The run prints one line saying what was chosen (:func:`describe`).
 """
@@ -24,16 +28,68 @@ from pathlib import Path
 
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 SPIN_COUNT = "1000"
-"""libgomp's spins after a parallel region before its thread sleeps (its default: 300,000)."""
+"""libgomp's spins after a parallel region before its thread sleeps when the cores are shared (its default: 300,000)."""
+BUSY = 0.5
+"""Cores kept busy by other processes, at or above which this run's threads spin briefly."""
+LOOK = 0.3
+"""Seconds the cores' load is looked at before the choice."""
+chosen = ""
+"""Why the wait is what it is, in words, once :func:`choose_wait` chose it in this process."""
 
 
-def spin_briefly(environ: dict | None = None) -> bool:
-    """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` unless a wait is configured or torch (and its OpenMP) is already
-    loaded; True when set here."""
+def busy_cores(before: str, after: str, cpus: set[int]) -> float:
+    """Cores of ``cpus`` busy between two readings of ``/proc/stat`` (``before``, ``after``): each CPU's time
+    that was neither idle nor waiting for I/O, over all its time; time stolen by a hypervisor counts as busy."""
+
+    def times(text: str) -> tuple[int, int]:
+        busy = total = 0
+        for line in text.splitlines():
+            name, *fields = line.split()
+            if name[:3] == "cpu" and name[3:].isdigit() and int(name[3:]) in cpus:
+                user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+                total += user + nice + system + idle + iowait + irq + softirq + steal
+                busy += user + nice + system + irq + softirq + steal
+        return busy, total
+
+    (busy0, total0), (busy1, total1) = times(before), times(after)
+    return len(cpus) * (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+
+
+def busy_elsewhere(look: float = LOOK) -> float | None:
+    """Cores of this process's affinity that other processes keep busy, over ``look`` seconds in which this one
+    sleeps; None where ``/proc/stat`` cannot be read."""
+    import time
+
+    stat = Path("/proc/stat")
+    try:
+        before = stat.read_text()
+        time.sleep(look)
+        after = stat.read_text()
+    except OSError:
+        return None
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    return busy_cores(before, after, cpus)
+
+
+def choose_wait(environ: dict | None = None, busy: Callable[[], float | None] = busy_elsewhere) -> bool:
+    """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` when the cores are shared (``busy()`` cores busy elsewhere, at
+    least :data:`BUSY`, or a CPU quota) and to libgomp's own count when they are not, unless a wait is configured
+    or torch (and its OpenMP) is already loaded; True when set here. :data:`chosen` says why."""
+    global chosen
     environ = os.environ if environ is None else environ
     if any(name in environ for name in WAIT_VARIABLES) or "torch" in sys.modules:
         return False
-    environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+    if cpu_quota() is not None:
+        count, chosen = SPIN_COUNT, "a CPU quota, which spinning would spend"
+    else:
+        elsewhere = busy()
+        if elsewhere is None:
+            count, chosen = SPIN_COUNT, "the cores' load unknown"
+        elif elsewhere >= BUSY:
+            count, chosen = SPIN_COUNT, f"{elsewhere:.1f} cores busy elsewhere at start"
+        else:
+            count, chosen = "300000", f"cores idle at start, {elsewhere:.1f} busy elsewhere"
+    environ["GOMP_SPINCOUNT"] = count
     return True
 
 
@@ -124,7 +180,7 @@ def describe(threads: int, share: str) -> str:
     if wait:
         how = f"OMP_WAIT_POLICY={wait}"
     elif spin:
-        how = f"spin {spin} times, then sleep (GOMP_SPINCOUNT)"
+        how = f"spin {spin} times, then sleep (GOMP_SPINCOUNT{'; ' + chosen if chosen else ''})"
     else:
         how = "OpenMP's default wait"
     return f"threads: {threads} a process ({share}); idle threads: {how}"
