@@ -9,10 +9,12 @@ later ones (after the first, which holds the warm-up), and the slowdown of the c
 
 Variants (``--variants``):
 
+- ``chosen``: no wait set, what ``collab.fit`` chooses at its start (:mod:`collab.runtime.threads`: libgomp's
+  own alone, 1,000 spins beside other busy processes or another collab run);
 - ``spin``: libgomp's default wait (``GOMP_SPINCOUNT=300000``: an idle thread spins before it sleeps), what torch
   does unless told otherwise;
 - ``spin30k``, ``spin10k``, ``spin1k``: fewer spins (``GOMP_SPINCOUNT``); ``spin1k`` is what ``collab.fit`` and
-  ``collab.evaluate`` choose (:mod:`collab.runtime.threads`);
+  ``collab.evaluate`` choose when the cores are shared;
 - ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (an idle thread sleeps at once);
 - ``one``: one thread each (``OMP_NUM_THREADS=1``), what ``collab.compare --jobs 2`` gives each run on 2 cores.
 
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 VARIANTS = {
+    "chosen": {},
     "spin": {"GOMP_SPINCOUNT": "300000"},
     "spin30k": {"GOMP_SPINCOUNT": "30000"},
     "spin10k": {"GOMP_SPINCOUNT": "10000"},
@@ -46,6 +49,7 @@ VARIANTS = {
 }
 CLEARED = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 STEP = re.compile(r"^step (\d+)/\d+.*?rollout ([\d.]+) s\s+step ([\d.]+) s", re.M)
+WAIT = re.compile(r"idle threads: (?:spin (\d+) times|(.*))")
 
 
 def start(command: list[str], env: dict[str, str], root: Path) -> subprocess.Popen:
@@ -69,7 +73,8 @@ def together(command: list[str], env: dict[str, str], copies: int, root: Path) -
         steps = [(float(r), float(s)) for _, r, s in STEP.findall(out)]
         if proc.returncode or not steps:
             sys.exit(f"run failed (exit {proc.returncode}):\n{out[-3000:]}")
-        runs.append({"steps": steps, "wall": time.perf_counter() - began})
+        wait = WAIT.search(out)
+        runs.append({"steps": steps, "wall": time.perf_counter() - began, "wait": wait and (wait[1] or wait[2])})
     return runs
 
 
@@ -93,8 +98,8 @@ def main() -> int:
         f"`{' '.join(['collab.fit', *command[3:]])}`, {os.cpu_count()} cores, "
         f"{args.copies} copies at once against alone",
         "",
-        "| variant | run | first step s | later steps s (median) | rollout s (median) | slowdown (later steps) |",
-        "|---|---|---|---|---|---|",
+        "| variant | run | spins | first step s | later steps s (median) | rollout s (median) | slowdown (later) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in args.variants:
         with tempfile.TemporaryDirectory() as tmp:
@@ -105,8 +110,8 @@ def main() -> int:
         for label, run in rows:
             step = later(run["steps"], 1)
             lines.append(
-                f"| {name} | {label} | {run['steps'][0][1]:.1f} | {step:.1f} | {later(run['steps'], 0):.1f} "
-                f"| {step / base:.2f}x |"
+                f"| {name} | {label} | {run['wait']} | {run['steps'][0][1]:.1f} | {step:.1f} "
+                f"| {later(run['steps'], 0):.1f} | {step / base:.2f}x |"
             )
         print("\n".join(lines[-len(rows) :]), flush=True)
     text = "\n".join(lines) + "\n"

@@ -87,7 +87,7 @@ def test_busy_cores_are_each_cpus_time_not_idle_over_its_time():
 
 
 def test_the_wait_is_chosen_from_the_load_only_before_torch_and_only_when_unset(monkeypatch):
-    assert threads.choose_wait({}, busy=lambda: 0.0) is False  # torch is loaded here: too late for libgomp
+    assert threads.choose_wait({}, busy=lambda: 0.0, registry=None) is False  # torch is loaded: too late for libgomp
     monkeypatch.delitem(sys.modules, "torch")
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setattr(threads, "chosen", "")
@@ -100,7 +100,8 @@ def test_the_wait_is_chosen_from_the_load_only_before_torch_and_only_when_unset(
         (None, "1000", "the cores' load unknown"),
     ]:
         environ = {}
-        assert threads.choose_wait(environ, busy=lambda: busy) is True and environ == {"GOMP_SPINCOUNT": count}
+        assert threads.choose_wait(environ, busy=lambda: busy, registry=None) is True
+        assert environ == {"GOMP_SPINCOUNT": count}
         monkeypatch.setenv("GOMP_SPINCOUNT", count)  # what the run's own environment then holds
         assert threads.describe(2, "2 cores usable, 1 process") == (
             f"threads: 2 a process (2 cores usable, 1 process); idle threads: spin {count} times, then sleep"
@@ -108,16 +109,41 @@ def test_the_wait_is_chosen_from_the_load_only_before_torch_and_only_when_unset(
         )
     monkeypatch.setattr(threads, "cpu_quota", lambda: 1.5)  # spinning spends a quota, shared or not
     environ = {}
-    assert threads.choose_wait(environ, busy=lambda: 0.0) is True and environ == {"GOMP_SPINCOUNT": "1000"}
-    for mine in ({"GOMP_SPINCOUNT": "10000"}, {"OMP_WAIT_POLICY": "PASSIVE"}):
+    assert threads.choose_wait(environ, busy=lambda: 0.0, registry=None) is True
+    assert environ == {"GOMP_SPINCOUNT": "1000"}
+    for mine in ({"GOMP_SPINCOUNT": "10000"}, {"OMP_WAIT_POLICY": "PASSIVE"}, {"OMP_NUM_THREADS": "1"}):
         environ = dict(mine)
-        assert threads.choose_wait(environ, busy=lambda: 0.0) is False and environ == mine
+        assert threads.choose_wait(environ, busy=lambda: 0.0, registry=None) is False and environ == mine
+
+
+def test_runs_started_together_find_each_other_and_the_dead_are_forgotten(monkeypatch, tmp_path):
+    """Each run registers before its look at the load, so two runs idle in their looks at once still see each
+    other; a registered pid that no longer runs is removed, not counted."""
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.setattr(threads, "chosen", "")
+    monkeypatch.setattr(threads, "cpu_quota", lambda: None)
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    beside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / str(ended.pid)).touch()
+        environ = {}
+        assert threads.choose_wait(environ, busy=lambda: 0.0, registry=tmp_path) is True
+        assert environ == {"GOMP_SPINCOUNT": "300000"} and threads.chosen.startswith("cores idle at start")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [str(os.getpid())]  # registered; the ended one gone
+        (tmp_path / str(beside.pid)).touch()  # another run, registered while this one looked
+        environ = {}
+        assert threads.choose_wait(environ, busy=lambda: 0.0, registry=tmp_path) is True
+        assert environ == {"GOMP_SPINCOUNT": "1000"} and threads.chosen == "1 other collab run at start"
+    finally:
+        beside.kill()
+        beside.wait()
 
 
 def test_the_command_line_spins_briefly_beside_a_busy_process(tmp_path):
     """libgomp prints what it read when it loaded (OMP_DISPLAY_ENV): 1000 spins (its default: 300000) in a process
     started as ``python -m collab.fit`` while another process keeps a core busy."""
-    env = {k: v for k, v in os.environ.items() if k not in threads.WAIT_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in (*threads.WAIT_VARIABLES, "OMP_NUM_THREADS")}
     env.update(OMP_DISPLAY_ENV="verbose", PYTHONPATH=str(ROOT / "src"))
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:

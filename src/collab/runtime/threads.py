@@ -10,19 +10,23 @@
   1,000 spins: the threads sleep between a decoding step's small products and must be woken again); beside
   another busy process the spinning threads hold the cores the other's threads wait for (the quick start's
   evaluation 119 s against 65 s with 1,000 spins). So the wait is chosen from the cores' load at start: when other
-  processes keep at least :data:`BUSY` of a core busy over a short look at ``/proc/stat``, or a CPU quota is
+  processes keep at least :data:`BUSY` of a core busy over a short look at ``/proc/stat``, when another collab run
+  is alive (:func:`register`: two runs started together are both idle while they look), or when a CPU quota is
   spent by spinning, ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT`; otherwise libgomp's own. It must be in the
   environment before torch is imported, so the command-line entries call this first; ``OMP_WAIT_POLICY`` or
-  ``GOMP_SPINCOUNT`` already set are left alone, and so are runs started in a process that imported torch.
+  ``GOMP_SPINCOUNT`` already set are left alone, and so are runs of one thread (``OMP_NUM_THREADS=1``) and runs
+  started in a process that imported torch.
 
 The run prints one line saying what was chosen (:func:`describe`).
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,8 +37,39 @@ BUSY = 0.5
 """Cores kept busy by other processes, at or above which this run's threads spin briefly."""
 LOOK = 0.3
 """Seconds the cores' load is looked at before the choice."""
+RUNS = Path(tempfile.gettempdir()) / f"collab-runs-{os.getuid()}"
+"""Where the collab runs of this user that chose their wait are registered, a file named by each one's pid."""
 chosen = ""
 """Why the wait is what it is, in words, once :func:`choose_wait` chose it in this process."""
+
+
+def register(folder: Path = RUNS) -> None:
+    """Register this process as a run (its pid's file in ``folder``, removed at exit; a run killed before that
+    leaves one that :func:`others_running` removes)."""
+    mine = folder / str(os.getpid())
+    try:
+        folder.mkdir(exist_ok=True)
+        mine.touch()
+    except OSError:  # a folder of the name that another user made: the look at the load still counts
+        return
+    atexit.register(mine.unlink, missing_ok=True)
+
+
+def others_running(folder: Path = RUNS) -> int:
+    """Registered runs other than this process that are alive."""
+    alive = 0
+    for entry in folder.glob("*") if folder.is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            os.kill(int(entry.name), 0)
+        except ProcessLookupError:
+            entry.unlink(missing_ok=True)
+            continue
+        except PermissionError:  # alive, another user's pid now
+            pass
+        alive += 1
+    return alive
 
 
 def busy_cores(before: str, after: str, cpus: set[int]) -> float:
@@ -71,24 +106,35 @@ def busy_elsewhere(look: float = LOOK) -> float | None:
     return busy_cores(before, after, cpus)
 
 
-def choose_wait(environ: dict | None = None, busy: Callable[[], float | None] = busy_elsewhere) -> bool:
+def choose_wait(
+    environ: dict | None = None,
+    busy: Callable[[], float | None] = busy_elsewhere,
+    registry: Path | None = RUNS,
+) -> bool:
     """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` when the cores are shared (``busy()`` cores busy elsewhere, at
-    least :data:`BUSY`, or a CPU quota) and to libgomp's own count when they are not, unless a wait is configured
-    or torch (and its OpenMP) is already loaded; True when set here. :data:`chosen` says why."""
+    least :data:`BUSY`; another live run in ``registry``, this one registered there before the look; a CPU
+    quota) and to libgomp's own count when they are not, unless a wait is configured or torch (and its OpenMP) is
+    already loaded, or the run has one thread (no other thread waits); True when set here. :data:`chosen` says
+    why."""
     global chosen
     environ = os.environ if environ is None else environ
-    if any(name in environ for name in WAIT_VARIABLES) or "torch" in sys.modules:
+    configured = any(name in environ for name in WAIT_VARIABLES) or environ.get("OMP_NUM_THREADS") == "1"
+    if configured or "torch" in sys.modules:
         return False
+    if registry is not None:
+        register(registry)
+    elsewhere = busy()
+    beside = 0 if registry is None else others_running(registry)
     if cpu_quota() is not None:
         count, chosen = SPIN_COUNT, "a CPU quota, which spinning would spend"
+    elif beside:
+        count, chosen = SPIN_COUNT, f"{beside} other collab run{'s' if beside > 1 else ''} at start"
+    elif elsewhere is None:
+        count, chosen = SPIN_COUNT, "the cores' load unknown"
+    elif elsewhere >= BUSY:
+        count, chosen = SPIN_COUNT, f"{elsewhere:.1f} cores busy elsewhere at start"
     else:
-        elsewhere = busy()
-        if elsewhere is None:
-            count, chosen = SPIN_COUNT, "the cores' load unknown"
-        elif elsewhere >= BUSY:
-            count, chosen = SPIN_COUNT, f"{elsewhere:.1f} cores busy elsewhere at start"
-        else:
-            count, chosen = "300000", f"cores idle at start, {elsewhere:.1f} busy elsewhere"
+        count, chosen = "300000", f"cores idle at start, {elsewhere:.1f} busy elsewhere"
     environ["GOMP_SPINCOUNT"] = count
     return True
 
