@@ -206,6 +206,12 @@ def test_shared_prefixes_by_hand():
     assert shared_prefixes(houses, ["a"] * 4, min_prefix=2) == ([0, 1, 0, 1], [6, 6])
     # A common start shorter than min_prefix shares nothing: each row is a group of its own.
     assert shared_prefixes([[1, 2, 3, 4], [1, 2, 9, 9]], ["a", "a"], min_prefix=3) == ([0, 1], [3, 3])
+    # One prompt repeated (a group's K samples) shares from min_repeated tokens, a common start only from min_prefix:
+    # 8 copies of a 37-token prompt are one group of 36, two prompts alike in their first 36 tokens are not.
+    prompt = list(range(100, 137))
+    assert shared_prefixes([prompt] * 8, ["a"] * 8) == ([0] * 8, [36])
+    assert shared_prefixes([prompt, prompt[:36] + [7]], ["a"] * 2) == ([0, 1], [36, 36])
+    assert shared_prefixes([prompt[:16]] * 2, ["a"] * 2) == ([0, 1], [15, 15])  # 15 tokens < 16
 
 
 def greedy_team(max_new_tokens: int):

@@ -44,6 +44,10 @@ def pad_left(seqs: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor
 MIN_SHARED_PREFIX = 64
 """Shortest common prompt start (tokens) worth a prefill of its own."""
 
+MIN_REPEATED_PROMPT = 16
+"""Shortest prompt (tokens) whose copies share one prefill: a group's K samples of one prompt repeat all of it, so
+even a short one skips most of the rows' prompt tokens (K = 8 copies of a 37-token prompt: 7 x 36 of 296)."""
+
 
 MIN_PREFIX_SAVING = 0.25
 """Share prefixes only when that skips at least this fraction of the prompt tokens."""
@@ -56,12 +60,16 @@ def _common(a: list[int], b: list[int]) -> int:
 
 
 def shared_prefixes(
-    prompts: list[list[int]], adapters: list[str], min_prefix: int = MIN_SHARED_PREFIX
+    prompts: list[list[int]],
+    adapters: list[str],
+    min_prefix: int = MIN_SHARED_PREFIX,
+    min_repeated: int = MIN_REPEATED_PROMPT,
 ) -> tuple[list[int], list[int]]:
     """Group the prompts that one adapter reads by their common starts, to prefill each start once.
 
     A group's prefix is its rows' longest common start, one token short of its shortest prompt (every
-    row keeps a token whose logits start its response); it must be at least ``min_prefix`` tokens. The
+    row keeps a token whose logits start its response); it must be at least ``min_prefix`` tokens, or the
+    smaller ``min_repeated`` where the group's prompts are one prompt repeated (a node's K samples). The
     grouping maximizes the prefill tokens saved, sum over groups of (rows - 1) x prefix: among the
     prompts sorted per adapter, groups are runs of neighbours (the common start of a run is the least
     common start of its neighbouring pairs), chosen by dynamic programming. A row left alone is a group
@@ -78,7 +86,7 @@ def shared_prefixes(
         for i in range(j - 2, -1, -1):
             common, shortest = min(common, adjacent[i]), min(shortest, len(prompts[order[i]]))
             length = min(common, shortest - 1)
-            if length < min_prefix:
+            if length < (min(min_prefix, min_repeated) if common >= shortest else min_prefix):
                 break
             if best[i] + (j - 1 - i) * length > best[j]:
                 best[j], start[j], prefix[j] = best[i] + (j - 1 - i) * length, i, length
