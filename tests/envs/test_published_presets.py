@@ -26,6 +26,8 @@ PUBLISHER = {
     "collm_coding_paper_lora": "OpenMLRL/CoopHumanEval",
     "magrpo_coding_paper": "OpenMLRL/CoopHumanEval",
     "magrpo_coding_paper_lora": "OpenMLRL/CoopHumanEval",
+    "madpo_coding_ref": "OpenMLRL/CoopHumanEval",
+    "marlhf_coding_ref": "OpenMLRL/CoopHumanEval",
     "collm_minecraft_paper": "github.com/OpenMLRL/LLM_Collab_Minecraft",
     "collm_minecraft_paper_lora": "github.com/OpenMLRL/LLM_Collab_Minecraft",
     "marft_a_coding_paper": "open-r1/codeforces",
