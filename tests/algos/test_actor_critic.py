@@ -5,6 +5,7 @@ critic, the optimizer's parameter groups, and learning on the matrix game and a 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -369,12 +370,20 @@ def test_collm_cc_learns_a_sparse_terminal_reward_through_its_critic():
 
 # -- each critic's and each actor's term a backward pass of its own ----------------------------------------
 @pytest.mark.parametrize("algo", ["collm_cc", "collm_dc", "ippo", "marft_a", "marft_t"])
-def test_separate_terms_give_the_gradient_of_the_one_pass_loss_with_one_forward_alive_at_a_time(algo):
+def test_separate_terms_give_the_gradient_of_the_one_pass_loss_with_one_forward_alive_at_a_time(algo, monkeypatch):
     """``parts`` runs each critic's term and each agent's actor term as separate backward passes (actor-critics:
     critic j, then the agents it advises; MARFT: its MLP critic, then agent by agent, weighted by the agent's
     share of the samples): the gradient of ``loss`` (one backward) and its statistics, while each LLM part
-    saves for its backward one forward's activations, not the critic's and every agent's together."""
+    saves for its backward one forward's activations, not the critic's and every agent's together.
+
+    The episode's prompts are one pass each, not shared: its repeated 29-token prompts would share a prefill from
+    ``MIN_REPEATED_PROMPT`` tokens, and then the bytes counted for the parts and for the one pass differed by
+    1-10% from run to run and between CPUs (the same gradients: tests/algos/test_skeleton.py checks them shared)."""
+    from collab.policy import prefixes
     from collab.runtime.memory import saved_for_backward
+
+    unshared = functools.partial(prefixes.shared_prefixes, min_repeated=prefixes.MIN_SHARED_PREFIX)
+    monkeypatch.setattr(prefixes, "shared_prefixes", unshared)
 
     env = FixedRewardEnv()
     module = from_config(algo, agents=None, base=TINY)
