@@ -32,7 +32,9 @@ from pathlib import Path
 
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 SPIN_COUNT = "1000"
-"""libgomp's spins after a parallel region before its thread sleeps when the cores are shared (its default: 300,000)."""
+"""libgomp's spins after a parallel region before its thread sleeps when the cores are shared."""
+LIBGOMP_SPIN_COUNT = "300000"
+"""libgomp's own count, kept when the cores are idle."""
 BUSY = 0.5
 """Cores kept busy by other processes, at or above which this run's threads spin briefly."""
 LOOK = 0.3
@@ -102,8 +104,7 @@ def busy_elsewhere(look: float = LOOK) -> float | None:
         after = stat.read_text()
     except OSError:
         return None
-    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    return busy_cores(before, after, cpus)
+    return busy_cores(before, after, affinity())
 
 
 def choose_wait(
@@ -123,18 +124,19 @@ def choose_wait(
         return False
     if registry is not None:
         register(registry)
+    if cpu_quota() is not None:  # no look needed: spinning would spend the quota, shared or not
+        environ["GOMP_SPINCOUNT"], chosen = SPIN_COUNT, "a CPU quota, which spinning would spend"
+        return True
     elsewhere = busy()
     beside = 0 if registry is None else others_running(registry)
-    if cpu_quota() is not None:
-        count, chosen = SPIN_COUNT, "a CPU quota, which spinning would spend"
-    elif beside:
+    if beside:
         count, chosen = SPIN_COUNT, f"{beside} other collab run{'s' if beside > 1 else ''} at start"
     elif elsewhere is None:
         count, chosen = SPIN_COUNT, "the cores' load unknown"
     elif elsewhere >= BUSY:
         count, chosen = SPIN_COUNT, f"{elsewhere:.1f} cores busy elsewhere at start"
     else:
-        count, chosen = "300000", f"cores idle at start, {elsewhere:.1f} busy elsewhere"
+        count, chosen = LIBGOMP_SPIN_COUNT, f"cores idle at start, {elsewhere:.1f} busy elsewhere"
     environ["GOMP_SPINCOUNT"] = count
     return True
 
@@ -185,14 +187,19 @@ def cpu_quota(proc_cgroup: str | None = None, root: Path = Path("/sys/fs/cgroup"
     return min(quotas) if quotas else None
 
 
+def affinity() -> set[int]:
+    """The CPUs this process may run on."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
 def usable_cores() -> tuple[int, str]:
     """This process's cores (the affinity, capped by a CPU quota) and how they were found, in words."""
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = len(affinity())
     quota = cpu_quota()
-    if quota is None or quota >= affinity:
-        return affinity, f"{affinity} core{'s' if affinity != 1 else ''} usable"
+    if quota is None or quota >= cpus:
+        return cpus, f"{cpus} core{'s' if cpus != 1 else ''} usable"
     cores = max(1, math.ceil(quota))
-    return cores, f"{affinity} cores usable, a CPU quota of {quota:g}"
+    return cores, f"{cpus} cores usable, a CPU quota of {quota:g}"
 
 
 def choose_threads(processes: int = 1) -> tuple[str, Callable[[], None]]:
