@@ -269,3 +269,12 @@ def test_an_episode_of_hand_written_answers(letter_i):
         ]
         * 2
     )
+
+
+def test_prompt_tokens_count_the_listed_cells(letter_i):
+    """13 letter cells (position: 120 + 130), 25 bbox cells (perfect: 80 + 250), the score line (64)."""
+    assert make_env("str_build", dataset=letter_i).prompt_tokens(100, 2, [50, 40]) == 100 + 50 + 250
+    assert make_env("str_build", dataset=letter_i, feedback="perfect").prompt_tokens(100, 1, [50]) == 100 + 50 + 330
+    assert make_env("str_build", dataset=letter_i, feedback="score", history_window=None).prompt_tokens(
+        100, 2, [50]
+    ) == 100 + 2 * (50 + 64)

@@ -205,6 +205,19 @@ class StrBuildEnv(Env):
         extra = sorted(c for c, b in o.built.items() if c not in lay.owners and b not in AIRS)
         return [prompts.perfect_feedback(wrong[i], extra if i == n - 1 else None, turn, self.horizon) for i in range(n)]
 
+    def prompt_tokens(self, first: int, turn: int, responses: Sequence[int]) -> int:
+        """As :meth:`Env.prompt_tokens`, the feedback counted as the mode writes it: about 10 tokens a listed cell
+        (``- (12, 4, 0)``), every letter cell for ``position``, up to the whole bbox for ``perfect``."""
+        kept = turn if self.history_window is None else min(turn, self.history_window)
+        tasks = [t for split in self.splits.values() for t in split]
+        if self.feedback_mode == "score":
+            note = 64
+        elif self.feedback_mode == "position":
+            note = 120 + 10 * max(len(self.layout(t).cells) for t in tasks)
+        else:
+            note = 80 + 10 * max(self.layout(t).house.volume for t in tasks)
+        return first + kept * (max(responses, default=0) + note)
+
     def voxels(self, state: EnvState) -> tuple[torch.Tensor, torch.Tensor]:
         """``(built, target)`` as ``uint8`` grids of shape ``(X, 5, 1)``, 1 where a block stands: the evaluation's
         IoU is then the reference's (any block covers a letter cell)."""
