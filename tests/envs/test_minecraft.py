@@ -147,6 +147,27 @@ def test_exact_build_scores_one():
     assert (m.iou, m.coverage, m.redundancy, m.score, m.correct, m.target_blocks) == (1.0, 1.0, 0.0, 1.0, 8, 8)
 
 
+def test_boxbuilder_records_read_as_housebuild(tmp_path):
+    """BoxBuilder (HouseBuild's earlier name in the authors' repository, dataset/box_builder/data.json) names the
+    legend ``palette``; its records also carry ``count`` and ``variant``, and a null ``bbox`` (from the origin)."""
+    box = {k: v for k, v in SMALL.items() if k != "inventory"}
+    box.update(task_id="box_builder_0002", palette=SMALL["inventory"], count={"S": 7, "G": 1, "A": 4})
+    moved = {**box, "task_id": "box_builder_0101", "bbox": None, "variant": "flat_north"}
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps([box, moved]))
+    for dataset in (str(path), f"boxbuilder:{path}"):
+        env = make_env("minecraft", dataset=dataset, max_spiders=0)
+        first, second = env.tasks("train")[0], env.tasks("eval")[0]
+        assert house_from_record(first) == house_from_record({**SMALL, "task_id": "box_builder_0002"})
+        assert house_from_record(second).origin == (0, 0, 0) and second["variant"] == "flat_north"
+        assert env.step(env.reset(first), [EXACT, ""]).rewards[0] == pytest.approx(1.0)
+        ref = make_env("minecraft", dataset=dataset, reward_mode="reference", max_spiders=0, limited_resource=False)
+        assert ref.step(ref.reset(first), [EXACT, ""]).rewards[0] == pytest.approx(1.0)  # every position right
+    with pytest.raises(UserError, match=r"^BoxBuilder \(published on .*file not found: .*none.json") as err:
+        make_env("minecraft", dataset=f"boxbuilder:{tmp_path}/none.json")
+    assert "\n" not in str(err.value)
+
+
 def test_measures_by_hand(tmp_path):
     env = small_env(tmp_path)
     step = env.step(env.reset(SMALL), ["/fill 10 64 -5 12 65 -4 stone", ""])

@@ -89,11 +89,12 @@ def test_fit_writes_logs_and_adapters_and_resumes(tmp_path, monkeypatch):
     assert summary["rollouts"] == 5  # one summary across the resume: steps 1-3 (from the checkpoint), 4 and 5
 
 
-@pytest.mark.parametrize("algo, env", [("magrpo", "minecraft"), ("maporl", "debate")])
+@pytest.mark.parametrize("algo, env", [("magrpo", "minecraft"), ("magrpo", "str_build"), ("maporl", "debate")])
 def test_new_envs_train_from_the_command_line(algo, env, tmp_path):
-    """``python -m collab.fit --algo magrpo --data.env minecraft`` (4 turns, K from the env: 2) and the MAPoRL
-    debate, on the tiny model with short responses: the run ends and logs the env's own scalars. Without the
-    configs' held-out evaluations (two thirds of the time; test_ddp.py evaluates on both envs)."""
+    """``python -m collab.fit --algo magrpo --data.env minecraft`` (4 turns, K from the env: 2), the same on
+    str_build and the MAPoRL debate, on the tiny model with short responses: the run ends and logs the env's own
+    scalars. Without the configs' held-out evaluations (two thirds of the time; test_ddp.py evaluates on minecraft
+    and the debate)."""
     from collab.evaluation.analysis import read_scalars
 
     result = fit(
@@ -117,9 +118,9 @@ def test_new_envs_train_from_the_command_line(algo, env, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "evaluation at step" not in result.stdout
     scalars = read_scalars(tmp_path / "runs" / algo / "version_0")
-    key = "env/iou" if env == "minecraft" else "env/majority@2"
+    key = "env/majority@2" if env == "debate" else "env/iou"
     assert key in scalars, sorted(scalars)
-    if env == "minecraft":
+    if env != "debate":
         assert len(scalars["reward/turn3/agent0"]) == 1  # the 4th turn was played
 
 

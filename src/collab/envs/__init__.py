@@ -18,6 +18,7 @@ _ENVS = {
     "competitive_coding": "collab.envs.competitive_coding.env:CompetitiveCodingEnv",
     "debate": "collab.envs.debate.env:DebateEnv",
     "minecraft": "collab.envs.minecraft.env:MinecraftEnv",
+    "str_build": "collab.envs.minecraft.str_env:StrBuildEnv",
     "plan_path": "collab.envs.games.env:PlanPathEnv",
     "sokoban": "collab.envs.games.env:SokobanEnv",
     "sudoku": "collab.envs.games.env:SudokuEnv",

@@ -65,6 +65,13 @@ PUBLISHED: dict[str, Published] = {
             ".json list",
         ),
         Published(
+            "BoxBuilder",
+            "https://github.com/OpenMLRL/LLM_Collab_Minecraft (in its history: HouseBuild's earlier name)",
+            "dataset/box_builder/data.json at commit e93c34c (10 tasks; the next commit renamed it house_builder)",
+            ("task_id", "palette", "target_spec"),
+            ".json list",
+        ),
+        Published(
             "CodeForces",
             HUB + "open-r1/codeforces",
             "data/train-*.parquet, data/test-*.parquet",

@@ -112,7 +112,7 @@ class RolloutDataModule(L.LightningDataModule):
 
         Args:
             env: Environment name (see ``collab.envs.env_names()``): coding, competitive_coding, debate, math, matrix,
-                minecraft, writing.
+                minecraft, plan_path, search_qa, sokoban, str_build, sudoku, writing.
             env_options: Keyword options of the environment (dataset path, preset, splits...), each value as
                 its YAML gave it (:data:`EnvOption`).
             num_turns: Turns per episode (the horizon H); ``None`` keeps the environment's default.

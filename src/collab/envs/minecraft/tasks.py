@@ -9,7 +9,9 @@ record is a :class:`~collab.errors.UserError` of one line naming the record and 
 
 The authors publish the paper's 10 tasks as ``house_build/dataset/data.json`` of
 https://github.com/OpenMLRL/LLM_Collab_Minecraft; ``dataset: housebuild:PATH`` reads that file
-(:mod:`collab.envs.published`). Splits: the paper trains on HouseBuild[0:8] and evaluates on HouseBuild[8:10]
+(:mod:`collab.envs.published`). BoxBuilder is the task's earlier name there: its ``dataset/box_builder/data.json``
+(removed when the task was renamed) has the same records with the legend named ``palette``, read as ``inventory``
+(a plain path or ``boxbuilder:PATH``). Splits: the paper trains on HouseBuild[0:8] and evaluates on HouseBuild[8:10]
 (C.1). Without ``train_split`` / ``eval_split``, a file keeps its last fifth (at least one record) for eval and the
 rest for train (10 records: ``[0:8]`` / ``[8:10]``); the shipped houses
 (``collab/data/housebuild/houses.json``, 12 small houses made for collab) split ``[0:8]`` / ``[8:12]``.
@@ -23,7 +25,7 @@ from typing import Any
 
 from collab.envs.minecraft.world import AIR, House, grid_from_layers, normalize_block
 from collab.envs.published import read_published, split_source
-from collab.envs.records import load_records, packaged, select
+from collab.envs.records import check_fields, load_records, packaged, select
 from collab.errors import UserError, require
 
 REQUIRED = ("task_id", "inventory", "target_spec")
@@ -134,11 +136,21 @@ def house_from_record(record: Mapping[str, Any], where: str = "task") -> House:
     )
 
 
+def from_boxbuilder(record: Any) -> Any:
+    """A BoxBuilder record as a HouseBuild one: BoxBuilder, HouseBuild's earlier name in the authors' repository
+    (``dataset/box_builder/data.json``), calls the legend ``palette``; every other field is the same."""
+    if isinstance(record, Mapping) and "palette" in record and "inventory" not in record:
+        return {("inventory" if k == "palette" else k): v for k, v in record.items()}
+    return record
+
+
 def load_houses(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a HouseBuild ``.json`` / ``.jsonl`` file, or of ``housebuild:PATH`` (the authors' file,
-    with a missing file's error naming where it is published), each checked by :func:`house_from_record`."""
-    name, source = split_source(str(path), ("housebuild",))
-    records = read_published(name, source) if name else load_records(path, required=REQUIRED)
+    """The records of a HouseBuild ``.json`` / ``.jsonl`` file (BoxBuilder's too: :func:`from_boxbuilder`), or of
+    ``housebuild:PATH`` / ``boxbuilder:PATH`` (the authors' files, with a missing file's error naming where each is
+    published), each checked by :func:`house_from_record`."""
+    name, source = split_source(str(path), ("housebuild", "boxbuilder"))
+    records = [from_boxbuilder(r) for r in (read_published(name, source) if name else load_records(path))]
+    check_fields(records, REQUIRED, str(path))
     require(len(records) > 0, f"{path}: no HouseBuild records")
     for i, record in enumerate(records):
         house_from_record(record, f"{path}: record {i}")
