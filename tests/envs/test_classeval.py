@@ -318,3 +318,16 @@ def test_the_published_classeval_file():
     train, evaluation = env.tasks("train"), env.tasks("eval")
     assert len(train) == 66 and len(evaluation) == 16 and train[0]["task_id"] == "ClassEval_0"
     assert evaluation[0]["task_id"] == "ClassEval_66" and train[0]["class_name"] == "AccessGatewayFilter"
+
+
+def test_magrpo_trains_a_pair_a_step():
+    from collab.fit import build_cli
+    from tests.support import quiet_fit
+    from tests.training.test_cli import TINY
+
+    argv = ["--data.env", "classeval", "--data.batch_size", "1", "--data.num_turns", "2"]
+    argv += ["--data.env_options", "{test_timeout: 2.0, workers: 1}", "--model.num_generations", "2"]
+    argv += ["--model.agents", json.dumps([{"sampling": {"max_new_tokens": 4}}] * 2)]
+    cli = build_cli("magrpo", [*TINY, "--trainer.logger", "false", *argv])
+    quiet_fit(cli.model, cli.datamodule, steps=1)
+    assert len(cli.model.team.specs) == 2 and cli.model.global_step == 1

@@ -66,7 +66,7 @@ PUBLISHED: dict[str, Published] = {
         ),
         Published(
             "ClassEval",
-            "https://github.com/FudanSELab/ClassEval (the hub's FudanSELab/ClassEval holds the same records)",
+            "https://github.com/FudanSELab/ClassEval",
             "data/ClassEval_data.json (100 classes)",
             ("task_id", "skeleton", "test"),
             ".json list",

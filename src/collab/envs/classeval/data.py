@@ -1,7 +1,7 @@
 """ClassEval's classes as their publisher ships them, and which agent writes which method.
 
-The file is ``data/ClassEval_data.json`` of https://github.com/FudanSELab/ClassEval (the hub's
-``FudanSELab/ClassEval`` holds the same 100 records as its one split, ``test``): a json list whose records have
+The file is ``data/ClassEval_data.json`` of https://github.com/FudanSELab/ClassEval (the reference loads the hub's
+copy, ``FudanSELab/ClassEval``, one split ``test``): a json list of 100 records that have
 ``task_id`` (``ClassEval_0``...), ``skeleton`` (the imports and the class: its docstring, each method's signature
 and docstring, no bodies), ``test`` (unittest classes that use the class by name, run after it in one module),
 ``solution_code``, ``class_name``, ``methods_info`` and more. The reward reads ``skeleton`` and ``test`` only, as

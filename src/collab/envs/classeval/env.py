@@ -11,8 +11,9 @@ at most 6).
 Prompts and feedback are collab's words. The reference's prompt (``utils/prompting.py``) gives the skeleton, the
 agent's methods and output rules (definitions only, no class line, imports or fences; none assigned: an empty
 answer); its multi-turn feedback (``external/code_feedback.py``) gives the syntax check, the tests passed and up to 5
-failing tests, as here. The reference's config trains 2 turns (``num_turns: 2``) and ends an episode early through
-its trainer's threshold (MAGRPO's ``termination_threshold`` here); the env itself never ends one early.
+failing tests, as here. The reference's config trains 2 turns (``num_turns: 2``) with its rewards shifted by -6 and
+ends an episode early through its trainer's threshold (MAGRPO's ``termination: node`` and ``termination_threshold``
+here); the env itself never ends one early.
 """
 
 from __future__ import annotations
