@@ -150,11 +150,12 @@ def test_a_missing_or_malformed_file_is_one_line(tmp_path):
     one_line(lambda: make_env("classeval", dataset=write(tmp_path, [])), "holds no record")
 
 
-def test_team_sizes_and_splits_are_checked_in_one_line():
-    one_line(lambda: make_env("classeval", agents=3), "split params", "takes 2 agents, got 3", "round_robin")
-    one_line(lambda: make_env("classeval", agents=9, split="round_robin"), "2-8, got 9")
-    one_line(lambda: make_env("classeval", split="alternate"), "unknown classeval split 'alternate'")
-    env = make_env("classeval", agents=3, split="round_robin")
+def test_team_sizes_and_partitions_are_checked_in_one_line():
+    one_line(lambda: make_env("classeval", agents=3), "partition params", "takes 2 agents, got 3", "round_robin")
+    one_line(lambda: make_env("classeval", agents=9, partition="round_robin"), "2-8, got 9")
+    one_line(lambda: make_env("classeval", partition="alternate"), "unknown classeval partition 'alternate'")
+    one_line(lambda: make_env("classeval", test_timeout="soon"), "test_timeout must be a number of seconds > 0")
+    env = make_env("classeval", agents=3, partition="round_robin")
     assert env.n_agents == 3 and tally(env)["assigned"] == (("add", "reset"), ("count",), ("total",))
 
 

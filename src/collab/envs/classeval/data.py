@@ -7,7 +7,7 @@ and docstring, no bodies), ``test`` (unittest classes that use the class by name
 ``solution_code``, ``class_name``, ``methods_info`` and more. The reward reads ``skeleton`` and ``test`` only, as
 the reference does; the task keeps ``solution_code`` when the record has it.
 
-The methods to write and their split follow OpenMLRL/LLM_Collab_Code_Completion (read at 1b754a3), rules D1-D5:
+The methods to write and who writes each follow OpenMLRL/LLM_Collab_Code_Completion (read at 1b754a3), rules D1-D5:
 
 - D1 (``utils/data.py``): the class is the first ``class NAME:`` in the skeleton (a regex: a class written with a
   base list, ``class A(B):``, is passed over);
@@ -16,11 +16,11 @@ The methods to write and their split follow OpenMLRL/LLM_Collab_Code_Completion 
 - D3 (``utils/data.py``): before D1 and D2, and in the prompt, smart quotes, dashes, the ellipsis, the no-break
   and zero-width spaces become ASCII; the merge uses the skeleton as written;
 - D4 (``train/strategies.py``, ``ParamCountStrategy``): a method whose signature has one parameter (``self``) goes
-  to the first agent, every other to the second; a third agent would get none, so this split takes 2 agents;
+  to the first agent, every other to the second; a third agent would get none, so this partition takes 2 agents;
 - D5 (``train/train_magrpo.py``): the splits are slices of the 100 records, train ``[:66]`` and eval ``[66:82]``
   (``configs/magrpo_classeval_config.yaml``).
 
-``split: round_robin`` is collab's, for teams of 2-8 (the reference has no other split): the methods dealt in
+``partition: round_robin`` is collab's, for teams of 2-8 (the reference has no other partition): the methods dealt in
 skeleton order, the k-th to agent k mod n.
 """
 
@@ -34,9 +34,9 @@ from collab.envs.published import read_published, split_source
 from collab.envs.records import packaged
 from collab.errors import UserError
 
-__all__ = ["SPLITS", "assign", "class_name", "load_classes", "methods", "param_counts", "sanitize"]
+__all__ = ["PARTITIONS", "assign", "class_name", "load_classes", "methods", "param_counts", "sanitize"]
 
-SPLITS = ("params", "round_robin")
+PARTITIONS = ("params", "round_robin")
 EXAMPLE = "classeval_example.json"
 """collab's own three small classes in ClassEval's format (none is a ClassEval record), the default data."""
 
@@ -103,10 +103,10 @@ def param_counts(skeleton: str) -> dict[str, int]:
     return counts
 
 
-def assign(skeleton: str, agents: int, split: str) -> tuple[tuple[str, ...], ...]:
+def assign(skeleton: str, agents: int, partition: str) -> tuple[tuple[str, ...], ...]:
     """Each agent's methods: D4 (``params``) or collab's ``round_robin``."""
     names = methods(skeleton)
-    if split == "params":
+    if partition == "params":
         counts = param_counts(skeleton)
         owner = [0 if counts.get(m, -1) == 1 else 1 for m in names]
     else:

@@ -2,7 +2,7 @@
 completion task: OpenMLRL/LLM_Collab_Code_Completion, read at 1b754a3).
 
 Every agent sees the whole skeleton and the methods it must write (:mod:`~collab.envs.classeval.data`: the
-reference's split, 1-parameter methods to the first agent and the rest to the second, or collab's ``round_robin``
+reference's partition, 1-parameter methods to the first agent and the rest to the second, or collab's ``round_robin``
 for 2-8 agents) and answers with their definitions. The snippets go into the skeleton
 (:mod:`~collab.envs.classeval.merge`), the record's unit tests run on the class in the sandbox
 (:mod:`~collab.envs.classeval.runner`) and the team shares one reward (:mod:`~collab.envs.classeval.reward`,
@@ -26,7 +26,7 @@ from typing import Any
 from collab import sandbox
 from collab.envs.base import AgentRole, Env, EnvState, Score
 from collab.envs.classeval import merge, runner
-from collab.envs.classeval.data import SPLITS, assign, load_classes, methods, sanitize
+from collab.envs.classeval.data import PARTITIONS, assign, load_classes, methods, sanitize
 from collab.envs.classeval.reward import REWARD_MAX, classeval_reward
 from collab.envs.records import select
 from collab.errors import require
@@ -61,7 +61,7 @@ class ClassEvalEnv(Env):
         train_split: str | None = None,
         eval_split: str | None = None,
         agents: int = 2,
-        split: str = "params",
+        partition: str = "params",
         test_timeout: float = runner.TEST_TIMEOUT,
         workers: int | None = None,
         max_new_tokens: int = 600,
@@ -74,27 +74,31 @@ class ClassEvalEnv(Env):
             train_split, eval_split: Slices of the records; default the reference's ``[:66]`` and ``[66:82]``
                 (the example: ``[:2]`` and ``[2:]``).
             agents: The team's size, 2-8.
-            split: ``params`` (the reference's, 2 agents) or ``round_robin`` (collab's, 2-8 agents).
+            partition: Who writes which method: ``params`` (the reference's, 2 agents) or ``round_robin``
+                (collab's, 2-8 agents).
             test_timeout: Seconds of each unit test (the reference's 40); a class's program gets 3 x that + 5.
             workers: Test programs run in parallel (default: the CPU count).
             max_new_tokens: Each agent's response length (the reference's 600).
         """
         super().__init__(horizon)
-        require(split in SPLITS, f"unknown classeval split {split!r}; valid: {', '.join(SPLITS)}")
+        require(partition in PARTITIONS, f"unknown classeval partition {partition!r}; valid: {', '.join(PARTITIONS)}")
         require(
             type(agents) is int and 2 <= agents <= 8, f"classeval agents must be a whole number in 2-8, got {agents!r}"
         )
         require(
-            split != "params" or agents == 2,
-            f"classeval split params (the reference's: 1-parameter methods to agent 1, the others to agent 2) takes "
-            f"2 agents, got {agents}; for 2-8 agents use split round_robin",
+            partition != "params" or agents == 2,
+            f"classeval partition params (the reference's: 1-parameter methods to agent 1, the others to agent 2) "
+            f"takes 2 agents, got {agents}; for 2-8 agents use partition round_robin",
         )
-        require(test_timeout > 0, f"classeval test_timeout must be > 0 seconds, got {test_timeout}")
-        self.split, self.test_timeout = split, float(test_timeout)
+        positive = isinstance(test_timeout, (int, float)) and not isinstance(test_timeout, bool) and test_timeout > 0
+        require(positive, f"classeval test_timeout must be a number of seconds > 0, got {test_timeout!r}")
+        for key, value in {"workers": workers or 1, "max_new_tokens": max_new_tokens}.items():
+            require(type(value) is int and value >= 1, f"classeval {key} must be a whole number >= 1, got {value!r}")
+        self.partition, self.test_timeout = partition, float(test_timeout)
         self.workers = workers or os.cpu_count() or 1
         self.roles = tuple(AgentRole(f"coder{i + 1}", max_new_tokens=max_new_tokens) for i in range(agents))
         records = [
-            {**r, "methods": methods(r["skeleton"]), "assigned": assign(r["skeleton"], agents, split)}
+            {**r, "methods": methods(r["skeleton"]), "assigned": assign(r["skeleton"], agents, partition)}
             for r in load_classes(dataset)
         ]  # the file is read here: a bad one is refused before any model loads
         defaults = ("[:66]", "[66:82]") if dataset is not None else ("[:2]", "[2:]")
