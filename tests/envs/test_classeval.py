@@ -230,6 +230,17 @@ def test_quirk_replacing_a_method_drops_the_next_ones_decorator():
     assert merge.merge(skeleton, "K", {}) == skeleton  # nothing to put in: the skeleton as written
 
 
+def test_quirk_a_method_that_keeps_its_decorator_keeps_its_stub():
+    """M4: the end of a decorated method's lines is looked for from the line after its first decorator, which finds
+    its own ``def``: only the decorator is replaced, and the stub, defined after the snippet, is the method."""
+    skeleton = "class K:\n    def a(self):\n        return 0\n\n    @staticmethod\n    def b(x):\n        pass"
+    merged = merge.merge(skeleton, "K", {"b": "def b(x):\n    return x"})
+    stub = "    def b(x):\n        pass"
+    assert merged == f"class K:\n    def a(self):\n        return 0\n\n    def b(x):\n        return x\n{stub}\n"
+    both = merge.merge(skeleton, "K", {"a": "def a(self):\n    return 1", "b": "def b(x):\n    return x"})
+    assert both == "class K:\n    def a(self):\n        return 1\n    def b(x):\n        return x\n"
+
+
 def test_the_reward_levels_by_hand():
     """R1-R4: 2 x 3/4 + 4 x 5/6 - 1/4; 0 when the module does not compile; no method to write: tests only."""
     total, parts = classeval_reward(valid=3, methods=4, overlap=1, compiles=True, passed=5, run=6)

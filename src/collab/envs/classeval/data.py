@@ -62,7 +62,7 @@ def _class_node(skeleton: str) -> ast.ClassDef | None:
     name = class_name(skeleton)
     try:
         tree = ast.parse(sanitize(skeleton))
-    except (SyntaxError, ValueError):
+    except Exception:  # as the reference: a skeleton that does not parse has no method
         return None
     return next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
 

@@ -13,7 +13,9 @@ OpenMLRL/LLM_Collab_Code_Completion (read at 1b754a3), ``utils/parse_completion.
   what another agent writes of it is ignored here but counted by the overlap (the reward's lv3);
 - M4: the class's lines run from ``class NAME:`` to the first later non-blank line indented less than the line
   after the header (a decorator excepted); a method's lines from its ``def`` (with the decorators right above it)
-  to the next ``def`` at the same indentation, so the next method's decorators go with them;
+  to the next ``def`` at the same indentation, looked for from the line after the first of them: the next method's
+  decorators go with a method, and a method that still has its decorator is only its decorator lines (its stub
+  stays after the snippet and, defined later, replaces it);
 - M5: the snippet replaces those lines, every non-blank line indented by the ``def``'s indentation (the rest of the
   snippet's indentation is kept); a method not found inside the class goes at its end, indented 4 more than the
   class body; with no snippet at all the skeleton is left exactly as written; otherwise line ends become ``\\n``,
@@ -67,7 +69,7 @@ def snippets(text: str, wanted: Sequence[str]) -> dict[str, str]:
 def _parses(code: str) -> bool:
     try:
         ast.parse(code)
-    except (SyntaxError, ValueError):
+    except Exception:  # as the reference: whatever ast.parse raises (deep nesting included)
         return False
     return True
 
@@ -111,7 +113,8 @@ def _method_lines(lines: list[str], start: int, end: int, name: str) -> tuple[in
     indent, first = _indent(lines[at]), at
     while first - 1 > start and lines[first - 1].lstrip().startswith("@"):
         first -= 1
-    stop = next((j for j in range(at + 1, end) if _ANY_DEF.match(lines[j]) and _indent(lines[j]) == indent), end)
+    # from the line after the first decorator: a decorated method's own def ends its lines (M4)
+    stop = next((j for j in range(first + 1, end) if _ANY_DEF.match(lines[j]) and _indent(lines[j]) == indent), end)
     return first, stop, indent
 
 
