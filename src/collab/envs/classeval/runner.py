@@ -5,9 +5,10 @@ rules T1-T5:
 
 - T1: the program is the merged class, stripped at its end, a blank line, then the record's ``test``; if it does not
   compile nothing runs (the reward is then 0);
-- T2: it is executed as a module named ``task_module`` (so an ``if __name__ == "__main__":`` block does not run),
-  then unittest's default loader takes every test of that module (classes and methods in name order) and runs them
-  with their output captured;
+- T2: it is written to ``task_module_payload.py`` in the working directory and loaded from there as a module named
+  ``task_module`` (so an ``if __name__ == "__main__":`` block does not run; the module is not put in
+  ``sys.modules``), then unittest's default loader takes every test of that module (classes and methods in name
+  order) and runs them with their output captured;
 - T3: each test runs under a ``SIGALRM`` timer (40 s), raising an ``Exception`` subclass; after the third timed-out
   test the rest are neither run nor counted;
 - T4: the result is one JSON line on standard output, which must be all the output: a class that prints while it is
@@ -16,7 +17,8 @@ rules T1-T5:
 - T5: passed = tests run - failures - errors - skipped (an expected failure counts as passed).
 
 One sandboxed program per class; the sandbox gives each its own folder as working directory, as the reference's
-temporary directory. The sandbox's interpreter runs without site-packages (``-I -S``): the 12 published classes that
+temporary directory. As the reference, nothing here defends against code written to print a result line of its own
+and exit. The sandbox's interpreter runs without site-packages (``-I -S``): the 12 published classes that
 import numpy, nltk, PIL and the like fail to load here (docs/fidelity.md).
 """
 
@@ -34,7 +36,7 @@ TEST_TIMEOUT = 40.0
 MAX_TIMEOUTS = 3
 
 _RUNNER = """\
-import contextlib as _cl, io as _io, json as _json, signal as _signal, sys as _sys, types as _types
+import contextlib as _cl, importlib.util as _ilu, io as _io, json as _json, signal as _signal, sys as _sys
 import unittest as _unittest
 
 
@@ -57,6 +59,7 @@ class _Result(_unittest.TextTestResult):
 
     def startTest(self, test):
         super().startTest(test)
+        _signal.signal(_signal.SIGALRM, _ring)
         _signal.setitimer(_signal.ITIMER_REAL, _LIMIT)
 
     def stopTest(self, test):
@@ -88,15 +91,16 @@ class _Result(_unittest.TextTestResult):
         self._record(test, "skipped")
 
 
-_module = _types.ModuleType("task_module")
-_sys.modules["task_module"] = _module
+with open("task_module_payload.py", "w", encoding="utf-8") as _f:
+    _f.write(_CODE)
 try:
-    exec(compile(_CODE, "task_module_payload.py", "exec"), _module.__dict__)
+    _spec = _ilu.spec_from_file_location("task_module", "task_module_payload.py")
+    _module = _ilu.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
 except BaseException as _e:
     print(_json.dumps({"exception": type(_e).__name__ + ": " + str(_e)[:300]}))
     _sys.exit(2)
 _suite = _unittest.defaultTestLoader.loadTestsFromModule(_module)
-_signal.signal(_signal.SIGALRM, _ring)
 _stream = _io.StringIO()
 with _cl.redirect_stdout(_stream), _cl.redirect_stderr(_stream):
     _res = _unittest.TextTestRunner(stream=_stream, verbosity=2, resultclass=_Result).run(_suite)
@@ -144,12 +148,13 @@ def read(result: sandbox.Result) -> TestRun:
         data = json.loads(result.stdout.strip())
     except ValueError:
         data = None
-    if not isinstance(data, dict) or "run" not in data:
+    try:
+        failing = tuple(f"{name}: {outcome}" for name, outcome in data["records"] if outcome != "passed")
+        return TestRun(int(data["run"]), int(data["passed"]), failing)
+    except (TypeError, KeyError, ValueError):  # not the runner's line: an exception's, or none
         why = data.get("exception") if isinstance(data, dict) else None
         why = why or ("the time limit ran out" if result.timed_out else "other output than the result line")
-        return TestRun(error=why)
-    failing = tuple(f"{name}: {outcome}" for name, outcome in data["records"] if outcome != "passed")
-    return TestRun(int(data["run"]), int(data["passed"]), failing)
+        return TestRun(error=str(why))
 
 
 def run_many(codes: Sequence[str], test_timeout: float, pool: sandbox.Pool) -> list[TestRun]:
