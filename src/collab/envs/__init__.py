@@ -11,6 +11,7 @@ from collab.errors import UserError, registered_class
 
 # name -> "module:Class"; an environment's module is imported only when it is built.
 _ENVS = {
+    "classeval": "collab.envs.classeval.env:ClassEvalEnv",
     "matrix": "collab.envs.matrix:MatrixEnv",
     "writing": "collab.envs.writing:WritingEnv",
     "coding": "collab.envs.coding.env:CodingEnv",

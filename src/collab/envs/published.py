@@ -72,6 +72,13 @@ PUBLISHED: dict[str, Published] = {
             ".json list",
         ),
         Published(
+            "ClassEval",
+            "https://github.com/FudanSELab/ClassEval",
+            "data/ClassEval_data.json (100 classes)",
+            ("task_id", "skeleton", "test"),
+            ".json list",
+        ),
+        Published(
             "CodeForces",
             HUB + "open-r1/codeforces",
             "data/train-*.parquet, data/test-*.parquet",

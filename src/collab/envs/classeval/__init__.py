@@ -1,0 +1,1 @@
+"""ClassEval class completion by a team (:mod:`collab.envs.classeval.env`)."""
