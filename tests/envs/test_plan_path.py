@@ -131,3 +131,30 @@ def test_bad_options_are_one_line_errors():
     ):
         with pytest.raises(UserError, match=word):
             make_env("plan_path", **options)
+
+
+def test_one_move_roles_answer_one_move_each_by_hand():
+    """``one_move``: both roles choose one of U/D/L/R (one token); the plan's move is played, the tool's on a copy,
+    with the same rewards as the one-move lists; an answer outside the vocabulary is no action (-2 + r_plan)."""
+    env = make_env("plan_path", one_move=True, horizon=5)
+    assert [r.choices for r in env.roles] == [("U", "D", "L", "R")] * 2
+    assert [r.max_new_tokens for r in env.roles] == [1, 1]
+    state = env.reset(TASK)
+    assert all(
+        h[-1]["content"].endswith("Answer with the next move only: U, D, L or R.\n\nYour next move:")
+        for h in state.histories
+    )
+    step = env.step(state, ["U", "R"])  # tool: off the board at d = 4 (-0.06); plan: R from 4 to 3 (1.02)
+    assert step.rewards == pytest.approx((-0.06 + 1.02, 2 * 1.02), rel=1e-12)
+    assert step.state.memory["board"].pos == (0, 1) and step.info["tool_parsed"] == 1.0 and not step.done
+    assert step.state.histories[1][-1]["content"].startswith('Moves: tool ["U"], played ["R"].')
+    step = env.step(step.state, [" R\n", "go"])  # the plan answered no move: -2 + 0, the board unchanged
+    assert step.rewards == pytest.approx((1.01, -2.0), rel=1e-12) and step.state.memory["board"].pos == (0, 1)
+    for tool, plan in (("R", "R"), ("D", "D"), ("D", "D")):
+        step = env.step(step.state, [tool, plan])
+    assert step.done and step.info["solved"] == 1.0 and step.state.memory["board"].pos == (2, 2)
+    # the start-of-run size check's prompt bound: a turn's feedback adds the board's text and ~40 tokens, not a
+    # program's output (100-token board text, 1-token answers, whole history)
+    assert env.prompt_tokens(100, 2, [1]) == 100 + 2 * (1 + 100 + 40)
+    with pytest.raises(UserError, match="plan_path option one_move must be true or false, got 1"):
+        make_env("plan_path", one_move=1)

@@ -22,6 +22,11 @@ plan action on the board and ``r_tool`` that of the tool action on the pre-turn 
 Each agent gets its own reward (a POSG: ``joint_reward = False``); the game's reward rules are in its module. The
 episode ends when the board is solved or the game's move limit is hit, or after ``horizon`` turns (the reference's
 ``max_turns``: 5 in ``config/stateful/stateful_L1_prompt.yaml``, 4 in its game scripts).
+
+``one_move`` (Plan-Path and Sokoban; not the reference's game): both roles answer one move a turn from the closed
+vocabulary U/D/L/R (one token each, :data:`MOVE_CHOICES`), the tool agent without a program; the same boards and
+reward rules, with one-move lists. A small scale for models that cannot yet write the reference's program and
+``#### <list>`` line (SmolLM2-135M writes neither on 3 x 3 boards: docs/measurements.md).
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ FEEDBACK_EXTRA = 1500
 """Tokens a feedback holds beyond the task's restatement, about at most: the output and the two lists at a token a
 character (ASCII), and the lines around them."""
 
+ONE_MOVE_FEEDBACK = 40
+"""The same under ``one_move``: the two moves and the rewards."""
+MOVE_CHOICES = ("U", "D", "L", "R")
+"""The closed action vocabulary of both roles under ``one_move``."""
+ONE_MOVE_LINE = "Answer with the next move only: U, D, L or R."
+ONE_MOVE_PROMPT = "You walk a grid game one move at a time. Answer with the next move only: one letter, U, D, L or R."
+
 TOOL_PROMPT = (
     "You solve planning problems by writing code. Write one complete Python program in a single ```python block. "
     "It must compute the answer from the given state (use a search such as BFS) and print it on its own line "
@@ -55,6 +67,12 @@ PLAN_PROMPT = (
     "against the task, adopt the code's answer when it is right and correct it when it is not, reason briefly, "
     "and end with one line: #### <list>"
 )
+
+
+def move_answer(response: str) -> list[str] | None:
+    """A ``one_move`` answer as a one-move list; None when it is not one of :data:`MOVE_CHOICES`."""
+    move = response.strip()
+    return [move] if move in MOVE_CHOICES else None
 
 
 class GameEnv(Env):
@@ -85,6 +103,16 @@ class GameEnv(Env):
             AgentRole("plan", PLAN_PROMPT, max_new_tokens=max_new_tokens),
         )
         self._splits: dict[str, list[dict]] = {}
+        self.one_move = False
+
+    def play_one_move(self, one_move: bool) -> None:
+        """Under ``one_move`` both roles answer one move from :data:`MOVE_CHOICES` (module docstring)."""
+        require(type(one_move) is bool, f"{self.name} option one_move must be true or false, got {one_move!r}")
+        self.one_move = one_move
+        if one_move:
+            self.roles = tuple(
+                AgentRole(name, ONE_MOVE_PROMPT, max_new_tokens=1, choices=MOVE_CHOICES) for name in ("tool", "plan")
+            )
 
     # -- what a game supplies ---------------------------------------------------------------------------------
     def instance(self, seed: int) -> dict:
@@ -110,6 +138,8 @@ class GameEnv(Env):
 
     def observe(self, task: Mapping[str, Any]) -> list[str]:
         text = self.describe(self.board(task))
+        if self.one_move:
+            return [f"{text}\n\nYour next move:"] * 2
         return [f"{text}\n\nWrite the program.", f"{text}\n\nGive your plan, then the line #### <list>."]
 
     def current(self, state: EnvState) -> Any:
@@ -123,8 +153,12 @@ class GameEnv(Env):
 
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         board = self.current(state)
-        tool_action, output = self.tool_action(actions[0])
-        plan_action = turns.final_action(actions[1], moves=self.game != "sudoku")
+        if self.one_move:
+            tool_action, plan_action = (move_answer(a) for a in actions)
+            output = None
+        else:
+            tool_action, output = self.tool_action(actions[0])
+            plan_action = turns.final_action(actions[1], moves=self.game != "sudoku")
         after, r_plan = board.play(plan_action or [])
         _, r_tool = board.play(tool_action)
         tool_missing = NO_ACTION if self.game != "sudoku" else r_tool
@@ -148,12 +182,22 @@ class GameEnv(Env):
 
     def prompt_tokens(self, first: int, turn: int, responses: Sequence[int]) -> int:
         """Each turn's feedback restates the task with the new board (about ``first`` tokens) and adds the program's
-        last :data:`OUTPUT_CHARS` characters of output, the two lists and the rewards (:data:`FEEDBACK_EXTRA`)."""
+        last :data:`OUTPUT_CHARS` characters of output, the two lists and the rewards (:data:`FEEDBACK_EXTRA`;
+        :data:`ONE_MOVE_FEEDBACK` under ``one_move``)."""
         kept = turn if self.history_window is None else min(turn, self.history_window)
-        return first + kept * (max(responses, default=0) + first + FEEDBACK_EXTRA)
+        extra = ONE_MOVE_FEEDBACK if self.one_move else FEEDBACK_EXTRA
+        return first + kept * (max(responses, default=0) + first + extra)
 
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         m = score.memory
+        if self.one_move:
+            text = (
+                f"Moves: tool {turns.show(m['tool_action'], LIST_CHARS)}, "
+                f"played {turns.show(m['plan_action'], LIST_CHARS)}. "
+                f"Rewards this turn: tool {score.rewards[0]:.2f}, plan {score.rewards[1]:.2f}.\n\n"
+                f"{self.describe(m['board'])}\n\nYour next move:"
+            )
+            return [text, text]
         output = (
             "(the program did not finish)" if m["tool_output"] is None else m["tool_output"].strip()[-OUTPUT_CHARS:]
         )
@@ -187,6 +231,7 @@ class PlanPathEnv(GameEnv):
         num_eval: int = 32,
         max_new_tokens: int = 256,
         program_seconds: float = 20.0,
+        one_move: bool = False,
     ) -> None:
         """
         Args:
@@ -198,6 +243,7 @@ class PlanPathEnv(GameEnv):
             num_train, num_eval: Boards in each split.
             max_new_tokens: Each role's response length.
             program_seconds: Wall time of the tool agent's program.
+            one_move: Both roles answer one move a turn from U/D/L/R (module docstring; not the reference's game).
         """
         super().__init__(horizon, seed, num_train, num_eval, max_new_tokens, program_seconds)
         require(type(size) is int and size >= 2, f"plan_path option size must be an integer >= 2, got {size!r}")
@@ -209,6 +255,7 @@ class PlanPathEnv(GameEnv):
             type(max_moves) is int and max_moves >= 1, f"plan_path option max_moves must be >= 1, got {max_moves!r}"
         )
         self.size, self.block_ratio, self.max_moves = size, float(block_ratio), max_moves
+        self.play_one_move(one_move)
 
     def instance(self, seed: int) -> dict:
         return plan_path.generate(seed, self.size, self.size, self.block_ratio)
@@ -224,7 +271,11 @@ class PlanPathEnv(GameEnv):
             "Walk on the grid from S to G ('.' free, '#' blocked; rows and columns count from 0). Moves: U (up), "
             "D (down), L (left), R (right); stay on the grid and off '#'.\n"
             f"Grid:\n{board.render()}\nYou are at {list(board.pos)}; the goal is at {list(board.goal)}.\n"
-            'The list is the moves from here, e.g. ["R", "D"]; an empty list [] when at the goal.'
+            + (
+                ONE_MOVE_LINE
+                if self.one_move
+                else 'The list is the moves from here, e.g. ["R", "D"]; an empty list [] when at the goal.'
+            )
         )
 
 
@@ -310,6 +361,7 @@ class SokobanEnv(GameEnv):
         num_eval: int = 32,
         max_new_tokens: int = 256,
         program_seconds: float = 20.0,
+        one_move: bool = False,
     ) -> None:
         """
         Args:
@@ -322,6 +374,7 @@ class SokobanEnv(GameEnv):
             num_train, num_eval: Rooms in each split.
             max_new_tokens: Each role's response length.
             program_seconds: Wall time of the tool agent's program.
+            one_move: Both roles answer one move a turn from U/D/L/R (module docstring; not the reference's game).
         """
         super().__init__(horizon, seed, num_train, num_eval, max_new_tokens, program_seconds)
         require(type(size) is int and size >= 5, f"sokoban option size must be an integer >= 5, got {size!r}")
@@ -332,6 +385,7 @@ class SokobanEnv(GameEnv):
         )
         require(type(max_moves) is int and max_moves >= 1, f"sokoban option max_moves must be >= 1, got {max_moves!r}")
         self.size, self.boxes, self.max_moves = size, boxes, max_moves
+        self.play_one_move(one_move)
 
     def instance(self, seed: int) -> dict:
         return sokoban.generate(seed, self.size, self.boxes)
@@ -349,5 +403,5 @@ class SokobanEnv(GameEnv):
             "'+' you on a goal. Moves: U (up), D (down), L (left), R (right); walking into a box pushes it if the "
             "cell behind it is free.\n"
             f"Boxes on goals: {on}/{len(board.boxes)}\nRoom:\n{board.render()}\n"
-            'The list is the moves from here, e.g. ["R", "D"].'
+            + (ONE_MOVE_LINE if self.one_move else 'The list is the moves from here, e.g. ["R", "D"].')
         )
