@@ -31,6 +31,7 @@ PUBLISHER = {
     "magrpo_mareinforce_coding_ref": "OpenMLRL/CoopHumanEval",
     "magrpo_marloo_coding_ref": "OpenMLRL/CoopHumanEval",
     "magrpo_maremax_coding_ref": "OpenMLRL/CoopHumanEval",
+    "magrpo_classeval_ref": "github.com/FudanSELab/ClassEval",
     "collm_minecraft_paper": "github.com/OpenMLRL/LLM_Collab_Minecraft",
     "collm_minecraft_paper_lora": "github.com/OpenMLRL/LLM_Collab_Minecraft",
     "marft_a_coding_paper": "open-r1/codeforces",
