@@ -100,7 +100,8 @@ def ref_task(record: Mapping[str, Any], house: House, n_agents: int, limited_res
     return RefTask(house, palette, bytes(target), budgets(counts, n_agents) if limited_resource else None)
 
 
-def _integer(token: str) -> int | None:
+def absolute_integer(token: str) -> int | None:
+    """A coordinate token as the authors read it: Python's integer syntax; a relative one (``~``, ``^``): None."""
     token = token.strip()
     if not token or token[0] in "~^":
         return None
@@ -125,7 +126,7 @@ def _command(line: str, task: RefTask, used: dict[str, int]) -> Fill | Attack | 
         raise Rejected(f"unknown command {tokens[0]!r}; allowed: /fill, /kill")
     if len(tokens) < 8:
         raise Rejected("incomplete fill; format: /fill x1 y1 z1 x2 y2 z2 block")
-    xyz = [_integer(t) for t in tokens[1:7]]
+    xyz = [absolute_integer(t) for t in tokens[1:7]]
     if None in xyz:
         raise Rejected("coordinates must be absolute integers (no ~ or ^)")
     block = block_name(tokens[7])
@@ -150,24 +151,31 @@ def _command(line: str, task: RefTask, used: dict[str, int]) -> Fill | Attack | 
     return Fill(lo, hi, block, task.palette.index(block))  # type: ignore[arg-type]
 
 
-def parse_reference(text: str, task: RefTask, cap: int) -> Parsed:
-    """One agent's response -> its accepted commands (at most ``cap``) and rejected lines (module docstring).
-    Budgets are the agent's own: they restart for every agent and every turn."""
-    commands: list[Fill | Attack] = []
+def capped_commands(text: str, cap: int, read) -> Parsed:
+    """The response's command lines (:func:`command_lines`) each read by ``read(line)``: a command, None (skipped)
+    or :class:`Rejected` (the line rejected with its reason); past ``cap`` accepted commands a line is rejected
+    unread (the authors' HouseBuild and StrBuild readers check the cap first)."""
+    commands: list = []
     rejected: list[Rejection] = []
-    used: dict[str, int] = {}
     for line in command_lines(text):
         if len(commands) >= cap:
             rejected.append(Rejection(line, f"over the cap of {cap} commands"))
             continue
         try:
-            command = _command(line, task, used)
+            command = read(line)
         except Rejected as e:
             rejected.append(Rejection(line, str(e)))
             continue
         if command is not None:
             commands.append(command)
     return Parsed(tuple(commands), tuple(rejected))
+
+
+def parse_reference(text: str, task: RefTask, cap: int) -> Parsed:
+    """One agent's response -> its accepted commands (at most ``cap``) and rejected lines (module docstring).
+    Budgets are the agent's own: they restart for every agent and every turn."""
+    used: dict[str, int] = {}
+    return capped_commands(text, cap, lambda line: _command(line, task, used))
 
 
 def build(task: RefTask, parsed: Sequence[Parsed]) -> bytes:

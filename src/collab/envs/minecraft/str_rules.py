@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from collab.envs.minecraft.commands import Fill, Parsed, Rejected, Rejection
-from collab.envs.minecraft.reference import _integer, block_name, command_lines
+from collab.envs.minecraft.commands import Fill, Parsed, Rejected
+from collab.envs.minecraft.reference import absolute_integer, block_name, capped_commands
 from collab.envs.minecraft.world import AIR, House
 
 AIRS = (AIR, "cave_air", "void_air")
@@ -73,7 +73,7 @@ def _setblock(line: str, house: House, allowed: frozenset[str]) -> Fill | None:
         raise Rejected(f"unsupported command {tokens[0].lower()!r}; use /setblock x y z block")
     if len(tokens) < 5:
         raise Rejected("incomplete setblock; format: /setblock x y z block")
-    xyz = tuple(_integer(t) for t in tokens[1:4])
+    xyz = tuple(absolute_integer(t) for t in tokens[1:4])
     if None in xyz:
         raise Rejected("coordinates must be absolute integers (no ~ or ^)")
     block = block_name(tokens[4])
@@ -87,20 +87,7 @@ def _setblock(line: str, house: House, allowed: frozenset[str]) -> Fill | None:
 def parse_setblocks(text: str, house: House, blocks: Sequence[str], cap: int) -> Parsed:
     """One agent's response -> its accepted ``/setblock`` commands (at most ``cap``) and rejected lines."""
     allowed = frozenset(blocks) | {AIR}
-    commands: list[Fill] = []
-    rejected: list[Rejection] = []
-    for line in command_lines(text):
-        if len(commands) >= cap:
-            rejected.append(Rejection(line, f"over the cap of {cap} commands"))
-            continue
-        try:
-            command = _setblock(line, house, allowed)
-        except Rejected as e:
-            rejected.append(Rejection(line, str(e)))
-            continue
-        if command is not None:
-            commands.append(command)
-    return Parsed(tuple(commands), tuple(rejected))
+    return capped_commands(text, cap, lambda line: _setblock(line, house, allowed))
 
 
 def target_colors(cells: Sequence[tuple[int, int, int]], palettes: Sequence[Sequence[str]]) -> dict:
