@@ -24,7 +24,7 @@ episode ends when the board is solved or the game's move limit is hit, or after 
 ``max_turns``: 5 in ``config/stateful/stateful_L1_prompt.yaml``, 4 in its game scripts).
 
 ``one_move`` (Plan-Path and Sokoban; not the reference's game): both roles answer one move a turn from the closed
-vocabulary U/D/L/R (one token each, :data:`MOVE_CHOICES`), the tool agent without a program; the same boards and
+vocabulary U/D/L/R (one token each, :data:`turns.MOVES`), the tool agent without a program; the same boards and
 reward rules, with one-move lists. A small scale for models that cannot yet write the reference's program and
 ``#### <list>`` line (SmolLM2-135M writes neither on 3 x 3 boards: docs/measurements.md).
 """
@@ -52,8 +52,6 @@ character (ASCII), and the lines around them."""
 
 ONE_MOVE_FEEDBACK = 40
 """The same under ``one_move``: the two moves and the rewards."""
-MOVE_CHOICES = ("U", "D", "L", "R")
-"""The closed action vocabulary of both roles under ``one_move``."""
 ONE_MOVE_LINE = "Answer with the next move only: U, D, L or R."
 ONE_MOVE_PROMPT = "You walk a grid game one move at a time. Answer with the next move only: one letter, U, D, L or R."
 
@@ -67,12 +65,6 @@ PLAN_PROMPT = (
     "against the task, adopt the code's answer when it is right and correct it when it is not, reason briefly, "
     "and end with one line: #### <list>"
 )
-
-
-def move_answer(response: str) -> list[str] | None:
-    """A ``one_move`` answer as a one-move list; None when it is not one of :data:`MOVE_CHOICES`."""
-    move = response.strip()
-    return [move] if move in MOVE_CHOICES else None
 
 
 class GameEnv(Env):
@@ -106,12 +98,12 @@ class GameEnv(Env):
         self.one_move = False
 
     def play_one_move(self, one_move: bool) -> None:
-        """Under ``one_move`` both roles answer one move from :data:`MOVE_CHOICES` (module docstring)."""
+        """Under ``one_move`` both roles answer one move of :data:`turns.MOVES` (module docstring)."""
         require(type(one_move) is bool, f"{self.name} option one_move must be true or false, got {one_move!r}")
         self.one_move = one_move
         if one_move:
             self.roles = tuple(
-                AgentRole(name, ONE_MOVE_PROMPT, max_new_tokens=1, choices=MOVE_CHOICES) for name in ("tool", "plan")
+                AgentRole(name, ONE_MOVE_PROMPT, max_new_tokens=1, choices=turns.MOVES) for name in ("tool", "plan")
             )
 
     # -- what a game supplies ---------------------------------------------------------------------------------
@@ -154,7 +146,7 @@ class GameEnv(Env):
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         board = self.current(state)
         if self.one_move:
-            tool_action, plan_action = (move_answer(a) for a in actions)
+            tool_action, plan_action = (turns.one_move(a) for a in actions)
             output = None
         else:
             tool_action, output = self.tool_action(actions[0])

@@ -29,6 +29,12 @@ MAX_LIST_CHARS = 20_000
 """A longer list is not read: literal_eval of a huge nested text costs memory and recursion."""
 
 
+def one_move(response: str) -> list[str] | None:
+    """A ``one_move`` answer (one token of :data:`MOVES`) as a one-move list; None for anything else."""
+    move = response.strip()
+    return [move] if move in MOVES else None
+
+
 def _literal_list(text: str) -> list | None:
     if len(text) > MAX_LIST_CHARS:
         return None
