@@ -187,7 +187,10 @@ def test_grid_table_and_curves(tiny_grid):
             ["--algos", "maporl", "--envs", "writing", "--rollouts", "1"],
             "--algo maporl does not train on env 'writing'; it supports: debate",
         ),
-        (["--algos", "magrpo", "--envs", "nowhere", "--rollouts", "1"], "unknown env 'nowhere'; valid: coding"),
+        (
+            ["--algos", "magrpo", "--envs", "nowhere", "--rollouts", "1"],
+            "unknown env 'nowhere'; valid: classeval, coding",
+        ),
         (
             ["--algos", "magrpo", "--controls", "solo", "--rollouts", "1"],
             "unknown control 'solo'; valid: discussion, grpo",
