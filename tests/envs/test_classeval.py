@@ -19,7 +19,7 @@ from collab.envs.classeval import data, merge
 from collab.envs.classeval.reward import classeval_reward
 from collab.envs.classeval.runner import TestRun, read
 from collab.envs.records import packaged
-from collab.errors import UserError
+from tests.envs.test_published import one_line
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -89,14 +89,6 @@ def write(tmp_path: Path, records) -> str:
     path = tmp_path / "ClassEval_data.json"
     path.write_text(json.dumps(records) if not isinstance(records, str) else records)
     return str(path)
-
-
-def one_line(call, *needles: str) -> str:
-    with pytest.raises(UserError) as e:
-        call()
-    text = str(e.value)
-    assert "\n" not in text and all(n in text for n in needles), text
-    return text
 
 
 @pytest.fixture(scope="module")

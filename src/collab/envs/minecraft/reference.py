@@ -111,12 +111,17 @@ def absolute_integer(token: str) -> int | None:
         return None
 
 
-def _command(line: str, task: RefTask, used: dict[str, int]) -> Fill | Attack | None:
-    """One line -> a command, ``None`` for a line with nothing after its ``/``, or :class:`Rejected`."""
+def command_tokens(line: str) -> list[str]:
+    """A command line's words, one leading ``/`` dropped (the authors' readers take it with or without)."""
     body = line.strip()
     if body.startswith("/"):
         body = body[1:].lstrip()
-    tokens = body.split()
+    return body.split()
+
+
+def _command(line: str, task: RefTask, used: dict[str, int]) -> Fill | Attack | None:
+    """One line -> a command, ``None`` for a line with nothing after its ``/``, or :class:`Rejected`."""
+    tokens = command_tokens(line)
     if not tokens:
         return None
     name = tokens[0].lower()

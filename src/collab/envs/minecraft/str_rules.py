@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from collab.envs.minecraft.commands import Fill, Parsed, Rejected
-from collab.envs.minecraft.reference import absolute_integer, block_name, capped_commands
+from collab.envs.minecraft.reference import absolute_integer, block_name, capped_commands, command_tokens
 from collab.envs.minecraft.world import AIR, House
 
 AIRS = (AIR, "cave_air", "void_air")
@@ -63,10 +63,7 @@ def caps(total: int, n: int) -> list[int]:
 
 
 def _setblock(line: str, house: House, allowed: frozenset[str]) -> Fill | None:
-    body = line.strip()
-    if body.startswith("/"):
-        body = body[1:].lstrip()
-    tokens = body.split()
+    tokens = command_tokens(line)
     if not tokens:
         return None
     if tokens[0].lower() != "setblock":
