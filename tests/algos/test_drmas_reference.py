@@ -15,8 +15,9 @@ A group of one row gets mean 0 and std 1 in both. collab's MAGRPO groups one age
 node, so at one turn (every agent acting once in each of the K episodes) its groups are Dr. MAS's agent-wise
 groups: MAGRPO is agent-wise by construction, with ``normalize_std`` as Dr. MAS's std and no option to add. Where
 agents act a varying number of times in an episode (Dr. MAS's orchestras) the rule pools an agent's calls over
-turns; collab's tree has no such episode. The cases: 100 one-turn trees, 1-4 agents, K = 2-8, joint or per-agent
-rewards.
+turns; collab's tree has no such episode, and MAGRPO's ``rollout_mode: episodes`` plays them
+(:mod:`collab.rollout.episode_batch`). The cases: 100 one-turn trees, 1-4 agents, K = 2-8, joint or per-agent
+rewards; and 100 cases of K whole episodes of 1-4 turns that end early at random.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 
 from collab.algos.magrpo import set_group_advantages
 from collab.envs.base import AgentRole, Env, Score
+from collab.rollout.episode_batch import episode_batch, episode_return
 from collab.rollout.tree import tree_batch
 from tests.support import ScriptedTeam
 
@@ -138,3 +140,73 @@ def test_the_global_rule_differs_only_under_per_agent_rewards():
         else:
             differ += not same
     assert joint >= 30 and differ >= 30
+
+
+# -- whole episodes (MAGRPO's rollout_mode: episodes) ----------------------------------------------------------
+
+
+class TurnsEnv(Env):
+    """``tasks`` tasks of up to ``horizon`` turns; every turn each agent's reward is a draw (the team's under a joint
+    reward) and the episode ends early with probability 0.3, so a task's K episodes have different lengths."""
+
+    name = "turns"
+
+    def __init__(self, c: dict) -> None:
+        super().__init__(c["horizon"])
+        self.c, self.rng = c, random.Random(c["seed"] + 2000)
+        self.joint_reward = c["joint"]
+        self.roles = tuple(AgentRole(f"a{i}", max_new_tokens=1) for i in range(c["n"]))
+
+    def tasks(self, split):
+        return [{"id": t} for t in range(self.c["tasks"])]
+
+    def observe(self, task):
+        return [f"task {task['id']}"] * self.n_agents
+
+    def score(self, state, actions):
+        draw = lambda: self.rng.choice([0.0, 0.5, 1.0]) if self.c["discrete"] else self.rng.uniform(-1.0, 2.0)  # noqa: E731
+        rewards = (draw(),) * self.n_agents if self.joint_reward else tuple(draw() for _ in actions)
+        return Score(rewards, terminated=self.rng.random() < 0.3)
+
+
+def episode_rows(seed: int, normalize_std: bool) -> tuple[list, list[dict]]:
+    """collab's decisions of case ``seed`` played as K whole episodes, with MAGRPO's advantages, and the same
+    decisions as Dr. MAS's rows: each row's score is its episode's reward, summed here from the decisions' own
+    turn rewards (gamma 1, the reference's), independently of their ``returns``."""
+    c = {**case(seed), "horizon": random.Random(seed).randint(1, 4)}
+    env = TurnsEnv(c)
+    batch = episode_batch(ScriptedTeam(lambda agent, messages: "x"), env, env.tasks("train"), c["k"], 1.0)
+    set_group_advantages(batch.items, "mean", normalize_std)
+    rows, episode, score = [], -1, {}
+    for s in batch.items:  # task, episode, turn, agent order: an episode starts where turn 0's first agent acts
+        episode += s.turn == 0 and s.agent == 0
+        score[episode, s.agent] = score.get((episode, s.agent), 0.0) + s.reward
+        rows.append(dict(uid=s.group // c["n"], traj=episode, agent=s.agent))
+    for r in rows:
+        r["score"] = score[r["traj"], r["agent"]]
+    assert len({r["traj"] for r in rows}) == c["tasks"] * c["k"]
+    return batch.items, rows
+
+
+@pytest.mark.parametrize("normalize_std", [True, False])
+def test_episodes_are_dr_mas_agent_wise_at_any_number_of_turns(normalize_std):
+    """100 cases of 1-4 turns with early ends: every decision's advantage is Dr. MAS's agent-wise one, the groups
+    pooling an agent's calls over its task's episodes and turns."""
+    lengths = set()
+    for seed in SEEDS:
+        samples, rows = episode_rows(seed, normalize_std)
+        lengths.add(len({(r["traj"], s.turn) for r, s in zip(rows, samples)}) / len({r["traj"] for r in rows}))
+        assert close([s.advantages for s in samples], agent_wise(rows, normalize_std)), seed
+    assert len(lengths) > 20  # episodes of many lengths: the pooled groups are tested, not one-turn ones
+
+
+def test_episode_returns_by_hand():
+    """Two turns of rewards (0.5, 1.0) for agent 0 and (0.0, 2.0) for agent 1: G = r_0 + gamma r_1 for every decision
+    of the episode, the first turn's included, with no absorbing repetition after an early end."""
+    from collab.envs.base import StepResult
+    from collab.rollout.episodes import Episode
+
+    ep = Episode(0, steps=[StepResult(None, (0.5, 0.0), False, {}), StepResult(None, (1.0, 2.0), True, {}, 2)])
+    assert episode_return(ep, 0, 0.9) == pytest.approx(0.5 + 0.9 * 1.0)
+    assert episode_return(ep, 1, 0.9) == pytest.approx(0.9 * 2.0)
+    assert episode_return(ep, 1, 1.0) == pytest.approx(2.0)

@@ -2,9 +2,11 @@
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from collab.algos import from_config
+from collab.errors import UserError
 from collab.policy.models import BaseConfig
 from collab.policy.team import AgentSpec, SamplingSpec
 from collab.rollout.experience import Batch
@@ -71,3 +73,17 @@ def test_micro_batches_accumulate_the_same_gradient():
             assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max()), rtol=1e-4)
     assert abs(losses[1] - losses[0]) < 1e-5 and abs(losses[2] - losses[0]) < 1e-5
     assert set(stats) == {"train/kl_ref", "train/ratio", "train/clip_frac", "train/approx_kl", "train/loss"}
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"rollout_mode": "chains"}, "unknown model.rollout_mode .chains.; valid: tree, episodes"),
+        ({"rollout_mode": "episodes", "joint_mode": "cross"}, "needs model.joint_mode aligned"),
+        ({"rollout_mode": "episodes", "termination_threshold": 0.5}, "model.termination_threshold null"),
+    ],
+)
+def test_a_rollout_mode_that_cannot_run_is_one_line(options, message):
+    with pytest.raises(UserError, match=message) as e:
+        from_config("magrpo", base=BaseConfig(name="tiny"), **options)
+    assert "\n" not in str(e.value)

@@ -381,3 +381,20 @@ def test_the_cli_says_a_large_teams_projection_in_its_start_lines(tmp_path, monk
     start = [line for line in err if line.startswith(("config: ", "threads: ", "team: "))]
     assert [line.split(":")[0] for line in start] == ["config", "threads", "team"], start
     assert start[2].startswith("team: 3 agents, projected ") and "a step projected at " in start[2]
+
+
+def test_whole_episodes_are_counted_without_branching():
+    """MAGRPO's ``rollout_mode: episodes`` decodes K responses an agent a task at every turn (K episodes going on
+    alone): 3 agents, 2 tasks, K = 5, 4 turns are 30 responses a turn, 120 a step, where its tree holds 30 x 5^t."""
+    from types import SimpleNamespace
+
+    from collab.cli.resources import tree
+    from collab.runtime.projection import Workload
+
+    module = SimpleNamespace(joint_mode="aligned", k=5, rollout_mode="episodes")
+    samples, branching = tree(module, None, 3)
+    work = Workload(2, 3, 8, (10, 20, 30, 40), samples, branching)
+    assert [work.rows(t) for t in range(4)] == [30, 30, 30, 30]
+    module.rollout_mode = "tree"
+    work = Workload(2, 3, 8, (10, 20, 30, 40), *tree(module, None, 3))
+    assert [work.rows(t) for t in range(4)] == [30, 150, 750, 3750]

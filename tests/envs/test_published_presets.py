@@ -58,6 +58,9 @@ def test_every_preset_names_its_dataset_and_splits(preset):
     if data(preset).get("env") in ("plan_path", "sokoban"):  # boards generated from a seed, no dataset: their size
         assert "dataset" not in options and "size" in options, preset.stem
         return
+    if data(preset).get("env") == "search_qa":  # a question file a split, and the corpus searched
+        assert {"dataset", "eval_dataset", "corpus"} <= set(options), preset.stem
+        return
     assert "dataset" in options and {"train_split", "eval_split"} <= set(options), preset.stem
     assert (preset.stem in PUBLISHER) == (":" in str(options["dataset"])), preset.stem
 
@@ -71,6 +74,21 @@ def test_a_paper_preset_without_its_file_is_one_line_naming_the_publisher(stem, 
     text = str(e.value)
     path = str(spec["env_options"]["dataset"]).partition(":")[2]
     assert "\n" not in text and PUBLISHER[stem] in text and path in text and "file not found" in text, text
+
+
+def test_a_search_preset_without_its_files_is_one_line(tmp_path, monkeypatch):
+    """Dr. MAS's preset in a folder without data/: one line naming the first missing file, the corpus (indexed when
+    the env is built), then the questions."""
+    monkeypatch.chdir(tmp_path)
+    spec = data(ROOT / "conf" / "presets" / "magrpo_drmas_search_ref.yaml")
+    with pytest.raises(UserError) as e:
+        make_env(spec["env"], **spec["env_options"])
+    assert "\n" not in str(e.value) and spec["env_options"]["corpus"] in str(e.value), str(e.value)
+    (tmp_path / "data" / "search_r1").mkdir(parents=True)
+    (tmp_path / spec["env_options"]["corpus"]).write_text('{"id": "1", "contents": "\\"Paris\\"\\nThe capital."}\n')
+    with pytest.raises(UserError) as e:
+        make_env(spec["env"], **spec["env_options"]).tasks("train")
+    assert "\n" not in str(e.value) and spec["env_options"]["dataset"] in str(e.value), str(e.value)
 
 
 DEFAULTS = {

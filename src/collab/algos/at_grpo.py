@@ -64,6 +64,7 @@ class ATGRPO(MAGRPO):
             termination_threshold=None,
             termination="branch",
             cross_reduction="mean",
+            rollout_mode="tree",
             **kwargs,
         )
         require(

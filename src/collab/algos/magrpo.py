@@ -4,11 +4,14 @@ Per training step:
 
 1. Roll out a K-ary tree per task (``collab.rollout.tree``): at each history h_t every agent draws K
    responses; children are joint actions; returns are discounted Monte Carlo estimates through the tree.
+   With ``rollout_mode: episodes`` each task is played K times instead, each episode alone, and every response
+   carries its episode's return (``collab.rollout.episode_batch``: Dr. MAS's rollout).
 2. Group-relative advantages among each agent's K siblings: A = G - b, with b the group mean (MAGRPO),
    the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std
    (``baseline``: the MAGRPO authors' MAGRPO, MAReMax, MARLOO and MAREINFORCE trainers,
    :func:`collab.objectives.group_advantages`). A group is one agent's, so the std is that agent's own: Dr. MAS's
-   agent-wise normalisation (arXiv 2602.08847) at one turn.
+   agent-wise normalisation (arXiv 2602.08847); with ``episodes`` a group is one agent's responses at every turn
+   of a task's K episodes, Dr. MAS's group at any number of turns.
 3. ``ppo.num_epochs`` passes of minibatch updates of the importance-weighted policy gradient, CoLLM Eq. 1:
    grad = rho_{i,t} grad log pi_i(a_{i,t} | h_{i,t}) (G - b), with rho the sequence-level ratio
    pi / pi_old clipped to [1 - eps, 1 + eps] as in PPO (eps = ``ppo.clip``, Appendix C's
@@ -34,16 +37,20 @@ from collab.algos.base import CollabModule, Term
 from collab.algos.groups import PPOOptions
 from collab.errors import require, require_ranges
 from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
+from collab.rollout.episode_batch import episode_batch
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 from collab.runtime import lockstep
 from collab.runtime.collectives import global_sum
 from collab.runtime.memory import shared_prompt_chunks
 
+ROLLOUT_MODES = ("tree", "episodes")
+
 
 def set_group_advantages(samples: list[Decision], baseline: str = "mean", normalize_std: bool = False) -> None:
     """Step 2: each group's advantages from its K returns, A = G - b (:func:`collab.objectives.group_advantages`),
-    written into the samples. A group is one agent's K samples at one history node (``Decision.group``)."""
+    written into the samples. A group (``Decision.group``) is one agent's K samples at one history node of a tree,
+    or its responses in a task's K episodes (:func:`~collab.rollout.episode_batch.episode_batch`)."""
     groups: dict[int, list[Decision]] = {}
     for s in samples:
         groups.setdefault(s.group, []).append(s)
@@ -69,6 +76,7 @@ class MAGRPO(CollabModule):
         termination_threshold: float | None,
         termination: str,
         cross_reduction: str,
+        rollout_mode: str,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -90,7 +98,13 @@ class MAGRPO(CollabModule):
                 "baseline": BASELINES,
                 "termination": TERMINATIONS,
                 "cross_reduction": CROSS_REDUCTIONS,
+                "rollout_mode": ROLLOUT_MODES,
             },
+        )
+        require(
+            rollout_mode == "tree" or (joint_mode == "aligned" and termination_threshold is None),
+            "model.rollout_mode episodes plays each task's K episodes apart: it needs model.joint_mode aligned and "
+            f"model.termination_threshold null, got {joint_mode} and {termination_threshold}",
         )
         self.k, self.joint_mode, self.baseline, self.normalize_std = (
             num_generations,
@@ -104,6 +118,7 @@ class MAGRPO(CollabModule):
             termination,
             cross_reduction,
         )
+        self.rollout_mode = rollout_mode
 
     def build_extra(self, env) -> None:
         if self.k is None:
@@ -111,6 +126,8 @@ class MAGRPO(CollabModule):
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
+        if self.rollout_mode == "episodes":
+            return episode_batch(self.team, self.env, tasks, self.k, self.ppo.gamma, self.max_new_tokens)
         return self.trees(tasks)
 
     def trees(self, tasks, relabel=None) -> Experience[Decision]:

@@ -104,6 +104,7 @@ class MARLHF(MAGRPO):
             termination_threshold=None,
             termination="branch",
             cross_reduction="mean",
+            rollout_mode="tree",
             **kwargs,
         )
         require(

@@ -1,0 +1,69 @@
+"""K whole episodes of each task, every agent's response a :class:`~collab.rollout.experience.Decision` scored by
+its episode: the rollout of GRPO over whole episodes of a multi-agent system, as Dr. MAS trains it (arXiv 2602.08847;
+its code, ``langfengQ/DrMAS``: ``compute_grpo_outcome_advantage`` with ``group_by_agent_id``).
+
+Where MAGRPO's tree (:mod:`collab.rollout.tree`) draws K samples at every history, here each task is played K times
+from its start (:func:`~collab.rollout.episodes.play`), each episode going on alone. Agent i's decisions at every
+turn of a task's K episodes form one group (``Decision.group``): Dr. MAS's agent-wise group, which pools an agent's
+calls over the turns. Every decision of an episode carries the episode's return, sum_t gamma^t r_t (agent i's
+rewards; the team's under a joint reward): the reference scores each of an episode's rows by the episode's reward.
+Unlike the tree's, an early end is not valued as an absorbing state (the reference's score does not depend on when
+its episode ended), so under this rollout a team gains nothing by ending early.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from collab.envs.base import Env
+from collab.rollout.episodes import Episode, play, rollout_stats
+from collab.rollout.experience import Decision, Experience
+
+
+def episode_return(episode: Episode, agent: int, gamma: float) -> float:
+    """sum_t gamma^t r_t of ``agent``'s rewards over the episode's turns."""
+    return sum(gamma**t * step.rewards[agent] for t, step in enumerate(episode.steps))
+
+
+def episode_batch(
+    team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 1.0, max_new_tokens: int = 128
+) -> Experience:
+    """K episodes of every task as decisions in task, episode, turn, agent order, each with its episode's return
+    and its group (task t, agent i: ``t * n + i``); the algorithm turns returns into advantages
+    (:func:`collab.algos.magrpo.set_group_advantages`)."""
+    start = time.perf_counter()
+    played = play(team, env, tasks, k, max_new_tokens)
+    seconds = time.perf_counter() - start
+    member = getattr(team, "acting", lambda turn, role: role)
+    n = env.n_agents
+    samples: list[Decision] = []
+    scalars: dict[str, list[float]] = {}
+    tokens = 0
+    for task, episodes in enumerate(played):
+        for ep in episodes:
+            returns = [episode_return(ep, i, gamma) for i in range(n)]
+            scalars.setdefault("reward/return", []).append(sum(returns) / n)
+            scalars.setdefault("rollout/turns", []).append(float(len(ep.steps)))
+            for t, (joint, step) in enumerate(zip(ep.completions, ep.steps)):
+                for i, c in enumerate(joint):
+                    tokens += c.own_tokens  # generated: a tool's result is not
+                    decision = Decision(member(t, i), i, t, list(c.prompt_ids), list(c.completion_ids),
+                                        torch.tensor(c.logprobs), step.rewards[i], returns[i], group=task * n + i,
+                                        text=c.text, adapter_version=c.adapter_version, own=c.own)  # fmt: skip
+                    samples.append(decision)
+                    scalars.setdefault(f"reward/turn{t}/agent{i}", []).append(float(step.rewards[i]))
+                for key, v in step.info.items():
+                    scalars.setdefault(f"env/{key}", []).append(float(v))
+    stats = {**rollout_stats(scalars, tokens, seconds), "rollout/samples": float(len(samples))}
+    examples = [
+        {
+            "prompts": [obs[-1]["content"] for obs in ep.observations[0]],
+            "responses": ep.responses[0],
+            "reward": list(ep.steps[0].rewards),
+        }
+        for ep in played[0][:2]
+    ]
+    return Experience(samples, stats, examples)
