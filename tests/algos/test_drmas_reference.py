@@ -210,3 +210,27 @@ def test_episode_returns_by_hand():
     assert episode_return(ep, 0, 0.9) == pytest.approx(0.5 + 0.9 * 1.0)
     assert episode_return(ep, 1, 0.9) == pytest.approx(0.9 * 2.0)
     assert episode_return(ep, 1, 1.0) == pytest.approx(2.0)
+
+
+def test_at_one_turn_whole_episodes_are_the_tree():
+    """At one turn the K episodes of a task are the tree's K joint actions: the tiny model, seeded alike, samples the
+    same responses under both rollouts, with the same returns and advantages (so the default run's figures are the
+    tree's: docs/measurements.md)."""
+    import torch
+
+    from collab.algos import from_config
+    from collab.policy.models import BaseConfig
+    from tests.support import EarlySolveEnv
+
+    env = EarlySolveEnv(n_agents=2, horizon=1)
+    module = from_config("magrpo", base=BaseConfig(name="tiny", seed=0), agents=None, num_generations=3)
+    module.build(env)
+    seen = []
+    for mode in ("tree", "episodes"):
+        module.rollout_mode = mode
+        torch.manual_seed(0)
+        batch = module.prepare(module.rollout(env.tasks("train")[:2]))
+        # group // 2: the task (one node a task in the tree, its two agents' groups numbered in turn)
+        rows = [(s.agent, s.group // 2, tuple(s.completion_ids), s.returns, s.advantages) for s in batch.items]
+        seen.append(sorted(rows))
+    assert seen[0] == seen[1] and len(seen[0]) > 0

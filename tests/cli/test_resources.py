@@ -383,7 +383,7 @@ def test_the_cli_says_a_large_teams_projection_in_its_start_lines(tmp_path, monk
     assert start[2].startswith("team: 3 agents, projected ") and "a step projected at " in start[2]
 
 
-def test_whole_episodes_are_counted_without_branching():
+def test_whole_episodes_and_at_grpos_tree_are_counted_without_branching():
     """MAGRPO's ``rollout_mode: episodes`` decodes K responses an agent a task at every turn (K episodes going on
     alone): 3 agents, 2 tasks, K = 5, 4 turns are 30 responses a turn, 120 a step, where its tree holds 30 x 5^t."""
     from types import SimpleNamespace
@@ -398,3 +398,5 @@ def test_whole_episodes_are_counted_without_branching():
     module.rollout_mode = "tree"
     work = Workload(2, 3, 8, (10, 20, 30, 40), *tree(module, None, 3))
     assert [work.rows(t) for t in range(4)] == [30, 150, 750, 3750]
+    module.keep = "best"  # AT-GRPO's tree: only the best joint action of a turn goes on
+    assert tree(module, None, 3) == (5, 1)

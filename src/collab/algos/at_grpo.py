@@ -52,6 +52,9 @@ def filter_groups(samples: list[Decision], ratio: float) -> list[Decision]:
 class ATGRPO(MAGRPO):
     """The options and their meaning: ``conf/algo/at_grpo.yaml``."""
 
+    keep = "best"
+    """Step 1's tree sampling: only the best joint action of a turn goes on (``collab.rollout.tree``)."""
+
     def __init__(self, *, num_generations: int | None, filter_ratio: float, ppo: PPOOptions, **kwargs) -> None:
         super().__init__(
             num_generations=num_generations,
@@ -79,7 +82,7 @@ class ATGRPO(MAGRPO):
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
-        return tree_batch(self.team, self.env, tasks, self.k, 0.0, max_new_tokens=self.max_new_tokens, keep="best")
+        return tree_batch(self.team, self.env, tasks, self.k, 0.0, max_new_tokens=self.max_new_tokens, keep=self.keep)
 
     @torch.no_grad()
     def prepare(self, experience: Experience[Decision]) -> Batch[Decision]:

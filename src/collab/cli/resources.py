@@ -231,11 +231,12 @@ def first_prompt_tokens(env, sample: int = 8) -> int:
 def tree(module, env, agents: int) -> tuple[int, int]:
     """``(samples a request, children a node)`` of ``module``'s rollout with ``agents`` agents: MAGRPO's K and its
     tree's branching (K joint actions a node aligned, K^agents crossed), or K and 1 for its ``rollout_mode: episodes``
-    (K episodes of a task, each going on alone); an episode's 1 and 1."""
+    (K episodes of a task, each going on alone) and for AT-GRPO's tree (one joint action of a turn goes on); an
+    episode's 1 and 1."""
     if not hasattr(module, "joint_mode"):
         return 1, 1
     k = getattr(module, "k", None) or getattr(env, "num_generations", 4)
-    if getattr(module, "rollout_mode", "tree") == "episodes":
+    if getattr(module, "rollout_mode", "tree") == "episodes" or getattr(module, "keep", "all") == "best":
         return k, 1
     return k, k if module.joint_mode == "aligned" else k**agents
 
