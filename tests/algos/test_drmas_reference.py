@@ -72,15 +72,16 @@ def case(seed: int) -> dict:
                 discrete=rng.random() < 0.5)  # fmt: skip
 
 
-class OneTurnEnv(Env):
-    """``tasks`` tasks, one turn; agent i's reward for the joint action: a draw of the case's generator, the same
-    for every agent under a joint reward."""
+class DrawEnv(Env):
+    """``tasks`` tasks of ``horizon`` turns; agent i's reward for a joint action: a draw of the case's generator, the
+    same for every agent under a joint reward; with ``end`` > 0 an episode ends early with that probability a turn,
+    so a task's K episodes have different lengths."""
 
-    name = "one_turn"
+    name = "draws"
 
-    def __init__(self, c: dict) -> None:
-        super().__init__(1)
-        self.c, self.rng = c, random.Random(c["seed"] + 1000)
+    def __init__(self, c: dict, horizon: int = 1, end: float = 0.0, offset: int = 1000) -> None:
+        super().__init__(horizon)
+        self.c, self.end, self.rng = c, end, random.Random(c["seed"] + offset)
         self.joint_reward = c["joint"]
         self.roles = tuple(AgentRole(f"a{i}", max_new_tokens=1) for i in range(c["n"]))
 
@@ -95,13 +96,13 @@ class OneTurnEnv(Env):
 
     def score(self, state, actions):
         rewards = (self.draw(),) * self.n_agents if self.joint_reward else tuple(self.draw() for _ in actions)
-        return Score(rewards)
+        return Score(rewards, terminated=self.end > 0 and self.rng.random() < self.end)
 
 
 def rows_of(seed: int, normalize_std: bool) -> tuple[list, list[dict]]:
     """collab's samples of case ``seed`` with MAGRPO's advantages, and the same samples as Dr. MAS's rows."""
     c = case(seed)
-    env = OneTurnEnv(c)
+    env = DrawEnv(c)
     batch = tree_batch(ScriptedTeam(lambda agent, messages: "x"), env, env.tasks("train"), c["k"], 1.0)
     set_group_advantages(batch.items, "mean", normalize_std)
     k, n = c["k"], c["n"]
@@ -145,36 +146,12 @@ def test_the_global_rule_differs_only_under_per_agent_rewards():
 # -- whole episodes (MAGRPO's rollout_mode: episodes) ----------------------------------------------------------
 
 
-class TurnsEnv(Env):
-    """``tasks`` tasks of up to ``horizon`` turns; every turn each agent's reward is a draw (the team's under a joint
-    reward) and the episode ends early with probability 0.3, so a task's K episodes have different lengths."""
-
-    name = "turns"
-
-    def __init__(self, c: dict) -> None:
-        super().__init__(c["horizon"])
-        self.c, self.rng = c, random.Random(c["seed"] + 2000)
-        self.joint_reward = c["joint"]
-        self.roles = tuple(AgentRole(f"a{i}", max_new_tokens=1) for i in range(c["n"]))
-
-    def tasks(self, split):
-        return [{"id": t} for t in range(self.c["tasks"])]
-
-    def observe(self, task):
-        return [f"task {task['id']}"] * self.n_agents
-
-    def score(self, state, actions):
-        draw = lambda: self.rng.choice([0.0, 0.5, 1.0]) if self.c["discrete"] else self.rng.uniform(-1.0, 2.0)  # noqa: E731
-        rewards = (draw(),) * self.n_agents if self.joint_reward else tuple(draw() for _ in actions)
-        return Score(rewards, terminated=self.rng.random() < 0.3)
-
-
 def episode_rows(seed: int, normalize_std: bool) -> tuple[list, list[dict]]:
     """collab's decisions of case ``seed`` played as K whole episodes, with MAGRPO's advantages, and the same
     decisions as Dr. MAS's rows: each row's score is its episode's reward, summed here from the decisions' own
     turn rewards (gamma 1, the reference's), independently of their ``returns``."""
-    c = {**case(seed), "horizon": random.Random(seed).randint(1, 4)}
-    env = TurnsEnv(c)
+    c = case(seed)
+    env = DrawEnv(c, horizon=random.Random(seed).randint(1, 4), end=0.3, offset=2000)
     batch = episode_batch(ScriptedTeam(lambda agent, messages: "x"), env, env.tasks("train"), c["k"], 1.0)
     set_group_advantages(batch.items, "mean", normalize_std)
     rows, episode, score = [], -1, {}
