@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections import Counter
 
 import pytest
 
@@ -75,13 +76,14 @@ def case(seed: int) -> dict:
 class DrawEnv(Env):
     """``tasks`` tasks of ``horizon`` turns; agent i's reward for a joint action: a draw of the case's generator, the
     same for every agent under a joint reward; with ``end`` > 0 an episode ends early with that probability a turn,
-    so a task's K episodes have different lengths."""
+    so a task's K episodes have different lengths; with ``route`` the env plays agent 0 and each other agent with
+    probability 0.5 a turn (an orchestra's routing, :meth:`~collab.envs.base.Env.played`)."""
 
     name = "draws"
 
-    def __init__(self, c: dict, horizon: int = 1, end: float = 0.0, offset: int = 1000) -> None:
+    def __init__(self, c: dict, horizon: int = 1, end: float = 0.0, offset: int = 1000, route: bool = False) -> None:
         super().__init__(horizon)
-        self.c, self.end, self.rng = c, end, random.Random(c["seed"] + offset)
+        self.c, self.end, self.route, self.rng = c, end, route, random.Random(c["seed"] + offset)
         self.joint_reward = c["joint"]
         self.roles = tuple(AgentRole(f"a{i}", max_new_tokens=1) for i in range(c["n"]))
 
@@ -97,6 +99,9 @@ class DrawEnv(Env):
     def score(self, state, actions):
         rewards = (self.draw(),) * self.n_agents if self.joint_reward else tuple(self.draw() for _ in actions)
         return Score(rewards, terminated=self.end > 0 and self.rng.random() < self.end)
+
+    def played(self, state, actions):
+        return (True, *(not self.route or self.rng.random() < 0.5 for _ in actions[1:]))
 
 
 def rows_of(seed: int, normalize_std: bool) -> tuple[list, list[dict]]:
@@ -149,9 +154,12 @@ def test_the_global_rule_differs_only_under_per_agent_rewards():
 def episode_rows(seed: int, normalize_std: bool) -> tuple[list, list[dict]]:
     """collab's decisions of case ``seed`` played as K whole episodes, with MAGRPO's advantages, and the same
     decisions as Dr. MAS's rows: each row's score is its episode's reward, summed here from the decisions' own
-    turn rewards (gamma 1, the reference's), independently of their ``returns``."""
-    c = case(seed)
-    env = DrawEnv(c, horizon=random.Random(seed).randint(1, 4), end=0.3, offset=2000)
+    turn rewards (gamma 1, the reference's), independently of their ``returns``. Odd seeds route: agents 1+ are
+    played at random turns (their unplayed responses no rows, as unrouted agents make no call in the reference), under
+    a joint reward, so that agent 0's rows, one a turn, give the episode's score."""
+    route = seed % 2 == 1
+    c = {**case(seed), **({"joint": True} if route else {})}
+    env = DrawEnv(c, horizon=random.Random(seed).randint(1, 4), end=0.3, offset=2000, route=route)
     batch = episode_batch(ScriptedTeam(lambda agent, messages: "x"), env, env.tasks("train"), c["k"], 1.0)
     set_group_advantages(batch.items, "mean", normalize_std)
     rows, episode, score = [], -1, {}
@@ -160,21 +168,24 @@ def episode_rows(seed: int, normalize_std: bool) -> tuple[list, list[dict]]:
         score[episode, s.agent] = score.get((episode, s.agent), 0.0) + s.reward
         rows.append(dict(uid=s.group // c["n"], traj=episode, agent=s.agent))
     for r in rows:
-        r["score"] = score[r["traj"], r["agent"]]
+        r["score"] = score[r["traj"], 0 if route else r["agent"]]
     assert len({r["traj"] for r in rows}) == c["tasks"] * c["k"]
     return batch.items, rows
 
 
 @pytest.mark.parametrize("normalize_std", [True, False])
 def test_episodes_are_dr_mas_agent_wise_at_any_number_of_turns(normalize_std):
-    """100 cases of 1-4 turns with early ends: every decision's advantage is Dr. MAS's agent-wise one, the groups
-    pooling an agent's calls over its task's episodes and turns."""
-    lengths = set()
+    """100 cases of 1-4 turns with early ends, half of them routed: every decision's advantage is Dr. MAS's agent-wise
+    one, the groups pooling an agent's calls over its task's episodes and turns (a group of one: mean 0, std 1)."""
+    lengths, singles = set(), 0
     for seed in SEEDS:
         samples, rows = episode_rows(seed, normalize_std)
         lengths.add(len({(r["traj"], s.turn) for r, s in zip(rows, samples)}) / len({r["traj"] for r in rows}))
+        sizes = Counter((r["uid"], r["agent"]) for r in rows)
+        singles += sum(n == 1 for n in sizes.values())
         assert close([s.advantages for s in samples], agent_wise(rows, normalize_std)), seed
     assert len(lengths) > 20  # episodes of many lengths: the pooled groups are tested, not one-turn ones
+    assert singles >= 3  # groups of one row, an agent routed to once in its task's episodes
 
 
 def test_episode_returns_by_hand():

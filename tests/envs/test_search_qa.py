@@ -171,3 +171,16 @@ def test_magrpo_trains_the_orchestra_a_step():
     cli = build_cli("magrpo", [*TINY, "--trainer.logger", "false", *argv])
     quiet_fit(cli.model, cli.datamodule, steps=1)
     assert len(cli.model.team.specs) == 3 and cli.model.global_step == 1
+
+
+def test_the_played_agents_are_the_verifier_and_the_one_it_routes_to():
+    """Whole-episode rollouts train only these (Dr. MAS's calls of a step): yes routes to the answerer; no, or no
+    verdict, to the searcher; the solo agent always plays."""
+    env = make_env("search_qa")
+    state = env.reset(env.tasks("train")[0])
+    acts = ["<search>q</search>", "<answer>a</answer>"]
+    assert env.played(state, ["<verify>yes</verify>", *acts]) == (True, False, True)
+    assert env.played(state, ["<verify> No </verify>", *acts]) == (True, True, False)
+    assert env.played(state, ["I am not sure", *acts]) == (True, True, False)
+    solo = make_env("search_qa", team="solo")
+    assert solo.played(solo.reset(solo.tasks("train")[0]), ["<answer>a</answer>"]) == (True,)

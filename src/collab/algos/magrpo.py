@@ -50,11 +50,16 @@ ROLLOUT_MODES = ("tree", "episodes")
 def set_group_advantages(samples: list[Decision], baseline: str = "mean", normalize_std: bool = False) -> None:
     """Step 2: each group's advantages from its K returns, A = G - b (:func:`collab.objectives.group_advantages`),
     written into the samples. A group (``Decision.group``) is one agent's K samples at one history node of a tree,
-    or its responses in a task's K episodes (:func:`~collab.rollout.episode_batch.episode_batch`)."""
+    or its responses in a task's K episodes (:func:`~collab.rollout.episode_batch.episode_batch`). A group of one
+    (an agent routed to once in a task's episodes) has nothing to compare with: its advantage is its return, Dr. MAS's
+    rule (mean 0, std 1)."""
     groups: dict[int, list[Decision]] = {}
     for s in samples:
         groups.setdefault(s.group, []).append(s)
     for members in groups.values():
+        if len(members) == 1:
+            members[0].advantages = float(members[0].returns)
+            continue
         returns = torch.tensor([s.returns for s in members], dtype=torch.float64)
         for s, a in zip(members, group_advantages(returns, baseline, normalize_std).tolist()):
             s.advantages = a

@@ -148,6 +148,12 @@ class Env(ABC):
     def score(self, state: EnvState, actions: Sequence[str]) -> Score:
         """Rewards of the joint action ``actions`` taken in ``state``."""
 
+    def played(self, state: EnvState, actions: Sequence[str]) -> tuple[bool, ...]:
+        """Which agents' actions the joint action ``actions`` in ``state`` plays: all, unless the env routes a turn to
+        some of them (search_qa's orchestra). Whole-episode rollouts train only the played ones
+        (:mod:`collab.rollout.episode_batch`)."""
+        return (True,) * self.n_agents
+
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         """Each agent's next user message after a turn. Default: the turn's reward and its components."""
         parts = ", ".join(f"{k} {v:.2f}" for k, v in score.info.items())

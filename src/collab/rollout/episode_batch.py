@@ -5,8 +5,10 @@ its code, ``langfengQ/DrMAS``: ``compute_grpo_outcome_advantage`` with ``group_b
 Where MAGRPO's tree (:mod:`collab.rollout.tree`) draws K samples at every history, here each task is played K times
 from its start (:func:`~collab.rollout.episodes.play`), each episode going on alone. Agent i's decisions at every
 turn of a task's K episodes form one group (``Decision.group``): Dr. MAS's agent-wise group, which pools an agent's
-calls over the turns. Every decision of an episode carries the episode's return, sum_t gamma^t r_t (agent i's
-rewards; the team's under a joint reward): the reference scores each of an episode's rows by the episode's reward.
+calls over the turns; an agent whose action the env did not play at a turn (:meth:`~collab.envs.base.Env.played`:
+the orchestra's unrouted agent) made no call there, and its response is left out. Every decision of an episode
+carries the episode's return, sum_t gamma^t r_t (agent i's rewards; the team's under a joint reward): the reference
+scores each of an episode's rows by the episode's reward.
 Unlike the tree's, an early end is not valued as an absorbing state (the reference's score does not depend on when
 its episode ended), so under this rollout a team gains nothing by ending early.
 """
@@ -48,8 +50,11 @@ def episode_batch(
             scalars.setdefault("reward/return", []).append(sum(returns) / n)
             scalars.setdefault("rollout/turns", []).append(float(len(ep.steps)))
             for t, (joint, step) in enumerate(zip(ep.completions, ep.steps)):
+                acted = env.played(ep.state_at(t), [c.text for c in joint])
                 for i, c in enumerate(joint):
                     tokens += c.own_tokens  # generated: a tool's result is not
+                    if not acted[i]:
+                        continue
                     decision = Decision(member(t, i), i, t, list(c.prompt_ids), list(c.completion_ids),
                                         torch.tensor(c.logprobs), step.rewards[i], returns[i], group=task * n + i,
                                         text=c.text, adapter_version=c.adapter_version, own=c.own)  # fmt: skip

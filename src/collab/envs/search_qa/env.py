@@ -177,8 +177,20 @@ class SearchQAEnv(Env):
         """The team's action: the one agent's, or the answerer's when the verifier says yes, else the searcher's."""
         if self.team == "solo":
             return actions[0]
-        verdict = VERDICT.search(actions[0])
-        return actions[2] if verdict and verdict.group(1).lower() == "yes" else actions[1]
+        return actions[2] if self.answers(actions[0]) else actions[1]
+
+    @staticmethod
+    def answers(verifier: str) -> bool:
+        """Whether the verifier routes the turn to the answerer (``<verify>yes</verify>``)."""
+        verdict = VERDICT.search(verifier)
+        return bool(verdict) and verdict.group(1).lower() == "yes"
+
+    def played(self, state: EnvState, actions: Sequence[str]) -> tuple[bool, ...]:
+        """The verifier and the agent it routes to: the reference's calls of a step."""
+        if self.team == "solo":
+            return (True,)
+        yes = self.answers(actions[0])
+        return (True, not yes, yes)
 
     def search(self, action: str) -> str:
         """What a non-final action gets back: the search's result in ``<information>`` tags, or :data:`NO_QUERY`."""
