@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from collab.envs.base import Env
-from collab.rollout.episodes import Episode, play, rollout_stats
+from collab.rollout.episodes import Episode, episode_stats, play
 from collab.rollout.experience import Decision, Experience
 
 
@@ -42,27 +42,31 @@ def episode_batch(
     member = getattr(team, "acting", lambda turn, role: role)
     n = env.n_agents
     samples: list[Decision] = []
-    scalars: dict[str, list[float]] = {}
-    tokens = 0
     for task, episodes in enumerate(played):
         for ep in episodes:
             returns = [episode_return(ep, i, gamma) for i in range(n)]
-            scalars.setdefault("reward/return", []).append(sum(returns) / n)
-            scalars.setdefault("rollout/turns", []).append(float(len(ep.steps)))
             for t, (joint, step) in enumerate(zip(ep.completions, ep.steps)):
                 acted = env.played(ep.state_at(t), [c.text for c in joint])
-                for i, c in enumerate(joint):
-                    tokens += c.own_tokens  # generated: a tool's result is not
-                    if not acted[i]:
-                        continue
-                    decision = Decision(member(t, i), i, t, list(c.prompt_ids), list(c.completion_ids),
-                                        torch.tensor(c.logprobs), step.rewards[i], returns[i], group=task * n + i,
-                                        text=c.text, adapter_version=c.adapter_version, own=c.own)  # fmt: skip
-                    samples.append(decision)
-                    scalars.setdefault(f"reward/turn{t}/agent{i}", []).append(float(step.rewards[i]))
-                for key, v in step.info.items():
-                    scalars.setdefault(f"env/{key}", []).append(float(v))
-    stats = {**rollout_stats(scalars, tokens, seconds), "rollout/samples": float(len(samples))}
+                samples += [
+                    Decision(
+                        member(t, i),
+                        i,
+                        t,
+                        list(c.prompt_ids),
+                        list(c.completion_ids),
+                        torch.tensor(c.logprobs),
+                        step.rewards[i],
+                        returns[i],
+                        group=task * n + i,
+                        text=c.text,
+                        adapter_version=c.adapter_version,
+                        own=c.own,
+                    )
+                    for i, c in enumerate(joint)
+                    if acted[i]
+                ]
+    stats = episode_stats([ep for episodes in played for ep in episodes], seconds)
+    stats["rollout/samples"] = float(len(samples))
     examples = [
         {
             "prompts": [obs[-1]["content"] for obs in ep.observations[0]],
