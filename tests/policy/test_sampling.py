@@ -69,6 +69,17 @@ def test_inverse_cdf_by_hand():
     assert int(inverse_cdf(probs * 0.5, torch.tensor([0.3], dtype=torch.float64))) == 300
 
 
+def test_a_row_of_nan_probabilities_is_named_not_drawn_past_the_vocabulary():
+    # a NaN total puts the point past every block: the token would index past the vocabulary (on CUDA, a device
+    # assert that leaves the process's CUDA context unusable)
+    probs = torch.full((3, 600), 1 / 600)
+    probs[1, 7] = float("nan")
+    with pytest.raises(FloatingPointError, match=r"row\(s\) \[1\] are NaN or infinite"):
+        inverse_cdf(probs, torch.full((3,), 0.5, dtype=torch.float64))
+    with pytest.raises(FloatingPointError, match="not finite"):
+        sample_tokens(torch.log(probs), torch.full((3,), 0.9), torch.zeros(3, dtype=torch.long))
+
+
 @pytest.mark.parametrize("p, k", [(0.7, 0), (1.0, 5), (0.95, 3), (1.0, 0)])
 def test_rejection_follows_the_truncated_distribution(p, k):
     """A random row of 1000 tokens, a third of them outside a closed vocabulary (probability 0): the draws stay in

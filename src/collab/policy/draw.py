@@ -57,12 +57,18 @@ def inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     the token within that block, so that only one block per row is summed cumulatively (a float32 running sum
     over a vocabulary of 150,000 tokens drifts by ~1e-5; a float64 one costs ten times a pass over it). The point
     is kept below the total mass of the row and of its block, so a token of probability 0 (outside a closed
-    action vocabulary) is never drawn."""
+    action vocabulary) is never drawn. A row whose mass is not finite raises ``FloatingPointError``."""
     rows, vocab = probs.shape
     blocks = -(-vocab // BLOCK)
     padded = torch.nn.functional.pad(probs, (0, blocks * BLOCK - vocab)).view(rows, blocks, BLOCK)
     block_cdf = padded.sum(-1, dtype=torch.float64).cumsum(-1)
     total = block_cdf[:, -1:]
+    if not bool(torch.isfinite(total).all()):  # a NaN row would index past the vocabulary (a CUDA device assert)
+        rows_off = torch.nonzero(~torch.isfinite(total[:, 0])).flatten().tolist()
+        raise FloatingPointError(
+            f"the next-token probabilities of decoding row(s) {rows_off} are NaN or infinite: the model's logits are "
+            "not finite (a diverged update, or a NaN from an attention kernel); nothing can be sampled from them"
+        )
     target = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
     block = torch.searchsorted(block_cdf, target, right=True)
     before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp_min(0)), 0.0)
