@@ -323,11 +323,12 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
     monkeypatch.setattr(prefill_module, "per_row_forward", counting)
     key = cache_key()
     with torch.no_grad():
-        one, _, _ = prefill(model, prompts, names, pad, team.device)
+        one, mask, _ = prefill(model, prompts, names, pad, team.device)
         assert calls == ([70, 30] if shared else [95])  # whole: the shared head, then the remainders; one pass
         calls.clear()
         monkeypatch.setattr(prefill_module, "PREFILL_CHUNK", 16)
-        pieces, _, _ = prefill(model, prompts, names, pad, team.device)
+        pieces, pieces_mask, _ = prefill(model, prompts, names, pad, team.device)
+    assert torch.equal(mask, pieces_mask)
     # shared: the 70-token head in 5 pieces, then the remainders (30 columns, after the cached 70) in 2; else the
     # 95 columns in 6
     assert calls == ([16, 16, 16, 16, 6, 16, 14] if shared else [16, 16, 16, 16, 16, 15]), calls
@@ -336,8 +337,12 @@ def test_a_wide_prefill_in_pieces_gives_the_one_pass_logits_cache_and_tokens(mon
     assert {type(layer).__name__ for layer in one[key].layers} == {"DynamicLayer"}
     a, b = one.logits[:, -1], pieces.logits[:, -1]
     assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(a.abs().max()))
+    # the prompts' columns; a pad's column holds whatever its query row saw (it may attend to every column:
+    # collab.policy.attention), which no row reads
+    real = mask.bool()[:, None, :, None]
     for layer_a, layer_b in zip(one[key].layers, pieces[key].layers):
-        assert torch.allclose(layer_a.keys, layer_b.keys, rtol=1e-4, atol=1e-5 * float(layer_a.keys.abs().max()))
+        keys_a, keys_b = layer_a.keys * real, layer_b.keys * real
+        assert torch.allclose(keys_a, keys_b, rtol=1e-4, atol=1e-5 * float(keys_a.abs().max()))
     requests = [GenerationRequest(a, p, 1) for a, p in zip(agents, prompts)]
     chunked = [[c.completion_ids for c in out] for out in team.generate(requests)]
     monkeypatch.setattr(prefill_module, "PREFILL_CHUNK", 512)

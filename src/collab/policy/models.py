@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from collab.errors import UserError, unknown
+from collab.policy.attention import use_pad_safe_sdpa_mask
 from collab.policy.devices import check_device, resolve_device
 
 DEFAULT_BASE = "smollm2-135m-instruct"
@@ -251,6 +252,7 @@ def tiny_llama(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.float3
     decoder layers (FSDP2 over N processes needs at least N: ``collab.training.fsdp.check_layers``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    use_pad_safe_sdpa_mask()
     shape = {**TINY_CONFIG, **({"num_hidden_layers": layers} if layers is not None else {})}
     config = LlamaConfig(vocab_size=vocab_size, **shape, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     with torch.random.fork_rng(devices=[]):
@@ -306,6 +308,7 @@ def load_model(config: BaseConfig):
     from transformers import AutoModelForCausalLM
 
     config.validate()
+    use_pad_safe_sdpa_mask()
     device = resolve_device(config.device)
     dtype = DTYPES[config.dtype]
     if config.name == TINY:
