@@ -10,8 +10,9 @@
 #    cannot resolve offline is retried with --no-deps), else from the package index when it answers. torch is
 #    held at the installed build (a package that needs another torch is not installed, rather than replacing the
 #    CUDA build). What could not be installed is listed in the report with pip's reason; nothing here stops the
-#    run. On an H200 the --quick run took about 4 minutes once installed before the presets part (two 1.7B teams
-#    built and stepped: a few minutes more, not yet measured); give a time limit well above that.
+#    run. On an H200 the --quick run took about 5 minutes once installed before the presets part, and more than
+#    9 minutes in all with that part at 256 tokens and 3 steps (docs/measurements.md): --quick runs it at 32
+#    tokens and 2 steps; give a time limit of the device's 10 minutes.
 # 2. Runs the GPU tests: pytest -m gpu (tests/policy/test_gpu.py).
 # 3. Runs benchmarks/gpu_check.py (a Qwen2-1.5B-shaped team with random weights, bf16: rollout tokens/s against
 #    HF generate, a MAGRPO and a MARFT-A step, QLoRA, vLLM, the largest base that fits), which writes the
@@ -22,7 +23,7 @@
 # 5. Runs benchmarks/fsdp_memory.py: one step of CoLLM's writing preset with full agents under --trainer.strategy fsdp
 #    on every GPU found (NCCL, bfloat16; one GPU: a 1-process baseline), each process's memory appended to the report.
 #
-# --quick: less of each benchmark part. --cpu-smoke: no GPU needed and nothing installed: the benchmark's logic
+# --quick: less of each benchmark part (the presets' and fsdp's responses 32 tokens). --cpu-smoke: no GPU needed and nothing installed: the benchmark's logic
 # at a tiny shape on the CPU (its figures are not measurements).
 # Exit status: 0 when the GPU tests passed and every benchmark part that could run did; 1 otherwise; 2 on bad
 # options, or without CUDA outside --cpu-smoke. $PYTHON picks the interpreter (default python3).
@@ -158,6 +159,7 @@ BENCH=$?
 #    benchmarks/paper_shapes.py (which gpu_check.py does not import: it imports gpu_check's helpers); their "Training
 #    steps" tables are appended to the report. --cpu-smoke: one step of each at a tiny shape.
 if [ $SMOKE = 1 ]; then SHAPES=(--smoke --steps 1); else SHAPES=(--device cuda --run all --steps 3); fi
+for A in ${ARGS[@]+"${ARGS[@]}"}; do [ "$A" = --quick ] && [ $SMOKE = 0 ] && SHAPES=(--device cuda --run all --steps 2 --max-new-tokens 32); done
 printf '\n## Presets at their papers'"'"' shapes\n' >> "$REPORT"
 for FT in lora full; do
     echo "gpu_check: magrpo_writing_paper with $FT agents..." >&2
