@@ -218,3 +218,23 @@ def test_a_magrpo_run_trains_on_cuda_in_bf16(folder, tmp_path):
     ]
     assert main(argv) == 0
     assert list(tmp_path.glob("magrpo/version_*/checkpoints/last.ckpt"))
+
+
+@torch.no_grad()
+def test_a_left_padded_bf16_batch_is_finite_and_equals_each_row_alone(folder):
+    """Prompts of 3 to 40 tokens in one left-padded bf16 forward on CUDA's own SDPA kernels: a pad's query row may
+    attend to nothing, which fused kernels can answer with NaN (collab.policy.attention); every prompt's logits are
+    finite and those of the prompt alone, up to bf16 rounding."""
+    team = make_team(folder, dtype="bfloat16")
+    model = team.model_of(0)
+    rows = [list(range(5, 8)), list(range(10, 50)), list(range(60, 77))]
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows], device=DEVICE)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=DEVICE)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    batch = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+    for i, r in enumerate(rows):
+        alone = model(input_ids=torch.tensor([r], device=DEVICE)).logits[0].float()
+        got = batch[i, width - len(r) :]
+        assert torch.isfinite(got).all()
+        assert (got - alone).abs().max() <= 8 * BF16 * alone.abs().max()
