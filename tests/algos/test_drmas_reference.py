@@ -222,3 +222,38 @@ def test_at_one_turn_whole_episodes_are_the_tree():
         rows = [(s.agent, s.group // 2, tuple(s.completion_ids), s.returns, s.advantages) for s in batch.items]
         seen.append(sorted(rows))
     assert seen[0] == seen[1] and len(seen[0]) > 0
+
+
+def test_whole_episodes_under_a_chain_let_an_agent_act_on_its_parents_action():
+    """``dependency``: agent 1 acts after agent 0 at each turn, with agent 0's action of that turn in its prompt (Dr.
+    MAS's orchestras call their agents one after the other); without one both act on the turn's state alone."""
+    from collab.rollout.protocol import Dependency
+
+    def respond(agent, messages):
+        if agent == 0:
+            return "plan-" + messages[-1]["content"][-1]
+        return "saw " + ("plan" if "plan-" in messages[-1]["content"] else "nothing")
+
+    c = dict(case(0), n=2, k=3, tasks=2, joint=True)
+    env = DrawEnv(c, horizon=2)
+    seen = {}
+    for spec in ("chain", "none"):
+        dependency = Dependency(spec, 2)
+        batch = episode_batch(ScriptedTeam(respond), env, env.tasks("train"), c["k"], 1.0, dependency=dependency)
+        seen[spec] = {s.text for s in batch.items if s.agent == 1}
+        assert len([s for s in batch.items if s.agent == 1]) == c["tasks"] * c["k"] * 2
+    assert seen == {"chain": {"saw plan"}, "none": {"saw nothing"}}
+
+
+def test_magrpo_builds_its_dependency_as_the_protocol_its_evaluation_plays():
+    from collab.algos import from_config
+    from collab.policy.models import BaseConfig
+    from tests.support import EarlySolveEnv
+
+    env = EarlySolveEnv(n_agents=2, horizon=1)
+    chained = from_config("magrpo", base=BaseConfig(name="tiny"), rollout_mode="episodes", dependency="chain")
+    chained.build(env)
+    assert chained.protocol.parents(0) == [[], [0]]
+    plain = from_config("magrpo", base=BaseConfig(name="tiny"), rollout_mode="episodes")
+    plain.build(env)
+    assert plain.protocol is None

@@ -81,6 +81,7 @@ def test_micro_batches_accumulate_the_same_gradient():
         ({"rollout_mode": "chains"}, "unknown model.rollout_mode .chains.; valid: tree, episodes"),
         ({"rollout_mode": "episodes", "joint_mode": "cross"}, "needs model.joint_mode aligned"),
         ({"rollout_mode": "episodes", "termination_threshold": 0.5}, "model.termination_threshold null"),
+        ({"dependency": "chain"}, "needs model.rollout_mode episodes, got tree"),
     ],
 )
 def test_a_rollout_mode_that_cannot_run_is_one_line(options, message):

@@ -68,6 +68,7 @@ class ATGRPO(MAGRPO):
             termination="branch",
             cross_reduction="mean",
             rollout_mode="tree",
+            dependency="none",
             **kwargs,
         )
         require(

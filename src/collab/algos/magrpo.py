@@ -5,7 +5,9 @@ Per training step:
 1. Roll out a K-ary tree per task (``collab.rollout.tree``): at each history h_t every agent draws K
    responses; children are joint actions; returns are discounted Monte Carlo estimates through the tree.
    With ``rollout_mode: episodes`` each task is played K times instead, each episode alone, and every response
-   carries its episode's return (``collab.rollout.episode_batch``: Dr. MAS's rollout).
+   carries its episode's return (``collab.rollout.episode_batch``: Dr. MAS's rollout); there a ``dependency``
+   (MARFT's Flex-MG D, :mod:`collab.rollout.protocol`) lets an agent act on its parents' actions of the same turn,
+   as Dr. MAS's orchestras call their agents one after the other.
 2. Group-relative advantages among each agent's K siblings: A = G - b, with b the group mean (MAGRPO),
    the group max, leave-one-out (RLOO) or 0 (plain MA-REINFORCE), optionally divided by the group std
    (``baseline``: the MAGRPO authors' MAGRPO, MAReMax, MARLOO and MAREINFORCE trainers,
@@ -30,6 +32,7 @@ rewards (a POSG such as matrix ``table2b``) each agent learns from its own rewar
 from __future__ import annotations
 
 from functools import partial
+from typing import Union
 
 import torch
 
@@ -39,6 +42,7 @@ from collab.errors import require, require_ranges
 from collab.objectives import BASELINES, clipped_surrogate, group_advantages, kl_k3, ratio_stats
 from collab.rollout.episode_batch import episode_batch
 from collab.rollout.experience import Batch, Decision, Experience, Normalizers
+from collab.rollout.protocol import Dependency
 from collab.rollout.tree import CROSS_REDUCTIONS, JOINT_MODES, TERMINATIONS, tree_batch
 from collab.runtime import lockstep
 from collab.runtime.collectives import global_sum
@@ -82,6 +86,7 @@ class MAGRPO(CollabModule):
         termination: str,
         cross_reduction: str,
         rollout_mode: str,
+        dependency: Union[str, list[list[int]], list[list[list[int]]]],
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -123,16 +128,25 @@ class MAGRPO(CollabModule):
             termination,
             cross_reduction,
         )
-        self.rollout_mode = rollout_mode
+        require(
+            dependency == "none" or rollout_mode == "episodes",
+            "model.dependency other than none lets an agent see its parents' actions of the same turn, which only "
+            f"whole episodes play: it needs model.rollout_mode episodes, got {rollout_mode}",
+        )
+        self.rollout_mode, self.dependency = rollout_mode, dependency
 
     def build_extra(self, env) -> None:
         if self.k is None:
             self.k = getattr(env, "num_generations", 4)
+        if self.dependency != "none":  # the held-out evaluation plays the same protocol
+            self.protocol = Dependency(self.dependency, len(self.team))
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
         if self.rollout_mode == "episodes":
-            return episode_batch(self.team, self.env, tasks, self.k, self.ppo.gamma, self.max_new_tokens)
+            return episode_batch(
+                self.team, self.env, tasks, self.k, self.ppo.gamma, self.max_new_tokens, dependency=self.protocol
+            )
         return self.trees(tasks)
 
     def trees(self, tasks, relabel=None) -> Experience[Decision]:

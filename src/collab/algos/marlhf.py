@@ -105,6 +105,7 @@ class MARLHF(MAGRPO):
             termination="branch",
             cross_reduction="mean",
             rollout_mode="tree",
+            dependency="none",
             **kwargs,
         )
         require(

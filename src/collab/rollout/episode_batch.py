@@ -23,6 +23,7 @@ import torch
 from collab.envs.base import Env
 from collab.rollout.episodes import Episode, episode_stats, play
 from collab.rollout.experience import Decision, Experience
+from collab.rollout.protocol import Dependency
 
 
 def episode_return(episode: Episode, agent: int, gamma: float) -> float:
@@ -31,13 +32,20 @@ def episode_return(episode: Episode, agent: int, gamma: float) -> float:
 
 
 def episode_batch(
-    team, env: Env, tasks: Sequence[Mapping], k: int, gamma: float = 1.0, max_new_tokens: int = 128
+    team,
+    env: Env,
+    tasks: Sequence[Mapping],
+    k: int,
+    gamma: float = 1.0,
+    max_new_tokens: int = 128,
+    dependency: Dependency | None = None,
 ) -> Experience:
     """K episodes of every task as decisions in task, episode, turn, agent order, each with its episode's return
     and its group (task t, agent i: ``t * n + i``); the algorithm turns returns into advantages
-    (:func:`collab.algos.magrpo.set_group_advantages`)."""
+    (:func:`collab.algos.magrpo.set_group_advantages`). ``dependency``: the agents act level by level, each on its
+    parents' actions of the turn (:func:`~collab.rollout.episodes.play`); None: all at once."""
     start = time.perf_counter()
-    played = play(team, env, tasks, k, max_new_tokens)
+    played = play(team, env, tasks, k, max_new_tokens, dependency=dependency)
     seconds = time.perf_counter() - start
     member = getattr(team, "acting", lambda turn, role: role)
     n = env.n_agents
