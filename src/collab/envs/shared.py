@@ -80,12 +80,13 @@ class SharedStateEnv(Env):
         return state.histories[0][-1]["content"]
 
     def transition(self, state: EnvState, actions: Sequence[str], score: Score) -> str:
-        """s_{t+1}: s_t, the joint action labelled by role, and the judge's verdict."""
+        """s_{t+1}: s_t, the joint action labelled by role, and the judge's verdict (when there is one)."""
         acted = "\n\n".join(f"{role.name}: {a.strip()}" for role, a in zip(self.roles, actions))
-        return f"{self.state_text(state)}\n\n{acted}\n\nJudge: {self.verdict(score)}"
+        verdict = self.verdict(score)
+        return f"{self.state_text(state)}\n\n{acted}" + (f"\n\nJudge: {verdict}" if verdict is not None else "")
 
-    def verdict(self, score: Score) -> str:
-        """The judge line's verdict (an environment may add detail, e.g. tests passed)."""
+    def verdict(self, score: Score) -> str | None:
+        """The judge line's verdict (an environment may add detail, e.g. tests passed); None: no judge line."""
         return "correct" if score.terminated else "incorrect"
 
     def next_histories(

@@ -17,6 +17,14 @@ Tools (:mod:`collab.tools.options`): a call whose result equals the problem's an
 **Splits** (docs/environments.md#math-datasets): a generated dataset's eval set is fixed (its seed ignores
 ``seed``) and training problems skip any eval text (``small_addition``, ``large_arithmetic``: any eval
 operands); a fixed dataset's eval set is a fixed random sample of ``num_eval``, train the rest in file order.
+
+**Dr. MAS's verifier** (arXiv 2602.08847, its math orchestra: ``langfengQ/DrMAS``,
+``agent_system/agent/orchestra/math``): with ``judge: verifier`` and a profile whose last agent reviews
+(``math_drmas``: Solver -> Verifier, under MAGRPO's ``rollout_mode: episodes`` with ``dependency: chain``), no gold
+answer is shown between turns: the verifier's ``<verify>approve</verify>`` (or a review without a verdict) ends the
+attempt, ``<verify>reject</verify>`` sends the solver back with the turn's outputs appended to the state, and the
+last turn (the reference's ``max_loop_num``: ``horizon``) is the solver's alone. The reward, 0 before, is the last
+solver answer's grade, for every agent.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from collab.envs.base import EnvState, Score
 from collab.envs.math.answers import fallback_answer, is_equiv, last_boxed
 from collab.envs.math.datasets import DATASETS, GENERATED, generate
 from collab.envs.math.published import known, load_source, with_answers
@@ -35,6 +44,8 @@ from collab.errors import UserError, require
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """The line after each problem: the D.3 profiles ask for a boxed answer, the problem text says it too."""
 SPLITS = ("train", "eval")
+JUDGES = ("truth", "verifier")
+APPROVE, REJECT = "<verify>approve</verify>", "<verify>reject</verify>"
 
 
 class MathEnv(SharedStateEnv):
@@ -56,6 +67,7 @@ class MathEnv(SharedStateEnv):
         fallback: bool = True,
         seed: int = 0,
         eval_dataset: str | None = None,
+        judge: str = "truth",
     ) -> None:
         """
         Args:
@@ -73,6 +85,8 @@ class MathEnv(SharedStateEnv):
                 of the default eval sample of a fixed dataset.
             fallback: Grade unboxed answers by their last "answer is X" phrase or last number.
             seed: Seed of the generated training problems.
+            judge: Who ends an attempt: ``truth`` (the gold answer: a correct one ends the episode, a wrong one gets
+                ``Judge: incorrect``) or ``verifier`` (the profile's last agent, Dr. MAS's verifier: module docstring).
         """
         super().__init__(profile, horizon)
         for name in (dataset, eval_dataset or dataset):
@@ -86,7 +100,14 @@ class MathEnv(SharedStateEnv):
         )
         for spec in (train_split, eval_split):
             select([], spec)  # a malformed slice fails here, not at the first tasks() call
+        require(judge in JUDGES, f"math option judge must be one of {', '.join(JUDGES)}, got {judge!r}")
+        require(
+            judge == "truth" or self.answer_agent < self.n_agents - 1,
+            f"math option judge verifier needs a profile whose last agent reviews the graded one (e.g. math_drmas), "
+            f"got profile {profile!r}",
+        )
         self.dataset, self.eval_dataset, self.fallback, self.seed = dataset, eval_dataset, fallback, seed
+        self.judge = judge
         self.num_train, self.num_eval = num_train, num_eval
         self.split_specs = {"train": train_split, "eval": eval_split}
         self._splits: dict[str, list[dict[str, Any]]] = {}
@@ -155,3 +176,36 @@ class MathEnv(SharedStateEnv):
         pred = boxed if boxed is not None else (fallback_answer(answer or "") if self.fallback else None)
         correct = float(bool(pred) and is_equiv(pred, str(task["answer"])))
         return correct, {"correct": correct, "answered": float(bool(pred)), "boxed": float(boxed is not None)}
+
+    # -- Dr. MAS's verifier as the judge -------------------------------------------------------------------
+    @staticmethod
+    def approves(review: str) -> bool:
+        """The verifier's verdict as Dr. MAS reads it: ``<verify>approve</verify>`` anywhere approves, else
+        ``<verify>reject</verify>`` rejects, and a review with neither approves."""
+        return APPROVE in review or REJECT not in review
+
+    def score_batch(self, states: Sequence[EnvState], actions: Sequence[Sequence[str]]) -> list[Score]:
+        """With ``judge: verifier`` an attempt ends when the verifier approves it, or at the last turn, where the
+        verifier is not called; the episode's reward is then the graded answer's, 0 before."""
+        if self.judge == "truth":
+            return super().score_batch(states, actions)
+        graded = self.grade_batch([s.task for s in states], [a[self.answer_agent] for a in actions])
+        out = []
+        for state, joint, (reward, info) in zip(states, actions, graded):
+            last = state.turn + 1 >= self.horizon
+            approved = self.approves(joint[-1])
+            ends = last or approved
+            info = {**info, "solved": float(ends and reward >= self.solve_threshold)}
+            if not last:
+                info["approved"] = float(approved)
+            out.append(Score((float(reward) if ends else 0.0,) * self.n_agents, terminated=ends, info=info))
+        return out
+
+    def verdict(self, score: Score) -> str | None:
+        return None if self.judge == "verifier" else super().verdict(score)
+
+    def played(self, state: EnvState, actions: Sequence[str]) -> tuple[bool, ...]:
+        """Under the verifier the last turn is the graded agent's alone: Dr. MAS's last loop calls no verifier."""
+        if self.judge == "verifier" and state.turn + 1 >= self.horizon:
+            return tuple(i != self.n_agents - 1 for i in range(self.n_agents))
+        return super().played(state, actions)

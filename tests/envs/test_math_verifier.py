@@ -1,0 +1,99 @@
+"""The math env judged by Dr. MAS's verifier (``judge: verifier``, profile ``math_drmas``), by hand: its rules read
+from ``langfengQ/DrMAS`` (``agent_system/agent/orchestra/math/math_orchestra.py`` and the verifier agent's approval
+update): approve ends the attempt, reject sends the solver back, a review without a verdict approves, and the last
+loop calls no verifier."""
+
+from dataclasses import replace
+
+import pytest
+
+from collab.envs.math.env import MathEnv
+from collab.errors import UserError
+from collab.rollout.episode_batch import episode_batch
+from collab.rollout.protocol import Dependency
+from tests.support import ScriptedTeam
+
+
+def make_env(horizon: int = 2) -> MathEnv:
+    return MathEnv(dataset="small_addition", profile="math_drmas", judge="verifier", horizon=horizon)
+
+
+@pytest.mark.parametrize(
+    "review,approved",
+    [
+        ("All steps hold. <verify>approve</verify>", True),
+        ("Step 2 is wrong. <verify>reject</verify>", False),
+        ("I have no verdict.", True),  # a missing verdict approves
+        ("<verify>reject</verify> on second thought <verify>approve</verify>", True),  # approve anywhere wins
+        ("<verify>Approve</verify>", True),  # neither exact tag: no verdict
+        ("<verify>approve</verify><verify>reject</verify>", True),
+    ],
+)
+def test_the_verdict_is_read_as_the_reference_reads_it(review, approved):
+    assert MathEnv.approves(review) is approved
+
+
+def test_approve_ends_with_the_grade_reject_goes_on_and_the_last_turn_is_the_solvers():
+    env = make_env()
+    task = env.tasks("train")[0]
+    right, wrong = f"So \\boxed{{{task['answer']}}}", "So \\boxed{-1}"
+    start = env.reset(task)
+    last = replace(start, turn=1)
+    approve, reject = "<verify>approve</verify>", "<verify>reject</verify>"
+    scores = env.score_batch([start] * 4 + [last] * 2, [
+        (right, approve), (wrong, approve), (right, reject), (wrong, "no verdict"), (right, reject), (wrong, approve),
+    ])  # fmt: skip
+    assert [s.rewards for s in scores] == [(1.0, 1.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (1.0, 1.0), (0.0, 0.0)]
+    assert [s.terminated for s in scores] == [True, True, False, True, True, True]
+    assert [s.info["solved"] for s in scores] == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert [s.info.get("approved") for s in scores] == [1.0, 1.0, 0.0, 1.0, None, None]
+    # the last loop calls no verifier; earlier turns play both
+    assert env.played(start, (right, reject)) == (True, True)
+    assert env.played(last, (right, reject)) == (True, False)
+    # after a reject the solver sees the turn's outputs, and no gold verdict
+    nxt = env.transition(start, (wrong, "Step 1 is off. " + reject), scores[2])
+    assert "solver: So \\boxed{-1}" in nxt and "verifier: Step 1 is off." in nxt and "Judge" not in nxt
+
+
+def test_the_truth_judge_is_unchanged():
+    env = MathEnv(dataset="small_addition", profile="duo")
+    start = env.reset(env.tasks("train")[0])
+    score = env.score(start, ("think", "\\boxed{-1}"))
+    assert score.rewards == (0.0, 0.0) and not score.terminated
+    assert env.transition(start, ("think", "\\boxed{-1}"), score).endswith("Judge: incorrect")
+
+
+def test_whole_episodes_of_solver_then_verifier():
+    """K episodes under MAGRPO's episodes rollout with the chain: the verifier reviews the solver's answer of the
+    same turn; a rejected first attempt gets a second, the solver's alone (2 decisions, not 3 or 4)."""
+    env = make_env()
+    tasks = env.tasks("train")[:2]
+
+    def respond(agent, messages):
+        text = messages[-1]["content"]
+        if agent == 0:  # the solver: wrong first, right once it has seen a rejection
+            return f"\\boxed{{{tasks[0]['answer'] if 'reject' in text else -1}}}"
+        return "<verify>reject</verify>" if "\\boxed{-1}" in text else "<verify>approve</verify>"
+
+    batch = episode_batch(ScriptedTeam(respond), env, tasks, 3, 1.0, dependency=Dependency("chain", 2))
+    rows = [(s.agent, s.turn, s.text, s.returns) for s in batch.items]
+    per_episode = [(0, 0), (1, 0), (0, 1)]  # solver, verifier at turn 0; the solver alone at turn 1
+    assert [(a, t) for a, t, _, _ in rows] == per_episode * 6
+    assert {text for a, t, text, _ in rows if a == 1} == {"<verify>reject</verify>"}
+    first = tasks[0]["answer"]
+    returns = [r for _, _, _, r in rows]
+    assert returns[:9] == [1.0] * 9  # task 0: the second attempt is right
+    assert returns[9:] == [1.0 if str(first) == str(tasks[1]["answer"]) else 0.0] * 9
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"judge": "gold"}, "math option judge must be one of truth, verifier, got 'gold'"),
+        ({"judge": "verifier", "profile": "duo"}, "judge verifier needs a profile whose last agent reviews"),
+    ],
+)
+def test_a_judge_that_cannot_run_is_one_line(options, message):
+    with pytest.raises(UserError, match=message) as e:
+        MathEnv(dataset="small_addition", **options)
+    assert "\n" not in str(e.value)
