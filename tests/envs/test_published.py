@@ -253,3 +253,19 @@ def test_anli_from_the_hubs_parquet_for_the_debate(tmp_path):
         "dev_r3-*.parquet",
     )
     one_line(lambda: DebateEnv(dataset="cb", eval_dataset="gsm8k"), "unknown nli debate dataset 'gsm8k'")
+
+
+def test_dr_mas_math_files(tmp_path):
+    """Dr. MAS's preprocessed parquet files: the problem and ground truth from ``env_kwargs``, numbered by source."""
+    rows = [
+        {"env_kwargs": {"question": "Find $x$ if $2x=6$.", "ground_truth": "3", "data_source": "dapo_filter"}},
+        {"env_kwargs": {"question": "AIME Q", "ground_truth": "204", "data_source": "aime24"}},
+    ]
+    path = parquet(tmp_path / "train.parquet", rows)
+    env = MathEnv(dataset=f"drmas_math:{path}", train_split="[:]", eval_split="[1:]")
+    got = [(t["id"], t["problem"], t["answer"]) for t in env.tasks("train")]
+    assert got == [("drmas_math/dapo_filter/0", "Find $x$ if $2x=6$.", "3"), ("drmas_math/aime24/1", "AIME Q", "204")]
+    assert env.grade(env.tasks("eval")[0], "so \\boxed{204}")[0] == 1.0
+    with pytest.raises(UserError, match="DrMAS_math .published on https://github.com/langfengQ/DrMAS") as e:
+        MathEnv(dataset=f"drmas_math:{tmp_path / 'missing.parquet'}").tasks("train")
+    assert "\n" not in str(e.value)

@@ -101,6 +101,13 @@ PUBLISHED: dict[str, Published] = {
         Published("GSM8K", HUB + "openai/gsm8k", "main/{train,test}-*.parquet", ("question", "answer")),
         Published("TinyGSM", HUB + "TinyGSM/TinyGSM", "data/train-*.parquet", ("question", "code")),
         Published(
+            "DrMAS_math",
+            "https://github.com/langfengQ/DrMAS (written by its examples/data_preprocess/drmas_math.py)",
+            "train.parquet (aaabiao/dapo_filter), test.parquet (MATH-500, AIME 2024 and 2025, OlympiadBench, AMC-23, "
+            "Minerva), test_sampled.parquet (MATH-500's first 50, AIME 2024 and 2025)",
+            ("env_kwargs",),
+        ),
+        Published(
             "ANLI",
             HUB + "facebook/anli",
             "plain_text/{train,dev,test}_r{1,2,3}-*.parquet",

@@ -80,7 +80,7 @@ def consensus(
 def valid_datasets() -> str:
     return (
         f"{', '.join(DATASETS + NLI)}, anli:PATH, anli:HUB_ID@SPLIT, a path to a .json/.jsonl math file "
-        "or a math NAME:PATH (marft, aime_1983_2024, gsm8k, tinygsm)"
+        "or a math NAME:PATH (marft, aime_1983_2024, gsm8k, tinygsm, drmas_math)"
     )
 
 

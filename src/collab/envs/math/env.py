@@ -74,7 +74,8 @@ class MathEnv(SharedStateEnv):
             dataset: ``gsm_symbolic`` (default), ``arithmetic``, ``addition``, ``gsm8k``, ``math``, ``math500``,
                 ``aime`` (:mod:`collab.envs.math.datasets`), a path to a ``.json`` / ``.jsonl`` file with
                 ``problem`` (or ``question``) and ``answer``, or a publisher's file as ``NAME:PATH``
-                (``marft``, ``aime_1983_2024``, ``gsm8k``, ``tinygsm``: :mod:`collab.envs.math.published`).
+                (``marft``, ``aime_1983_2024``, ``gsm8k``, ``tinygsm``, ``drmas_math``:
+                :mod:`collab.envs.math.published`).
             eval_dataset: Where the eval split comes from instead (a fixed dataset, a path or ``NAME:PATH``);
                 each split then defaults to all of its records (a generated training set still skips the
                 eval problems).
@@ -93,7 +94,8 @@ class MathEnv(SharedStateEnv):
             if not known(name) or (name == eval_dataset and name in GENERATED):
                 raise UserError(
                     f"unknown math dataset {name!r}; valid: {', '.join(DATASETS)}, a path to a .json/.jsonl file "
-                    "or NAME:PATH with NAME marft, aime_1983_2024, gsm8k or tinygsm (eval_dataset: not generated)"
+                    "or NAME:PATH with NAME marft, aime_1983_2024, gsm8k, tinygsm or drmas_math (eval_dataset: not "
+                    "generated)"
                 )
         require(
             num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}"

@@ -13,6 +13,10 @@
   As in MAPoRL's code the answer is what the function returns, kept when it is a whole number; the code
   runs in the sandbox (:mod:`collab.sandbox`), and only for the problems a split selects
   (:func:`with_answers`), since the published set has millions.
+* ``drmas_math:PATH`` — the parquet files Dr. MAS's ``examples/data_preprocess/drmas_math.py`` writes
+  (``langfengQ/DrMAS``): each record's ``env_kwargs`` holds ``question``, ``ground_truth`` and ``data_source``
+  (``dapo_filter`` for training; ``math500``, ``aime24``, ``aime25``, ``olympiadbench``, ``amc23``, ``minerva`` for
+  test), the problems as its env reads them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collab.envs.published import read_published, split_source
 
 __all__ = ["NAMES", "is_source", "known", "load_source", "whole_number", "with_answers"]
 
-NAMES = ("marft", "aime_1983_2024", "gsm8k", "tinygsm")
+NAMES = ("marft", "aime_1983_2024", "gsm8k", "tinygsm", "drmas_math")
 CHUNK = 200
 """TinyGSM programs run per sandboxed process."""
 _RUNNER = """
@@ -72,9 +76,17 @@ def load_source(dataset: str) -> list[dict[str, Any]]:
             _record(f"aime_1983_2024/{r.get('ID') or i}", "aime_1983_2024", r["Question"], str(r["Answer"]))
             for i, r in enumerate(rows)
         ]
+    if name == "drmas_math":
+        return [drmas_record(i, r["env_kwargs"]) for i, r in enumerate(rows)]
     if name == "gsm8k":
         return [_record(f"gsm8k/{i}", "gsm8k", r["question"], _after_hashes(r["answer"])) for i, r in enumerate(rows)]
     return [{**_record(f"tinygsm/{i}", "tinygsm", r["question"], ""), "code": r["code"]} for i, r in enumerate(rows)]
+
+
+def drmas_record(index: int, kwargs: dict[str, Any]) -> dict[str, str]:
+    """A record of Dr. MAS's preprocessed files: its env's question and ground truth, numbered within its source."""
+    source = str(kwargs.get("data_source") or "drmas_math")
+    return _record(f"drmas_math/{source}/{index}", source, str(kwargs["question"]), str(kwargs["ground_truth"]))
 
 
 def whole_number(value: Any) -> str | None:
