@@ -41,6 +41,7 @@ PUBLISHER = {
     "marft_a_aime_paper": "di-zhang-fdu/AIME_1983_2024",
     "ippo_paper": "di-zhang-fdu/AIME_1983_2024",
     "maporl_gsm8k_qlora": "TinyGSM/TinyGSM",
+    "magrpo_drmas_math_ref": "github.com/langfengQ/DrMAS",
 }
 """The presets that train on a publisher's file, and where it is published."""
 
