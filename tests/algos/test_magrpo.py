@@ -82,6 +82,8 @@ def test_micro_batches_accumulate_the_same_gradient():
         ({"rollout_mode": "episodes", "joint_mode": "cross"}, "needs model.joint_mode aligned"),
         ({"rollout_mode": "episodes", "termination_threshold": 0.5}, "model.termination_threshold null"),
         ({"dependency": "chain"}, "needs model.rollout_mode episodes, got tree"),
+        ({"invalid_penalty": 0.1}, "model.invalid_penalty scores whole episodes' responses"),
+        ({"rollout_mode": "episodes", "invalid_penalty": -0.1}, "invalid_penalty"),
     ],
 )
 def test_a_rollout_mode_that_cannot_run_is_one_line(options, message):

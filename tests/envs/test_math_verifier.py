@@ -86,6 +86,32 @@ def test_whole_episodes_of_solver_then_verifier():
     assert returns[9:] == [1.0 if str(first) == str(tasks[1]["answer"]) else 0.0] * 9
 
 
+def test_valid_actions_by_the_reference_projections():
+    env = make_env()
+    assert env.valid(0, "so \\boxed{3}") and not env.valid(0, "so 3")
+    assert env.valid(1, "fine <verify>approve</verify>") and env.valid(1, "<verify></verify>")
+    assert not env.valid(1, "approve") and not env.valid(1, "<verify>approve</verify> \u5bf9")
+    truth = MathEnv(dataset="small_addition", profile="duo")
+    assert truth.valid(1, "no box") and truth.valid(0, "")
+
+
+def test_the_invalid_penalty_comes_off_the_invalid_responses_return_alone():
+    """The solver answers without a box at turn 0 (invalid), the verifier rejects; at turn 1 a boxed right answer:
+    every response's return is the episode's 1.0 but the unboxed one's, 1.0 - 0.1."""
+    env = make_env()
+    task = env.tasks("train")[0]
+
+    def respond(agent, messages):
+        if agent == 1:
+            return "<verify>reject</verify>"
+        return f"\\boxed{{{task['answer']}}}" if "reject" in messages[-1]["content"] else "no idea"
+
+    batch = episode_batch(ScriptedTeam(respond), env, [task], 2, 1.0, dependency=Dependency("chain", 2),
+                          invalid_penalty=0.1)  # fmt: skip
+    got = [(s.agent, s.turn, round(s.returns, 9)) for s in batch.items]
+    assert got == [(0, 0, 0.9), (1, 0, 1.0), (0, 1, 1.0)] * 2
+
+
 @pytest.mark.parametrize(
     "options,message",
     [

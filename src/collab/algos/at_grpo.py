@@ -69,6 +69,7 @@ class ATGRPO(MAGRPO):
             cross_reduction="mean",
             rollout_mode="tree",
             dependency="none",
+            invalid_penalty=0.0,
             **kwargs,
         )
         require(

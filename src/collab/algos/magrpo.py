@@ -87,6 +87,7 @@ class MAGRPO(CollabModule):
         cross_reduction: str,
         rollout_mode: str,
         dependency: Union[str, list[list[int]], list[list[list[int]]]],
+        invalid_penalty: float,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -102,7 +103,7 @@ class MAGRPO(CollabModule):
         )
         require_ranges(
             locals(),
-            non_negative=("kl_coef", "log_kl_every"),
+            non_negative=("kl_coef", "log_kl_every", "invalid_penalty"),
             choices={
                 "joint_mode": JOINT_MODES,
                 "baseline": BASELINES,
@@ -133,7 +134,12 @@ class MAGRPO(CollabModule):
             "model.dependency other than none lets an agent see its parents' actions of the same turn, which only "
             f"whole episodes play: it needs model.rollout_mode episodes, got {rollout_mode}",
         )
-        self.rollout_mode, self.dependency = rollout_mode, dependency
+        require(
+            invalid_penalty == 0 or rollout_mode == "episodes",
+            f"model.invalid_penalty scores whole episodes' responses: it needs model.rollout_mode episodes, got "
+            f"{rollout_mode}",
+        )
+        self.rollout_mode, self.dependency, self.invalid_penalty = rollout_mode, dependency, invalid_penalty
 
     def build_extra(self, env) -> None:
         if self.k is None:
@@ -145,7 +151,14 @@ class MAGRPO(CollabModule):
     def rollout(self, tasks) -> Experience[Decision]:
         if self.rollout_mode == "episodes":
             return episode_batch(
-                self.team, self.env, tasks, self.k, self.ppo.gamma, self.max_new_tokens, dependency=self.protocol
+                self.team,
+                self.env,
+                tasks,
+                self.k,
+                self.ppo.gamma,
+                self.max_new_tokens,
+                dependency=self.protocol,
+                invalid_penalty=self.invalid_penalty,
             )
         return self.trees(tasks)
 

@@ -106,6 +106,7 @@ class MARLHF(MAGRPO):
             cross_reduction="mean",
             rollout_mode="tree",
             dependency="none",
+            invalid_penalty=0.0,
             **kwargs,
         )
         require(

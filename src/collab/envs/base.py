@@ -154,6 +154,12 @@ class Env(ABC):
         (:mod:`collab.rollout.episode_batch`)."""
         return (True,) * self.n_agents
 
+    def valid(self, agent: int, action: str) -> bool:
+        """Whether agent ``agent``'s ``action`` has the form its role asks for (a boxed answer, a verdict): the
+        rollouts of whole episodes can take a penalty off an invalid one (MAGRPO's ``invalid_penalty``, Dr. MAS's
+        invalid-action penalty). Default: every action is valid."""
+        return True
+
     def feedback(self, state: EnvState, actions: Sequence[str], score: Score) -> list[str]:
         """Each agent's next user message after a turn. Default: the turn's reward and its components."""
         parts = ", ".join(f"{k} {v:.2f}" for k, v in score.info.items())

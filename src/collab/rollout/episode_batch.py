@@ -39,11 +39,14 @@ def episode_batch(
     gamma: float = 1.0,
     max_new_tokens: int = 128,
     dependency: Dependency | None = None,
+    invalid_penalty: float = 0.0,
 ) -> Experience:
     """K episodes of every task as decisions in task, episode, turn, agent order, each with its episode's return
     and its group (task t, agent i: ``t * n + i``); the algorithm turns returns into advantages
     (:func:`collab.algos.magrpo.set_group_advantages`). ``dependency``: the agents act level by level, each on its
-    parents' actions of the turn (:func:`~collab.rollout.episodes.play`); None: all at once."""
+    parents' actions of the turn (:func:`~collab.rollout.episodes.play`); None: all at once. ``invalid_penalty``
+    comes off the return of each response the env finds invalid (:meth:`~collab.envs.base.Env.valid`), that
+    response's alone: Dr. MAS's invalid-action penalty."""
     start = time.perf_counter()
     played = play(team, env, tasks, k, max_new_tokens, dependency=dependency)
     seconds = time.perf_counter() - start
@@ -64,7 +67,7 @@ def episode_batch(
                         list(c.completion_ids),
                         torch.tensor(c.logprobs),
                         step.rewards[i],
-                        returns[i],
+                        returns[i] - (invalid_penalty if invalid_penalty and not env.valid(i, c.text) else 0.0),
                         group=task * n + i,
                         text=c.text,
                         adapter_version=c.adapter_version,

@@ -30,6 +30,7 @@ solver answer's grade, for every agent.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ INSTRUCTION = "Please reason step by step, and put your final answer within \\bo
 SPLITS = ("train", "eval")
 JUDGES = ("truth", "verifier")
 APPROVE, REJECT = "<verify>approve</verify>", "<verify>reject</verify>"
+CJK = re.compile("[\u4e00-\u9fff]")
 
 
 class MathEnv(SharedStateEnv):
@@ -202,6 +204,15 @@ class MathEnv(SharedStateEnv):
                 info["approved"] = float(approved)
             out.append(Score((float(reward) if ends else 0.0,) * self.n_agents, terminated=ends, info=info))
         return out
+
+    def valid(self, agent: int, action: str) -> bool:
+        """Dr. MAS's valid actions: the solver's holds a boxed answer; the verifier's holds ``<verify>`` and
+        ``</verify>`` and no CJK character (its tag projection's rules). Under ``judge: truth`` every action is."""
+        if self.judge == "truth":
+            return True
+        if agent == self.answer_agent:
+            return last_boxed(action) is not None
+        return "<verify>" in action and "</verify>" in action and CJK.search(action) is None
 
     def verdict(self, score: Score) -> str | None:
         return None if self.judge == "verifier" else super().verdict(score)
