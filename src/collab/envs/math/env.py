@@ -9,7 +9,9 @@ tries again, up to ``horizon`` turns (2 in Tables 5, 9 and 10); a correct one en
 The answer is the last ``\boxed{}`` of the graded agent's output (:mod:`collab.envs.math.answers`);
 with ``fallback=True`` (the default) an unboxed output is graded by its last "answer is X" phrase or
 its last number, since small models rarely box; ``fallback=False`` grades boxed answers only, as the
-paper does. Each grade logs ``correct``, ``answered`` (an answer was found) and ``boxed``.
+paper does. ``grader="deepscaler"`` grades by Dr. MAS's rules instead (:mod:`collab.envs.math.deepscaler`:
+the box after ``</think>``, MATH's normalisation or sympy equality; no fallback). Each grade logs ``correct``,
+``answered`` (an answer was found) and ``boxed``.
 
 Tools (:mod:`collab.tools.options`): a call whose result equals the problem's answer counts as ``tool_right``
 (:meth:`MathEnv.right_call`); the calculator's task: docs/environments.md#tools-within-a-turn.
@@ -35,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collab.envs.base import EnvState, Score
+from collab.envs.math import deepscaler
 from collab.envs.math.answers import fallback_answer, is_equiv, last_boxed
 from collab.envs.math.datasets import DATASETS, GENERATED, generate
 from collab.envs.math.published import known, load_source, with_answers
@@ -48,6 +51,7 @@ SPLITS = ("train", "eval")
 JUDGES = ("truth", "verifier")
 APPROVE, REJECT = "<verify>approve</verify>", "<verify>reject</verify>"
 CJK = re.compile("[\u4e00-\u9fff]")
+GRADERS = ("collab", "deepscaler")
 
 
 class MathEnv(SharedStateEnv):
@@ -70,6 +74,7 @@ class MathEnv(SharedStateEnv):
         seed: int = 0,
         eval_dataset: str | None = None,
         judge: str = "truth",
+        grader: str = "collab",
     ) -> None:
         """
         Args:
@@ -90,6 +95,9 @@ class MathEnv(SharedStateEnv):
             seed: Seed of the generated training problems.
             judge: Who ends an attempt: ``truth`` (the gold answer: a correct one ends the episode, a wrong one gets
                 ``Judge: incorrect``) or ``verifier`` (the profile's last agent, Dr. MAS's verifier: module docstring).
+            grader: ``collab`` (:mod:`collab.envs.math.answers`: exact numbers, no algebra) or ``deepscaler``
+                (Dr. MAS's DeepScaleR rules, :mod:`collab.envs.math.deepscaler`: sympy equality; ``fallback``
+                does not apply, an unboxed answer is wrong).
         """
         super().__init__(profile, horizon)
         for name in (dataset, eval_dataset or dataset):
@@ -99,6 +107,7 @@ class MathEnv(SharedStateEnv):
                     "or NAME:PATH with NAME marft, aime_1983_2024, gsm8k, tinygsm or drmas_math (eval_dataset: not "
                     "generated)"
                 )
+        require(grader in GRADERS, f"unknown math grader {grader!r}; valid: {', '.join(GRADERS)}")
         require(
             num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}"
         )
@@ -112,7 +121,7 @@ class MathEnv(SharedStateEnv):
         )
         self.dataset, self.eval_dataset, self.fallback, self.seed = dataset, eval_dataset, fallback, seed
         self.judge = judge
-        self.num_train, self.num_eval = num_train, num_eval
+        self.num_train, self.num_eval, self.grader = num_train, num_eval, grader
         self.split_specs = {"train": train_split, "eval": eval_split}
         self._splits: dict[str, list[dict[str, Any]]] = {}
         self._all: list[dict[str, Any]] | None = None  # every record of a fixed dataset
@@ -176,6 +185,11 @@ class MathEnv(SharedStateEnv):
 
     def grade(self, task: Mapping[str, Any], answer: str) -> tuple[float, dict[str, float]]:
         """1.0 when the graded agent's final answer equals the gold one (MARFT, Section 5.1)."""
+        if self.grader == "deepscaler":
+            found = deepscaler.final_answer(answer)
+            boxed = float(found is not None)  # its only answers are boxed ones
+            correct = float(found is not None and deepscaler.matches(found, task["answer"]))
+            return correct, {"correct": correct, "answered": boxed, "boxed": boxed}
         boxed = last_boxed(answer or "")
         pred = boxed if boxed is not None else (fallback_answer(answer or "") if self.fallback else None)
         correct = float(bool(pred) and is_equiv(pred, str(task["answer"])))
