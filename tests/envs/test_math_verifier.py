@@ -89,6 +89,7 @@ def test_whole_episodes_of_solver_then_verifier():
 def test_valid_actions_by_the_reference_projections():
     env = make_env()
     assert env.valid(0, "so \\boxed{3}") and not env.valid(0, "so 3")
+    assert not env.valid(0, "so \\fbox{3}") and not env.valid(0, "so \\boxed 3")  # not boxes to DeepScaleR
     assert env.valid(1, "fine <verify>approve</verify>") and env.valid(1, "<verify></verify>")
     assert not env.valid(1, "approve") and not env.valid(1, "<verify>approve</verify> \u5bf9")
     truth = MathEnv(dataset="small_addition", profile="duo")

@@ -224,8 +224,8 @@ class MathEnv(SharedStateEnv):
         ``</verify>`` and no CJK character (its tag projection's rules). Under ``judge: truth`` every action is."""
         if self.judge == "truth":
             return True
-        if agent == self.answer_agent:
-            return last_boxed(action) is not None
+        if agent == self.answer_agent:  # the reference's projection: DeepScaleR's box, over the whole response
+            return deepscaler.last_boxed(action) is not None
         return "<verify>" in action and "</verify>" in action and CJK.search(action) is None
 
     def verdict(self, score: Score) -> str | None:
