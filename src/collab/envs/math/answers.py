@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["extract_answer", "fallback_answer", "is_equiv", "last_boxed", "normalize"]
+__all__ = ["brace_group", "extract_answer", "fallback_answer", "is_equiv", "last_boxed", "normalize"]
 
 REL_TOL = 1e-9
 """Two numbers closer than this (relative) are equal: float noise, not rounding."""
@@ -33,7 +33,7 @@ _PHRASE = re.compile(r"(?:####|\b(?:final\s+)?answer\s*(?:is\b\s*:?|:|=))[ \t*:]
 _NUMBER = re.compile(r"(?:(?<![\w)\]])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?<!\d)\.\d+")
 
 
-def _group(text: str, start: int) -> tuple[str, int] | None:
+def brace_group(text: str, start: int) -> tuple[str, int] | None:
     """The content of the brace group opening at ``text[start] == "{"`` and the index after it."""
     depth = 0
     for i in range(start, len(text)):
@@ -54,7 +54,7 @@ def last_boxed(text: str) -> str | None:
         while i < len(text) and text[i] == " ":
             i += 1
         if i < len(text) and text[i] == "{":
-            group = _group(text, i)
+            group = brace_group(text, i)
             if group is not None:
                 found = group[0].strip()
         elif m.group().startswith("\\"):  # \boxed 5: one token, up to a space, "$" or the end
@@ -121,7 +121,7 @@ def _braced_args(s: str, command: str, nargs: int) -> str:
             if k >= len(s):
                 break
             if s[k] == "{":
-                group = _group(s, k)
+                group = brace_group(s, k)
                 if group is None:
                     break
                 arg, k = group

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from collab.envs.math.answers import brace_group
+
 __all__ = ["final_answer", "grade", "mathd_normalize", "matches", "sympy_match", "sympy_normalize"]
 
 _OPEN = "\\boxed{"
@@ -37,16 +39,11 @@ def last_boxed(text: str) -> str | None:
     r"""The content of the last ``\boxed{...}``; None without one, when it is left open, or for ``\boxed 5``."""
     if "\\boxed" not in text:  # a lone \fbox never counts: the reference looks for \boxed first
         return None
-    start, depth = text.rfind("\\boxed"), 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                box = text[start : i + 1]
-                return box[len(_OPEN) : -1] if box.startswith(_OPEN) else None
-    return None
+    start = text.rfind("\\boxed")
+    brace = text.find("{", start)
+    group = brace_group(text, brace) if brace >= 0 else None
+    # the box runs from \boxed to its first brace group closed; \boxed 5 {x} is no box
+    return group[0] if group is not None and text[start : brace + 1] == _OPEN else None
 
 
 def final_answer(response: str | None) -> str | None:
