@@ -3,6 +3,7 @@ from ``langfengQ/DrMAS`` (``agent_system/agent/orchestra/math/math_orchestra.py`
 update): approve ends the attempt, reject sends the solver back, a review without a verdict approves, and the last
 loop calls no verifier."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -86,12 +87,16 @@ def test_whole_episodes_of_solver_then_verifier():
     assert returns[9:] == [1.0 if str(first) == str(tasks[1]["answer"]) else 0.0] * 9
 
 
-def test_valid_actions_by_the_reference_projections():
+def test_valid_actions_by_the_reference_projections(tmp_path):
     env = make_env()
     assert env.valid(0, "so \\boxed{3}") and not env.valid(0, "so 3")
     assert not env.valid(0, "so \\fbox{3}") and not env.valid(0, "so \\boxed 3")  # not boxes to DeepScaleR
     assert env.valid(1, "fine <verify>approve</verify>") and env.valid(1, "<verify></verify>")
     assert not env.valid(1, "approve") and not env.valid(1, "<verify>approve</verify> \u5bf9")
+    roles = [{"role": r, "prompt": r, "with_answer": r == "solver"} for r in ("planner", "solver", "verifier")]
+    (tmp_path / "trio.json").write_text(json.dumps(roles))
+    trio = MathEnv(dataset="small_addition", profile=str(tmp_path / "trio.json"), judge="verifier")
+    assert trio.valid(0, "no box, no tags") and not trio.valid(1, "no box") and not trio.valid(2, "no tags")
     truth = MathEnv(dataset="small_addition", profile="duo")
     assert truth.valid(1, "no box") and truth.valid(0, "")
 
@@ -116,7 +121,7 @@ def test_the_invalid_penalty_comes_off_the_invalid_responses_return_alone():
 @pytest.mark.parametrize(
     "options,message",
     [
-        ({"judge": "gold"}, "math option judge must be one of truth, verifier, got 'gold'"),
+        ({"judge": "gold"}, "unknown math judge 'gold'; valid: truth, verifier"),
         ({"judge": "verifier", "profile": "duo"}, "judge verifier needs a profile whose last agent reviews"),
     ],
 )

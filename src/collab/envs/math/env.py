@@ -43,7 +43,7 @@ from collab.envs.math.datasets import DATASETS, GENERATED, generate
 from collab.envs.math.published import known, load_source, with_answers
 from collab.envs.records import select
 from collab.envs.shared import SharedStateEnv
-from collab.errors import UserError, require
+from collab.errors import UserError, require, unknown
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """The line after each problem: the D.3 profiles ask for a boxed answer, the problem text says it too."""
@@ -107,13 +107,14 @@ class MathEnv(SharedStateEnv):
                     "or NAME:PATH with NAME marft, aime_1983_2024, gsm8k, tinygsm or drmas_math (eval_dataset: not "
                     "generated)"
                 )
-        require(grader in GRADERS, f"unknown math grader {grader!r}; valid: {', '.join(GRADERS)}")
+        for kind, value, valid in (("math grader", grader, GRADERS), ("math judge", judge, JUDGES)):
+            if value not in valid:
+                raise unknown(kind, value, valid)
         require(
             num_train >= 1 and num_eval >= 1, f"num_train and num_eval must be >= 1, got {num_train} and {num_eval}"
         )
         for spec in (train_split, eval_split):
             select([], spec)  # a malformed slice fails here, not at the first tasks() call
-        require(judge in JUDGES, f"math option judge must be one of {', '.join(JUDGES)}, got {judge!r}")
         require(
             judge == "truth" or self.answer_agent < self.n_agents - 1,
             f"math option judge verifier needs a profile whose last agent reviews the graded one (e.g. math_drmas), "
@@ -220,13 +221,16 @@ class MathEnv(SharedStateEnv):
         return out
 
     def valid(self, agent: int, action: str) -> bool:
-        """Dr. MAS's valid actions: the solver's holds a boxed answer; the verifier's holds ``<verify>`` and
-        ``</verify>`` and no CJK character (its tag projection's rules). Under ``judge: truth`` every action is."""
+        """Dr. MAS's valid actions: the solver's holds a boxed answer; the verifier's (the last agent's) holds
+        ``<verify>`` and ``</verify>`` and no CJK character (its tag projection's rules). Any other agent's, and every
+        action under ``judge: truth``, is valid."""
         if self.judge == "truth":
             return True
         if agent == self.answer_agent:  # the reference's projection: DeepScaleR's box, over the whole response
             return deepscaler.last_boxed(action) is not None
-        return "<verify>" in action and "</verify>" in action and CJK.search(action) is None
+        if agent == self.n_agents - 1:  # the verifier
+            return "<verify>" in action and "</verify>" in action and CJK.search(action) is None
+        return True
 
     def verdict(self, score: Score) -> str | None:
         return None if self.judge == "verifier" else super().verdict(score)
