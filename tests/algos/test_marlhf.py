@@ -112,6 +112,32 @@ def test_the_policy_phase_rewards_every_joint_action_with_the_reward_models_scor
     assert experience.stats["env/task_reward"] == pytest.approx(sum(1.0 if x else 0.6 for x in solved) / k)
 
 
+@pytest.mark.parametrize("normalize_std", [True, False])
+def test_the_policy_phase_advantages_are_the_scores_less_their_group_mean(normalize_std, one_thread):
+    """Each agent's K samples form a group: A = score - mean of the K scores, divided by their std (unbiased, plus
+    1e-6: ``group_advantages``) only under ``normalize_std`` (the MAGRPO authors' library divides over its update's
+    batch, a node's K samples at its batch size 1)."""
+    env = EarlySolveEnv(n_agents=2, horizon=1)
+    module = make("marlhf", seed=0, normalize_std=normalize_std)
+    module.build(env)
+    torch.manual_seed(1)
+    torch.nn.init.normal_(module.reward_model.heads[0].linear.weight, std=1.0)
+    module.rollouts = module.reward_rollouts + 1
+    torch.manual_seed(0)
+    experience = module.rollout([env.tasks("train")[0]])
+    samples = experience.items
+    batch = module.prepare(experience)
+    for agent in range(2):
+        group = [s for s in samples if s.agent == agent]
+        scores = [s.returns for s in group]
+        mean = sum(scores) / len(scores)
+        std = (sum((x - mean) ** 2 for x in scores) / (len(scores) - 1)) ** 0.5
+        for s in group:
+            expected = (s.returns - mean) / (std + 1e-6) if normalize_std else s.returns - mean
+            assert s.advantages == pytest.approx(expected, rel=1e-6, abs=1e-9)
+    assert batch.items and batch.metrics["train/adv_abs_max"] > 0  # the scores differ: a signal to learn from
+
+
 def snapshot(module) -> dict[str, dict[str, torch.Tensor]]:
     groups = module.param_groups()
     return {g["name"]: [p.detach().clone() for p in g["params"]] for g in groups}

@@ -11,9 +11,9 @@ pairs come from the initial team, as the library draws its pairs once from it):
    -log sigmoid(r(h, a_w) - r(h, a_l)) (:func:`collab.objectives.bradley_terry_loss`).
 
 Every step after (the policy's phase): MAGRPO's tree, with every joint action's reward the frozen reward model's
-score r(h, a) (each agent's: a joint reward), group-relative advantages over each agent's K siblings and
-MAGRPO's clipped policy gradient (:mod:`collab.algos.magrpo`). The task's own reward is logged
-(``env/task_reward``) and scores the held-out evaluation, as the library evaluates on it.
+score r(h, a) (each agent's: a joint reward), group-relative advantages over each agent's K siblings (divided by
+their std under ``normalize_std``) and MAGRPO's clipped policy gradient (:mod:`collab.algos.magrpo`). The task's
+own reward is logged (``env/task_reward``) and scores the held-out evaluation, as the library evaluates on it.
 
 The reward model is a centralized Q-critic of :mod:`collab.algos.llm_critics` (``kind: q``): an adapter of its own
 on the team's base and a linear head on the last token of a chat holding every agent's prompt and response. The
@@ -90,6 +90,7 @@ class MARLHF(MAGRPO):
         reward_model: CriticSpec,
         pair_selection: str,
         pairs_per_node: int | None,
+        normalize_std: bool,
         ppo: PPOOptions,
         **kwargs,
     ) -> None:
@@ -97,7 +98,7 @@ class MARLHF(MAGRPO):
             num_generations=num_generations,
             joint_mode="aligned",
             baseline="mean",
-            normalize_std=True,
+            normalize_std=normalize_std,
             ppo=ppo,
             kl_coef=0.0,
             log_kl_every=0,
