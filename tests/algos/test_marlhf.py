@@ -14,7 +14,7 @@ from collab.objectives import bradley_terry_loss
 from collab.policy.sampling import Completion
 from collab.rollout.tree import TreeNode
 from tests.algos.test_known_optimum import make
-from tests.support import EarlySolveEnv, datamodule_for, quiet_fit
+from tests.support import EarlySolveEnv, datamodule_for, minibatch_gradient, quiet_fit
 
 
 def reference_bt(chosen: float, rejected: float) -> float:
@@ -136,6 +136,33 @@ def test_the_policy_phase_advantages_are_the_scores_less_their_group_mean(normal
             expected = (s.returns - mean) / (std + 1e-6) if normalize_std else s.returns - mean
             assert s.advantages == pytest.approx(expected, rel=1e-6, abs=1e-9)
     assert batch.items and batch.metrics["train/adv_abs_max"] > 0  # the scores differ: a signal to learn from
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_the_kl_penalty_weighs_on_the_policy_phase_only(kl_coef, one_thread):
+    """With ``kl_coef`` > 0 the policy phase's loss adds kl_coef x the k3 KL of every sample to the initial policy
+    (MAGRPO's term; its KL is 0 where the agents have not moved, here nudged off their start), so its gradient
+    differs from kl_coef 0's; the reward model's phase computes no KL either way."""
+    env = EarlySolveEnv(n_agents=2, horizon=1)
+    torch.manual_seed(0)  # the adapters' initial A: drawn when the module is built
+    module = make("marlhf", seed=0, kl_coef=kl_coef)
+    module.build(env)
+    torch.manual_seed(1)
+    torch.nn.init.normal_(module.reward_model.heads[0].linear.weight, std=1.0)
+    with torch.no_grad():  # the agents a step from their start, so that their KL to it is not 0
+        for name, weight in module.team.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(std=0.05)
+    torch.manual_seed(0)
+    module.rollouts = 1  # the reward model's phase: its pairs (four draws of the task: some joint actions differ)
+    stats = minibatch_gradient(module, module.prepare(module.rollout([env.tasks("train")[0]] * 4)))
+    assert "train/kl_ref" not in stats and "train/reward_model_loss" in stats
+    module.rollouts = module.reward_rollouts + 1  # the policy's
+    module.zero_grad()
+    stats = minibatch_gradient(module, module.prepare(module.rollout([env.tasks("train")[0]])))
+    assert ("train/kl_ref" in stats) == (kl_coef > 0)
+    if kl_coef:
+        assert stats["train/kl_ref"] > 0
 
 
 def snapshot(module) -> dict[str, dict[str, torch.Tensor]]:

@@ -12,8 +12,9 @@ pairs come from the initial team, as the library draws its pairs once from it):
 
 Every step after (the policy's phase): MAGRPO's tree, with every joint action's reward the frozen reward model's
 score r(h, a) (each agent's: a joint reward), group-relative advantages over each agent's K siblings (divided by
-their std under ``normalize_std``) and MAGRPO's clipped policy gradient (:mod:`collab.algos.magrpo`). The task's
-own reward is logged (``env/task_reward``) and scores the held-out evaluation, as the library evaluates on it.
+their std under ``normalize_std``) and MAGRPO's clipped policy gradient (:mod:`collab.algos.magrpo`), plus
+``kl_coef`` times each sample's KL to the initial policy (RLHF's penalty; 0 by default). The task's own reward is
+logged (``env/task_reward``) and scores the held-out evaluation, as the library evaluates on it.
 
 The reward model is a centralized Q-critic of :mod:`collab.algos.llm_critics` (``kind: q``): an adapter of its own
 on the team's base and a linear head on the last token of a chat holding every agent's prompt and response. The
@@ -91,6 +92,7 @@ class MARLHF(MAGRPO):
         pair_selection: str,
         pairs_per_node: int | None,
         normalize_std: bool,
+        kl_coef: float,
         ppo: PPOOptions,
         **kwargs,
     ) -> None:
@@ -100,7 +102,7 @@ class MARLHF(MAGRPO):
             baseline="mean",
             normalize_std=normalize_std,
             ppo=ppo,
-            kl_coef=0.0,
+            kl_coef=kl_coef,
             log_kl_every=0,
             termination_threshold=None,
             termination="branch",
