@@ -86,12 +86,20 @@ def test_pairs_rank_a_trees_joint_actions_by_their_team_return():
     assert tree_pairs(root, 1.0, "reward_gap", None)[0].winners[0] == "a0-0-d1"
 
 
-def test_the_policy_phase_rewards_every_joint_action_with_the_reward_models_score(one_thread):
+def scored(**options):
+    """MARLHF on the one-turn game (tiny model, ``options`` over :func:`make`'s) with its reward model's head drawn at
+    random, as a trained head: the joint actions' scores differ."""
     env = EarlySolveEnv(n_agents=2, horizon=1)
-    module = make("marlhf", seed=0)
+    torch.manual_seed(0)  # the adapters' initial A: drawn when the module is built
+    module = make("marlhf", seed=0, **options)
     module.build(env)
     torch.manual_seed(1)
-    torch.nn.init.normal_(module.reward_model.heads[0].linear.weight, std=1.0)  # a trained head: scores differ
+    torch.nn.init.normal_(module.reward_model.heads[0].linear.weight, std=1.0)
+    return env, module
+
+
+def test_the_policy_phase_rewards_every_joint_action_with_the_reward_models_score(one_thread):
+    env, module = scored()
     module.rollouts = module.reward_rollouts + 1
     torch.manual_seed(0)
     task = env.tasks("train")[0]
@@ -117,11 +125,7 @@ def test_the_policy_phase_advantages_are_the_scores_less_their_group_mean(normal
     """Each agent's K samples form a group: A = score - mean of the K scores, divided by their std (unbiased, plus
     1e-6: ``group_advantages``) only under ``normalize_std`` (the MAGRPO authors' library divides over its update's
     batch, a node's K samples at its batch size 1)."""
-    env = EarlySolveEnv(n_agents=2, horizon=1)
-    module = make("marlhf", seed=0, normalize_std=normalize_std)
-    module.build(env)
-    torch.manual_seed(1)
-    torch.nn.init.normal_(module.reward_model.heads[0].linear.weight, std=1.0)
+    env, module = scored(normalize_std=normalize_std)
     module.rollouts = module.reward_rollouts + 1
     torch.manual_seed(0)
     experience = module.rollout([env.tasks("train")[0]])
@@ -143,12 +147,7 @@ def test_the_kl_penalty_weighs_on_the_policy_phase_only(kl_coef, one_thread):
     """With ``kl_coef`` > 0 the policy phase's loss adds kl_coef x the k3 KL of every sample to the initial policy
     (MAGRPO's term; its KL is 0 where the agents have not moved, here nudged off their start), so its gradient
     differs from kl_coef 0's; the reward model's phase computes no KL either way."""
-    env = EarlySolveEnv(n_agents=2, horizon=1)
-    torch.manual_seed(0)  # the adapters' initial A: drawn when the module is built
-    module = make("marlhf", seed=0, kl_coef=kl_coef)
-    module.build(env)
-    torch.manual_seed(1)
-    torch.nn.init.normal_(module.reward_model.heads[0].linear.weight, std=1.0)
+    env, module = scored(kl_coef=kl_coef)
     with torch.no_grad():  # the agents a step from their start, so that their KL to it is not 0
         for name, weight in module.team.named_parameters():
             if "lora_B" in name:
