@@ -145,8 +145,9 @@ def test_the_policy_phase_advantages_are_the_scores_less_their_group_mean(normal
 @pytest.mark.parametrize("kl_coef", [0.0, 0.1])
 def test_the_kl_penalty_weighs_on_the_policy_phase_only(kl_coef, one_thread):
     """With ``kl_coef`` > 0 the policy phase's loss adds kl_coef x the k3 KL of every sample to the initial policy
-    (MAGRPO's term; its KL is 0 where the agents have not moved, here nudged off their start), so its gradient
-    differs from kl_coef 0's; the reward model's phase computes no KL either way."""
+    (MAGRPO's term; its KL is 0 where the agents have not moved, here nudged off their start), so the agents'
+    gradient on the same batch differs from the one without the term; the reward model's phase computes no KL either
+    way."""
     env, module = scored(kl_coef=kl_coef)
     with torch.no_grad():  # the agents a step from their start, so that their KL to it is not 0
         for name, weight in module.team.named_parameters():
@@ -158,10 +159,18 @@ def test_the_kl_penalty_weighs_on_the_policy_phase_only(kl_coef, one_thread):
     assert "train/kl_ref" not in stats and "train/reward_model_loss" in stats
     module.rollouts = module.reward_rollouts + 1  # the policy's
     module.zero_grad()
-    stats = minibatch_gradient(module, module.prepare(module.rollout([env.tasks("train")[0]])))
+    batch = module.prepare(module.rollout([env.tasks("train")[0]]))
+    stats = minibatch_gradient(module, batch)
     assert ("train/kl_ref" in stats) == (kl_coef > 0)
     if kl_coef:
         assert stats["train/kl_ref"] > 0
+        moved = [p for n, p in module.team.named_parameters() if "lora_B" in n and p.grad is not None]
+        with_kl = [p.grad.clone() for p in moved]
+        module.zero_grad()
+        module.kl_coef = 0.0  # the same batch without the term
+        minibatch_gradient(module, batch)
+        without = [torch.zeros_like(p) if p.grad is None else p.grad for p in moved]
+        assert moved and any(not torch.allclose(a, b) for a, b in zip(with_kl, without))
 
 
 def snapshot(module) -> dict[str, dict[str, torch.Tensor]]:
