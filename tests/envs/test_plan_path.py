@@ -123,9 +123,28 @@ def test_boards_are_seeded_and_solvable(size):
     assert generate(7, size, size, 0.22) == generate(7, size, size, 0.22) != generate(8, size, size, 0.22)
 
 
+def test_corridors_of_one_row_send_the_walker_left_or_right():
+    """``rows: 1``: boards of one row and ``size`` columns; the right first move is R when G lies right of S and L
+    when it lies left, both drawn, and U or D is an invalid move that leaves the walker where it is."""
+    env = make_env("plan_path", size=4, rows=1, block_ratio=0.0, num_train=64, num_eval=16, one_move=True)
+    tasks = env.tasks("train") + env.tasks("eval")
+    assert all(t["grid"] == ["...."] and t["start"][0] == 0 == t["goal"][0] for t in tasks)
+    sides = {"R" if t["goal"][1] > t["start"][1] else "L" for t in tasks}
+    assert sides == {"L", "R"}
+    task = next(t for t in tasks if t["goal"][1] == t["start"][1] - 1)  # G just left of S
+    step = env.step(env.reset(task), ["U", "L"])
+    assert step.done and step.info["solved"] == 1.0
+    step = env.step(env.reset(task), ["L", "D"])
+    assert not step.done and step.state.memory["board"].pos == tuple(task["start"])
+    assert len(make_env("plan_path", size=5, rows=2).tasks("train")[0]["grid"]) == 2
+    assert len(make_env("plan_path", size=5).tasks("train")[0]["grid"]) == 5  # rows default to size
+
+
 def test_bad_options_are_one_line_errors():
     for options, word in (
         ({"size": 1}, "size"),
+        ({"rows": 0}, "rows"),
+        ({"rows": 1.5}, "rows"),
         ({"block_ratio": 1.0}, "block_ratio"),
         ({"max_moves": 0}, "max_moves"),
     ):

@@ -224,10 +224,11 @@ class PlanPathEnv(GameEnv):
         max_new_tokens: int = 256,
         program_seconds: float = 20.0,
         one_move: bool = False,
+        rows: int | None = None,
     ) -> None:
         """
         Args:
-            size: Rows and columns of a board (the reference's ``map_size``).
+            size: Columns of a board, and its rows unless ``rows`` (the reference's ``map_size``).
             block_ratio: Probability that a cell is blocked.
             max_moves: Moves (over all turns) after which the game is lost (the reference's ``max_steps``).
             horizon: Turns of an episode (the reference's ``max_turns``).
@@ -236,9 +237,13 @@ class PlanPathEnv(GameEnv):
             max_new_tokens: Each role's response length.
             program_seconds: Wall time of the tool agent's program.
             one_move: Both roles answer one move a turn from U/D/L/R (module docstring; not the reference's game).
+            rows: Rows of a board when not ``size`` (not the reference's: its boards are square); one row makes a
+                corridor, where the right move is L or R by whether G lies left or right of S.
         """
         super().__init__(horizon, seed, num_train, num_eval, max_new_tokens, program_seconds)
         require(type(size) is int and size >= 2, f"plan_path option size must be an integer >= 2, got {size!r}")
+        rows = size if rows is None else rows
+        require(type(rows) is int and rows >= 1, f"plan_path option rows must be an integer >= 1, got {rows!r}")
         require(
             isinstance(block_ratio, (int, float)) and 0 <= block_ratio < 1,
             f"plan_path option block_ratio must be a number in [0, 1), got {block_ratio!r}",
@@ -246,11 +251,11 @@ class PlanPathEnv(GameEnv):
         require(
             type(max_moves) is int and max_moves >= 1, f"plan_path option max_moves must be >= 1, got {max_moves!r}"
         )
-        self.size, self.block_ratio, self.max_moves = size, float(block_ratio), max_moves
+        self.size, self.rows, self.block_ratio, self.max_moves = size, rows, float(block_ratio), max_moves
         self.play_one_move(one_move)
 
     def instance(self, seed: int) -> dict:
-        return plan_path.generate(seed, self.size, self.size, self.block_ratio)
+        return plan_path.generate(seed, self.rows, self.size, self.block_ratio)
 
     def board(self, task):
         return plan_path.Walk.start(dict(task), self.max_moves)
