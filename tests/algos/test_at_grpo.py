@@ -169,8 +169,39 @@ def test_the_continuing_candidate_is_the_references_argmax_on_120_turns():
         ({"ppo": {"gamma": 0.9}}, "model.ppo.gamma must be 0"),
         ({"filter_ratio": 1.0}, r"model.filter_ratio must be in \[0, 1\)"),
         ({"num_generations": 1}, "num_generations >= 2"),
+        ({"entropy_coef": -0.1}, "model.entropy_coef must be a number >= 0"),
     ],
 )
 def test_bad_options_are_one_line(options, message):
     with pytest.raises(UserError, match=message):
         from_config("at_grpo", base=BaseConfig(name="tiny", seed=0), **options)
+
+
+@pytest.mark.parametrize("coef", [0.0, 0.5])
+def test_the_entropy_bonus_is_each_agents_token_mean_entropy_of_its_moves(coef):
+    """With every advantage 0 the loss is the bonus alone: -c x (each agent's mean over its samples of the entropy of
+    its four-move choice), the choice's probabilities read one move at a time (Plan-Path's ``one_move``)."""
+    from collab.envs import make_env
+
+    torch.manual_seed(0)
+    env = make_env("plan_path", one_move=True, horizon=1, num_train=2, num_eval=1)
+    module = from_config("at_grpo", base=BaseConfig(name="tiny", seed=0), num_generations=3, entropy_coef=coef)
+    module.build(env)
+    samples = module.rollout(env.tasks("train")).items
+    for s in samples:
+        s.advantages = 0.0
+    scale = module.normalizers(samples, None, 0)
+    loss, _ = module.policy_loss(samples, scale)
+    per_agent = defaultdict(list)
+    with torch.no_grad():
+        for s in samples:
+            choices = module.team.choice_ids[s.agent]
+            p = torch.tensor(
+                [float(module.team.logprobs(s.agent, [s.prompt_ids], [[int(t)]])[0].exp()) for t in choices],
+                dtype=torch.float64,
+            )
+            assert float(p.sum()) == pytest.approx(1.0, rel=1e-4)
+            per_agent[s.agent].append(float(-(p * p.log()).sum()))
+    assert len(per_agent) == 2 and all(len(h) == 2 * 3 for h in per_agent.values())
+    expected = -coef * sum(sum(h) / len(h) for h in per_agent.values())
+    assert float(loss) == pytest.approx(expected, rel=1e-4, abs=1e-9)

@@ -14,7 +14,8 @@ Per training step:
    ``compute_grpo_outcome_advantage``).
 3. ``ppo.num_epochs`` passes of minibatch updates of PPO's token-level clipped surrogate, each agent's loss the mean
    over its tokens in the minibatch (verl's ``token-mean``), summed over agents; no KL term (the reference's
-   ``use_kl_loss: false``).
+   ``use_kl_loss: false``). With ``entropy_coef`` c > 0 each agent's token-mean entropy of its policy, times c, is
+   subtracted (verl's ``actor.entropy_coeff``; the reference sets 0, collab's default too).
 
 Where collab differs from the reference, by choice (docs/fidelity.md): the reference picks each agent's best
 candidate in turn order, and the next agent of the same turn samples its K candidates after that pick; collab's
@@ -55,7 +56,9 @@ class ATGRPO(MAGRPO):
     keep = "best"
     """Step 1's tree sampling: only the best joint action of a turn goes on (``collab.rollout.tree``)."""
 
-    def __init__(self, *, num_generations: int | None, filter_ratio: float, ppo: PPOOptions, **kwargs) -> None:
+    def __init__(
+        self, *, num_generations: int | None, filter_ratio: float, ppo: PPOOptions, entropy_coef: float, **kwargs
+    ) -> None:
         super().__init__(
             num_generations=num_generations,
             joint_mode="aligned",
@@ -80,7 +83,11 @@ class ATGRPO(MAGRPO):
             isinstance(filter_ratio, (int, float)) and not isinstance(filter_ratio, bool) and 0 <= filter_ratio < 1,
             f"model.filter_ratio must be in [0, 1) (the share of groups dropped; 0: none), got {filter_ratio!r}",
         )
-        self.filter_ratio = float(filter_ratio)
+        require(
+            isinstance(entropy_coef, (int, float)) and not isinstance(entropy_coef, bool) and entropy_coef >= 0,
+            f"model.entropy_coef must be a number >= 0 (0: no entropy bonus), got {entropy_coef!r}",
+        )
+        self.filter_ratio, self.entropy_coef = float(filter_ratio), float(entropy_coef)
 
     # -- rollout (step 1) and prepare (step 2) ----------------------------------------------------------
     def rollout(self, tasks) -> Experience[Decision]:
@@ -113,10 +120,15 @@ class ATGRPO(MAGRPO):
 
     def policy_loss(self, micro: list[Decision], scale: Normalizers) -> tuple[torch.Tensor, dict[str, float]]:
         """PPO's clipped surrogate of every response token, rho_t = pi(y_t) / pi_old(y_t) with the sample's
-        advantage, each agent's tokens divided by its token count in the minibatch, summed."""
+        advantage, less ``entropy_coef`` times the policy's entropy H_t at the token, each agent's tokens divided by
+        its token count in the minibatch, summed."""
         members = [s.member for s in micro]
         prompts, completions = [s.prompt_ids for s in micro], [s.completion_ids for s in micro]
-        token_logprobs = self.team.logprobs(members, prompts, completions, own=[s.own for s in micro])
+        own = [s.own for s in micro]
+        if self.entropy_coef:
+            token_logprobs, entropies = self.team.logprobs(members, prompts, completions, entropy=True, own=own)
+        else:
+            token_logprobs = self.team.logprobs(members, prompts, completions, own=own)
         logprobs = torch.cat(token_logprobs)
         device, dtype = logprobs.device, logprobs.dtype
         old_logprobs = torch.cat([s.old_logprobs for s in micro]).to(device, dtype)
@@ -124,4 +136,9 @@ class ATGRPO(MAGRPO):
         per_sample = [(s.advantages, 1.0 / scale.per_agent[s.agent]) for s in micro]
         advantages, weights = torch.tensor(per_sample, device=device, dtype=dtype).repeat_interleave(lengths, 0).T
         per_token = clipped_surrogate(logprobs, old_logprobs, advantages, self.ppo.clip)
-        return (weights * per_token).sum(), ratio_stats(logprobs, old_logprobs, self.ppo.clip)
+        stats = ratio_stats(logprobs, old_logprobs, self.ppo.clip)
+        if self.entropy_coef:
+            entropy = torch.cat(entropies)
+            per_token = per_token - self.entropy_coef * entropy
+            stats["train/entropy"] = float(entropy.detach().mean())
+        return (weights * per_token).sum(), stats
